@@ -1,0 +1,346 @@
+"""Delegation: the Partitioner API and `to_backend`, shaped like ExecuTorch's.
+
+A `Partitioner` looks at each method and says which ops a backend takes
+(`partition()` returns `Partition`s, each with a `DelegationSpec`: backend id and
+compile specs) and, for the report, why it left the others. `delegate()` then:
+
+1. checks every partition is cycle-free (a partition that reaches itself through
+   an op outside it cannot become one call) and splits it where it is not;
+2. outlines each partition into a private `func.func`, its inputs the values it
+   uses from outside and its outputs the values used after it; constants used
+   only inside move with it (and so into its blob);
+3. replaces the partition by one `backend.delegate` op and moves the ops that
+   depended on it below the new call;
+4. calls the backend's `preprocess(func, compile_specs, constants)` for the blob.
+
+A partitioner never crashes the compile on an op it does not know: `supported_ops`
+helpers wrap the check so that an exception means "not supported, here is why".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from etc.errors import EtcError, LoweringError
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    key: str
+    value: bytes
+
+
+@dataclass
+class DelegationSpec:
+    backend_id: str
+    compile_specs: list = field(default_factory=list)
+
+
+@dataclass
+class Partition:
+    """Ops of one method (in program order) that one backend takes as a single call."""
+
+    ops: list
+    spec: DelegationSpec
+
+
+@dataclass
+class PartitionResult:
+    partitions: list  # of Partition
+    # op name -> reason, for ops left on portable kernels.
+    rejected: dict = field(default_factory=dict)
+
+
+@dataclass
+class PreprocessResult:
+    processed_bytes: bytes
+    debug_info: dict = field(default_factory=dict)
+
+
+class BackendDetails:
+    """A compile-time backend: `preprocess` turns an outlined function into a blob."""
+
+    backend_id: str = ""
+
+    def preprocess(self, func_op, compile_specs: list, constants: dict) -> PreprocessResult:
+        raise NotImplementedError
+
+
+_BACKENDS: dict[str, BackendDetails] = {}
+
+
+def register_backend_details(backend: BackendDetails) -> BackendDetails:
+    _BACKENDS[backend.backend_id] = backend
+    return backend
+
+
+class Partitioner:
+    """Decides what a backend takes. Subclass and implement `partition`."""
+
+    def partition(self, program_ir) -> PartitionResult:
+        raise NotImplementedError
+
+
+class CapabilityPartitioner(Partitioner):
+    """A partitioner from a per-op capability check: `is_supported(op) -> (bool, reason)`.
+
+    Groups supported ops into cycle-free partitions, largest first, in program
+    order. A check that raises counts as "unsupported" with the exception as the
+    reason: the compile goes on with the op on portable kernels.
+    """
+
+    def __init__(self, spec: DelegationSpec, is_supported: Callable):
+        self.spec = spec
+        self.is_supported = is_supported
+
+    def _check(self, op) -> tuple[bool, str]:
+        try:
+            result = self.is_supported(op)
+        except Exception as e:  # noqa: BLE001 - a partitioner must never crash the compile
+            return False, f"support check failed: {type(e).__name__}: {e}"
+        if isinstance(result, tuple):
+            return bool(result[0]), str(result[1])
+        return bool(result), "" if result else "not supported"
+
+    def partition(self, program_ir) -> PartitionResult:
+        result = PartitionResult(partitions=[])
+        for func in public_functions(program_ir.module):
+            ops = [op.operation for op in func.regions[0].blocks[0].operations]
+            support = {}
+            for op in ops:
+                name = op.name
+                if name in ("func.return",):
+                    continue
+                ok, reason = self._check(op)
+                support[op] = ok
+                if not ok:
+                    result.rejected.setdefault(name, reason)
+            for group in group_cycle_free(ops, lambda o: support.get(o, False)):
+                result.partitions.append(Partition(ops=group, spec=self.spec))
+        return result
+
+
+def public_functions(module) -> list:
+    from torch_mlir import ir
+
+    funcs = []
+    for op in module.body.operations:
+        if op.operation.name != "func.func":
+            continue
+        if "sym_visibility" in op.attributes and ir.StringAttr(op.attributes["sym_visibility"]).value == "private":
+            continue
+        funcs.append(op)
+    return funcs
+
+
+def group_cycle_free(ops: list, supported: Callable) -> list[list]:
+    """Group supported ops (a single block, in order) into partitions that create no cycle.
+
+    An op joins the partition of one of its supported producers unless some path
+    from that partition reaches the op through an op outside it (then fusing them
+    would need the outside op both before and after the call). `outside[op]` holds
+    the partitions that reach `op` through an outside op; `deps[op]` all partitions
+    `op` depends on.
+    """
+    partition_of: dict = {}
+    deps: dict = {}
+    outside: dict = {}
+    groups: list[list] = []
+    for op in ops:
+        producers = [v.owner for v in op.operands if not _is_block_arg(v)]
+        producers = [p.operation if hasattr(p, "operation") else p for p in producers]
+        dep: set = set()
+        out: set = set()
+        for p in producers:
+            dep |= deps.get(p, set())
+            if p in partition_of:
+                out |= outside.get(p, set())
+                out |= deps.get(p, set()) - {partition_of[p]}
+            else:
+                out |= deps.get(p, set())
+        if supported(op):
+            choice = None
+            for p in producers:
+                if p in partition_of and partition_of[p] not in out:
+                    choice = partition_of[p]
+                    break
+            if choice is None:
+                choice = len(groups)
+                groups.append([])
+            groups[choice].append(op)
+            partition_of[op] = choice
+            dep = dep | {choice}
+        deps[op] = dep
+        outside[op] = out
+    return [g for g in groups if _worth_delegating(g)]
+
+
+def _worth_delegating(group: list) -> bool:
+    """A partition of only constant loads or views does no work: leave it."""
+    trivial = ("ml_program.global_load_const", "arith.constant")
+    return any(op.name not in trivial for op in group)
+
+
+def _is_block_arg(value) -> bool:
+    from torch_mlir import ir
+
+    return isinstance(value.owner, ir.Block)
+
+
+# ---------------------------------------------------------------- outlining
+@dataclass
+class DelegationReport:
+    """Per backend: which ops were delegated, which stayed on portable kernels and why."""
+
+    backend_ids: set = field(default_factory=set)
+    delegated: dict = field(default_factory=dict)  # op name -> count
+    portable: dict = field(default_factory=dict)  # op name -> count
+    reasons: dict = field(default_factory=dict)  # op name -> why it was not delegated
+    partitions: int = 0
+
+    def __str__(self) -> str:
+        lines = [f"delegation to {', '.join(sorted(self.backend_ids)) or '(none)'}: "
+                 f"{self.partitions} partition(s), {sum(self.delegated.values())} op(s) delegated, "
+                 f"{sum(self.portable.values())} op(s) on portable kernels"]
+        for name, count in sorted(self.delegated.items()):
+            lines.append(f"  delegated  {name} x{count}")
+        for name, count in sorted(self.portable.items()):
+            why = self.reasons.get(name, "not in a partition")
+            lines.append(f"  portable   {name} x{count}: {why}")
+        return "\n".join(lines)
+
+
+def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
+    """`to_backend`: outline the partitions and replace each by a `backend.delegate` call."""
+    from torch_mlir import ir
+
+    if not isinstance(partitioner, Partitioner):
+        raise EtcError(f"to_backend expects a Partitioner, got {type(partitioner).__name__}")
+    result = partitioner.partition(program_ir)
+    report = DelegationReport(reasons=dict(result.rejected))
+    if not hasattr(program_ir, "delegate_blobs"):
+        program_ir.delegate_blobs = []
+    delegated_ops = set()
+    with program_ir.context, ir.Location.unknown():
+        counter = _existing_delegate_count(program_ir.module)
+        for partition in result.partitions:
+            backend = _BACKENDS.get(partition.spec.backend_id)
+            if backend is None:
+                raise LoweringError(f"no compile-time backend registered for '{partition.spec.backend_id}'")
+            for op in partition.ops:
+                delegated_ops.add(op)
+                report.delegated[op.name] = report.delegated.get(op.name, 0) + 1
+            func_name = f"delegate_{partition.spec.backend_id}_{counter}"
+            counter += 1
+            outlined, call = outline(program_ir, partition, func_name)
+            processed = backend.preprocess(outlined, partition.spec.compile_specs, program_ir.constants)
+            program_ir.delegate_blobs.append(bytes(processed.processed_bytes))
+            call.attributes["etc.blob_index"] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), len(program_ir.delegate_blobs) - 1)
+            report.backend_ids.add(partition.spec.backend_id)
+            report.partitions += 1
+        for func in public_functions(program_ir.module):
+            for op in func.regions[0].blocks[0].operations:
+                name = op.operation.name
+                if name.startswith("edge."):
+                    report.portable[name] = report.portable.get(name, 0) + 1
+    return report
+
+
+def _existing_delegate_count(module) -> int:
+    return sum(1 for op in module.body.operations
+               if op.operation.name == "func.func" and "delegate_" in str(op.attributes["sym_name"]))
+
+
+def outline(program_ir, partition: Partition, func_name: str):
+    """Move `partition.ops` into a private function; return (func op, backend.delegate op)."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import func as func_d
+
+    ops = partition.ops
+    members = set(ops)
+    inputs, seen = [], set()
+    for op in ops:
+        for v in op.operands:
+            owner = v.owner
+            owner_op = None if isinstance(owner, ir.Block) else (owner.operation if hasattr(owner, "operation") else owner)
+            if (owner_op is None or owner_op not in members) and v not in seen:
+                seen.add(v)
+                inputs.append(v)
+    outputs = []
+    for op in ops:
+        for r in op.results:
+            if any(_user_op(u) not in members for u in r.uses):
+                outputs.append(r)
+
+    module = program_ir.module
+    with ir.InsertionPoint(module.body):
+        ftype = ir.FunctionType.get([v.type for v in inputs], [v.type for v in outputs])
+        fn = func_d.FuncOp(func_name, ftype)
+        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        entry = fn.add_entry_block()
+    mapping = {v: entry.arguments[i] for i, v in enumerate(inputs)}
+    with ir.InsertionPoint(entry):
+        for op in ops:
+            clone = op.clone()
+            for i, v in enumerate(op.operands):
+                if v in mapping:
+                    clone.operands[i] = mapping[v]
+            for old, new in zip(op.results, clone.results):
+                mapping[old] = new
+        func_d.ReturnOp([mapping[v] for v in outputs])
+
+    # The call goes where the last member was; ops between the members that
+    # depend on them move below it (there is no cycle, so none of them feeds the call).
+    last = ops[-1]
+    specs = {s.key: ir.StringAttr.get(s.value.decode("latin-1") if isinstance(s.value, bytes) else str(s.value))
+             for s in partition.spec.compile_specs}
+    with ir.InsertionPoint(last), last.location:
+        call = ir.Operation.create(
+            "backend.delegate",
+            results=[v.type for v in outputs],
+            operands=inputs,
+            attributes={
+                "backend_id": ir.StringAttr.get(partition.spec.backend_id),
+                "callee": ir.FlatSymbolRefAttr.get(func_name),
+                "compile_specs": ir.DictAttr.get(specs),
+            },
+        )
+    call.move_after(last)
+    for old, new in zip(outputs, call.results):
+        old.replace_all_uses_with(new)
+    _sink_dependents(ops, call)
+    for op in reversed(ops):
+        op.erase()
+    return fn, call
+
+
+def _user_op(use):
+    owner = use.owner
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _sink_dependents(ops: list, call) -> None:
+    """Move ops that sit between the partition's members and use its results below `call`."""
+    members = set(ops)
+    block_ops = [o.operation for o in ops[0].block.operations]
+    start = block_ops.index(ops[0])
+    end = block_ops.index(call)
+    tainted = set()
+    to_move = []
+    for op in block_ops[start:end]:
+        if op in members:
+            tainted.add(op)
+            continue
+        for v in op.operands:
+            owner = v.owner
+            owner_op = owner.operation if hasattr(owner, "operation") else owner
+            if owner_op in tainted or owner_op == call:
+                tainted.add(op)
+                to_move.append(op)
+                break
+    anchor = call
+    for op in to_move:
+        op.move_after(anchor)
+        anchor = op
