@@ -228,42 +228,53 @@ def _aligned_lower_bound(pool: list[Interval], alignment: int) -> int:
     return lower_bounds(aligned).get(pool[0].mem_id, 0) if pool else 0
 
 
-def _shared_objects(pool: list[Interval], alignment: int, overlap_objects: bool) -> Offsets:
-    """ExecuTorch's greedy idea: largest first, each interval joins the best-fitting free shared buffer.
+def _compress_time(pool: list[Interval]) -> dict[int, int]:
+    """Map every start/end to a dense index; the order, so every overlap relation, is kept."""
+    points = sorted({iv.start for iv in pool} | {iv.end for iv in pool})
+    return {point: index for index, point in enumerate(points)}
 
-    A shared buffer is free for an interval when none of its members is live at
-    the same time; the best fit is the smallest buffer at least as large, else the
-    largest (which grows). Buffers are then laid out either one after another or,
-    with `overlap_objects`, at the lowest offset clear of buffers whose member
-    lifetimes meet theirs. Kept as a candidate so that `greedy` is never worse
-    than that planner on the same intervals.
+
+def _executorch_buckets(pool: list[Interval], alignment: int, overlap_within_buckets: bool) -> Offsets:
+    """ExecuTorch's greedy (exir/memory_planning.py), re-derived from its documented rules.
+
+    Largest first. A value goes at offset 0 of the first bucket none of whose
+    values is live at the same time; failing that (with
+    `overlap_within_buckets`, ExecuTorch's default) just above the values it
+    meets in the first bucket where that still fits; failing that, into a new
+    bucket of its own size. Buckets are laid out one after another. Kept as a
+    candidate so that `greedy` is never worse than ExecuTorch on the same
+    lifetimes. Per bucket, `top[t]` is the highest byte used at time t and
+    `count[t]` how many values are live, so each test is a slice, not a scan.
     """
-    objects: list[dict] = []  # {"size", "members": [Interval]}
-    owner: dict[Hashable, int] = {}
-    for iv in sorted(pool, key=lambda i: (-i.size, i.start)):
+    import numpy as np
+
+    time = _compress_time(pool)
+    steps = len(time)
+    buckets: list[dict] = []  # {"size", "top": ndarray, "count": ndarray}
+    placed: dict[Hashable, tuple[int, int]] = {}  # value_id -> (bucket, offset inside it)
+    for iv in sorted(pool, key=lambda i: -i.size):
         size = align_up(iv.size, alignment)
-        free = [k for k, obj in enumerate(objects)
-                if not any(m.overlaps_in_time(iv) for m in obj["members"])]
-        fitting = [k for k in free if objects[k]["size"] >= size]
-        if fitting:
-            k = min(fitting, key=lambda k: objects[k]["size"])
-        elif free:
-            k = max(free, key=lambda k: objects[k]["size"])
-        else:
-            objects.append({"size": 0, "members": []})
-            k = len(objects) - 1
-        objects[k]["size"] = max(objects[k]["size"], size)
-        objects[k]["members"].append(iv)
-        owner[iv.value_id] = k
-    base: list[int] = []
-    for k, obj in enumerate(objects):
-        if not overlap_objects:
-            base.append(sum(o["size"] for o in objects[:k]))
-            continue
-        taken = [(base[j], base[j] + objects[j]["size"]) for j in range(k)
-                 if any(a.overlaps_in_time(b) for a in objects[j]["members"] for b in obj["members"])]
-        base.append(_place_in_gaps(obj["size"], taken, alignment, best_fit=False))
-    return {iv.value_id: base[owner[iv.value_id]] for iv in pool}
+        lo, hi = time[iv.start], time[iv.end] + 1
+        choice = next(((k, 0) for k, b in enumerate(buckets) if not b["count"][lo:hi].any()), None)
+        if choice is None and overlap_within_buckets:
+            for k, b in enumerate(buckets):
+                below = int(b["top"][lo:hi].max())
+                if below > 0 and below + size <= b["size"]:
+                    choice = (k, below)
+                    break
+        if choice is None:
+            buckets.append({"size": size, "top": np.zeros(steps, dtype=np.int64),
+                            "count": np.zeros(steps, dtype=np.int64)})
+            choice = (len(buckets) - 1, 0)
+        bucket = buckets[choice[0]]
+        bucket["count"][lo:hi] += 1
+        bucket["top"][lo:hi] = np.maximum(bucket["top"][lo:hi], choice[1] + size)
+        placed[iv.value_id] = choice
+    bases, total = [], 0
+    for bucket in buckets:
+        bases.append(total)
+        total += bucket["size"]
+    return {value_id: bases[k] + offset for value_id, (k, offset) in placed.items()}
 
 
 def greedy_candidates(pool: list[Interval], alignment: int) -> dict[str, Offsets]:
@@ -277,9 +288,8 @@ def greedy_candidates(pool: list[Interval], alignment: int) -> dict[str, Offsets
     two_sided = _two_sided(pool, neighbours, alignment)
     if two_sided is not None:
         plans["two-sided"] = two_sided
-    if len(pool) <= 2000:  # quadratic in the number of shared buffers; a safety valve for huge graphs
-        plans["shared-objects"] = _shared_objects(pool, alignment, overlap_objects=False)
-        plans["shared-objects/overlapping"] = _shared_objects(pool, alignment, overlap_objects=True)
+    plans["executorch-buckets"] = _executorch_buckets(pool, alignment, overlap_within_buckets=True)
+    plans["executorch-buckets/no-overlap"] = _executorch_buckets(pool, alignment, overlap_within_buckets=False)
     return plans
 
 
@@ -288,7 +298,7 @@ def greedy(intervals: list[Interval], alignment: int) -> Offsets:
 
     Strategies: best-fit and first-fit gap placement in several orders, an exact
     two-sided plan when at most two values are live together, and ExecuTorch's
-    shared-buffer greedy. Reaches the lower bound on chain-shaped graphs.
+    bucket greedy (so never worse than it on the same intervals). Reaches the lower bound on chain-shaped graphs.
     """
     offsets: Offsets = {}
     for mem_id, pool in by_pool(intervals).items():

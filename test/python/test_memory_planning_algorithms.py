@@ -167,3 +167,13 @@ def test_lower_bound_counts_values_live_at_the_same_step():
     # a ends at step 2 and c starts at step 2: both are live there.
     intervals = [Interval("a", 0, 2, 32), Interval("b", 0, 0, 64), Interval("c", 2, 3, 48)]
     assert lower_bounds(intervals) == {1: 96}
+
+
+def test_executorch_bucket_candidate_follows_its_rules():
+    # a fills bucket 0 (64 bytes); b reuses it at offset 0 after a dies; c meets b only, and fits
+    # above b inside bucket 0 (ExecuTorch's overlapping allocations) instead of opening a new bucket.
+    intervals = [Interval("a", 0, 0, 64), Interval("b", 1, 3, 32), Interval("c", 2, 2, 16)]
+    plans = greedy_candidates(intervals, ALIGN)
+    assert plans["executorch-buckets"] == {"a": 0, "b": 0, "c": 32}
+    assert plans["executorch-buckets/no-overlap"] == {"a": 0, "b": 0, "c": 64}
+    assert pool_sizes(intervals, greedy(intervals, ALIGN)) == {1: 64}
