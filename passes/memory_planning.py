@@ -166,11 +166,22 @@ class MemoryPlanReport:
 
 # ------------------------------------------------------------------ helpers
 def _where(location) -> str:
-    try:
-        from etc.compiler.locations import render_location
-        return render_location(location)
-    except Exception:  # the locations helper is optional here; the raw MLIR location still points at the op
-        return str(location)
+    """`file:line:col` of the innermost file position in an MLIR location (through names and call
+    sites), so errors point at the user's line; the raw location text when it has none."""
+    from torch_mlir import ir
+
+    pending = [location]
+    while pending:
+        loc = pending.pop(0)
+        if isinstance(loc, ir.FileLineColLoc):
+            return f"{loc.filename}:{loc.start_line}:{loc.start_col}"
+        if isinstance(loc, ir.NameLoc):
+            pending.append(loc.child_loc)
+        elif isinstance(loc, ir.CallSiteLoc):
+            pending += [loc.callee, loc.caller]
+        elif isinstance(loc, ir.FusedLoc):
+            pending += list(loc.locations)
+    return str(location)
 
 
 def _element_bytes(element_type, location) -> int:
@@ -460,3 +471,46 @@ def options_from_strings(options: dict) -> dict:
 def run_memory_planning_pass(module, options: dict | None = None) -> MemoryPlanReport:
     """The pass body as the pass manager calls it: string options, module in place."""
     return plan_memory(module, **options_from_strings(options or {}))
+
+
+def main(argv=None) -> int:
+    """`python -m etc.passes.memory_planning FILE [key=value ...]`: plan a textual module, print it and the report.
+
+    A standalone driver for debugging plans (and lit tests) that needs no pass
+    registry: options are the pass options, e.g. `algorithm=naive alignment=64`.
+    The report goes to stdout as `//` comment lines after the module.
+    """
+    import sys
+
+    from torch_mlir import ir
+
+    from etc.errors import EtcError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m etc.passes.memory_planning FILE|- [algorithm=...] [alignment=N] "
+              "[alloc-graph-input=BOOL] [alloc-graph-output=BOOL]", file=sys.stderr)
+        return 2
+    path, option_args = args[0], args[1:]
+    try:
+        options = dict(arg.split("=", 1) for arg in option_args)
+    except ValueError:
+        print(f"error: options are key=value, got {option_args}", file=sys.stderr)
+        return 2
+    context = ir.Context()
+    context.allow_unregistered_dialects = True
+    try:
+        with context:
+            # parseFile keeps the file name in locations, so errors point at FILE:line:col.
+            module = ir.Module.parse(sys.stdin.read()) if path == "-" else ir.Module.parseFile(path)
+            report = run_memory_planning_pass(module, options)
+    except EtcError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(module)
+    print("\n".join("// " + line for line in str(report).splitlines()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
