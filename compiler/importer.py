@@ -237,9 +237,8 @@ class _ModuleImporter:
     def _emit_global(self, symbol: _Global) -> None:
         tensor_type = ir.RankedTensorType.get(list(symbol.shape), element_type(symbol.dtype_name))
         extern = ir.Attribute.parse(f"#ml_program.extern : {tensor_type}")
-        op = ml_program.GlobalOp(symbol.name, tensor_type, is_mutable=symbol.mutable or None, value=extern,
-                                 sym_visibility="private", loc=named_location(symbol.name))
-        del op
+        ml_program.GlobalOp(symbol.name, tensor_type, is_mutable=symbol.mutable or None, value=extern,
+                            sym_visibility="private", loc=named_location(symbol.name))
 
 
 # ======================================================== one FX graph

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         programs = exported_programs(_load_attribute(args.model), args.dynamic_batch)
         program_ir = import_program(programs)
     except EtcError as error:
-        print(error, file=sys.stderr)
+        print(error if error.location else f"error: {error}", file=sys.stderr)
         return 1
     print(program_ir.to_text(debug_info=not args.no_debug_info))
     if args.constants:
