@@ -1,12 +1,22 @@
-"""The `.pte` program format (wire-compatible with ExecuTorch).
+"""The `.pte` program format, wire-compatible with ExecuTorch.
 
-- `etc.schema.program`: dataclasses for every table, union and enum of the schema,
-  and `PteFile` (a Program plus its segment payloads, free of offsets).
-- `etc.schema.scalar_type`: ScalarType <-> numpy/torch dtypes, element sizes.
+- `etc.schema.program`: one dataclass per table of the schema (Program,
+  ExecutionPlan, EValue, Tensor, KernelCall, ...), the enums (ScalarType, ...),
+  and `PteFile` = a Program plus its segment payloads, free of file offsets.
+- `serialize_pte(pte, *, segment_alignment=128, constant_tensor_alignment=16,
+  delegate_alignment=None) -> bytes` (raises SerializationError).
+- `deserialize_pte(data, *, validate=True) -> PteFile`: checks every offset,
+  length, tag and index; raises ProgramError saying what and where.
+- `validate_pte(pte)`: the semantic checks alone (for programs built in memory).
+- dtype helpers: `element_size`, `to/from_numpy_dtype`, `to/from_torch_dtype`.
+- `schema/program.fbs`: the same schema as FlatBuffers text.
 """
 
 from etc.schema import program
-from etc.schema.program import *  # noqa: F401,F403  (the schema's names are the API)
-from etc.schema.program import PteFile, ScalarType
+from etc.schema.program import *  # noqa: F401,F403  (the schema's table/enum names are the API)
+from etc.schema.program import FILE_IDENTIFIER, SCHEMA_VERSION, TABLES, PteFile, ScalarType
+from etc.schema.reader import deserialize_pte
 from etc.schema.scalar_type import (element_size, from_numpy_dtype, from_torch_dtype, to_numpy_dtype,
                                     to_torch_dtype)
+from etc.schema.serializer import serialize_pte
+from etc.schema.validate import tensor_nbytes, validate_pte
