@@ -188,11 +188,12 @@ def _wire_program(pte: P.PteFile, layout: _SegmentLayout, constant_tensor_alignm
         raise SerializationError("Program.constant_segment is computed by the serializer: put constant bytes in "
                                  "PteFile.constant_data")
     wire = copy.copy(program)
-    if pte.constant_data:
+    if pte.constant_data and program.constant_buffer:
+        raise SerializationError("constants both in Program.constant_buffer (legacy) and PteFile.constant_data")
+    if not program.constant_buffer:
+        # Like ExecuTorch, always a constant segment (possibly empty, offsets == [0]): the stock runtime
+        # takes a program without one for a legacy inline-constant_buffer program, and may refuse it.
         wire.constant_segment = layout.add_subsegments(list(pte.constant_data), constant_tensor_alignment)
-    else:
-        # ExecuTorch always writes a constant segment table; empty means "no constants here".
-        wire.constant_segment = P.SubsegmentOffsets(segment_index=0, offsets=[])
     if pte.mutable_data:
         wire.mutable_data_segments = [layout.add_subsegments(list(buffers), constant_tensor_alignment)
                                       for buffers in pte.mutable_data]

@@ -98,12 +98,15 @@ def test_inline_delegate_data_is_force_aligned(delegate_alignment):
     assert header(data)["program_size"] % (delegate_alignment or 16) == 0
 
 
-def test_program_without_segments_has_zero_segment_base():
+def test_program_without_constants_has_an_empty_constant_segment():
+    # As ExecuTorch writes it: the stock runtime reads a missing constant segment as the legacy path.
     pte = add_constant_program()
     pte.constant_data = []
     pte.program.execution_plan[0].values[1] = S.EValue(S.Int(int_val=0))
     data = S.serialize_pte(pte)
-    assert header(data)["base"] == 0 and header(data)["program_size"] == len(data)
+    wire = wire_program(data)
+    assert wire.constant_segment.offsets == [0] and wire.segments == [S.DataSegment(offset=0, size=0)]
+    assert header(data)["base"] >= header(data)["program_size"] and header(data)["seg_size"] == 0
     assert S.deserialize_pte(data) == pte
 
 
@@ -111,8 +114,14 @@ def test_legacy_inline_constant_buffer_is_read():
     pte = add_constant_program()
     pte.program.constant_buffer = [S.Buffer(storage=b""), S.Buffer(storage=ADD_CONSTANT.tobytes())]
     pte.constant_data = []
-    back = S.deserialize_pte(S.serialize_pte(pte, constant_tensor_alignment=32))
-    assert back.program.constant_buffer[1].storage == ADD_CONSTANT.tobytes()
+    data = S.serialize_pte(pte, constant_tensor_alignment=32)
+    assert header(data)["base"] == 0 and header(data)["program_size"] == len(data)  # no segments at all
+    assert data.index(ADD_CONSTANT.tobytes()) % 32 == 0
+    back = S.deserialize_pte(data)
+    assert back.program.constant_buffer[1].storage == ADD_CONSTANT.tobytes() and back == pte
+    pte.constant_data = [b"x"]
+    with pytest.raises(SerializationError, match="both in Program.constant_buffer"):
+        S.serialize_pte(pte)
 
 
 def test_pte_file_helpers():
