@@ -103,7 +103,8 @@ class _PlanChecker:
             if size < 0:
                 self.fail(f"{where}.sizes[{i}]", f"negative size {size}")
         if tensor.dim_order is not None and sorted(tensor.dim_order) != list(range(len(sizes))):
-            self.fail(f"{where}.dim_order", f"{tensor.dim_order} is not a permutation of the {len(sizes)} dims")
+            shown = tensor.dim_order if len(tensor.dim_order) <= 16 else f"a list of {len(tensor.dim_order)} entries"
+            self.fail(f"{where}.dim_order", f"{shown} is not a permutation of the {len(sizes)} dims")
         if tensor.storage_offset != 0:
             self.fail(f"{where}.storage_offset", f"must be 0, got {tensor.storage_offset}")
         info = tensor.extra_tensor_info
@@ -146,8 +147,9 @@ class _PlanChecker:
     def check_placement(self, allocation: P.AllocationDetails, nbytes: int | None, where: str):
         arenas = self.plan.non_const_buffer_sizes or []
         if not 1 <= allocation.memory_id < len(arenas):
+            known = f"ids 1..{len(arenas) - 1}" if len(arenas) > 1 else "no planned arenas"
             self.fail(f"{where}.memory_id", f"memory id {allocation.memory_id} names no planned arena "
-                                            f"(non_const_buffer_sizes has ids 1..{len(arenas) - 1})")
+                                            f"(non_const_buffer_sizes has {known})")
         end = allocation.memory_offset + (nbytes or 0)
         if end > arenas[allocation.memory_id]:
             self.fail(where, f"bytes {allocation.memory_offset}..{end} overflow arena {allocation.memory_id} "

@@ -24,8 +24,25 @@ from etc.errors import ProgramError, SerializationError
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "data", "executorch_linear_relu.pte")
 
 
+def without_extended_header(data: bytes) -> bytes:
+    """The same flatbuffer with the optional eh00 header cut out (valid only without segments)."""
+    size = struct.unpack_from("<I", data, 12)[0]
+    assert size == 32 and struct.unpack_from("<Q", data, 24)[0] == 0, "program has segments"
+    root = struct.unpack_from("<I", data, 0)[0] - size
+    return struct.pack("<I", root) + data[4:8] + data[8 + size:]
+
+
+def legacy_program() -> S.PteFile:
+    """add_constant_program with its constant inline (deprecated constant_buffer): no segments at all."""
+    pte = add_constant_program()
+    pte.program.constant_buffer = [S.Buffer(storage=b""), S.Buffer(storage=pte.constant_data[0])]
+    pte.constant_data = []
+    return pte
+
+
 def samples() -> dict[str, bytes]:
     return {
+        "no_header": without_extended_header(S.serialize_pte(legacy_program())),
         "add_constant": S.serialize_pte(add_constant_program()),
         "every_feature": S.serialize_pte(every_feature_program(), segment_alignment=16),
         "executorch": open(FIXTURE, "rb").read(),
@@ -51,13 +68,14 @@ def load_or_reject(data: bytes) -> S.PteFile | None:
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_truncation_at_every_byte(name):
     data = SAMPLES[name]
-    program_size = struct.unpack_from("<Q", data, 16)[0]
+    has_header = data[8:12] == b"eh00"
+    program_size = struct.unpack_from("<Q", data, 16)[0] if has_header else len(data)
     for length in range(len(data)):
         with pytest.raises(ProgramError):
             S.deserialize_pte(data[:length])
         # Claim the truncated size in the header so the cut lands inside the flatbuffer decoding.
         patched = bytearray(data[:length])
-        if length >= 40:
+        if has_header and length >= 40:
             struct.pack_into("<QQQ", patched, 16, min(program_size, length), 0, 0)
         load_or_reject(bytes(patched))
 
@@ -139,6 +157,10 @@ def index_sites(pte: S.PteFile):
 def sample_programs():
     return {"add_constant": add_constant_program, "every_feature": every_feature_program,
             "executorch": lambda: S.deserialize_pte(SAMPLES["executorch"])}
+
+
+def test_headerless_sample_is_a_valid_program():
+    assert S.deserialize_pte(SAMPLES["no_header"]) == legacy_program()
 
 
 @pytest.mark.parametrize("name", sorted(sample_programs()))
