@@ -9,6 +9,7 @@ order in `program.py` *is* the wire layout and must match ExecuTorch's schema.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -22,7 +23,7 @@ class Scalar:
     fmt: str
     enum: type[IntEnum] | None = None
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return struct.calcsize("<" + self.fmt)
 
@@ -83,9 +84,10 @@ def fb(kind: Kind, default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={"fb": kind})
 
 
-def wire_fields(cls) -> list[tuple[str, Kind]]:
-    """The (name, kind) pairs of a schema dataclass in vtable order."""
-    return [(f.name, f.metadata["fb"]) for f in dataclasses.fields(cls) if "fb" in f.metadata]
+@functools.cache
+def wire_fields(cls) -> tuple[tuple[str, Kind], ...]:
+    """The (name, kind) pairs of a schema dataclass in vtable order (cached: read for every table decoded)."""
+    return tuple((f.name, f.metadata["fb"]) for f in dataclasses.fields(cls) if "fb" in f.metadata)
 
 
 class SchemaTable:
