@@ -294,19 +294,12 @@ def outline(program_ir, partition: Partition, func_name: str):
     # The call goes where the last member was; ops between the members that
     # depend on them move below it (there is no cycle, so none of them feeds the call).
     last = ops[-1]
-    specs = {s.key: ir.StringAttr.get(s.value.decode("latin-1") if isinstance(s.value, bytes) else str(s.value))
+    from etc.dialects.backend import delegate as delegate_op
+
+    specs = {s.key: s.value.decode("latin-1") if isinstance(s.value, bytes) else str(s.value)
              for s in partition.spec.compile_specs}
     with ir.InsertionPoint(last), last.location:
-        call = ir.Operation.create(
-            "backend.delegate",
-            results=[v.type for v in outputs],
-            operands=inputs,
-            attributes={
-                "backend_id": ir.StringAttr.get(partition.spec.backend_id),
-                "callee": ir.FlatSymbolRefAttr.get(func_name),
-                "compile_specs": ir.DictAttr.get(specs),
-            },
-        )
+        call = delegate_op(inputs, [v.type for v in outputs], partition.spec.backend_id, func_name, specs)
     call.move_after(last)
     for old, new in zip(outputs, call.results):
         old.replace_all_uses_with(new)

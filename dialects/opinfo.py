@@ -1,0 +1,222 @@
+"""`OpInfo`: what every generated aten/edge op knows about its ATen operator,
+and the encoding of schema arguments as MLIR operands and attributes.
+
+The encoding (ARCHITECTURE.md, "Dialects") is one table here, used both ways:
+`encode_arguments` when the importer builds an op from FX values, and
+`decode_arguments` when a later stage (emitter, cpu target) needs the schema
+values back. Keeping both directions in one file is what keeps them inverse.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from torch_mlir import ir
+
+from etc.errors import UnsupportedConstructError
+
+TABLE_PATH = Path(__file__).with_name("aten_ops.json")
+
+# `ShapedType.get_dynamic_size()`: marks a symbolic entry in an i64 attribute;
+# its value is the next operand of the argument's `<name>_dynamic` group.
+DYNAMIC = -(2**63)
+
+# IRDL requires every element of a variadic operand group to have the same
+# type (a constraint is a variable), which tensor lists (`cat`, `split`
+# results, LSTM weights) do not. A tensor list is therefore a run of numbered
+# optional slots, `tensors_0 .. tensors_{N-1}`, positional (an absent slot is
+# a None of a `Tensor?[]`, whose length is its `_mask` attribute).
+LIST_SLOTS = 64
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    name: str  # the schema's name (`self`)
+    field: str  # the op field (`self_`)
+    type: str  # torchgen type text (`Tensor?`, `SymInt[]`, `ScalarType?`)
+    kind: str  # operand | optional_operand | variadic_operand | optional_list_operand | attribute
+    default: str | None = None
+    dynamic: str | None = None  # field of the symbolic-values operand group
+    mask: str | None = None  # field of the presence mask of a `Tensor?[]`
+
+    @property
+    def base(self) -> str:
+        text = self.type.rstrip("?")
+        return text[: text.index("[")] + "[]" if "[" in text else text
+
+    @property
+    def optional(self) -> bool:
+        return self.type.endswith("?")
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    name: str  # `add_tensor` (without the dialect prefix)
+    torch_name: str  # `aten::add.Tensor`
+    core: bool
+    arguments: tuple[ArgInfo, ...]
+    returns: tuple[dict, ...] = field(default_factory=tuple)
+
+    @property
+    def fields(self) -> list[tuple[str, str]]:
+        """`define_op` fields in IRDL order: schema arguments, then dynamic/mask groups, then results."""
+        out = []
+        for a in self.arguments:
+            if a.kind in ("variadic_operand", "optional_list_operand"):
+                out += [(slot, "optional_operand") for slot in list_slots(a.field)]
+            else:
+                out.append((a.field, a.kind))
+        for a in self.arguments:
+            if a.dynamic:
+                out.append((a.dynamic, "variadic_operand"))
+            if a.mask:
+                out.append((a.mask, "attribute"))
+        for r in self.returns:
+            if r["kind"] == "variadic_result":
+                out += [(slot, "optional_result") for slot in list_slots(r["field"])]
+            else:
+                out.append((r["field"], r["kind"]))
+        return out
+
+    @property
+    def out_variant(self) -> str | None:
+        """The out-variant kernel name (`aten::add.out`) the portable runtime runs."""
+        from etc.compiler.emitter import out_variant_name
+
+        return out_variant_name(self.torch_name)
+
+
+def list_slots(field: str) -> list[str]:
+    return [f"{field.rstrip('_')}_{i}" for i in range(LIST_SLOTS)]
+
+
+@lru_cache(maxsize=None)
+def load_table() -> tuple[OpInfo, ...]:
+    table = json.loads(TABLE_PATH.read_text())
+    infos = []
+    for op in table["ops"]:
+        args = tuple(ArgInfo(**a) for a in op["arguments"])
+        infos.append(OpInfo(name=op["name"], torch_name=op["torch_name"], core=op["core"], arguments=args,
+                            returns=tuple(op["returns"])))
+    return tuple(infos)
+
+
+@lru_cache(maxsize=None)
+def by_torch_name() -> dict[str, OpInfo]:
+    return {info.torch_name: info for info in load_table()}
+
+
+# ------------------------------------------------------------------ encoding
+def _torch():
+    import torch
+
+    return torch
+
+
+def _i64(value: int) -> ir.Attribute:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+
+
+def _element_type_of_dtype(dtype) -> ir.Type:
+    from etc.compiler.ir import element_type
+
+    return element_type(dtype)
+
+
+def encode_value(arg: ArgInfo, value: Any, dynamic: list) -> ir.Attribute:
+    """One non-tensor schema value -> its attribute; symbolic entries (ir.Value
+    of index type) become DYNAMIC and are appended to `dynamic`."""
+    torch = _torch()
+    base = arg.base
+    if value is None:
+        return ir.UnitAttr.get()
+    if base in ("int", "SymInt"):
+        if isinstance(value, ir.Value):
+            dynamic.append(value)
+            return _i64(DYNAMIC)
+        return _i64(int(value))
+    if base in ("int[]", "SymInt[]"):
+        if isinstance(value, int):  # `int[2] stride=1` style broadcast default
+            value = [value]
+        items = []
+        for item in value:
+            if isinstance(item, ir.Value):
+                dynamic.append(item)
+                items.append(DYNAMIC)
+            else:
+                items.append(int(item))
+        return ir.DenseI64ArrayAttr.get(items)
+    if base == "float":
+        return ir.FloatAttr.get_f64(float(value))
+    if base == "float[]":
+        return ir.DenseF64ArrayAttr.get([float(v) for v in value])
+    if base == "bool":
+        return ir.BoolAttr.get(bool(value))
+    if base == "bool[]":
+        return ir.DenseBoolArrayAttr.get([bool(v) for v in value])
+    if base == "str":
+        return ir.StringAttr.get(str(value))
+    if base == "Scalar":
+        if isinstance(value, ir.Value):
+            dynamic.append(value)
+            return _i64(DYNAMIC)
+        if isinstance(value, bool):
+            return ir.BoolAttr.get(value)
+        if isinstance(value, int):
+            return _i64(value)
+        if isinstance(value, float):
+            return ir.FloatAttr.get_f64(value)
+        raise UnsupportedConstructError(f"Scalar argument '{arg.name}' of type {type(value).__name__} is not supported")
+    if base == "ScalarType":
+        return ir.TypeAttr.get(_element_type_of_dtype(value))
+    if base in ("Layout", "MemoryFormat"):
+        return ir.StringAttr.get(str(value).replace("torch.", ""))
+    if base == "Device":
+        return ir.StringAttr.get(str(torch.device(value)))
+    if base == "Generator":
+        raise UnsupportedConstructError(f"a torch.Generator argument ('{arg.name}') is not supported")
+    raise UnsupportedConstructError(f"arguments of type '{arg.type}' are not supported")
+
+
+def decode_value(arg: ArgInfo, attr: ir.Attribute, dynamic: list) -> Any:
+    """Inverse of `encode_value`; symbolic entries come back as the ir.Values
+    taken in order from `dynamic`."""
+    torch = _torch()
+    base = arg.base
+    if isinstance(attr, ir.UnitAttr) or str(attr) == "unit":
+        return None
+    if base in ("int", "SymInt"):
+        value = ir.IntegerAttr(attr).value
+        return dynamic.pop(0) if value == DYNAMIC else value
+    if base in ("int[]", "SymInt[]"):
+        return [dynamic.pop(0) if v == DYNAMIC else v for v in ir.DenseI64ArrayAttr(attr)]
+    if base == "float":
+        return ir.FloatAttr(attr).value
+    if base == "float[]":
+        return list(ir.DenseF64ArrayAttr(attr))
+    if base == "bool":
+        return ir.BoolAttr(attr).value
+    if base == "bool[]":
+        return [bool(v) for v in ir.DenseBoolArrayAttr(attr)]
+    if base == "str":
+        return ir.StringAttr(attr).value
+    if base == "Scalar":
+        if isinstance(attr, ir.BoolAttr):
+            return ir.BoolAttr(attr).value
+        if isinstance(attr, ir.FloatAttr):
+            return ir.FloatAttr(attr).value
+        value = ir.IntegerAttr(attr).value
+        return dynamic.pop(0) if value == DYNAMIC else value
+    if base == "ScalarType":
+        from etc.compiler.ir import torch_dtype_name_of_element_type
+
+        return getattr(torch, torch_dtype_name_of_element_type(ir.TypeAttr(attr).value))
+    if base in ("Layout", "MemoryFormat"):
+        return getattr(torch, ir.StringAttr(attr).value)
+    if base == "Device":
+        return torch.device(ir.StringAttr(attr).value)
+    raise UnsupportedConstructError(f"cannot decode an argument of type '{arg.type}'")
