@@ -85,9 +85,22 @@ def _argument_entry(argument, field_name) -> dict | None:
     return entry
 
 
+def parse_schema(schema):
+    """torch._C.FunctionSchema -> torchgen FunctionSchema (typed as in native_functions.yaml:
+    `ScalarType?`, `SymInt[]`, `Scalar`), or None for schemas torchgen cannot read (varargs)."""
+    from torchgen.model import FunctionSchema
+
+    # torchgen splits arguments on ", ": list defaults must not contain it.
+    text = re.sub(r"\[([^\]]*)\]", lambda m: "[" + m.group(1).replace(" ", "") + "]", str(schema))
+    try:
+        return FunctionSchema.parse(text.split("::", 1)[1])
+    except Exception:  # noqa: BLE001 - not an ATen operator we import
+        return None
+
+
 def generate() -> dict:
     import torch
-    from torchgen.model import FunctionSchema, SchemaKind
+    from torchgen.model import SchemaKind
 
     from etc.dialects.irdl_base import field_name
 
@@ -96,11 +109,8 @@ def generate() -> dict:
     for schema in torch._C._jit_get_all_schemas():
         if not schema.name.startswith("aten::"):
             continue
-        try:
-            # torchgen splits arguments on ", ": list defaults must not contain it.
-            text = re.sub(r"\[([^\]]*)\]", lambda m: "[" + m.group(1).replace(" ", "") + "]", str(schema))
-            parsed = FunctionSchema.parse(text[len("aten::"):])
-        except Exception:  # noqa: BLE001 - schemas torchgen cannot parse (varargs) are not ATen ops we import
+        parsed = parse_schema(schema)
+        if parsed is None:
             continue
         if parsed.kind() != SchemaKind.functional or parsed.name.name.inplace:
             continue

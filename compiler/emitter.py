@@ -1,0 +1,502 @@
+"""Emission: the planned edge/backend MLIR program -> `.pte` program tables.
+
+Each public `func.func` becomes an ExecutionPlan with one Chain:
+- every tensor SSA value becomes a Tensor EValue (planned ones carry the
+  `etc.alloc` placement the memory planner wrote; constants point into the
+  constant segment; unplanned inputs/outputs get their memory at execute time);
+- every edge op becomes a KernelCall on its out-variant kernel (`aten::add.out`),
+  with ExecuTorch's argument convention: every schema argument of the out
+  variant in order (defaults filled, `out=` included), then the returned tensors
+  again;
+- every `backend.delegate` becomes a DelegateCall (inputs, then outputs) on a
+  BackendDelegate whose blob goes into a segment.
+
+Every operator a program names is checked here against the kernel set it will
+run on, so a missing kernel is a compile error at the user's source line, not an
+`OperatorMissing` at load time on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+from etc.errors import LoweringError
+
+# Core ATen view ops have no out variant; ExecuTorch's edge dialect runs their
+# `_copy` counterparts. When the memory planner placed the result on the input's
+# storage, the copy is a no-op over the same bytes.
+VIEW_COPY_KERNELS = {
+    "aten::view": "aten::view_copy.out",
+    "aten::_unsafe_view": "aten::view_copy.out",
+    "aten::reshape": "aten::view_copy.out",
+    "aten::permute": "aten::permute_copy.out",
+    "aten::expand": "aten::expand_copy.out",
+    "aten::slice.Tensor": "aten::slice_copy.Tensor_out",
+    "aten::select.int": "aten::select_copy.int_out",
+    "aten::unsqueeze": "aten::unsqueeze_copy.out",
+    "aten::squeeze.dims": "aten::squeeze_copy.dims_out",
+    "aten::squeeze.dim": "aten::squeeze_copy.dim_out",
+    "aten::squeeze": "aten::squeeze_copy.out",
+    "aten::alias": "aten::alias_copy.out",
+    "aten::t": "aten::t_copy.out",
+    "aten::transpose.int": "aten::transpose_copy.int_out",
+    "aten::split_with_sizes": "aten::split_with_sizes_copy.out",
+    "aten::split.Tensor": "aten::split_copy.Tensor_out",
+    "aten::unbind.int": "aten::unbind_copy.int_out",
+    "aten::diagonal": "aten::diagonal_copy.out",
+    "aten::as_strided": "aten::as_strided_copy.out",
+    "aten::detach": "aten::detach_copy.out",
+}
+
+# c10 enums as ExecuTorch's emitter writes them (Int EValues).
+_MEMORY_FORMAT = {"contiguous_format": 0, "preserve_format": 1, "channels_last": 2, "channels_last_3d": 3}
+_LAYOUT = {"strided": 0}
+
+
+def out_variant_name(torch_name: str) -> str | None:
+    """`aten::add.Tensor` -> `aten::add.out` (from torch's schemas; views map to their `_copy` kernels)."""
+    if torch_name in VIEW_COPY_KERNELS:
+        return VIEW_COPY_KERNELS[torch_name]
+    return _out_variants().get(torch_name)
+
+
+_OUT_CACHE: dict | None = None
+
+
+def _out_variants() -> dict:
+    """Map every functional ATen overload to its out variant.
+
+    The out variant has the same non-out arguments (names and types, in order)
+    and one `out` tensor per return: that is how torchgen pairs them, and it
+    keeps `add.Tensor -> add.out` apart from `add.Scalar -> add.Scalar_out`.
+    """
+    global _OUT_CACHE
+    if _OUT_CACHE is None:
+        import torch
+
+        by_name: dict[str, list] = {}
+        for schema in torch._C._jit_get_all_schemas():
+            if schema.name.startswith("aten::"):
+                by_name.setdefault(schema.name, []).append(schema)
+
+        def signature(args):
+            return [(a.name, str(a.type)) for a in args]
+
+        # Factory functions take TensorOptions (dtype, layout, device, pin_memory)
+        # that their out variants drop: the out tensor carries them.
+        options = {"dtype", "layout", "device", "pin_memory"}
+
+        table = {}
+        for schemas in by_name.values():
+            outs = [s for s in schemas if any(a.is_out for a in s.arguments)]
+            for s in schemas:
+                if any(a.alias_info is not None and a.alias_info.is_write for a in s.arguments):
+                    continue
+                for o in outs:
+                    ins = [a for a in o.arguments if not a.is_out]
+                    n_out = sum(a.is_out for a in o.arguments)
+                    if n_out != len(s.returns):
+                        continue
+                    exact = signature(ins) == signature(s.arguments)
+                    without_options = signature(ins) == signature(
+                        [a for a in s.arguments if not (a.kwarg_only and a.name in options)])
+                    if exact or without_options:
+                        full = f"{s.name}.{s.overload_name}" if s.overload_name else s.name
+                        table[full] = f"{o.name}.{o.overload_name}"
+                        break
+        _OUT_CACHE = table
+    return _OUT_CACHE
+
+
+def kernel_schema(qualified: str):
+    """The torch FunctionSchema of an out-variant kernel name like `aten::add.out`."""
+    import torch
+
+    name, _, overload = qualified.partition(".")
+    namespace, _, op = name.partition("::")
+    packet = getattr(getattr(torch.ops, namespace), op)
+    return getattr(packet, overload or "default")._schema
+
+_ARG_TYPES: dict = {}
+
+
+def kernel_argument_types(qualified: str) -> list[str]:
+    """The argument types of a kernel as native_functions.yaml writes them
+    (`ScalarType?`, `int[]?`, `Scalar`): torch._C prints dtypes as `int` and
+    Scalars as `number`, which would lose what the emitter must know."""
+    if qualified not in _ARG_TYPES:
+        from etc.dialects.gen_aten_ops import parse_schema
+
+        parsed = parse_schema(kernel_schema(qualified))
+        if parsed is None:
+            raise LoweringError(f"cannot read the schema of kernel '{qualified}'")
+        _ARG_TYPES[qualified] = [str(a.type) for a in parsed.arguments.flat_all]
+    return _ARG_TYPES[qualified]
+
+
+# MLIR element type (as printed) -> ExecuTorch ScalarType.
+SCALAR_TYPES = {
+    "ui8": 0, "i8": 1, "si8": 1, "i16": 2, "si16": 2, "i32": 3, "si32": 3, "i64": 4, "si64": 4,
+    "f16": 5, "f32": 6, "f64": 7, "i1": 11, "bf16": 15, "ui16": 27, "ui32": 28, "ui64": 29,
+}
+
+# torch dtype name -> ExecuTorch ScalarType, for dtype arguments.
+TORCH_SCALAR_TYPES = {
+    "uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "float64": 7,
+    "bool": 11, "bfloat16": 15, "uint16": 27, "uint32": 28, "uint64": 29,
+}
+
+
+def _where(op) -> str:
+    from etc.compiler.locations import format_location as render_location
+
+    return render_location(op.location)
+
+
+def _attr_ints(attr) -> list[int]:
+    return [int(x) for x in attr]
+
+
+def _planned(attr) -> tuple[int, int] | None:
+    """An `etc.alloc` entry -> (mem_id, offset), or None where not planned."""
+    from torch_mlir import ir
+
+    if attr is None or isinstance(attr, ir.UnitAttr) or str(attr) == "unit":
+        return None
+    values = _attr_ints(ir.DenseI64ArrayAttr(attr))
+    return values[0], values[1]
+
+
+@dataclass
+class _ProgramState:
+    """What the methods of one program share: constants and delegate blobs."""
+
+    constants: dict  # fqn -> numpy array (from ProgramIR)
+    constant_index: dict = field(default_factory=dict)  # fqn -> data_buffer_idx (>= 1)
+    constant_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
+    delegate_blobs: list = field(default_factory=list)  # bytes
+
+    def constant(self, name: str, op) -> int:
+        if name not in self.constant_index:
+            if name not in self.constants:
+                raise LoweringError(f"constant '{name}' has no data in the program's constant table", location=_where(op))
+            array = np.ascontiguousarray(self.constants[name])
+            self.constant_data.append(array.tobytes())
+            self.constant_index[name] = len(self.constant_data)
+        return self.constant_index[name]
+
+
+class _MethodEmitter:
+    """Emits one `func.func` as one ExecutionPlan."""
+
+    def __init__(self, func_op, state: _ProgramState, kernels: set[str]):
+        from etc.schema import program as S
+
+        self.S = S
+        self.func = func_op
+        self.state = state
+        self.kernels = kernels
+        self.values: list = []
+        self.index: dict = {}  # ir.Value -> EValue index
+        self.operators: list = []
+        self.operator_index: dict = {}
+        self.instructions: list = []
+        self.delegates: list = []
+        self.const_values: dict = {}  # (kind, python value) -> EValue index, to share scalars
+
+    # ---------------------------------------------------------------- values
+    def _add(self, val) -> int:
+        self.values.append(self.S.EValue(val=val))
+        return len(self.values) - 1
+
+    def tensor(self, value, *, alloc=None, data_buffer_idx: int = 0) -> int:
+        from torch_mlir import ir
+
+        S = self.S
+        ty = ir.RankedTensorType(value.type)
+        element = str(ty.element_type)
+        if element not in SCALAR_TYPES:
+            raise LoweringError(f"tensors of element type {element} have no .pte scalar type")
+        dynamic = not ty.has_static_shape
+        sizes = list(ty.shape)
+        if dynamic:
+            sizes = self._upper_bounds(value, sizes)
+        allocation = None
+        if alloc is not None:
+            mem_id, offset = alloc
+            allocation = S.AllocationDetails(memory_id=mem_id, memory_offset_low=offset & 0xFFFFFFFF,
+                                             memory_offset_high=offset >> 32)
+        t = S.Tensor(
+            scalar_type=S.ScalarType(SCALAR_TYPES[element]),
+            storage_offset=0,
+            sizes=sizes,
+            dim_order=list(range(len(sizes))),
+            requires_grad=False,
+            data_buffer_idx=data_buffer_idx,
+            allocation_info=allocation,
+            layout=0,
+            shape_dynamism=S.TensorShapeDynamism.DYNAMIC_BOUND if dynamic else S.TensorShapeDynamism.STATIC,
+            extra_tensor_info=None,
+        )
+        i = self._add(t)
+        self.index[value] = i
+        return i
+
+    def _upper_bounds(self, value, sizes: list[int]) -> list[int]:
+        """Dynamic dims are planned at their upper bound, recorded by to_edge as `etc.upper_bounds`."""
+        from torch_mlir import ir
+
+        owner = value.owner
+        if isinstance(owner, ir.Block):  # a function argument
+            bounds = _arg_attr(self.func, value.arg_number, "etc.dim_bounds")
+            if bounds is not None:
+                b = _attr_ints(bounds)
+                return [b[2 * d + 1] if s < 0 else s for d, s in enumerate(sizes)]
+        else:
+            op = owner.operation if hasattr(owner, "operation") else owner
+            if "etc.upper_bounds" in op.attributes:
+                flat = _attr_ints(op.attributes["etc.upper_bounds"])
+                start = sum(len(ir.RankedTensorType(r.type).shape) for r in list(op.results)[: value.result_number])
+                return flat[start: start + len(sizes)]
+        raise LoweringError("a tensor with a dynamic dimension has no known upper bound", location=_where(
+            owner if not isinstance(owner, ir.Block) else self.func))
+
+    def scalar(self, python_value) -> int:
+        """An Int/Double/Bool/Null/String EValue for a Python value (shared when equal)."""
+        S = self.S
+        key = (type(python_value).__name__, repr(python_value))
+        if key in self.const_values:
+            return self.const_values[key]
+        if python_value is None:
+            val = S.Null()
+        elif isinstance(python_value, bool):
+            val = S.Bool(bool_val=python_value)
+        elif isinstance(python_value, int):
+            val = S.Int(int_val=python_value)
+        elif isinstance(python_value, float):
+            val = S.Double(double_val=python_value)
+        elif isinstance(python_value, str):
+            val = S.String(string_val=python_value)
+        else:
+            raise LoweringError(f"cannot emit a scalar argument of type {type(python_value).__name__}")
+        i = self._add(val)
+        self.const_values[key] = i
+        return i
+
+    def argument(self, arg_type: str, python_value, op) -> int:
+        """Emit one schema argument; `arg_type` is torch's type string (`int[]`, `Tensor?`, ...)."""
+        from torch_mlir import ir
+
+        S = self.S
+        if isinstance(python_value, ir.Value):
+            if python_value not in self.index:
+                raise LoweringError("an operand is not defined by an emitted value", location=_where(op))
+            return self.index[python_value]
+        base = arg_type.rstrip("?")
+        if python_value is None:
+            return self.scalar(None)
+        if base in ("Tensor[]", "Tensor?[]", "List[Tensor]", "List[Optional[Tensor]]"):
+            items = [self.index[v] if v is not None else -1 for v in python_value]
+            kind = S.OptionalTensorList if "?" in base[:-2] or "Optional" in base else S.TensorList
+            return self._add(kind(items=items))
+        if base in ("int[]", "SymInt[]", "List[int]") or base.startswith("int[") or base.startswith("SymInt["):
+            # IntList items are EValue indices of Int values (ExecuTorch's BoxedEvalueList).
+            items = [self.argument("SymInt", v, op) for v in python_value]
+            return self._add(S.IntList(items=items))
+        if base in ("float[]", "List[float]"):
+            return self._add(S.DoubleList(items=[float(v) for v in python_value]))
+        if base in ("bool[]", "List[bool]") or base.startswith("bool["):
+            return self._add(S.BoolList(items=[bool(v) for v in python_value]))
+        if base == "ScalarType":
+            return self.scalar(_scalar_type_of(python_value))
+        if base == "MemoryFormat":
+            return self.scalar(_MEMORY_FORMAT.get(str(python_value).replace("torch.", ""), 0))
+        if base == "Layout":
+            return self.scalar(_LAYOUT.get(str(python_value).replace("torch.", ""), 0))
+        if base == "Device":
+            return self.scalar(0)
+        if base == "Scalar" and isinstance(python_value, bool):
+            return self.scalar(python_value)
+        return self.scalar(python_value)
+
+    def operator(self, qualified: str) -> int:
+        if qualified not in self.operator_index:
+            name, _, overload = qualified.partition(".")
+            self.operators.append(self.S.Operator(name=name, overload=overload))
+            self.operator_index[qualified] = len(self.operators) - 1
+        return self.operator_index[qualified]
+
+    # ----------------------------------------------------------- instructions
+    def kernel_call(self, op) -> None:
+        from etc.dialects import decode_op, op_info
+
+        info = op_info(op.name)
+        kernel = out_variant_name(info.torch_name)
+        if kernel is None:
+            raise LoweringError(f"'{info.torch_name}' has no out variant to run as a kernel", location=_where(op))
+        if kernel not in self.kernels:
+            raise LoweringError(
+                f"no kernel for '{kernel}' (from '{info.torch_name}') in the portable kernel library; "
+                "decompose the op, delegate it to a backend, or register a kernel", location=_where(op))
+        values = decode_op(op)
+        schema = kernel_schema(kernel)
+        results = list(op.results)
+        # Results first: an out argument names its storage.
+        result_indices = [self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(results)]
+        args = []
+        out_position = 0
+        for a, type_text in zip(schema.arguments, kernel_argument_types(kernel)):
+            if a.is_out:
+                args.append(result_indices[out_position])
+                out_position += 1
+            elif a.name in values:
+                args.append(self.argument(type_text, values[a.name], op))
+            elif a.default_value is not None or type_text.endswith("?"):
+                args.append(self.argument(type_text, _torch_default(a), op))
+            else:
+                raise LoweringError(f"'{info.torch_name}' gives no value for '{a.name}' of kernel '{kernel}'",
+                                    location=_where(op))
+        args += result_indices
+        self.instructions.append(self.S.Instruction(
+            instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args)))
+
+    def delegate_call(self, op) -> None:
+        from torch_mlir import ir
+
+        S = self.S
+        inputs = [self.index[v] for v in op.operands]
+        outputs = [self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(op.results)]
+        backend_id = ir.StringAttr(op.attributes["backend_id"]).value
+        blob_index = int(ir.IntegerAttr(op.attributes["etc.blob_index"]).value)
+        specs = []
+        if "compile_specs" in op.attributes:
+            for named in ir.DictAttr(op.attributes["compile_specs"]):
+                specs.append(S.CompileSpec(key=named.name, value=list(ir.StringAttr(named.attr).value.encode())))
+        self.delegates.append(S.BackendDelegate(
+            id=backend_id,
+            processed=S.BackendDelegateDataReference(location=S.DataLocation.SEGMENT, index=blob_index),
+            compile_specs=specs))
+        self.instructions.append(S.Instruction(instr_args=S.DelegateCall(
+            delegate_index=len(self.delegates) - 1, args=inputs + outputs)))
+
+    def emit(self):
+        from torch_mlir import ir
+
+        S = self.S
+        block = self.func.regions[0].blocks[0]
+        inputs = []
+        for arg in block.arguments:
+            alloc_attr = _arg_attr(self.func, arg.arg_number, "etc.alloc")
+            inputs.append(self.tensor(arg, alloc=_planned(alloc_attr) if alloc_attr is not None else None))
+        outputs = []
+        for op in block.operations:
+            name = op.operation.name
+            if name in ("ml_program.global_load_const", "ml_program.global_load"):
+                symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+                self.tensor(op.results[0], data_buffer_idx=self.state.constant(symbol, op))
+            elif name == "func.return":
+                outputs = [self.index[v] for v in op.operands]
+            elif name == "backend.delegate":
+                self.delegate_call(op)
+            elif name.startswith("edge."):
+                self.kernel_call(op.operation)
+            elif name == "arith.constant":
+                value = op.attributes["value"]
+                self.index[op.results[0]] = self.scalar(int(ir.IntegerAttr(value).value))
+            else:
+                raise LoweringError(f"'{name}' cannot be emitted: lower it to the edge or backend dialect first",
+                                    location=_where(op))
+        name = ir.StringAttr(self.func.attributes["sym_name"]).value
+        sizes = [0]
+        if "etc.buffer_sizes" in self.func.attributes:
+            sizes = _attr_ints(self.func.attributes["etc.buffer_sizes"])
+        return S.ExecutionPlan(
+            name=name,
+            container_meta_type=S.ContainerMetadata(encoded_inp_str="", encoded_out_str=""),
+            values=self.values,
+            inputs=inputs,
+            outputs=outputs,
+            chains=[S.Chain(inputs=inputs, outputs=outputs, instructions=self.instructions, stacktrace=None)],
+            operators=self.operators,
+            delegates=self.delegates,
+            non_const_buffer_sizes=sizes,
+        )
+
+
+def _arg_attr(func_op, index: int, name: str):
+    from torch_mlir import ir
+
+    if "arg_attrs" not in func_op.attributes:
+        return None
+    dicts = ir.ArrayAttr(func_op.attributes["arg_attrs"])
+    d = ir.DictAttr(dicts[index])
+    return d[name] if name in d else None
+
+
+def _result_alloc(op, n: int):
+    from torch_mlir import ir
+
+    if "etc.alloc" not in op.attributes:
+        return None
+    return _planned(ir.ArrayAttr(op.attributes["etc.alloc"])[n])
+
+
+def _scalar_type_of(value) -> int:
+    text = str(value).replace("torch.", "")
+    if text in TORCH_SCALAR_TYPES:
+        return TORCH_SCALAR_TYPES[text]
+    if text in SCALAR_TYPES:
+        return SCALAR_TYPES[text]
+    if isinstance(value, int):
+        return value
+    raise LoweringError(f"unknown dtype '{value}'")
+
+
+def _torch_default(arg):
+    """A schema argument's default as a Python value."""
+    value = arg.default_value
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return value
+
+
+def registered_kernel_names() -> set[str]:
+    """The operators the portable runtime can run (kernels and prim ops)."""
+    from etc.runtime.kernels.registry import registered_kernels
+
+    return set(registered_kernels())
+
+
+def emit_program(program_ir, config=None):
+    """ProgramIR (edge/backend dialect, memory planned) -> schema PteFile."""
+    from torch_mlir import ir
+
+    from etc.schema import program as S
+
+    state = _ProgramState(constants=program_ir.constants)
+    state.delegate_blobs = list(getattr(program_ir, "delegate_blobs", []))
+    kernels = registered_kernel_names()
+    plans = []
+    for op in program_ir.module.body.operations:
+        if op.operation.name != "func.func":
+            continue
+        visibility = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
+        if visibility is not None and ir.StringAttr(visibility).value == "private":
+            continue
+        plans.append(_MethodEmitter(op, state, kernels).emit())
+    program = S.Program(
+        version=0,
+        execution_plan=plans,
+        constant_buffer=[],
+        backend_delegate_data=[],
+        segments=[],
+        constant_segment=None,
+        mutable_data_segments=[],
+        named_data=[],
+    )
+    return S.PteFile(program=program, constant_data=state.constant_data, delegate_segments=state.delegate_blobs)

@@ -1,0 +1,60 @@
+"""etc-convert-aten-to-edge: rewrite every `aten` op into its `edge` op.
+
+After torch's Core ATen decompositions, every op should have an edge form (the
+edge dialect is the Core ATen opset). The rewrite keeps operands, attributes
+(including discardable ones such as `etc.upper_bounds`) and locations; the edge
+op's verifier then checks dtypes against what its kernel accepts. An op with no
+edge form is an error at the user's source line that names the op and says what
+to do about it, instead of surfacing later as a missing kernel on the device.
+"""
+
+from __future__ import annotations
+
+from etc.errors import LoweringError
+
+
+def edge_name_for(aten_name: str) -> str:
+    return "edge." + aten_name.split(".", 1)[1]
+
+
+def convert_aten_to_edge(module) -> int:
+    """Convert in place; returns the number of ops rewritten. Raises LoweringError at the first op with no edge form."""
+    from torch_mlir import ir
+
+    from etc.compiler.locations import format_location as render_location
+    from etc.dialects import op_info
+
+    context = module.context
+    rewritten = 0
+    to_convert = []
+
+    def collect(op):
+        if op.name.startswith("aten."):
+            to_convert.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    for op in to_convert:
+        target = edge_name_for(op.name)
+        if not context.is_registered_operation(target):
+            info = op_info(op.name)
+            torch_name = info.torch_name if info is not None else op.name
+            raise LoweringError(
+                f"'{torch_name}' is not in the Core ATen opset and has no decomposition to it, so it has no edge form; "
+                "add a decomposition (EdgeCompileConfig.decompositions) or delegate it to a backend "
+                "that supports it",
+                location=render_location(op.location),
+            )
+        with ir.InsertionPoint(op), op.location:
+            attributes = {name: op.attributes[name] for name in op.attributes}
+            new = ir.Operation.create(
+                target,
+                results=[r.type for r in op.results],
+                operands=list(op.operands),
+                attributes=attributes,
+            )
+        for old, repl in zip(op.results, new.results):
+            old.replace_all_uses_with(repl)
+        op.erase()
+        rewritten += 1
+    return rewritten
