@@ -346,12 +346,17 @@ class _MethodEmitter:
         results = list(op.results)
         # Results first: an out argument names its storage.
         result_indices = [self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(results)]
-        args = []
+        args, out_args = [], []
         out_position = 0
         for a, type_text in zip(schema.arguments, kernel_argument_types(kernel)):
             if a.is_out:
-                args.append(result_indices[out_position])
-                out_position += 1
+                if type_text.startswith("Tensor") and type_text.endswith("[]"):  # `Tensor(a!)[] out`: all results
+                    out_args.append(self._add(self.S.TensorList(items=result_indices[out_position:])))
+                    out_position = len(result_indices)
+                else:
+                    out_args.append(result_indices[out_position])
+                    out_position += 1
+                args.append(out_args[-1])
             elif a.name in values:
                 args.append(self.argument(type_text, values[a.name], op))
             elif a.default_value is not None or type_text.endswith("?"):
@@ -359,7 +364,15 @@ class _MethodEmitter:
             else:
                 raise LoweringError(f"'{info.torch_name}' gives no value for '{a.name}' of kernel '{kernel}'",
                                     location=_where(op))
-        args += result_indices
+        # Then the kernel's return value, as ExecuTorch's emitter writes it: the out
+        # tensor for one return, a TensorList of the outs for several, and the out
+        # arguments again for `-> ()` kernels (`split_with_sizes_copy.out`).
+        if len(schema.returns) == 1:
+            args.append(result_indices[0])
+        elif len(schema.returns) > 1:
+            args.append(self._add(self.S.TensorList(items=result_indices)))
+        else:
+            args += out_args
         self.instructions.append(self.S.Instruction(
             instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args)))
 

@@ -96,3 +96,25 @@ def test_missing_kernel_is_a_compile_error_at_the_user_line(monkeypatch):
     with pytest.raises(LoweringError, match=r"no kernel for 'aten::relu.out'") as info:
         emitter.emit_program(program)
     assert "test_emitter.py" in str(info.value.location)
+
+
+def test_return_conventions_match_executorch(all_out_variants):
+    """After the schema arguments ExecuTorch's kernels take the return value: the
+    out tensor, a TensorList of outs for several returns, the out list again for `-> ()`."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            values, indices = torch.max(x, dim=1)
+            a, b = torch.split(x, [1, 2], dim=1)
+            return values, indices, a + 1, b + 1
+
+    program = _edge(Model(), torch.randn(2, 3))
+    plan = emitter.emit_program(program).program.execution_plan[0]
+    calls = {f"{plan.operators[i.instr_args.op_index].name}.{plan.operators[i.instr_args.op_index].overload}":
+             i.instr_args.args for i in plan.chains[0].instructions}
+    max_args = calls["aten::max.dim_max"]
+    assert len(max_args) == 6  # self, dim, keepdim, max, max_values, (max, max_values)
+    assert plan.values[max_args[-1]].val.items == max_args[3:5]
+    split_args = calls["aten::split_with_sizes_copy.out"]
+    assert len(split_args) == 5 and split_args[-1] == split_args[-2]
+    assert isinstance(plan.values[split_args[-1]].val, S.TensorList)
