@@ -137,6 +137,19 @@ def kernel_argument_types(qualified: str) -> list[str]:
     return _ARG_TYPES[qualified]
 
 
+# `arith` ops on `index` sizes -> ExecuTorch's prim ops (sizes are non-negative,
+# so truncating division and remainder agree with Python's).
+SYMBOLIC_ARITHMETIC = {
+    "arith.addi": "executorch_prim::add.Scalar",
+    "arith.subi": "executorch_prim::sub.Scalar",
+    "arith.muli": "executorch_prim::mul.Scalar",
+    "arith.floordivsi": "executorch_prim::floordiv.Scalar",
+    "arith.divsi": "executorch_prim::floordiv.Scalar",
+    "arith.remsi": "executorch_prim::mod.Scalar",
+    "arith.maxsi": "executorch_prim::sym_max.Scalar",
+    "arith.minsi": "executorch_prim::sym_min.Scalar",
+}
+
 # MLIR element type (as printed) -> ExecuTorch ScalarType.
 SCALAR_TYPES = {
     "ui8": 0, "i8": 1, "si8": 1, "i16": 2, "si16": 2, "i32": 3, "si32": 3, "i64": 4, "si64": 4,
@@ -376,6 +389,24 @@ class _MethodEmitter:
         self.instructions.append(self.S.Instruction(
             instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args)))
 
+    def symbolic_size(self, op) -> None:
+        """A size computed at run time (dynamic shapes): `tensor.dim` becomes
+        `aten::sym_size.int`, `arith` on `index` ExecuTorch's prim ops, each
+        writing a fresh Int EValue that IntList arguments then refer to."""
+        name = op.operation.name
+        kernel = "aten::sym_size.int" if name == "tensor.dim" else SYMBOLIC_ARITHMETIC[name]
+        if kernel not in self.kernels:
+            raise LoweringError(f"no kernel for '{kernel}' (a size computed at run time) in the kernel library",
+                                location=_where(op))
+        args = [self.index[v] if v in self.index else self._missing(v, op) for v in op.operands]
+        result = self._add(self.S.Int(int_val=0))  # not shared: the kernel writes it
+        self.index[op.results[0]] = result
+        self.instructions.append(self.S.Instruction(
+            instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args + [result])))
+
+    def _missing(self, value, op):
+        raise LoweringError("an operand is not defined by an emitted value", location=_where(op))
+
     def delegate_call(self, op) -> None:
         from torch_mlir import ir
 
@@ -419,6 +450,8 @@ class _MethodEmitter:
             elif name == "arith.constant":
                 value = op.attributes["value"]
                 self.index[op.results[0]] = self.scalar(int(ir.IntegerAttr(value).value))
+            elif name == "tensor.dim" or name in SYMBOLIC_ARITHMETIC:
+                self.symbolic_size(op)
             else:
                 raise LoweringError(f"'{name}' cannot be emitted: lower it to the edge or backend dialect first",
                                     location=_where(op))

@@ -151,8 +151,7 @@ def annotate_upper_bounds(program_ir, decomposed: dict) -> None:
             if func.operation.name != "func.func":
                 continue
             for op in func.regions[0].blocks[0].operations:
-                results = [r for r in op.results if isinstance(r.type, ir.RankedTensorType) or
-                           ir.RankedTensorType.isinstance(r.type)]
+                results = [r for r in op.results if isinstance(r.type, ir.RankedTensorType)]
                 if not results or all(ir.RankedTensorType(r.type).has_static_shape for r in results):
                     continue
                 shapes = bounds.get(location_name(op.location))

@@ -118,3 +118,24 @@ def test_return_conventions_match_executorch(all_out_variants):
     split_args = calls["aten::split_with_sizes_copy.out"]
     assert len(split_args) == 5 and split_args[-1] == split_args[-2]
     assert isinstance(plan.values[split_args[-1]].val, S.TensorList)
+
+
+def test_sizes_computed_at_run_time_become_prim_op_calls(monkeypatch):
+    kernels = set(emitter._out_variants().values()) | set(emitter.VIEW_COPY_KERNELS.values())
+    kernels |= {"aten::sym_size.int"} | set(emitter.SYMBOLIC_ARITHMETIC.values())
+    monkeypatch.setattr(emitter, "registered_kernel_names", lambda: kernels)
+
+    class Flatten(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(x.shape[0] * 3, -1) + 1
+
+    batch = torch.export.Dim("batch", min=1, max=16)
+    program = _edge(Flatten(), torch.randn(2, 3, 4), dynamic_shapes={"x": {0: batch}})
+    plan = emitter.emit_program(program).program.execution_plan[0]
+    names = [plan.operators[i.instr_args.op_index].name for i in plan.chains[0].instructions]
+    assert names[:2] == ["aten::sym_size", "executorch_prim::mul"]
+    size_call, mul_call = (plan.chains[0].instructions[k].instr_args for k in (0, 1))
+    assert mul_call.args[0] == size_call.args[-1]  # the product reads the size the first call wrote
+    view = next(i.instr_args for i in plan.chains[0].instructions
+                if plan.operators[i.instr_args.op_index].name == "aten::view_copy")
+    assert plan.values[view.args[1]].val.items[0] == mul_call.args[-1]
