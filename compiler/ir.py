@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import weakref
+
 import numpy as np
 from torch_mlir import ir
 
@@ -80,6 +82,9 @@ class MethodSignature:
         return [info for info in self.inputs if info.kind != USER_INPUT]
 
 
+_PROGRAMS: dict[int, "weakref.ref[ProgramIR]"] = {}
+
+
 class ProgramIR:
     """An imported (or lowered) program: `module`, its `context`, `constants`
     (global symbol -> numpy array), `constant_dtypes` (global symbol -> torch
@@ -99,6 +104,33 @@ class ProgramIR:
         for name, array in constants.items():
             if name not in self.constant_dtypes:
                 self.constant_dtypes[name] = torch_dtype_name_of_numpy(array.dtype)
+        _PROGRAMS[id(module)] = weakref.ref(self)
+
+    @staticmethod
+    def of(module: ir.Module) -> "ProgramIR | None":
+        """The ProgramIR owning `module`: passes that read or add constants
+        (constant folding) get the constant table this way."""
+        ref = _PROGRAMS.get(id(module))
+        program = ref() if ref is not None else None
+        return program if program is not None and program.module is module else None
+
+    def add_constant(self, hint: str, array: np.ndarray, element: ir.Type) -> str:
+        """A new private `ml_program.global` holding `array`; returns its symbol."""
+        from torch_mlir.dialects import ml_program
+
+        name, k = hint, 0
+        existing = set(self.globals())
+        while name in existing or name in self.constants:
+            k += 1
+            name = f"{hint}_{k}"
+        tensor_type = ir.RankedTensorType.get(list(array.shape), element)
+        with self.context, ir.Location.name(name), ir.InsertionPoint.at_block_begin(self.module.body):
+            ml_program.GlobalOp(name, tensor_type, is_mutable=None,
+                                value=ir.Attribute.parse(f"#ml_program.extern : {tensor_type}"),
+                                sym_visibility="private")
+        self.constants[name] = np.ascontiguousarray(array)
+        self.constant_dtypes[name] = torch_dtype_name_of_element_type(element)
+        return name
 
     # ------------------------------------------------------------ queries
     @property
