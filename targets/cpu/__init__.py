@@ -1,1 +1,154 @@
+"""The `cpu` target: edge ops -> torch-mlir -> linalg -> LLVM -> object code, run in-process.
 
+    from etc.targets.cpu import CpuPartitioner
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())                 # host CPU
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner(target="aarch64-linux-gnu"))
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner(target="cortex-m7"))   # thumbv7em-none-eabihf
+
+Stages (one module each): `lower.py` (edge -> torch dialect, data-driven from the
+op schemas, then torch-mlir's pipelines to linalg), `codegen.py` (fusion, the
+`apply_codegen_strategy` hook, bufferization onto caller buffers, LLVM, llvmlite
+object emission), `blob.py` (the delegate blob format), `runtime.py` (the
+runtime backend: checks the CPU, links with MCJIT, calls through ctypes).
+
+Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
+`features`, `opt_level` (0-3), `num_threads` (recorded; code is single-threaded).
+"""
+
+from __future__ import annotations
+
+import time
+
+from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, CompileSpec, DelegationSpec,
+                                     PartitionResult, PreprocessResult, Partition, group_cycle_free,
+                                     public_functions, register_backend_details)
+from etc.errors import LoweringError
+
+BACKEND_ID = "cpu"
+
+__all__ = ["CpuPartitioner", "CpuBackend", "compile_function", "is_supported", "BACKEND_ID"]
+
+
+def is_supported(op) -> tuple[bool, str]:
+    from etc.targets.cpu.lower import is_supported as check
+
+    return check(op)
+
+
+def _spec_dict(compile_specs) -> dict:
+    out = {}
+    for s in compile_specs or []:
+        value = s.value.decode() if isinstance(s.value, (bytes, bytearray)) else str(s.value)
+        out[s.key] = value
+    return out
+
+
+def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
+                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False):
+    """An outlined edge function -> (blob bytes, debug info)."""
+    from torch_mlir import ir
+
+    from etc.targets.cpu import blob, codegen, lower
+
+    timings = {}
+    t0 = time.perf_counter()
+    context, fn = lower.import_for_lowering(func_op)
+    with context, ir.Location.unknown():
+        lowered = lower.lower_to_linalg(fn, constants)
+        linalg_text = str(lowered.module) if keep_ir else ""
+        t1 = time.perf_counter()
+        timings["to_linalg_s"] = t1 - t0
+        resolved = codegen.resolve_target(target, cpu=cpu, features=features)
+        result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level,
+                                        keep_ir=keep_ir)
+        timings["codegen_s"] = time.perf_counter() - t1
+    metadata = {
+        "producer": "etc cpu target",
+        "triple": resolved.triple,
+        "cpu": resolved.cpu,
+        "features": resolved.features,
+        "required_features": resolved.required_features,
+        "entry": result.entry,
+        "args": [a.to_json() for a in result.args],
+        "scratch_bytes": result.scratch_bytes,
+        "num_threads": int(num_threads),
+    }
+    used = {a.name: lowered.constants[a.name] for a in result.args if a.kind == "constant"}
+    data = blob.serialize(metadata, result.object_bytes, used)
+    debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
+             "constant_bytes": sum(getattr(v, "nbytes", 0) for v in used.values()),
+             "scratch_bytes": result.scratch_bytes, **timings}
+    if keep_ir:
+        debug["linalg"] = linalg_text
+        debug["llvm_ir"] = result.llvm_ir
+    return data, debug
+
+
+class CpuBackend(BackendDetails):
+    """Compile-time backend `cpu`: preprocess an outlined edge function into a cpu blob."""
+
+    backend_id = BACKEND_ID
+
+    def preprocess(self, func_op, compile_specs: list, constants: dict) -> PreprocessResult:
+        specs = _spec_dict(compile_specs)
+        data, debug = compile_function(
+            func_op, constants, target=specs.get("target") or None, cpu=specs.get("cpu") or None,
+            features=specs.get("features"), opt_level=int(specs.get("opt_level", 3)),
+            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1")
+        return PreprocessResult(processed_bytes=data, debug_info=debug)
+
+
+register_backend_details(CpuBackend())
+
+
+class CpuPartitioner(CapabilityPartitioner):
+    """Delegates every op the cpu target can lower (see `lower.is_supported`).
+
+    Whole-model mode: when every op of a method is supported, the method becomes
+    one partition (one delegate call). Constant loads go with the partition that
+    uses them (so their data moves into its blob) when a single partition does.
+    """
+
+    def __init__(self, target: str | None = None, *, cpu: str | None = None, features: str | None = None,
+                 opt_level: int = 3, num_threads: int = 1, compile_specs: list | None = None):
+        specs = [CompileSpec("target", (target or "host").encode()), CompileSpec("opt_level", str(opt_level).encode()),
+                 CompileSpec("num_threads", str(num_threads).encode())]
+        if cpu is not None:
+            specs.append(CompileSpec("cpu", cpu.encode()))
+        if features is not None:
+            specs.append(CompileSpec("features", features.encode()))
+        specs += list(compile_specs or [])
+        super().__init__(DelegationSpec(BACKEND_ID, specs), is_supported)
+
+    def partition(self, program_ir) -> PartitionResult:
+        result = PartitionResult(partitions=[])
+        for func in public_functions(program_ir.module):
+            ops = [op.operation for op in func.regions[0].blocks[0].operations]
+            body = [op for op in ops if op.name != "func.return"]
+            loads = [op for op in body if op.name == "ml_program.global_load_const"]
+            work = [op for op in body if op.name != "ml_program.global_load_const"]
+            support = {}
+            for op in work:
+                ok, reason = self._check(op)
+                support[op] = ok
+                if not ok:
+                    result.rejected.setdefault(op.name, reason)
+            if work and all(support.values()):
+                result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
+                continue
+            groups = group_cycle_free(work, lambda o: support.get(o, False))
+            member = {op: i for i, g in enumerate(groups) for op in g}
+            extra = {i: [] for i in range(len(groups))}
+            for load in loads:
+                users = {_owner(u) for r in load.results for u in r.uses}
+                parts = {member.get(u) for u in users}
+                if len(parts) == 1 and None not in parts:
+                    extra[parts.pop()].append(load)
+            for i, g in enumerate(groups):
+                result.partitions.append(Partition(ops=extra[i] + g, spec=self.spec))
+        return result
+
+
+def _owner(use):
+    owner = use.owner
+    return owner.operation if hasattr(owner, "operation") else owner

@@ -1,0 +1,494 @@
+"""linalg-on-tensors -> object code for one CPU (the back half of the `cpu` target).
+
+    fuse elementwise ops, canonicalize
+    apply_codegen_strategy(module, target)     # hook: tiling/packing/vectorization (kernels_strategy.py)
+    one-shot-bufferize (function boundaries, identity layouts, arguments read-only)
+    buffer-results-to-out-params (static result buffers hoisted: results are written in place)
+    scratch planning: every remaining static `memref.alloc` becomes a view into one
+        scratch argument (the object never calls malloc; the runtime owns the memory)
+    linalg -> loops -> cf -> LLVM dialect -> LLVM IR
+    + a flat entry `void <entry>(void **args)` (args in `ArgSpec` order)
+    llvmlite: O3 for the target machine, object file (ELF for the triples we test)
+
+ABI: the entry takes one array of data pointers, in this order: inputs, constants,
+outputs, then (when `scratch_bytes > 0`) the scratch buffer. All shapes are static
+and every buffer is dense row-major, so a data pointer is all the code needs; the
+entry rebuilds MLIR's memref descriptors itself. The object references libc/libm
+symbols only (math functions such as expf; memcpy/memset where LLVM emits them).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch_mlir import ir
+
+from etc.errors import LoweringError
+
+# ------------------------------------------------------------------ targets
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """What to generate code for: an LLVM triple, a CPU name and feature string."""
+
+    triple: str
+    cpu: str = "generic"
+    features: str = ""  # "+avx2,+fma" (LLVM syntax)
+    name: str = ""
+
+    @property
+    def pointer_bits(self) -> int:
+        arch = self.triple.split("-", 1)[0]
+        return 32 if arch.startswith(("thumb", "arm", "riscv32", "i386", "i686")) else 64
+
+    @property
+    def required_features(self) -> list[str]:
+        """The '+feature' entries: what a CPU must have to run this code."""
+        return [f[1:] for f in self.features.split(",") if f.startswith("+")]
+
+
+def host_target() -> CpuTarget:
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    features = llvm.get_host_cpu_features().flatten()
+    return CpuTarget(triple=llvm.get_process_triple(), cpu=llvm.get_host_cpu_name(), features=features, name="host")
+
+
+PRESETS = {
+    "aarch64": CpuTarget("aarch64-unknown-linux-gnu", "cortex-a76", "+neon,+fp-armv8", "aarch64"),
+    "aarch64-linux-gnu": CpuTarget("aarch64-linux-gnu", "generic", "+neon", "aarch64-linux-gnu"),
+    "cortex-m7": CpuTarget("thumbv7em-none-eabihf", "cortex-m7", "", "cortex-m7"),
+    "x86-64-v3": CpuTarget("x86_64-unknown-linux-gnu", "haswell", "+avx2,+fma,+f16c", "x86-64-v3"),
+}
+
+
+def resolve_target(spec: str | CpuTarget | None = None, *, cpu: str | None = None,
+                   features: str | None = None) -> CpuTarget:
+    """'host' (default), a preset name, a CpuTarget, or an LLVM triple (with optional cpu/features)."""
+    if isinstance(spec, CpuTarget):
+        target = spec
+    elif spec in (None, "", "host"):
+        target = host_target()
+    elif spec in PRESETS:
+        target = PRESETS[spec]
+    else:
+        target = CpuTarget(triple=spec, cpu="generic", features="", name=spec)
+    if cpu is not None or features is not None:
+        target = CpuTarget(target.triple, cpu or target.cpu, target.features if features is None else features,
+                           target.name)
+    return target
+
+
+_LLVM_READY = False
+
+
+def _init_llvm() -> None:
+    global _LLVM_READY
+    if not _LLVM_READY:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _LLVM_READY = True
+
+
+# --------------------------------------------------------------- arguments
+@dataclass
+class ArgSpec:
+    kind: str  # input | constant | output | scratch
+    dtype: str  # numpy dtype name
+    shape: tuple
+    name: str = ""  # constant fqn; input/output index as text
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "dtype": self.dtype, "rank": len(self.shape), "shape": list(self.shape),
+                "name": self.name}
+
+    @staticmethod
+    def from_json(d: dict) -> "ArgSpec":
+        return ArgSpec(d["kind"], d["dtype"], tuple(d["shape"]), d.get("name", ""))
+
+
+_NUMPY_OF_ELEMENT = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "uint16", "i64": "int64",
+                     "i32": "int32", "i16": "int16", "i8": "int8", "ui8": "uint8", "i1": "bool"}
+
+
+def numpy_dtype_of(element_type) -> str:
+    text = str(element_type)
+    if text not in _NUMPY_OF_ELEMENT:
+        raise LoweringError(f"element type {text} has no buffer form on the cpu target")
+    return _NUMPY_OF_ELEMENT[text]
+
+
+# ----------------------------------------------------------------- strategy
+def default_codegen_strategy(module: ir.Module, target: CpuTarget) -> None:
+    """The default: leave linalg ops whole; LLVM's loop and SLP vectorizers work on the loops at O3."""
+
+
+_STRATEGY = None
+
+
+def set_codegen_strategy(fn) -> None:
+    """Install `fn(module, target)` (run on linalg-on-tensors, after fusion, before bufferization)."""
+    global _STRATEGY
+    _STRATEGY = fn
+
+
+def apply_codegen_strategy(module: ir.Module, target: CpuTarget) -> None:
+    """The hook for matmul/conv strategies: `targets/cpu/kernels_strategy.py` may provide
+    `apply_codegen_strategy(module, target)`; otherwise the default."""
+    fn = _STRATEGY
+    if fn is None:
+        try:
+            from etc.targets.cpu import kernels_strategy  # noqa: F401 - optional, another engineer's module
+            fn = getattr(kernels_strategy, "apply_codegen_strategy", None)
+        except ImportError:
+            fn = None
+    (fn or default_codegen_strategy)(module, target)
+
+
+# ------------------------------------------------------------------ pipeline
+def run_passes(module: ir.Module, pipeline: str, what: str) -> None:
+    from torch_mlir.passmanager import PassManager
+
+    try:
+        pm = PassManager.parse(pipeline, context=module.context)
+        pm.run(module.operation)
+    except Exception as e:  # noqa: BLE001
+        raise LoweringError(f"cpu codegen: {what} failed: {e}") from None
+
+
+FUSION = "builtin.module(func.func(linalg-fuse-elementwise-ops, canonicalize, cse))"
+BUFFERIZE = ("builtin.module(one-shot-bufferize{bufferize-function-boundaries "
+             "function-boundary-type-conversion=identity-layout-map}, "
+             "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}, canonicalize, cse)")
+
+
+def _to_llvm(index_bits: int) -> str:
+    ib = f"index-bitwidth={index_bits}"
+    return ("builtin.module(func.func(convert-linalg-to-loops), lower-affine, canonicalize, convert-scf-to-cf, "
+            f"expand-strided-metadata, lower-affine, convert-math-to-llvm, convert-math-to-libm, "
+            f"finalize-memref-to-llvm{{{ib}}}, convert-arith-to-llvm{{{ib}}}, convert-cf-to-llvm{{{ib}}}, "
+            f"convert-func-to-llvm{{{ib}}}, convert-ub-to-llvm, reconcile-unrealized-casts, canonicalize)")
+
+
+@dataclass
+class CodegenResult:
+    object_bytes: bytes
+    entry: str
+    args: list  # of ArgSpec, entry order
+    target: CpuTarget
+    scratch_bytes: int = 0
+    llvm_ir: str = ""
+    stats: dict = field(default_factory=dict)
+
+
+def _single_func(module: ir.Module):
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    if len(funcs) != 1:
+        raise LoweringError(f"cpu codegen expects one function, got {len(funcs)}")
+    return funcs[0]
+
+
+def bufferize(module: ir.Module) -> None:
+    """Tensors -> memrefs; inputs and constants read-only, results become trailing out-params."""
+    fn = _single_func(module)
+    with module.context:
+        n = len(fn.regions[0].blocks[0].arguments)
+        ro = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
+        fn.attributes["arg_attrs"] = ir.ArrayAttr.get([ro] * n)
+    run_passes(module, BUFFERIZE, "bufferization")
+
+
+def plan_scratch(module: ir.Module, alignment: int = 64) -> int:
+    """Replace each static `memref.alloc` by a view into a new trailing `memref<Nxi8>` argument.
+
+    No lifetime reuse yet (sizes add up); returns N (0: no scratch argument added).
+    """
+    fn = _single_func(module)
+    allocs = []
+
+    def collect(op):
+        if op.name == "memref.alloc":
+            allocs.append(op)
+        return ir.WalkResult.ADVANCE
+
+    fn.operation.walk(collect)
+    if not allocs:
+        return 0
+    from torch_mlir.dialects import arith, memref
+
+    offsets = []
+    total = 0
+    for op in allocs:
+        t = ir.MemRefType(op.result.type)
+        if not t.has_static_shape or list(op.operands):
+            raise LoweringError("cpu codegen: a dynamically sized intermediate buffer is not supported")
+        if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
+            raise LoweringError(f"cpu codegen: intermediate buffer with layout {t.layout}")
+        nbytes = int(np.prod(t.shape, dtype=np.int64)) * _element_bytes(t.element_type)
+        total = (total + alignment - 1) // alignment * alignment
+        offsets.append(total)
+        total += max(nbytes, 1)
+    total = (total + alignment - 1) // alignment * alignment
+    with module.context, ir.Location.unknown():
+        i8 = ir.IntegerType.get_signless(8)
+        scratch_type = ir.MemRefType.get([total], i8)
+        block = fn.regions[0].blocks[0]
+        scratch = block.add_argument(scratch_type, ir.Location.unknown())
+        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        fn.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(list(ftype.inputs) + [scratch_type], list(ftype.results)))
+        if "arg_attrs" in fn.attributes:
+            attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
+            fn.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs + [ir.DictAttr.get({})])
+        for op, offset in zip(allocs, offsets):
+            with ir.InsertionPoint(op):
+                off = arith.ConstantOp(ir.IndexType.get(), offset).result
+                view = memref.ViewOp(op.result.type, scratch, off, [])
+            op.result.replace_all_uses_with(view.result)
+            op.erase()
+    # Deallocs of the replaced buffers (none after one-shot-bufferize, but be safe).
+    deallocs = []
+
+    def collect_dealloc(op):
+        if op.name == "memref.dealloc":
+            deallocs.append(op)
+        return ir.WalkResult.ADVANCE
+
+    fn.operation.walk(collect_dealloc)
+    for op in deallocs:
+        op.erase()
+    return total
+
+
+def copies_to_linalg(module: ir.Module) -> int:
+    """`memref.copy` -> `linalg.copy`: with strided operands the LLVM lowering of memref.copy calls
+    MLIR's C runtime (`memrefCopy`), which the object must not depend on; linalg.copy becomes loops."""
+    from torch_mlir.dialects import linalg
+
+    copies = []
+
+    def collect(op):
+        if op.name == "memref.copy":
+            copies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    with module.context:
+        for op in copies:
+            with ir.InsertionPoint(op), op.location:
+                linalg.copy(op.operands[0], outs=[op.operands[1]])
+            op.erase()
+    return len(copies)
+
+
+def _element_bytes(element_type) -> int:
+    text = str(element_type)
+    if text == "i1":
+        return 1
+    width = element_type.width if isinstance(element_type, ir.IntegerType) else \
+        {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[text]
+    return max(1, width // 8)
+
+
+def _memref_shapes(fn) -> list:
+    return [ir.MemRefType(a.type) for a in fn.regions[0].blocks[0].arguments]
+
+
+def entry_wrapper(inner: str, entry: str, memrefs: list, index_bits: int) -> str:
+    """LLVM IR of `void entry(ptr args)`: loads each data pointer and calls the inner
+    function with the expanded memref descriptors (allocated, aligned, offset, sizes, strides)."""
+    ix = f"i{index_bits}"
+    lines = [f"define void @{entry}(ptr %args) {{"]
+    call_args = []
+    for i, t in enumerate(memrefs):
+        lines.append(f"  %slot{i} = getelementptr inbounds ptr, ptr %args, {ix} {i}")
+        lines.append(f"  %p{i} = load ptr, ptr %slot{i}, align {index_bits // 8}")
+        shape = list(t.shape)
+        strides = [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(len(shape))]
+        call_args += [f"ptr %p{i}", f"ptr %p{i}", f"{ix} 0"]
+        call_args += [f"{ix} {s}" for s in shape] + [f"{ix} {s}" for s in strides]
+    lines.append(f"  call void @{inner}({', '.join(call_args)})")
+    lines.append("  ret void")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str | None = None, *,
+                   entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False) -> CodegenResult:
+    """linalg-on-tensors module (one func) -> object code.
+
+    `arg_kinds`: (kind, name) for each function argument (input/constant); results become outputs.
+    """
+    target = resolve_target(target)
+    inner = ir.StringAttr(_single_func(module).attributes["sym_name"]).value
+    args, memrefs, scratch, index_bits = lower_to_llvm_dialect(module, arg_kinds, target)
+    from torch_mlir.dialects import llvm as llvm_d
+
+    llvm_ir = llvm_d.translate_module_to_llvmir(module.operation)
+    llvm_ir = _strip_header(llvm_ir) + entry_wrapper(inner, entry, memrefs, index_bits)
+    obj, optimized = emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner])
+    return CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
+                         llvm_ir=optimized if keep_ir else "")
+
+
+def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget):
+    """The MLIR half of `compile_linalg`: returns (ArgSpecs, entry memref types, scratch bytes, index bits)."""
+    fn = _single_func(module)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    args = []
+    for (kind, name), t in zip(arg_kinds, ftype.inputs):
+        rt = ir.RankedTensorType(t)
+        args.append(ArgSpec(kind, numpy_dtype_of(rt.element_type), tuple(rt.shape), str(name)))
+    for i, t in enumerate(ftype.results):
+        rt = ir.RankedTensorType(t)
+        args.append(ArgSpec("output", numpy_dtype_of(rt.element_type), tuple(rt.shape), str(i)))
+
+    run_passes(module, FUSION, "elementwise fusion")
+    apply_codegen_strategy(module, target)
+    bufferize(module)
+    scratch = plan_scratch(module)
+    if scratch:
+        args.append(ArgSpec("scratch", "uint8", (scratch,), "scratch"))
+    memrefs = _memref_shapes(fn)
+    if len(memrefs) != len(args):
+        raise LoweringError(f"cpu codegen: entry has {len(memrefs)} buffers, expected {len(args)}")
+    for spec, t in zip(args, memrefs):
+        if tuple(t.shape) != spec.shape:
+            raise LoweringError(f"cpu codegen: buffer {spec.kind} {spec.name} has shape {t.shape}, expected {spec.shape}")
+    index_bits = 32 if target.pointer_bits == 32 else 64
+    copies_to_linalg(module)
+    run_passes(module, _to_llvm(index_bits), "lowering to the LLVM dialect")
+    leftover = _non_llvm_ops(module)
+    if leftover:
+        raise LoweringError(f"cpu codegen: ops left after lowering to LLVM: {', '.join(sorted(leftover))}")
+    return args, memrefs, scratch, index_bits
+
+
+def _non_llvm_ops(module: ir.Module) -> set:
+    names = set()
+
+    def visit(op):
+        if not op.name.startswith("llvm.") and op.name != "builtin.module":
+            names.add(op.name)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return names
+
+
+def _strip_header(text: str) -> str:
+    """Drop MLIR's datalayout/triple lines (the target machine sets them) and rewrite
+    float literals into the syntax of llvmlite's older LLVM."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("target datalayout", "target triple")):
+            continue
+        if "f0x" in line or "inf" in line or "nan" in line:
+            line = _old_float_literals(line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+_HEX_FLOAT = re.compile(r"\bf0x([0-9A-Fa-f]+)")
+
+
+def _old_float_literals(line: str) -> str:
+    """LLVM 24 prints `f0x3727C5AC` (the type's own bits); LLVM 22 wants `0x<double bits>`
+    for float/double, `0xH....` for half and `0xR....` for bfloat."""
+
+    def repl(m):
+        digits = m.group(1)
+        if len(digits) == 8:
+            value = struct.unpack("<f", struct.pack("<I", int(digits, 16)))[0]
+            return "0x%016X" % struct.unpack("<Q", struct.pack("<d", value))[0]
+        if len(digits) == 16:
+            return "0x" + digits.upper()
+        if len(digits) == 4:
+            before = line[: m.start()]
+            kind = "R" if before.rfind("bfloat") > before.rfind("half") else "H"
+            return f"0x{kind}{digits.upper()}"
+        raise LoweringError(f"cpu codegen: unknown float literal f0x{digits}")
+
+    line = _HEX_FLOAT.sub(repl, line)
+
+    def special(m):
+        before = line[: m.start()]
+        kinds = {k: before.rfind(k) for k in ("half", "bfloat", "float", "double")}
+        kind = max(kinds, key=kinds.get)
+        text = m.group(1)
+        negative = text.startswith("-")
+        if "inf" in text:
+            bits = {"half": "H7C00", "bfloat": "R7F80"}.get(kind, "7FF0000000000000")
+            if negative:
+                bits = {"half": "HFC00", "bfloat": "RFF80"}.get(kind, "FFF0000000000000")
+        else:
+            bits = {"half": "H7E00", "bfloat": "R7FC0"}.get(kind, "7FF8000000000000")
+        return "0x" + bits
+
+    return _SPECIAL_FLOAT.sub(special, line)
+
+
+_SPECIAL_FLOAT = re.compile(r"(?<![\w%@.\"$-])([+-]?inf|[+-]?qnan|[+-]?nan)(?![\w.(])")
+
+
+# Functions the object may call: libm/libc entry points LLVM emits for math ops and memory intrinsics.
+ALLOWED_EXTERNALS = frozenset({
+    "memcpy", "memmove", "memset", "expf", "exp", "exp2f", "exp2", "logf", "log", "log2f", "log2", "log10f", "log10",
+    "log1pf", "log1p", "expm1f", "expm1", "powf", "pow", "sinf", "sin", "cosf", "cos", "tanf", "tan", "asinf",
+    "asin", "acosf", "acos", "atanf", "atan", "atan2f", "atan2", "sinhf", "sinh", "coshf", "cosh", "tanhf", "tanh",
+    "asinhf", "asinh", "acoshf", "acosh", "atanhf", "atanh", "erff", "erf", "erfcf", "erfc", "sqrtf", "sqrt",
+    "cbrtf", "cbrt", "fmodf", "fmod", "roundf", "round", "roundevenf", "roundeven", "truncf", "trunc", "floorf",
+    "floor", "ceilf", "ceil", "fabsf", "fabs", "copysignf", "copysign", "fmaf", "fma", "fminf", "fmin", "fmaxf",
+    "fmax", "rintf", "rint", "nearbyintf", "nearbyint", "tgammaf", "lgammaf",
+})
+
+
+def check_external_symbols(mod) -> None:
+    """Refuse code that calls anything but LLVM intrinsics and libc/libm (no MLIR runtime, no malloc)."""
+    bad = []
+    for fn in mod.functions:
+        if fn.is_declaration and not fn.name.startswith("llvm.") and fn.name not in ALLOWED_EXTERNALS:
+            bad.append(fn.name)
+    if bad:
+        raise LoweringError(f"cpu codegen: generated code calls unsupported external function(s) {', '.join(bad)}")
+
+
+def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=()) -> tuple[bytes, str]:
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    try:
+        llvm_target = llvm.Target.from_triple(target.triple)
+    except RuntimeError as e:
+        raise LoweringError(f"cpu codegen: LLVM has no target for triple '{target.triple}': {e}") from None
+    tm = llvm_target.create_target_machine(cpu=target.cpu, features=target.features, opt=opt_level, reloc="pic",
+                                           codemodel="default")
+    try:
+        mod = llvm.parse_assembly(llvm_ir)
+    except RuntimeError as e:
+        raise LoweringError(f"cpu codegen: LLVM IR does not parse: {e}") from None
+    mod.triple = target.triple
+    mod.data_layout = str(tm.target_data)
+    for name in internalize:
+        fn = mod.get_function(name)
+        fn.linkage = "internal"
+    mod.verify()
+    check_external_symbols(mod)
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = opt_level >= 2
+    pto.slp_vectorization = opt_level >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    mpm = pb.getModulePassManager()
+    mpm.run(mod, pb)
+    return tm.emit_object(mod), str(mod)

@@ -1,0 +1,470 @@
+"""Edge -> torch -> linalg-on-tensors: the first stage of the `cpu` target.
+
+An outlined delegate function holds `edge.*` ops on builtin tensors and
+`ml_program.global_load_const` reads of constants. We do not write one
+lowering per op: every edge op is an ATen overload, and torch-mlir's `torch`
+dialect has (for all but a handful of Core ATen ops) the op of the same ATen
+name with the same schema. So the mapping is data: for each schema argument
+(`OpInfo.arguments`, decoded by `etc.dialects.decode_op`) we emit its torch
+value (`!torch.vtensor` for tensors, `torch.constant.*` for scalars,
+`torch.prim.ListConstruct` for lists), create `torch.aten.<name>.<overload>`,
+and let torch-mlir's maintained pipelines (`torchdynamo-export-to-torch-backend-
+pipeline`, then `torch-backend-to-linalg-on-tensors-backend-pipeline`) do the
+decompositions and conversions to linalg/tensor/arith/math.
+
+`ADAPTERS` covers the Core ATen overloads torch-mlir has no op for, each as a
+rewrite onto an equivalent overload (argument renames and fixed extra values),
+again data rather than lowering code.
+
+Constants become extra function arguments (kind "constant", in first-use
+order); the caller passes their bytes as buffers.
+
+Driver (lit tests): `python -m etc.targets.cpu.lower FILE [--stage torch|linalg]`
+lowers every private `delegate_*` function (or every function when there is
+none) of an edge-dialect module and prints the result.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from torch_mlir import ir
+
+from etc.errors import LoweringError
+
+# c10::ScalarType / MemoryFormat / Layout codes: how torch-mlir encodes those arguments (as !torch.int).
+_SCALAR_TYPE_CODES = {
+    "uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "float64": 7,
+    "complex32": 8, "complex64": 9, "complex128": 10, "bool": 11, "bfloat16": 15,
+}
+_MEMORY_FORMAT_CODES = {"contiguous_format": 0, "preserve_format": 1, "channels_last": 2, "channels_last_3d": 3}
+_LAYOUT_CODES = {"strided": 0, "sparse_coo": 1}
+
+# Core ATen overloads without a torch-mlir op: (target overload, {target arg: source arg or ("const", value)},
+# the source results the target produces; the others must be unused).
+ADAPTERS = {
+    "aten::_native_batch_norm_legit_no_training": (
+        "aten::batch_norm",
+        {"input": "input", "weight": "weight", "bias": "bias", "running_mean": "running_mean",
+         "running_var": "running_var", "training": ("const", False), "momentum": "momentum", "eps": "eps",
+         "cudnn_enabled": ("const", False)},
+        (0,)),
+}
+
+# Builtin element type -> torch dtype in !torch.vtensor (torch's integers are signed).
+_TORCH_ELEMENT = {"i8": "si8", "i16": "si16", "i32": "si32", "i64": "si64", "ui8": "ui8", "i1": "i1",
+                  "f16": "f16", "bf16": "bf16", "f32": "f32", "f64": "f64"}
+
+CPU_DTYPES = frozenset(_TORCH_ELEMENT)
+
+
+def torch_op_name(torch_name: str) -> str:
+    """`aten::add.Tensor` -> `torch.aten.add.Tensor`."""
+    return "torch." + torch_name.replace("::", ".")
+
+
+def vtensor_type(tensor_type) -> ir.Type:
+    t = ir.RankedTensorType(tensor_type)
+    element = _TORCH_ELEMENT.get(str(t.element_type))
+    if element is None:
+        raise LoweringError(f"element type {t.element_type} has no cpu lowering")
+    dims = ",".join("?" if t.is_dynamic_dim(i) else str(t.shape[i]) for i in range(t.rank))
+    return ir.Type.parse(f"!torch.vtensor<[{dims}],{element}>")
+
+
+def make_context() -> ir.Context:
+    """A context with etc's dialects and torch-mlir's torch dialect (which also registers its passes)."""
+    from torch_mlir.dialects import torch as torch_d
+
+    import etc.dialects
+
+    context = etc.dialects.make_context()
+    torch_d.register_dialect(context)
+    return context
+
+
+@dataclass
+class LoweredFunction:
+    """A delegate function in torch or linalg form, with what its arguments are."""
+
+    module: ir.Module  # holding one public func.func `name`
+    name: str
+    # One entry per function argument: ("input", index) or ("constant", fqn).
+    arguments: list = field(default_factory=list)
+    constants: dict = field(default_factory=dict)  # fqn -> numpy array (those the function reads)
+
+
+# ----------------------------------------------------------------- support
+def _schema_info(op):
+    info = getattr(type(op.operation.opview), "OP_INFO", None)
+    return info
+
+
+def target_overload(torch_name: str) -> str:
+    adapter = ADAPTERS.get(torch_name)
+    return adapter[0] if adapter else torch_name
+
+
+def is_supported(op) -> tuple[bool, str]:
+    """Can the cpu target take `op`? (bool, reason); a structural check, then a trial lowering (cached)."""
+    name = op.name
+    if name in ("ml_program.global_load_const",):
+        return True, ""
+    if not name.startswith("edge."):
+        return False, f"'{name}' is not an edge op"
+    info = _schema_info(op)
+    if info is None:
+        return False, f"'{name}' has no schema information"
+    for v in list(op.operands) + list(op.results):
+        if not isinstance(v.type, ir.RankedTensorType):
+            return False, f"operand/result of type {v.type}: the cpu target takes ranked tensors only"
+        t = ir.RankedTensorType(v.type)
+        if not t.has_static_shape:
+            return False, "dynamic shapes are not supported by the cpu target yet"
+        if str(t.element_type) not in CPU_DTYPES:
+            return False, f"element type {t.element_type} is not supported by the cpu target"
+    if not op.context.is_registered_operation(torch_op_name(target_overload(info.torch_name))):
+        # The program context may not have the torch dialect loaded; ask a torch-aware context.
+        if not _torch_registered(target_overload(info.torch_name)):
+            return False, f"{info.torch_name} has no op in torch-mlir's torch dialect"
+    return _trial_lowering(op)
+
+
+_REGISTERED_CACHE: dict = {}
+
+
+def _torch_registered(torch_name: str) -> bool:
+    if torch_name not in _REGISTERED_CACHE:
+        with make_context() as ctx:
+            _REGISTERED_CACHE[torch_name] = ctx.is_registered_operation(torch_op_name(torch_name))
+    return _REGISTERED_CACHE[torch_name]
+
+
+_TRIAL_CACHE: dict = {}
+
+
+def _named_attributes(op) -> list:
+    out = []
+    for i in range(len(op.attributes)):
+        named = op.attributes[i]
+        out.append((named.name, named.attr))
+    return out
+
+
+def _used_results(op) -> list[int]:
+    used = [i for i, r in enumerate(op.results) if any(True for _ in r.uses)]
+    return used or [0]
+
+
+def _trial_key(op) -> str:
+    attrs = sorted((name, str(attr)) for name, attr in _named_attributes(op))
+    return (f"{op.name}|{[str(v.type) for v in op.operands]}|{[str(v.type) for v in op.results]}|{attrs}|"
+            f"{_used_results(op)}")
+
+
+def _trial_lowering(op) -> tuple[bool, str]:
+    """Lower `op` alone (operands become arguments, its used results the results) to linalg;
+    the answer is cached per op signature."""
+    key = _trial_key(op)
+    if key in _TRIAL_CACHE:
+        return _TRIAL_CACHE[key]
+    used = _used_results(op)
+    args = ", ".join(f"%a{i}: {v.type}" for i, v in enumerate(op.operands))
+    names = ", ".join(f"%a{i}" for i in range(len(op.operands)))
+    all_types = ", ".join(str(r.type) for r in op.results)
+    rtypes = ", ".join(str(op.results[i].type) for i in used)
+    rnames = ", ".join(f"%r#{i}" for i in used)
+    attrs = ", ".join(f"{name} = {attr}" for name, attr in _named_attributes(op))
+    text = (f"func.func private @trial({args}) -> ({rtypes}) {{\n"
+            f"  %r:{len(op.results)} = \"{op.name}\"({names}) {{{attrs}}} : "
+            f"({', '.join(str(v.type) for v in op.operands)}) -> ({all_types})\n"
+            f"  return {rnames} : {rtypes}\n}}")
+    try:
+        with make_context(), ir.Location.unknown():
+            module = ir.Module.parse(text)
+            fn = module.body.operations[0]
+            lowered = lower_to_linalg(fn, {})
+            from etc.targets.cpu.codegen import CpuTarget, lower_to_llvm_dialect
+
+            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"))
+        result = (True, "")
+    except Exception as e:  # noqa: BLE001 - any failure means "not supported", with the reason
+        lines = [line for line in str(e).strip().splitlines() if line.strip()]
+        detail = next((line for line in lines if "error:" in line), lines[0] if lines else type(e).__name__)
+        result = (False, "no lowering to LLVM through torch-mlir/linalg: " + detail.strip())
+    _TRIAL_CACHE[key] = result
+    return result
+
+
+# ------------------------------------------------------------ edge -> torch
+class _TorchBuilder:
+    """Emits torch-dialect values for schema arguments at the current insertion point."""
+
+    def __init__(self):
+        self.cache: dict = {}
+
+    def _const(self, op_name: str, result: str, attr: ir.Attribute | None):
+        key = (op_name, str(attr))
+        if key in self.cache:
+            return self.cache[key]
+        attributes = {"value": attr} if attr is not None else {}
+        value = ir.Operation.create(op_name, results=[ir.Type.parse(result)], attributes=attributes).result
+        self.cache[key] = value
+        return value
+
+    def none(self):
+        return self._const("torch.constant.none", "!torch.none", None)
+
+    def int(self, v: int):
+        return self._const("torch.constant.int", "!torch.int", ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(v)))
+
+    def float(self, v: float):
+        return self._const("torch.constant.float", "!torch.float", ir.FloatAttr.get_f64(float(v)))
+
+    def bool(self, v: bool):
+        return self._const("torch.constant.bool", "!torch.bool", ir.BoolAttr.get(bool(v)))
+
+    def str(self, v: str):
+        return self._const("torch.constant.str", "!torch.str", ir.StringAttr.get(v))
+
+    def device(self, v: str):
+        return self._const("torch.constant.device", "!torch.Device", ir.StringAttr.get(v))
+
+    def list(self, items: list, element_type: str):
+        return ir.Operation.create("torch.prim.ListConstruct", results=[ir.Type.parse(f"!torch.list<{element_type}>")],
+                                   operands=items).result
+
+    def scalar(self, v):
+        if isinstance(v, bool):
+            return self.bool(v)
+        if isinstance(v, int):
+            return self.int(v)
+        if isinstance(v, float):
+            return self.float(v)
+        raise LoweringError(f"cannot pass {v!r} as a Scalar")
+
+    def value(self, arg, v, tensors: dict):
+        """The torch value of schema argument `arg` (an ArgInfo) holding `v`."""
+        base = arg.base
+        if v is None:
+            return self.none()
+        if base == "Tensor":
+            return tensors[v]
+        if base == "Tensor[]":
+            items = [tensors[x] if x is not None else self.none() for x in v]
+            etype = "vtensor" if all(x is not None for x in v) else "optional<vtensor>"
+            return self.list(items, etype)
+        if isinstance(v, ir.Value):
+            raise LoweringError(f"symbolic value for '{arg.name}' is not supported by the cpu target")
+        if base in ("int", "SymInt"):
+            return self.int(v)
+        if base in ("int[]", "SymInt[]"):
+            return self.list([self.int(x) for x in v], "int")
+        if base == "float":
+            return self.float(v)
+        if base == "float[]":
+            return self.list([self.float(x) for x in v], "float")
+        if base == "bool":
+            return self.bool(v)
+        if base == "bool[]":
+            return self.list([self.bool(x) for x in v], "bool")
+        if base == "str":
+            return self.str(v)
+        if base == "Scalar":
+            return self.scalar(v)
+        if base == "ScalarType":
+            return self.int(_SCALAR_TYPE_CODES[str(v).replace("torch.", "")])
+        if base == "MemoryFormat":
+            return self.int(_MEMORY_FORMAT_CODES[str(v).replace("torch.", "")])
+        if base == "Layout":
+            return self.int(_LAYOUT_CODES[str(v).replace("torch.", "")])
+        if base == "Device":
+            return self.device(str(v))
+        raise LoweringError(f"arguments of type '{arg.type}' ('{arg.name}') have no torch form")
+
+
+def _adapt(info, values: dict):
+    """(torch name, ArgInfos, values) to emit for an edge op, applying ADAPTERS."""
+    from etc.dialects import op_info
+
+    adapter = ADAPTERS.get(info.torch_name)
+    if adapter is None:
+        return info.torch_name, info.arguments, values
+    target, mapping, _ = adapter
+    tinfo = op_info(target)
+    if tinfo is None:
+        raise LoweringError(f"adapter target {target} is not in the op table")
+    new = {}
+    for a in tinfo.arguments:
+        src = mapping[a.name]
+        new[a.name] = src[1] if isinstance(src, tuple) else values[src]
+    return target, tinfo.arguments, new
+
+
+def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
+    """Build a torch-dialect copy of the outlined edge function `func_op` in a fresh module (same context).
+
+    Arguments: the function's own inputs, then one per constant it loads.
+    """
+    from torch_mlir.dialects import func as func_d
+
+    from etc.dialects import decode_op
+
+    name = ir.StringAttr(func_op.attributes["sym_name"]).value
+    block = func_op.regions[0].blocks[0]
+    ops = [op.operation for op in block.operations]
+    loads = [op for op in ops if op.name == "ml_program.global_load_const"]
+    const_names = []
+    for op in loads:
+        sym = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+        if sym not in const_names:
+            const_names.append(sym)
+    input_types = [vtensor_type(a.type) for a in block.arguments]
+    const_types = {}
+    for op in loads:
+        const_types[ir.FlatSymbolRefAttr(op.attributes["global"]).value] = vtensor_type(op.result.type)
+    ret = ops[-1]
+    if ret.name != "func.return":
+        raise LoweringError(f"delegate function {name} does not end in func.return")
+    result_types = [vtensor_type(v.type) for v in ret.operands]
+
+    module = ir.Module.create()
+    lowered = LoweredFunction(module=module, name=name)
+    lowered.arguments = [("input", i) for i in range(len(block.arguments))] + [("constant", c) for c in const_names]
+    for c in const_names:
+        if c not in constants:
+            raise LoweringError(f"constant '{c}' used by {name} has no data")
+        lowered.constants[c] = constants[c]
+    with ir.InsertionPoint(module.body):
+        ftype = ir.FunctionType.get(input_types + [const_types[c] for c in const_names], result_types)
+        fn = func_d.FuncOp(name, ftype)
+        entry = fn.add_entry_block()
+    tensors: dict = {}
+    for old, new in zip(block.arguments, entry.arguments):
+        tensors[old] = new
+    const_args = {c: entry.arguments[len(block.arguments) + i] for i, c in enumerate(const_names)}
+    builder = _TorchBuilder()
+    with ir.InsertionPoint(entry):
+        for op in ops:
+            with op.location:
+                if op.name == "ml_program.global_load_const":
+                    tensors[op.result] = const_args[ir.FlatSymbolRefAttr(op.attributes["global"]).value]
+                elif op.name == "func.return":
+                    func_d.ReturnOp([tensors[v] for v in op.operands])
+                elif op.name.startswith("edge."):
+                    info = _schema_info(op)
+                    target, arguments, values = _adapt(info, decode_op(op))
+                    operands = [builder.value(a, values.get(a.name), tensors) for a in arguments]
+                    kept = _kept_results(info, op)
+                    rtypes = [vtensor_type(op.results[i].type) for i in kept]
+                    new = ir.Operation.create(torch_op_name(target), results=rtypes, operands=operands)
+                    for i, repl in zip(kept, new.results):
+                        tensors[op.results[i]] = repl
+                else:
+                    raise LoweringError(f"'{op.name}' inside a cpu delegate has no lowering", location=str(op.location))
+    return lowered
+
+
+def _kept_results(info, op) -> list[int]:
+    """Indices of `op`'s results the emitted torch op produces (an adapter may drop unused ones)."""
+    adapter = ADAPTERS.get(info.torch_name)
+    if adapter is None:
+        return list(range(len(op.results)))
+    kept = list(adapter[2])
+    for i, r in enumerate(op.results):
+        if i not in kept and any(True for _ in r.uses):
+            raise LoweringError(f"{info.torch_name}: result {i} is used, and the cpu target computes only "
+                                f"results {kept} of it (through {adapter[0]})")
+    return kept
+
+
+TORCH_TO_LINALG = ("builtin.module(torchdynamo-export-to-torch-backend-pipeline, "
+                   "torch-backend-to-linalg-on-tensors-backend-pipeline)")
+
+
+def run_pipeline(module: ir.Module, pipeline: str, what: str) -> None:
+    from torch_mlir.passmanager import PassManager
+
+    pm = PassManager.parse(pipeline, context=module.context)
+    try:
+        pm.run(module.operation)
+    except Exception as e:  # MLIRError carries the diagnostics
+        raise LoweringError(f"{what} failed: {e}") from None
+
+
+def lower_to_linalg(func_op, constants: dict) -> LoweredFunction:
+    """Edge function -> module with one func on builtin tensors in linalg/tensor/arith/math."""
+    lowered = edge_to_torch(func_op, constants)
+    run_pipeline(lowered.module, TORCH_TO_LINALG, "lowering torch to linalg-on-tensors")
+    return lowered
+
+
+def import_for_lowering(func_op) -> tuple[ir.Context, ir.Operation]:
+    """Re-parse an outlined function (and the globals it reads) into a fresh torch-aware context."""
+    parent = func_op.parent
+    texts = []
+    used = set()
+
+    def collect(op):
+        if op.name == "ml_program.global_load_const":
+            used.add(ir.FlatSymbolRefAttr(op.attributes["global"]).value)
+        return ir.WalkResult.ADVANCE
+
+    func_op.operation.walk(collect)
+    if parent is not None:
+        for op in parent.regions[0].blocks[0].operations:
+            if op.operation.name == "ml_program.global" and ir.StringAttr(op.attributes["sym_name"]).value in used:
+                texts.append(op.operation.get_asm(print_generic_op_form=True))
+    texts.append(func_op.operation.get_asm(print_generic_op_form=True))
+    context = make_context()
+    with context:
+        module = ir.Module.parse("module {\n" + "\n".join(texts) + "\n}")
+    fn = [op for op in module.body.operations if op.operation.name == "func.func"][-1]
+    # Keep the module alive with the op.
+    fn._etc_module = module  # type: ignore[attr-defined]
+    return context, fn
+
+
+# ------------------------------------------------------------------ driver
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m etc.targets.cpu.lower", description=__doc__.split("\n")[0])
+    parser.add_argument("file")
+    parser.add_argument("--stage", choices=("torch", "linalg"), default="linalg")
+    args = parser.parse_args(argv)
+    text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+    try:
+        with make_context() as ctx, ir.Location.unknown():
+            ctx.allow_unregistered_dialects = False
+            module = ir.Module.parse(text)
+            funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+            chosen = [f for f in funcs if ir.StringAttr(f.attributes["sym_name"]).value.startswith("delegate_")] or funcs
+            for fn in chosen:
+                if args.stage == "torch":
+                    lowered = edge_to_torch(fn, _zero_constants(module))
+                else:
+                    lowered = lower_to_linalg(fn, _zero_constants(module))
+                print(f"// arguments: {lowered.arguments}")
+                print(lowered.module)
+    except Exception as e:  # noqa: BLE001
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _zero_constants(module) -> dict:
+    """Placeholder data for the driver: lowering only needs the constants' presence."""
+    import numpy as np
+
+    out = {}
+    for op in module.body.operations:
+        if op.operation.name == "ml_program.global":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            out[name] = np.zeros(0)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
