@@ -43,9 +43,10 @@ class ConstantTable:
         value = op.attributes["value"] if "value" in op.attributes else None
         if isinstance(value, ir.DenseElementsAttr):
             shape = ir.RankedTensorType(value.type).shape
-            if value.is_splat:
-                return np.full(shape, np.array(value.get_splat_value()))
-            return np.array(value).reshape(shape)
+            array = np.array(value)
+            if value.is_splat:  # the buffer holds the one value
+                return np.broadcast_to(array.reshape(-1)[0], shape).copy()
+            return array.reshape(shape)
         return None
 
     def of_value(self, value: ir.Value) -> np.ndarray | None:
