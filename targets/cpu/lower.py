@@ -314,7 +314,8 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
     name = ir.StringAttr(func_op.attributes["sym_name"]).value
     block = func_op.regions[0].blocks[0]
     ops = [op.operation for op in block.operations]
-    loads = [op for op in ops if op.name == "ml_program.global_load_const"]
+    # Constants nothing reads (a batch norm's num_batches_tracked) do not become arguments.
+    loads = [op for op in ops if op.name == "ml_program.global_load_const" and any(True for _ in op.result.uses)]
     const_names = []
     for op in loads:
         sym = ir.FlatSymbolRefAttr(op.attributes["global"]).value
@@ -349,7 +350,9 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
         for op in ops:
             with op.location:
                 if op.name == "ml_program.global_load_const":
-                    tensors[op.result] = const_args[ir.FlatSymbolRefAttr(op.attributes["global"]).value]
+                    sym = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+                    if sym in const_args:
+                        tensors[op.result] = const_args[sym]
                 elif op.name == "func.return":
                     func_d.ReturnOp([tensors[v] for v in op.operands])
                 elif op.name.startswith("edge."):
@@ -427,12 +430,18 @@ def import_for_lowering(func_op) -> tuple[ir.Context, ir.Operation]:
 
 
 # ------------------------------------------------------------------ driver
+STAGES = ("torch", "linalg", "memref", "llvm-ir")
+
+
 def main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m etc.targets.cpu.lower", description=__doc__.split("\n")[0])
     parser.add_argument("file")
-    parser.add_argument("--stage", choices=("torch", "linalg"), default="linalg")
+    parser.add_argument("--stage", choices=STAGES, default="linalg",
+                        help="torch: edge mapped onto torch ops; linalg: after torch-mlir's pipelines; "
+                             "memref: fused and bufferized onto the entry's buffers; llvm-ir: optimized LLVM IR")
+    parser.add_argument("--target", default="host", help="host, a preset (aarch64, cortex-m7) or an LLVM triple")
     args = parser.parse_args(argv)
     text = sys.stdin.read() if args.file == "-" else open(args.file).read()
     try:
@@ -442,16 +451,34 @@ def main(argv=None) -> int:
             funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
             chosen = [f for f in funcs if ir.StringAttr(f.attributes["sym_name"]).value.startswith("delegate_")] or funcs
             for fn in chosen:
-                if args.stage == "torch":
-                    lowered = edge_to_torch(fn, _zero_constants(module))
-                else:
-                    lowered = lower_to_linalg(fn, _zero_constants(module))
-                print(f"// arguments: {lowered.arguments}")
-                print(lowered.module)
-    except Exception as e:  # noqa: BLE001
+                print(_run_stage(fn, _zero_constants(module), args.stage, args.target))
+    except Exception as e:  # noqa: BLE001 - a driver prints the diagnostic
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_stage(fn, constants: dict, stage: str, target: str) -> str:
+    from etc.targets.cpu import codegen
+
+    if stage == "torch":
+        lowered = edge_to_torch(fn, constants)
+        return f"// arguments: {lowered.arguments}\n{lowered.module}"
+    lowered = lower_to_linalg(fn, constants)
+    header = f"// arguments: {lowered.arguments}\n"
+    if stage == "linalg":
+        return header + str(lowered.module)
+    resolved = codegen.resolve_target(target)
+    if stage == "memref":
+        codegen.run_passes(lowered.module, codegen.FUSION, "elementwise fusion")
+        codegen.apply_codegen_strategy(lowered.module, resolved)
+        codegen.bufferize(lowered.module)
+        scratch = codegen.plan_scratch(lowered.module)
+        return header + f"// scratch bytes: {scratch}\n{lowered.module}"
+    result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, keep_ir=True)
+    layout = ", ".join(f"{a.kind}:{a.dtype}{list(a.shape)}" for a in result.args)
+    return f"// target: {resolved.triple} ({resolved.cpu})\n// entry {result.entry}(args): {layout}\n" + \
+        result.llvm_ir
 
 
 def _zero_constants(module) -> dict:

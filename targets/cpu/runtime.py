@@ -171,6 +171,12 @@ class CompiledFunction:
         for i, a in enumerate(self.args):
             if a["kind"] == "input":
                 arr = self._prepare(inputs[ii], a, f"input {ii}", writable=False)
+                if any(np.may_share_memory(arr, out) for out in outputs):
+                    # The code assumes distinct buffers (noalias): never let an output overwrite an input it reads.
+                    note = f"input {ii}: copied because it overlaps an output buffer"
+                    if note not in self.notes:
+                        self.notes.append(note)
+                    arr = arr.copy()
                 keep.append(arr)
                 ptrs[i] = arr.ctypes.data
                 ii += 1
