@@ -132,7 +132,98 @@ def numpy_dtype_of(element_type) -> str:
 
 # ----------------------------------------------------------------- strategy
 def default_codegen_strategy(module: ir.Module, target: CpuTarget) -> None:
-    """The default: leave linalg ops whole; LLVM's loop and SLP vectorizers work on the loops at O3."""
+    """The default: generalize named ops and put each reduction's loops outside the innermost
+    parallel loop when that loop walks the output and an input contiguously (matmul i,j,k -> i,k,j;
+    convolutions with the output column innermost), so that LLVM's loop vectorizer, at O3, gets
+    unit-stride loops without a floating-point reduction to reassociate."""
+    run_passes(module, "builtin.module(func.func(linalg-generalize-named-ops))", "generalizing named linalg ops")
+    interchange_reductions_outward(module)
+
+
+def interchange_reductions_outward(module: ir.Module) -> int:
+    """Permute loops of `linalg.generic` ops as described in `default_codegen_strategy`; returns how many."""
+    generics = []
+
+    def collect(op):
+        if op.name == "linalg.generic":
+            generics.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    changed = 0
+    with module.context:
+        for op in generics:
+            perm = _reduction_outward_permutation(op)
+            if perm is not None:
+                _interchange(op, perm)
+                changed += 1
+    return changed
+
+
+def _iterator_kinds(op) -> list[str]:
+    kinds = []
+    for a in ir.ArrayAttr(op.attributes["iterator_types"]):
+        m = re.search(r"parallel|reduction|window", str(a))
+        kinds.append(m.group(0) if m else str(a))
+    return kinds
+
+
+def _reduction_outward_permutation(op):
+    kinds = _iterator_kinds(op)
+    if "reduction" not in kinds or any(k not in ("parallel", "reduction") for k in kinds):
+        return None
+    uses_index = []
+
+    def find_index(inner):
+        if inner.name == "linalg.index":
+            uses_index.append(inner)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(find_index)
+    if uses_index:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    n_outputs = len(op.results) if len(op.results) else _count_outputs(op)
+    out_map = maps[-1]
+    if len(out_map.results) == 0 or n_outputs != 1:
+        return None
+    last = out_map.results[-1]
+    if not isinstance(last, ir.AffineDimExpr):
+        return None
+    inner = ir.AffineDimExpr(last).position
+    if kinds[inner] != "parallel":
+        return None
+    if not any(len(m.results) and f"d{inner}" in _dims_of(m.results[-1]) for m in maps[:-1]):
+        return None
+    parallel = [d for d, k in enumerate(kinds) if k == "parallel" and d != inner]
+    reductions = [d for d, k in enumerate(kinds) if k == "reduction"]
+    perm = parallel + reductions + [inner]
+    return None if perm == list(range(len(kinds))) else perm
+
+
+def _count_outputs(op) -> int:
+    sizes = op.attributes["operandSegmentSizes"] if "operandSegmentSizes" in op.attributes else None
+    return list(ir.DenseI32ArrayAttr(sizes))[1] if sizes is not None else 1
+
+
+def _dims_of(expr) -> set:
+    return set(re.findall(r"d\d+", str(expr)))
+
+
+def _interchange(op, perm: list[int]) -> None:
+    """New loop p iterates old dim perm[p]: every map becomes map o (d' -> d'[inverse])."""
+    n = len(perm)
+    inverse = [0] * n
+    for p, d in enumerate(perm):
+        inverse[d] = p
+    substitution = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(inverse[i]) for i in range(n)])
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    new_maps = [ir.AffineMap.get(n, m.n_symbols, [e.compose(substitution) for e in m.results]) for m in maps]
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    iterators = list(ir.ArrayAttr(op.attributes["iterator_types"]))
+    op.attributes["iterator_types"] = ir.ArrayAttr.get([iterators[d] for d in perm])
+    if "linalg.memoized_indexing_maps" in op.attributes:  # the named op's maps, stale now
+        del op.attributes["linalg.memoized_indexing_maps"]
 
 
 _STRATEGY = None

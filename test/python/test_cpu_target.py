@@ -20,16 +20,19 @@ from etc.targets.cpu.runtime import CompiledFunction, CpuRuntimeBackend
 
 def edge_program(model, inputs):
     """Exported, decomposed, imported and converted to edge (etc.to_edge's stages)."""
+    from etc.errors import PassError
+
+    exported = torch.export.export(model.eval(), inputs)
     try:
         import etc
 
-        return etc.to_edge(torch.export.export(model.eval(), inputs)).program_ir
-    except ImportError:  # the pass pipeline runner is not in the tree yet: run the stages directly
+        return etc.to_edge(exported).program_ir
+    except (ImportError, PassError):  # the edge pass pipeline is still landing: run its core stages directly
         from etc.compiler.importer import import_program
         from etc.compiler.program import EdgeCompileConfig, decompose
         from etc.passes.convert_aten_to_edge import convert_aten_to_edge
 
-        decomposed = decompose({"forward": torch.export.export(model.eval(), inputs)}, EdgeCompileConfig())
+        decomposed = decompose({"forward": exported}, EdgeCompileConfig())
         program_ir = import_program(decomposed)
         convert_aten_to_edge(program_ir.module)
         return program_ir

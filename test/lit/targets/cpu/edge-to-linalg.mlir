@@ -16,8 +16,15 @@ ml_program.global private @w(#ml_program.extern : tensor<8x3x3x3xf32>) : tensor<
 // MEMREF-LABEL: func.func @delegate_cpu_0
 // MEMREF-SAME: (%{{.*}}: memref<1x3x10x10xf32>, %{{.*}}: memref<8x3x3x3xf32>, %[[OUT:.*]]: memref<1x8x8x8xf32>)
 // MEMREF-NOT: memref.alloc
-// MEMREF: linalg.conv_2d_nchw_fchw {{.*}} outs(%[[OUT]] : memref<1x8x8x8xf32>)
+// The default strategy generalizes the convolution and moves its reductions (c, kh, kw)
+// outside the output-column loop, which becomes the innermost, unit-stride one.
 // MEMREF: linalg.generic {{.*}} outs(%[[OUT]] : memref<1x8x8x8xf32>)
+// MEMREF: linalg.generic {indexing_maps = [#{{.*}}, #{{.*}}, #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction", "reduction", "parallel"]} ins(%{{.*}}, %{{.*}} : memref<1x3x10x10xf32>, memref<8x3x3x3xf32>) outs(%[[OUT]] : memref<1x8x8x8xf32>)
+// MEMREF-NEXT: ^bb0
+// MEMREF-NEXT: arith.mulf
+// MEMREF-NEXT: arith.addf
+// MEMREF: linalg.generic {{.*}} outs(%[[OUT]] : memref<1x8x8x8xf32>)
+// MEMREF: arith.cmpf ugt
 // MEMREF: return
 func.func private @delegate_cpu_0(%x: tensor<1x3x10x10xf32>) -> tensor<1x8x8x8xf32> {
   %w = ml_program.global_load_const @w : tensor<8x3x3x3xf32>
