@@ -136,7 +136,7 @@ class CpuPartitioner(CapabilityPartitioner):
             if work and all(support.values()):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
                 continue
-            groups = group_cycle_free(work, lambda o: support.get(o, False))
+            groups = merge_independent(group_cycle_free(work, lambda o: support.get(o, False)), body)
             member = {op: i for i, g in enumerate(groups) for op in g}
             extra = {i: [] for i in range(len(groups))}
             for load in loads:
@@ -147,6 +147,59 @@ class CpuPartitioner(CapabilityPartitioner):
             for i, g in enumerate(groups):
                 result.partitions.append(Partition(ops=extra[i] + g, spec=self.spec))
         return result
+
+
+def merge_independent(groups: list, ops: list) -> list:
+    """Merge partitions when no path between them leaves both (fewer delegate calls).
+
+    `group_cycle_free` joins an op only to a producer's partition, so independent
+    branches (x.exp() and x.tanh()) become separate calls; two partitions can be one
+    call when no op outside them is both reachable from one and reaching the other.
+    """
+    groups = [list(g) for g in groups]
+    order = {op: i for i, op in enumerate(ops)}
+    merged = True
+    while merged and len(groups) > 1:
+        merged = False
+        for i in range(len(groups)):
+            for j in range(i + 1, len(groups)):
+                if _no_outside_path(groups[i], groups[j], ops):
+                    groups[i] = sorted(groups[i] + groups[j], key=lambda o: order.get(o, 0))
+                    del groups[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    return groups
+
+
+def _no_outside_path(a: list, b: list, ops: list) -> bool:
+    inside = set(a) | set(b)
+    for src, dst in ((set(a), set(b)), (set(b), set(a))):
+        reach: dict = {}  # op -> (reachable from src, reachable from src through an outside op)
+        for op in ops:
+            from_src = op in src
+            through = False
+            for v in op.operands:
+                producer = _producer(v)
+                if producer is None or producer not in reach:
+                    continue
+                r, t = reach[producer]
+                from_src = from_src or r
+                through = through or t or (r and producer not in inside)
+            reach[op] = (from_src, through)
+            if through and op in dst:
+                return False
+    return True
+
+
+def _producer(value):
+    from torch_mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _owner(use):

@@ -26,6 +26,7 @@ none) of an edge-dialect module and prints the result.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -192,7 +193,12 @@ def _trial_lowering(op) -> tuple[bool, str]:
     except Exception as e:  # noqa: BLE001 - any failure means "not supported", with the reason
         lines = [line for line in str(e).strip().splitlines() if line.strip()]
         detail = next((line for line in lines if "error:" in line), lines[0] if lines else type(e).__name__)
-        result = (False, "no lowering to LLVM through torch-mlir/linalg: " + detail.strip())
+        detail = re.sub(r'^.*?error: (".*?":\d+:\d+: )?', "", detail.strip())
+        found = re.search(r'see current operation:\s*(?:%[\w:#]+\s*=\s*)?"?([a-z_]+\.[a-z_.]+)', str(e))
+        culprit = found.group(1) if found else None
+        if culprit and culprit not in detail:
+            detail += f" ({culprit})"
+        result = (False, "no lowering to LLVM through torch-mlir/linalg: " + detail)
     _TRIAL_CACHE[key] = result
     return result
 
