@@ -513,6 +513,8 @@ def _torch_default(arg):
 
 def registered_kernel_names() -> set[str]:
     """The operators the portable runtime can run (kernels and prim ops)."""
+    import etc.runtime.kernels  # noqa: F401 - registers the portable kernels
+    import etc.runtime.prim_ops  # noqa: F401 - and ExecuTorch's prim ops
     from etc.runtime.kernels.registry import registered_kernels
 
     return set(registered_kernels())
