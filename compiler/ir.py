@@ -107,12 +107,18 @@ class ProgramIR:
         _PROGRAMS[id(module)] = weakref.ref(self)
 
     @staticmethod
-    def of(module: ir.Module) -> "ProgramIR | None":
-        """The ProgramIR owning `module`: passes that read or add constants
-        (constant folding) get the constant table this way."""
-        ref = _PROGRAMS.get(id(module))
-        program = ref() if ref is not None else None
-        return program if program is not None and program.module is module else None
+    def of(module) -> "ProgramIR | None":
+        """The ProgramIR owning `module` (an ir.Module or its operation): passes
+        that read or add constants (constant folding) get the constant table this way."""
+        if isinstance(module, ir.Module):
+            ref = _PROGRAMS.get(id(module))
+            program = ref() if ref is not None else None
+            return program if program is not None and program.module is module else None
+        for ref in list(_PROGRAMS.values()):
+            program = ref()
+            if program is not None and program.module.operation == module:
+                return program
+        return None
 
     def add_constant(self, hint: str, array: np.ndarray, element: ir.Type) -> str:
         """A new private `ml_program.global` holding `array`; returns its symbol."""

@@ -14,14 +14,22 @@ import numpy as np
 from torch_mlir import ir
 
 
+def module_body(module) -> ir.Block:
+    """The top-level block of an ir.Module or of a `builtin.module` operation."""
+    if isinstance(module, ir.Module):
+        return module.body
+    return module.regions[0].blocks[0]
+
+
 class ConstantTable:
-    def __init__(self, module: ir.Module):
+    def __init__(self, module):
         from etc.compiler.ir import ProgramIR
 
         self.module = module
+        self.body = module_body(module)
         self.program = ProgramIR.of(module)
         self._globals = {ir.StringAttr(op.attributes["sym_name"]).value: op
-                         for op in module.body.operations if op.operation.name == "ml_program.global"}
+                         for op in self.body.operations if op.operation.name == "ml_program.global"}
 
     def dtype_name(self, symbol: str) -> str | None:
         from etc.compiler.ir import torch_dtype_name_of_element_type
@@ -68,9 +76,9 @@ class ConstantTable:
                 symbol = f"{hint}_{k}"
             tensor_type = ir.RankedTensorType.get(list(array.shape), element)
             dense = ir.DenseElementsAttr.get(np.ascontiguousarray(array), type=tensor_type)
-            with ir.Location.name(symbol), ir.InsertionPoint.at_block_begin(self.module.body):
+            with ir.Location.name(symbol), ir.InsertionPoint.at_block_begin(self.body):
                 ml_program.GlobalOp(symbol, tensor_type, is_mutable=None, value=dense, sym_visibility="private")
-        self._globals[symbol] = next(op for op in self.module.body.operations
+        self._globals[symbol] = next(op for op in self.body.operations
                                      if op.operation.name == "ml_program.global"
                                      and ir.StringAttr(op.attributes["sym_name"]).value == symbol)
         return symbol
@@ -86,7 +94,7 @@ class ConstantTable:
     def drop_unused(self) -> None:
         """Dead loads go away, then immutable globals nothing refers to, with their bytes."""
         used = set()
-        for func in self.module.body.operations:
+        for func in self.body.operations:
             if func.operation.name != "func.func":
                 continue
             for op in list(func.regions[0].blocks[0].operations):

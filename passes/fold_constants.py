@@ -35,12 +35,12 @@ def fold_constants(module, *, max_growth: int = MAX_GROWTH) -> int:
 
     from etc.compiler.ir import torch_dtype_name_of_element_type
     from etc.dialects import decode_op, op_info
-    from etc.passes.constant_table import ConstantTable
+    from etc.passes.constant_table import ConstantTable, module_body
 
     folded = 0
     table = ConstantTable(module)
     with module.context:
-        funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+        funcs = [op for op in module_body(module).operations if op.operation.name == "func.func"]
         for func in funcs:
             values: dict = {}  # ir.Value -> torch.Tensor
             for op in list(func.regions[0].blocks[0].operations):

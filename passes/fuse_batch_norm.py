@@ -28,7 +28,7 @@ def fuse_batch_norm(module) -> int:
     from etc.dialects import decode_op
     from etc.dialects.aten import build_op
     from etc.dialects.edge import OPS as EDGE_OPS
-    from etc.passes.constant_table import ConstantTable
+    from etc.passes.constant_table import ConstantTable, module_body
 
     fused = 0
     table = ConstantTable(module)
@@ -38,7 +38,7 @@ def fuse_batch_norm(module) -> int:
         return array.astype(np.float64) if array is not None and array.dtype == np.float32 else None
 
     with module.context:
-        for func in [op for op in module.body.operations if op.operation.name == "func.func"]:
+        for func in [op for op in module_body(module).operations if op.operation.name == "func.func"]:
             for bn in list(func.regions[0].blocks[0].operations):
                 if bn.operation.name != BATCH_NORM or any(list(r.uses) for r in list(bn.results)[1:]):
                     continue
