@@ -1,0 +1,62 @@
+"""The kernel registry: operator name -> numpy function.
+
+Names are exactly as a `.pte` Operator table spells them: `name + "." + overload`
+("aten::add.out", "aten::slice_copy.Tensor_out", "aten::max.dim_max"). A kernel is
+called with the operator's arguments in schema order, the `out=` tensors last
+(numpy arrays viewing planned memory); it returns the output array(s) (a tuple
+for several outputs), usually built with `common.write_out`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable
+
+from etc.errors import KernelNotFoundError
+
+_KERNELS: dict[str, Callable] = {}
+
+
+def kernel(*names: str):
+    """Register the decorated function under every operator name in `names`."""
+    if not names:
+        raise TypeError("kernel() needs at least one operator name")
+    for name in names:
+        if "::" not in name or "." not in name.split("::", 1)[1]:
+            raise ValueError(f"kernel name {name!r} is not 'namespace::op.overload'")
+
+    def register(fn: Callable) -> Callable:
+        for name in names:
+            if name in _KERNELS and _KERNELS[name] is not fn:
+                raise ValueError(f"kernel {name} is registered twice ({_KERNELS[name].__qualname__}, {fn.__qualname__})")
+            _KERNELS[name] = fn
+        return fn
+
+    return register
+
+
+def register_kernel(name: str, fn: Callable) -> Callable:
+    """Register `fn` under `name` (for kernels built from tables)."""
+    return kernel(name)(fn)
+
+
+def get_kernel(name: str) -> Callable:
+    """The kernel registered as `name`; KernelNotFoundError (with close names) if none is."""
+    try:
+        return _KERNELS[name]
+    except KeyError:
+        pass
+    close = difflib.get_close_matches(name, list(_KERNELS), n=4, cutoff=0.6)
+    base = name.split(".", 1)[0]
+    close += [k for k in sorted(_KERNELS) if k.split(".", 1)[0] == base and k not in close][:4]
+    notes = [f"did you mean: {', '.join(close)}"] if close else []
+    raise KernelNotFoundError(f"no kernel registered for operator '{name}'", operator=name, notes=notes)
+
+
+def has_kernel(name: str) -> bool:
+    return name in _KERNELS
+
+
+def registered_kernels() -> frozenset[str]:
+    """Every registered operator name."""
+    return frozenset(_KERNELS)

@@ -1,0 +1,86 @@
+"""The kernel registry and write_out: names, lookup errors, dynamic-shape outputs."""
+
+import numpy as np
+import pytest
+
+from etc.errors import ExecutionError, KernelNotFoundError
+from etc.runtime.kernels import get_kernel, kernel, registered_kernels, write_out
+from etc.runtime.kernels import registry
+from etc.runtime.kernels.common import result_type
+
+
+def test_core_kernels_are_registered_by_pte_names():
+    names = registered_kernels()
+    for name in ("aten::add.out", "aten::mul.out", "aten::mm.out", "aten::relu.out", "aten::view_copy.out"):
+        assert name in names
+        assert callable(get_kernel(name))
+    assert isinstance(names, frozenset)
+
+
+def test_unknown_kernel_names_the_op_and_suggests():
+    with pytest.raises(KernelNotFoundError) as info:
+        get_kernel("aten::add.Tensor")
+    err = info.value
+    assert err.operator == "aten::add.Tensor"
+    assert "aten::add.Tensor" in str(err)
+    assert "aten::add.out" in str(err)
+
+
+def test_kernel_decorator_registers_every_name_and_refuses_duplicates():
+    @kernel("test::dummy.out", "test::dummy.other_out")
+    def dummy(self, out):
+        return write_out(out, self)
+
+    try:
+        assert get_kernel("test::dummy.out") is dummy and get_kernel("test::dummy.other_out") is dummy
+        with pytest.raises(ValueError):
+            kernel("test::dummy.out")(lambda out: out)
+        with pytest.raises(ValueError):
+            kernel("no_namespace")
+    finally:
+        registry._KERNELS.pop("test::dummy.out")
+        registry._KERNELS.pop("test::dummy.other_out")
+
+
+def test_write_out_same_shape_casts_into_storage():
+    out = np.zeros((2, 3), np.int32)
+    res = write_out(out, np.arange(6, dtype=np.float64).reshape(2, 3) + 0.7)
+    assert res is out and res.dtype == np.int32
+    assert res.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_write_out_smaller_result_reviews_storage_prefix():
+    storage = np.full(12, -1.0, np.float32)
+    out = storage.reshape(3, 4)
+    res = write_out(out, np.ones((2, 3), np.float32))
+    assert res.shape == (2, 3)
+    assert np.shares_memory(res, storage)
+    assert storage[:6].tolist() == [1.0] * 6 and storage[6:].tolist() == [-1.0] * 6
+
+
+def test_write_out_larger_result_is_an_execution_error():
+    with pytest.raises(ExecutionError, match="does not fit"):
+        write_out(np.zeros((2, 2), np.float32), np.ones((3, 2), np.float32))
+
+
+def test_write_out_broadcasts_scalars_and_handles_empty():
+    out = np.zeros((0, 3), np.float32)
+    assert write_out(out, np.zeros((0, 3))).shape == (0, 3)
+    assert write_out(np.zeros((), np.int64), 5).item() == 5
+
+
+@pytest.mark.parametrize("operands, expected", [
+    ((np.zeros(2, np.int32), 2.5), np.float32),
+    ((np.zeros(2, np.int32), 2), np.int32),
+    ((np.zeros(2, np.uint8), np.zeros((), np.int64)), np.uint8),
+    ((np.zeros(2, np.int32), np.zeros((), np.float64)), np.float64),
+    ((np.zeros(2, np.float16), np.zeros((), np.float64)), np.float16),
+    ((np.zeros(2, np.float16), np.zeros(2, np.int64)), np.float16),
+    ((np.zeros(2, np.bool_), 3), np.int64),
+    ((np.zeros(2, np.bool_), True), np.bool_),
+    ((np.zeros(2, np.int8), np.zeros(2, np.uint8)), np.int16),
+    ((np.zeros((), np.int32), 1.5), np.float32),
+    ((np.zeros((), np.float64), np.zeros(3, np.int64)), np.float64),
+])
+def test_result_type_matches_aten(operands, expected):
+    assert result_type(*operands) == np.dtype(expected)
