@@ -58,3 +58,18 @@ def convert_aten_to_edge(module) -> int:
         op.erase()
         rewritten += 1
     return rewritten
+
+
+from etc.passes.pass_api import Pass, register_pass  # noqa: E402
+
+
+@register_pass
+class ConvertAtenToEdge(Pass):
+    """Rewrite every aten op into the edge op of the same name (keeping operands, attributes and
+    locations); an op without an edge form is a LoweringError at the user's line."""
+
+    name = "etc-convert-aten-to-edge"
+    summary = "Rewrite aten ops into their edge (Core ATen) ops"
+
+    def run(self, op) -> None:
+        self.count("rewritten", convert_aten_to_edge(op))

@@ -473,6 +473,38 @@ def run_memory_planning_pass(module, options: dict | None = None) -> MemoryPlanR
     return plan_memory(module, **options_from_strings(options or {}))
 
 
+# ------------------------------------------------------- registered pass
+from etc.passes.pass_api import Pass, option, register_pass  # noqa: E402
+
+
+@register_pass
+class MemoryPlanningPass(Pass):
+    """Place every planned tensor of each public function in its memory pools and write
+    the plan as `etc.alloc` / `etc.buffer_sizes` attributes (ARCHITECTURE.md "Memory plan")."""
+
+    name = PASS_NAME
+    summary = "Plan the memory of every method: lifetimes, aliases, offsets in mem_id pools"
+
+    @dataclass
+    class Options:
+        algorithm: str = option("greedy", help="placement algorithm (greedy, naive)")
+        alignment: int = option(16, help="byte alignment of every allocation")
+        alloc_graph_input: bool = option(False, help="plan the method inputs too")
+        alloc_graph_output: bool = option(True, help="plan the method outputs too")
+        report: bool = option(False, help="print the plan report to stderr as // comments")
+
+    def run(self, op) -> None:
+        import sys
+
+        options = self.options
+        report = plan_memory(op, algorithm=options.algorithm, alignment=options.alignment,
+                             alloc_graph_input=options.alloc_graph_input,
+                             alloc_graph_output=options.alloc_graph_output)
+        self.report = report
+        if options.report:
+            print("\n".join("// " + line for line in str(report).splitlines()), file=sys.stderr)
+
+
 def main(argv=None) -> int:
     """`python -m etc.passes.memory_planning FILE [key=value ...]`: plan a textual module, print it and the report.
 

@@ -1,0 +1,393 @@
+"""How to write an etc pass.
+
+A pass is a `Pass` subclass registered under its pipeline name:
+
+    from dataclasses import dataclass
+    from etc.passes.pass_api import Pass, option, register_pass
+
+    @register_pass
+    class MyPass(Pass):
+        name = "etc-my-pass"                       # what pipelines and etc-opt call it
+        summary = "Fold the frobnicators"          # one line, shown by `etc-opt --list-passes`
+
+        @dataclass
+        class Options:                             # optional; every field needs a default
+            alignment: int = option(16, help="byte alignment of every buffer")
+            algorithm: str = option("greedy", help="placement algorithm", choices=("greedy", "naive"))
+            verbose: bool = option(False, help="say what was done")
+            dims: list[int] = option(list, help="dimensions to look at")
+
+        def run(self, op):                         # either walk the IR yourself ...
+            ... self.options.alignment ...
+
+        def patterns(self):                        # ... or give rewrite patterns (then leave run alone)
+            patterns = RewritePatternSet()
+            patterns.add("aten.alias", lambda op, rewriter: ...)
+            return patterns
+
+`run(op)` receives the op the pass is anchored on in the pipeline (the module,
+or each `func.func` inside `func.func(...)`). The default `run` applies
+`patterns()` with MLIR's greedy driver (`greedy_config()` tunes it). A pass
+signals failure by raising `self.error(message, at=op)` (a located PassError);
+`self.warning(message, at=op)` reports a warning without failing.
+
+Options are a dataclass whose fields are int, float, bool, str, an Enum, a
+`typing.Literal`, or a list of those. Pipelines write them in MLIR syntax:
+`etc-my-pass{alignment=64 algorithm=naive verbose dims=0,2}` (dashes and
+underscores in names are interchangeable, a bare bool option means true).
+An unknown or malformed option is a PassError naming the valid ones.
+
+The registry (`register_pass`, `get_pass`, `all_passes`) lives in
+`etc.passes.registry` and is re-exported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import sys
+import typing
+from contextlib import contextmanager
+from typing import Any, Callable, ClassVar
+
+from etc.errors import PassError
+
+__all__ = [
+    "Pass", "option", "NoOptions", "register_pass", "get_pass", "all_passes",
+    "parse_options", "format_options", "options_help", "split_option_string",
+    "Diagnostic", "collect_diagnostics", "emit_diagnostic", "location_text",
+]
+
+
+# ----------------------------------------------------------------- options
+def option(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None) -> Any:
+    """A pass option: a dataclass field with a default and a help text.
+
+    A callable default (`list`, `lambda: [1, 2]`) is a default factory, as
+    mutable defaults must be. `choices` restricts a str (or list of str) option.
+    """
+    metadata = {"help": help, "choices": tuple(choices) if choices else None}
+    if callable(default) and not isinstance(default, enum.Enum):
+        return dataclasses.field(default_factory=default, metadata=metadata)
+    if default is dataclasses.MISSING:
+        raise TypeError("a pass option needs a default")
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass
+class NoOptions:
+    """The options of a pass that has none."""
+
+
+def _option_name(field_name: str) -> str:
+    return field_name.replace("_", "-")
+
+
+def _fields(options_cls) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(options_cls, vars(sys.modules.get(options_cls.__module__, None) or object()))
+    return [(f, hints.get(f.name, str)) for f in dataclasses.fields(options_cls)]
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (inner,) = typing.get_args(tp) or (str,)
+        return f"list of {_type_name(inner)}"
+    if origin is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(tp))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "|".join(m.name for m in tp)
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(pass_name: str, key: str, tp, text: str, choices) -> Any:
+    """One option value from its text."""
+    def bad(expected: str) -> PassError:
+        return PassError(f"option '{key}' of {pass_name} expects {expected}, got '{text}'")
+
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (inner,) = typing.get_args(tp) or (str,)
+        body = text.strip()
+        if body.startswith("{") and body.endswith("}"):
+            body = body[1:-1]
+        items = [item.strip() for item in body.split(",")] if body.strip() else []
+        return [_convert(pass_name, key, inner, _unquote(item), choices) for item in items]
+    if tp is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "on", "yes"):
+            return True
+        if lowered in ("0", "false", "off", "no"):
+            return False
+        raise bad("true or false")
+    if tp is int:
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise bad("an integer") from None
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise bad("a number") from None
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        for value in allowed:
+            if str(value) == text:
+                return value
+        raise bad("one of " + ", ".join(str(a) for a in allowed))
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        for member in tp:
+            if text in (member.name, member.name.lower(), str(member.value)):
+                return member
+        raise bad("one of " + ", ".join(m.name for m in tp))
+    if choices and text not in choices:
+        raise bad("one of " + ", ".join(choices))
+    return text
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
+
+
+def split_option_string(text: str, pass_name: str = "pass") -> list[tuple[str, str | None]]:
+    """`a=1 b="x y" c={1,2} flag` -> [("a", "1"), ("b", "x y"), ("c", "{1,2}"), ("flag", None)].
+
+    Items are separated by spaces; a value may be quoted or braced (nested braces
+    balance). The surrounding `{}` of a pipeline's option block may be included.
+    """
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    items: list[tuple[str, str | None]] = []
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t\n,":
+            i += 1
+        if i >= n:
+            break
+        start = i
+        while i < n and text[i] not in " \t\n=":
+            i += 1
+        key = text[start:i]
+        if not key:
+            raise PassError(f"malformed options for {pass_name}: '{text}' (expected key=value)")
+        if i >= n or text[i] != "=":
+            items.append((key, None))
+            continue
+        i += 1
+        start = i
+        depth, quote = 0, None
+        while i < n:
+            ch = text[i]
+            if quote:
+                if ch == quote:
+                    quote = None
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            elif ch in " \t\n" and depth == 0:
+                break
+            i += 1
+        if quote or depth:
+            raise PassError(f"malformed options for {pass_name}: unbalanced {'quote' if quote else 'braces'} "
+                            f"in '{text}'")
+        items.append((key, _unquote(text[start:i])))
+    return items
+
+
+def parse_options(options_cls, text: str | dict | None, pass_name: str = "pass"):
+    """An `options_cls` instance from MLIR option text (`{alignment=16 algorithm=greedy}`)
+    or a dict of strings/values; defaults for everything not given."""
+    fields = {_option_name(f.name): (f, tp) for f, tp in _fields(options_cls)}
+    if text is None:
+        items = []
+    elif isinstance(text, dict):
+        items = list(text.items())
+    else:
+        items = split_option_string(text, pass_name)
+    values = {}
+    for key, value in items:
+        name = key.replace("_", "-")
+        if name not in fields:
+            valid = ", ".join(fields) or "none"
+            raise PassError(f"unknown option '{key}' of {pass_name}; valid options: {valid}")
+        f, tp = fields[name]
+        if value is None:
+            if tp is not bool:
+                raise PassError(f"option '{key}' of {pass_name} needs a value ({_type_name(tp)})")
+            value = True
+        elif isinstance(value, str):
+            value = _convert(pass_name, key, tp, value, f.metadata.get("choices"))
+        values[f.name] = value
+    return options_cls(**values)
+
+
+def _format_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        return ",".join(_format_value(v) for v in value)
+    text = str(value)
+    return f'"{text}"' if (" " in text or not text) else text
+
+
+def format_options(options) -> str:
+    """`alignment=16 algorithm=greedy`: every option (the text `parse_options` reads back)."""
+    return " ".join(f"{_option_name(f.name)}={_format_value(getattr(options, f.name))}"
+                    for f, _ in _fields(type(options)))
+
+
+def options_help(options_cls) -> list[tuple[str, str, str]]:
+    """(name, type, help with default) per option, for --list-passes and --help."""
+    rows = []
+    for f, tp in _fields(options_cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        choices = f.metadata.get("choices")
+        kind = "|".join(choices) if choices else _type_name(tp)
+        rows.append((_option_name(f.name), kind, f"{f.metadata.get('help', '')} (default: {_format_value(default)})"))
+    return rows
+
+
+# ------------------------------------------------------------- diagnostics
+@dataclasses.dataclass
+class Diagnostic:
+    """A warning or remark a pass reports without failing. `location` is `file:line:col` or None."""
+
+    severity: str  # "warning" | "remark" | "note" | "error"
+    message: str
+    location: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.severity}: {self.message}" if self.location else \
+            f"{self.severity}: {self.message}"
+
+
+_HANDLERS: list[Callable[[Diagnostic], None]] = []
+
+
+@contextmanager
+def collect_diagnostics(handler: Callable[[Diagnostic], None] | None = None):
+    """Route pass warnings to `handler` (default: a list yielded by the context manager)."""
+    collected: list[Diagnostic] = []
+    _HANDLERS.append(handler or collected.append)
+    try:
+        yield collected
+    finally:
+        _HANDLERS.pop()
+
+
+def emit_diagnostic(diagnostic: Diagnostic) -> None:
+    """Hand `diagnostic` to the innermost `collect_diagnostics` handler (stderr if none)."""
+    if _HANDLERS:
+        _HANDLERS[-1](diagnostic)
+    else:
+        print(diagnostic, file=sys.stderr)
+
+
+_FILE_LOC_RE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+_NAME_LOC_RE = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+
+
+def location_text(location) -> str | None:
+    """`file:line:col` of the first file position inside an MLIR location (through names,
+    call sites and fusions; diagnostics hand out locations that are not downcast, so this
+    reads the printed form), `'name'` for a NameLoc without one, None for an unknown location."""
+    if location is None:
+        return None
+    text = str(location)
+    match = _FILE_LOC_RE.search(text)
+    if match:
+        return f"{match.group(1)}:{match.group(2)}:{match.group(3)}"
+    match = _NAME_LOC_RE.match(text)
+    if match:
+        return f"'{match.group(1)}'"
+    return None
+
+
+def _where(at) -> str | None:
+    """`file:line:col` of an op, a value's defining op, or a location (None if unknown)."""
+    if at is None or isinstance(at, str):
+        return at
+    from torch_mlir import ir
+
+    if isinstance(at, ir.Location):
+        return location_text(at)
+    location = getattr(at, "location", None)
+    return location_text(location) if location is not None else None
+
+
+# -------------------------------------------------------------------- pass
+class Pass:
+    """Base class of etc's Python passes (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, options=None, **kwargs):
+        if options is None or isinstance(options, (str, dict)):
+            options = parse_options(self.Options, options, self.name)
+        if kwargs:
+            options = dataclasses.replace(options, **kwargs)
+        self.options = options
+        self.statistics: dict[str, int] = {}
+
+    @classmethod
+    def description(cls) -> str:
+        """The class docstring (longer than `summary`)."""
+        return (cls.__doc__ or "").strip()
+
+    def __str__(self) -> str:
+        text = format_options(self.options)
+        return f"{self.name}{{{text}}}" if text else self.name
+
+    def __call__(self, op) -> None:
+        self.run(op)
+
+    # -- the body: override run, or patterns
+    def run(self, op) -> None:
+        """Transform `op` in place. The default applies `patterns()` greedily."""
+        patterns = self.patterns()
+        if patterns is None:
+            raise NotImplementedError(f"pass {self.name} defines neither run() nor patterns()")
+        from torch_mlir import ir, rewrite
+
+        try:
+            rewrite.apply_patterns_and_fold_greedily(op, patterns.freeze(), self.greedy_config())
+        except ir.MLIRError as exc:
+            raise PassError(f"{self.name}: the greedy rewrite driver failed: {exc}", location=_where(op)) from None
+
+    def patterns(self):
+        """A `torch_mlir.rewrite.RewritePatternSet` (patterns `fn(op, rewriter)` return a truthy
+        value when they do not match), or None if the pass overrides `run`."""
+        return None
+
+    def greedy_config(self):
+        """A `rewrite.GreedyRewriteConfig` for the pattern driver (None: MLIR's defaults)."""
+        return None
+
+    # -- helpers for pass bodies
+    def error(self, message: str, at=None, notes: list[str] | None = None) -> PassError:
+        """A PassError located at `at` (op, value or location); `raise self.error(...)`."""
+        return PassError(message, location=_where(at), notes=notes)
+
+    def warning(self, message: str, at=None) -> None:
+        emit_diagnostic(Diagnostic("warning", message, _where(at)))
+
+    def remark(self, message: str, at=None) -> None:
+        emit_diagnostic(Diagnostic("remark", message, _where(at)))
+
+    def count(self, statistic: str, n: int = 1) -> None:
+        self.statistics[statistic] = self.statistics.get(statistic, 0) + n
+
+
+from etc.passes.registry import all_passes, get_pass, register_pass  # noqa: E402  (re-exported)
