@@ -479,8 +479,8 @@ def _run_stage(fn, constants: dict, stage: str, target: str) -> str:
         codegen.run_passes(lowered.module, codegen.FUSION, "elementwise fusion")
         codegen.apply_codegen_strategy(lowered.module, resolved)
         codegen.bufferize(lowered.module)
-        scratch = codegen.plan_scratch(lowered.module)
-        return header + f"// scratch bytes: {scratch}\n{lowered.module}"
+        offsets = codegen.plan_scratch(lowered.module)
+        return header + f"// scratch bytes: {offsets[-1] if offsets else 0}, buffers at {offsets[:-1]}\n{lowered.module}"
     result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, keep_ir=True)
     layout = ", ".join(f"{a.kind}:{a.dtype}{list(a.shape)}" for a in result.args)
     return f"// target: {resolved.triple} ({resolved.cpu})\n// entry {result.entry}(args): {layout}\n" + \

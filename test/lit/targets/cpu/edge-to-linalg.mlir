@@ -12,7 +12,7 @@ ml_program.global private @w(#ml_program.extern : tensor<8x3x3x3xf32>) : tensor<
 // CHECK: linalg.generic
 // CHECK: arith.cmpf ugt
 // CHECK-NOT: torch.
-// MEMREF: // scratch bytes: 0
+// MEMREF: // scratch bytes: 0, buffers at []
 // MEMREF-LABEL: func.func @delegate_cpu_0
 // MEMREF-SAME: (%{{.*}}: memref<1x3x10x10xf32>, %{{.*}}: memref<8x3x3x3xf32>, %[[OUT:.*]]: memref<1x8x8x8xf32>)
 // MEMREF-NOT: memref.alloc
