@@ -4,14 +4,16 @@
     method = Runtime.get().load_program("model.pte").load_method("forward")
     outputs = method.execute([x])
 
-Kernels (`etc.runtime.kernels`) are numpy implementations of the Core ATen
-out-variant operators; delegates run on registered backends
-(`etc.runtime.backends`).
+Kernels (`etc.runtime.kernels`) are numpy implementations of the out-variant
+operators, plus ExecuTorch's primitive operators (`etc.runtime.prim_ops`);
+delegates run on registered backends (`etc.runtime.backends`).
 """
 
-from etc.runtime.backends import Backend, get_backend, register_backend, registered_backends
+from etc.runtime.backends import (Backend, get_backend, is_available, register_backend, registered_backends,
+                                  unregister_backend)
 from etc.runtime.method import Method, MethodMeta, TensorInfo
-from etc.runtime.runtime import Program, Runtime
+from etc.runtime.runtime import BackendRegistry, OperatorRegistry, Program, Runtime
 
 __all__ = ["Runtime", "Program", "Method", "MethodMeta", "TensorInfo", "Backend", "register_backend",
-           "get_backend", "registered_backends"]
+           "unregister_backend", "get_backend", "registered_backends", "is_available", "BackendRegistry",
+           "OperatorRegistry"]

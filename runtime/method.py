@@ -1,18 +1,30 @@
-"""A loaded method: its memory, its values, and the interpreter over its instructions.
+"""A loaded method: its planned memory, its values, and the interpreter over its chains.
 
-Everything that can be decided once is decided in `load_method`: the arenas
-are allocated (one per mem_id, `non_const_buffer_sizes`), every tensor value
-becomes a view into an arena or the constant segment, every operator is
-bound to its kernel (a missing kernel fails here, not halfway through an
-inference), every delegate is initialised, and each instruction becomes a
-small closure. `execute` then only copies the inputs in, runs the closures
-and copies the outputs out.
+`load_method` decides everything that can be decided once:
 
-Values follow ExecuTorch's conventions (see ARCHITECTURE.md): IntList items
-are indices of Int values (a size computed at run time updates the Int, and
-every list that names it sees the new value); a KernelCall's last argument is
-where the kernel's return value goes (the out tensor, a TensorList of outs,
-or an Int for prim ops), the ones before it the schema arguments.
+- one byte arena per mem_id (`non_const_buffer_sizes`, slot 0 reserved) is
+  allocated (`MemoryManager`); every planned tensor becomes a numpy view of its
+  arena, every constant a read-only view of the constant segment, every mutable
+  buffer a planned view initialised from its mutable-data segment;
+- every operator of the plan is bound to its kernel (a missing kernel fails here,
+  naming the operator and the first instruction that calls it, never halfway
+  through an inference); every delegate is initialised on its backend;
+- every instruction becomes a closure over the values it touches.
+
+`execute` then copies the inputs in, runs the closures and copies the outputs
+out: a steady-state inference allocates nothing but those copies (and whatever
+the kernels allocate for temporaries).
+
+Value conventions are ExecuTorch's (see ARCHITECTURE.md, "Program format"):
+an IntList's items are indices of Int values, read when the call happens, so a
+size computed at run time (`aten::sym_size.int`) reaches every list naming it;
+a KernelCall's args are the schema arguments followed by one return slot (the
+out tensor again, a TensorList of the outs, or an Int/Bool/Double for a
+primitive op). Kernels are called with the schema arguments; what they return
+becomes the new value of the return slot. Tensors written by a call (outs) are
+handed over at their full planned capacity (the upper bound of a dynamic
+shape), so a kernel may produce any shape up to the bound; the returned
+array's shape becomes the tensor's current shape.
 """
 
 from __future__ import annotations
@@ -21,39 +33,49 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from etc.errors import BackendError, EtcError, ExecutionError, InputError, ProgramError
-from etc.runtime.backends import compile_specs_dict, get_backend
+from etc.errors import BackendError, EtcError, ExecutionError, InputError, KernelNotFoundError
+from etc.runtime.backends import get_backend
 from etc.runtime.memory import MemoryManager
 from etc.schema import program as S
 from etc.schema import to_numpy_dtype
 
-ALIGNMENT = 64
+__all__ = ["Method", "MethodMeta", "TensorInfo", "method_meta", "operator_name"]
 
+
+# --------------------------------------------------------------------------- metadata
 
 @dataclass
 class TensorInfo:
-    """What a method expects of (or gives as) one tensor."""
+    """What a method expects of (or gives as) one tensor value."""
 
-    dtype: np.dtype
+    dtype: np.dtype  # the numpy dtype holding its elements (bits for bfloat16/float8)
     sizes: tuple  # static sizes, or the upper bounds of a dynamic tensor
     dynamic: bool
-    index: int  # EValue index
+    index: int  # EValue index in the plan
+    scalar_type: int = S.ScalarType.FLOAT
+    dim_order: tuple = ()
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.sizes, dtype=np.int64)) * self.dtype.itemsize
 
+    @property
+    def torch_dtype(self):
+        from etc.schema import to_torch_dtype
+
+        return to_torch_dtype(self.scalar_type)
+
 
 @dataclass
 class MethodMeta:
-    """A method's interface, readable without running it."""
+    """A method's interface and resource needs, readable without loading it."""
 
     name: str
-    inputs: list = field(default_factory=list)  # TensorInfo or a Python type name for non-tensor inputs
+    inputs: list = field(default_factory=list)  # TensorInfo, or the type name of a non-tensor value
     outputs: list = field(default_factory=list)
-    planned_buffer_sizes: list = field(default_factory=list)  # per mem_id (1-based): bytes
-    backends: list = field(default_factory=list)
-    operators: list = field(default_factory=list)
+    planned_buffer_sizes: list = field(default_factory=list)  # bytes of mem_id 1, 2, ...
+    backends: list = field(default_factory=list)  # backend id of each delegate
+    operators: list = field(default_factory=list)  # "name.overload" of each operator
 
     def num_inputs(self) -> int:
         return len(self.inputs)
@@ -67,74 +89,181 @@ class MethodMeta:
     def output_tensor_meta(self, index: int) -> TensorInfo:
         return self.outputs[index]
 
+    def num_memory_planned_buffers(self) -> int:
+        return len(self.planned_buffer_sizes)
 
-class _TensorSlot:
-    """One tensor value: fixed storage (a flat byte view) and a current shape."""
+    def memory_planned_buffer_size(self, index: int) -> int:
+        """Bytes of planned buffer `index` (0-based, i.e. mem_id index + 1), as ExecuTorch counts them."""
+        return self.planned_buffer_sizes[index]
 
-    __slots__ = ("storage", "dtype", "max_shape", "dynamic", "array", "writable")
 
-    def __init__(self, storage: np.ndarray, dtype: np.dtype, shape: tuple, dynamic: bool, writable: bool):
-        self.storage = storage  # uint8, exactly nbytes(max_shape) long
+def operator_name(operator: S.Operator) -> str:
+    """How the kernel registry spells an Operator: "name.overload" ("name" for a default overload)."""
+    return f"{operator.name}.{operator.overload}" if operator.overload else operator.name
+
+
+def _tensor_info(index: int, tensor: S.Tensor) -> TensorInfo:
+    return TensorInfo(dtype=np.dtype(to_numpy_dtype(tensor.scalar_type)), sizes=tuple(int(s) for s in tensor.sizes or []),
+                      dynamic=tensor.shape_dynamism != S.TensorShapeDynamism.STATIC, index=index,
+                      scalar_type=int(tensor.scalar_type), dim_order=tuple(int(d) for d in tensor.dim_order or []))
+
+
+def _value_info(plan: S.ExecutionPlan, index: int):
+    val = plan.values[index].val
+    if isinstance(val, S.Tensor):
+        return _tensor_info(index, val)
+    return type(val).__name__ if val is not None else "Null"
+
+
+def method_meta(plan: S.ExecutionPlan) -> MethodMeta:
+    """The MethodMeta of a plan, computed from the program alone (no memory, no kernels)."""
+    sizes = [int(s) for s in plan.non_const_buffer_sizes or [0]]
+    return MethodMeta(
+        name=plan.name,
+        inputs=[_value_info(plan, i) for i in plan.inputs or []],
+        outputs=[_value_info(plan, i) for i in plan.outputs or []],
+        planned_buffer_sizes=sizes[1:],
+        backends=[d.id for d in plan.delegates or []],
+        operators=[operator_name(op) for op in plan.operators or []],
+    )
+
+
+# --------------------------------------------------------------------------- tensors
+
+def _logical_view(flat: np.ndarray, shape: tuple, dim_order: tuple | None) -> np.ndarray:
+    """The first prod(shape) elements of `flat`, laid out in `dim_order`, seen with logical `shape`."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if dim_order is None:
+        return flat[:count].reshape(shape)
+    physical = flat[:count].reshape([shape[d] for d in dim_order])
+    return physical.transpose(np.argsort(dim_order))
+
+
+class _Tensor:
+    """One tensor value: its storage (fixed at load) and its current array.
+
+    `array` is what a kernel reading the value sees (current shape); `capacity()` is
+    what a kernel writing it gets (the whole storage at the upper-bound shape).
+    Planned and private tensors own `storage`; a constant's storage is read-only;
+    results that are not views of the tensor's own storage are copied into it,
+    except for tensors the planner left out, which simply take (alias) the array
+    they are given, as ExecuTorch's et_view and MoveCall do.
+    """
+
+    __slots__ = ("index", "dtype", "max_shape", "dim_order", "dynamic", "storage", "planned", "constant",
+                 "array", "_capacity", "_lo", "_hi")
+
+    def __init__(self, index: int, dtype: np.dtype, shape: tuple, dim_order: tuple | None, dynamic: bool,
+                 storage: np.ndarray | None, *, planned: bool, constant: bool):
+        self.index = index
         self.dtype = dtype
         self.max_shape = shape
+        self.dim_order = dim_order
         self.dynamic = dynamic
-        self.writable = writable
-        self.array = storage.view(dtype).reshape(shape)
+        self.storage = storage
+        self.planned = planned
+        self.constant = constant
+        if storage is not None:
+            self._capacity = _logical_view(storage.view(dtype), shape, dim_order)
+            self._lo = storage.ctypes.data
+            self._hi = self._lo + storage.nbytes
+        else:
+            self._capacity, self._lo, self._hi = None, 0, 0
+        self.array = self._capacity
+
+    def capacity(self) -> np.ndarray:
+        return self._capacity if self._capacity is not None else self.array
 
     def resize(self, shape: tuple) -> np.ndarray:
-        count = int(np.prod(shape, dtype=np.int64))
-        self.array = self.storage.view(self.dtype)[:count].reshape(shape)
+        """Re-view the storage with `shape` (the caller checked it fits) and make that current."""
+        if shape != self.max_shape or self.array is not self._capacity:
+            self.array = (self._capacity if shape == self.max_shape
+                          else _logical_view(self.storage.view(self.dtype), shape, self.dim_order))
         return self.array
 
+    def owns(self, array: np.ndarray) -> bool:
+        if self.storage is None or array.size == 0:
+            return False
+        start = array.__array_interface__["data"][0]
+        return self._lo <= start < self._hi
+
     def accept(self, result) -> None:
-        """Make `result` (what a kernel returned) the current value, keeping it in our storage."""
-        array = np.asarray(result)
-        if array.shape == self.array.shape and _same_data(array, self.array):
+        """Make `result` (a kernel's or backend's output) the current value."""
+        if result is None:  # written in place at the shape it was handed over with
+            self.array = self.capacity()
             return
-        flat = self.storage.view(self.dtype)
-        if _same_data(array, flat) and array.flags.c_contiguous:
-            self.array = array
+        if self.constant:
+            raise ExecutionError(f"an instruction writes into constant tensor {self.index}", value=self.index)
+        if not isinstance(result, np.ndarray):
+            result = np.asarray(result, dtype=self.dtype)
+        if self.storage is None or not self.planned:
+            # Unplanned: take the array as it is (a view of another value, or one a kernel made).
+            self.array = result if result.dtype == self.dtype else result.astype(self.dtype)
             return
-        if array.size > flat.size:
-            raise ExecutionError(f"a result of shape {list(array.shape)} does not fit the tensor's storage "
-                                 f"(planned for at most {list(self.max_shape)})")
-        target = self.resize(array.shape)
-        np.copyto(target, array, casting="unsafe")
+        if self.owns(result):
+            self.array = result
+            return
+        if result.size > self._capacity.size or (not self.dynamic and result.shape != self.max_shape):
+            raise ExecutionError(
+                f"a result of shape {list(result.shape)} does not fit tensor {self.index}, planned as "
+                f"{list(self.max_shape)}{' at most' if self.dynamic else ''}", value=self.index)
+        target = self.resize(result.shape)
+        with np.errstate(all="ignore"):
+            np.copyto(target, result, casting="unsafe")
+
+    def describe(self) -> str:
+        shape = self.array.shape if self.array is not None else self.max_shape
+        return f"tensor {self.dtype}{list(shape)}"
 
 
-def _same_data(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.size > 0 and b.size > 0 and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+# --------------------------------------------------------------------------- the method
+
+def _ensure_kernels_registered() -> None:
+    import etc.runtime.kernels  # noqa: F401 - importing the package registers the portable kernels
+    import etc.runtime.prim_ops  # noqa: F401 - and ExecuTorch's primitive operators
+
+
+def _lookup_default(name: str, lookup):
+    """A kernel by name; an overload-less name (ExecuTorch's "default") also tries `name.default`."""
+    try:
+        return lookup(name)
+    except (KernelNotFoundError, KeyError):
+        if "." in name.split("::", 1)[-1]:
+            raise
+        return lookup(name + ".default")
 
 
 class Method:
-    """`Method.execute(inputs) -> outputs`; see the module docstring."""
+    """A method ready to run: `execute(inputs) -> outputs`. See the module docstring."""
 
-    def __init__(self, pte, plan: S.ExecutionPlan, *, kernels=None):
+    def __init__(self, pte: S.PteFile, plan: S.ExecutionPlan, *, kernels=None):
         self.name = plan.name
         self._pte = pte
         self._plan = plan
-        self._memory = MemoryManager(plan.non_const_buffer_sizes or [0], alignment=ALIGNMENT)
+        self.metadata = method_meta(plan)
+        self._memory = MemoryManager(plan.non_const_buffer_sizes or [0])
         self._values: list = [None] * len(plan.values or [])
-        self._slots: dict[int, _TensorSlot] = {}
         self._build_values()
         self._kernels = self._bind_kernels(kernels)
         self._delegates = self._init_delegates()
-        # Dynamic tensors start each run at their upper-bound shape, so that a kernel
-        # writing one sees all of its storage (it re-views it to the actual shape).
-        self._dynamic_slots = [slot for slot in self._slots.values() if slot.dynamic]
-        self._instructions = [self._compile(i, instruction)
-                              for i, instruction in enumerate(plan.chains[0].instructions or [])] \
-            if plan.chains else []
-        self.metadata = self._metadata()
+        self._chains = [self._compile_chain(c, chain) for c, chain in enumerate(plan.chains or [])]
+        self._inputs = list(plan.inputs or [])
+        self._outputs = list(plan.outputs or [])
 
-    # ------------------------------------------------------------ loading
+    def __repr__(self) -> str:
+        return (f"Method('{self.name}', inputs={len(self._inputs)}, outputs={len(self._outputs)}, "
+                f"planned_bytes={self._memory.planned_bytes})")
+
+    @property
+    def planned_bytes(self) -> int:
+        return self._memory.planned_bytes
+
+    # ------------------------------------------------------------------ load: values
     def _build_values(self) -> None:
         for index, evalue in enumerate(self._plan.values or []):
             val = evalue.val
             if isinstance(val, S.Tensor):
-                slot = self._tensor_slot(index, val)
-                self._slots[index] = slot
-                self._values[index] = slot
+                self._values[index] = self._make_tensor(index, val)
             elif isinstance(val, S.Int):
                 self._values[index] = int(val.int_val)
             elif isinstance(val, S.Double):
@@ -143,255 +272,359 @@ class Method:
                 self._values[index] = bool(val.bool_val)
             elif isinstance(val, S.String):
                 self._values[index] = val.string_val
-            elif val is None or isinstance(val, S.Null):
-                self._values[index] = None
-            elif isinstance(val, (S.IntList, S.TensorList, S.OptionalTensorList)):
-                self._values[index] = val  # resolved at call time: its items are value indices
             elif isinstance(val, S.DoubleList):
                 self._values[index] = [float(v) for v in val.items or []]
             elif isinstance(val, S.BoolList):
                 self._values[index] = [bool(v) for v in val.items or []]
-            else:
-                raise ProgramError(f"method '{self.name}': value {index} has unsupported type {type(val).__name__}")
+            elif isinstance(val, (S.IntList, S.TensorList, S.OptionalTensorList)):
+                self._values[index] = val  # boxed lists: items are value indices, read at call time
+            else:  # Null (or no value at all)
+                self._values[index] = None
 
-    def _tensor_slot(self, index: int, tensor: S.Tensor) -> _TensorSlot:
-        try:
-            dtype = np.dtype(to_numpy_dtype(tensor.scalar_type))
-        except Exception as error:  # noqa: BLE001
-            raise ProgramError(f"method '{self.name}': value {index}: scalar type {tensor.scalar_type!r} has no "
-                               f"numpy dtype ({error})") from None
+    def _make_tensor(self, index: int, tensor: S.Tensor) -> _Tensor:
+        dtype = np.dtype(to_numpy_dtype(tensor.scalar_type))
         shape = tuple(int(s) for s in tensor.sizes or [])
+        order = tuple(int(d) for d in tensor.dim_order or [])
+        dim_order = order if order and order != tuple(range(len(shape))) else None
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         dynamic = tensor.shape_dynamism != S.TensorShapeDynamism.STATIC
-        if tensor.allocation_info is not None:
-            info = tensor.allocation_info
-            offset = (info.memory_offset_high << 32) | info.memory_offset_low
+        info = tensor.allocation_info
+        if info is not None:
+            offset = (int(info.memory_offset_high) << 32) | int(info.memory_offset_low)
             storage = self._memory.view(info.memory_id, offset, nbytes, where=f"method '{self.name}' value {index}")
-            if tensor.data_buffer_idx > 0:  # a mutable buffer: planned, with an initial state
-                storage[:] = np.frombuffer(self._pte.mutable_initial_state(tensor), dtype=np.uint8)[:nbytes]
-            return _TensorSlot(storage, dtype, shape, dynamic, writable=True)
+            if tensor.data_buffer_idx > 0:
+                # A mutable buffer with an initial state: copied in once, then it lives in the arena
+                # (state persists from one execute to the next).
+                initial = np.frombuffer(self._pte.mutable_initial_state(tensor), dtype=np.uint8)
+                storage[:min(nbytes, initial.size)] = initial[:nbytes]
+            return _Tensor(index, dtype, shape, dim_order, dynamic, storage, planned=True, constant=False)
         if tensor.data_buffer_idx > 0:
-            data = self._pte.constant(tensor.data_buffer_idx)
-            storage = np.frombuffer(data, dtype=np.uint8, count=nbytes)
-            return _TensorSlot(storage, dtype, shape, dynamic, writable=False)
-        # Neither planned nor constant (an input the program did not plan): storage of our own, once.
-        return _TensorSlot(self._memory.private(nbytes), dtype, shape, dynamic, writable=True)
+            data = np.frombuffer(self._pte.constant(tensor.data_buffer_idx), dtype=np.uint8, count=nbytes)
+            return _Tensor(index, dtype, shape, dim_order, dynamic, data, planned=True, constant=True)
+        # Not planned (an input the planner left to the caller, a view's output, ...): storage of our
+        # own, sized for the upper bound and allocated once, for when it is written or set as an input.
+        return _Tensor(index, dtype, shape, dim_order, dynamic, self._memory.private(nbytes),
+                       planned=False, constant=False)
+
+    # ------------------------------------------------------------------ load: kernels, delegates
+    def _first_use(self, op_index: int):
+        for chain in self._plan.chains or []:
+            for position, instruction in enumerate(chain.instructions or []):
+                args = instruction.instr_args
+                if isinstance(args, S.KernelCall) and args.op_index == op_index:
+                    return position
+        return None
 
     def _bind_kernels(self, kernels) -> list:
-        import etc.runtime.kernels  # noqa: F401 - registers the portable kernels
-        import etc.runtime.prim_ops  # noqa: F401 - and ExecuTorch's prim ops
-        from etc.runtime.kernels.registry import get_kernel
-
-        lookup = kernels.__getitem__ if kernels is not None else get_kernel
-        bound = []
-        for operator in self._plan.operators or []:
-            name = f"{operator.name}.{operator.overload}" if operator.overload else operator.name
-            bound.append((name, lookup(name)))
+        if kernels is None:
+            _ensure_kernels_registered()
+            from etc.runtime.kernels.registry import get_kernel as lookup
+        else:
+            lookup = kernels.__getitem__
+        bound, missing = [], []
+        for op_index, operator in enumerate(self._plan.operators or []):
+            name = operator_name(operator)
+            try:
+                bound.append((name, _lookup_default(name, lookup)))
+            except (KernelNotFoundError, KeyError) as error:
+                missing.append((op_index, name, getattr(error, "notes", [])))
+                bound.append((name, None))
+        if missing:
+            op_index, name, notes = missing[0]
+            notes = list(notes)
+            if len(missing) > 1:
+                notes.append(f"the method also needs {', '.join(n for _, n, _ in missing[1:])}, "
+                             "which have no kernel either")
+            raise KernelNotFoundError(f"no kernel registered for operator '{name}'", method=self.name,
+                                      instruction=self._first_use(op_index), operator=name, notes=notes)
         return bound
 
     def _init_delegates(self) -> list:
         delegates = []
         for i, delegate in enumerate(self._plan.delegates or []):
-            backend = get_backend(delegate.id)
+            backend = get_backend(delegate.id, method=self.name)
             blob = self._pte.delegate_blob(delegate.processed)
             try:
-                handle = backend.init(blob, compile_specs_dict(delegate.compile_specs))
+                handle = backend.init(blob, list(delegate.compile_specs or []))
             except EtcError:
                 raise
-            except Exception as error:  # noqa: BLE001 - a backend's failure, said with its name
-                raise BackendError(f"backend '{delegate.id}' failed to initialise delegate {i} of method "
-                                   f"'{self.name}': {type(error).__name__}: {error}") from error
+            except Exception as error:  # noqa: BLE001 - the backend's failure, with its name
+                raise BackendError(f"backend '{delegate.id}' failed to initialise delegate {i}: "
+                                   f"{type(error).__name__}: {error}", method=self.name) from error
             delegates.append((delegate.id, backend, handle))
         return delegates
 
-    # ---------------------------------------------------------- compiling
-    def _getter(self, index: int):
-        """A function returning the current Python value of EValue `index` as kernels take it."""
+    # ------------------------------------------------------------------ load: instructions
+    def _reader(self, index: int, write: bool = False):
+        """A function giving EValue `index` as kernels take it (outs at their full capacity)."""
         value = self._values[index]
-        if isinstance(value, _TensorSlot):
-            return lambda: value.array
+        if isinstance(value, _Tensor):
+            return value.capacity if write else (lambda: value.array)
         if isinstance(value, S.IntList):
-            items = list(value.items or [])
-            values = self._values
+            items, values = list(value.items or []), self._values
             return lambda: [values[i] for i in items]
-        if isinstance(value, S.TensorList):
-            slots = [self._slots[i] for i in value.items or []]
-            return lambda: [s.array for s in slots]
-        if isinstance(value, S.OptionalTensorList):
-            slots = [self._slots[i] if i >= 0 else None for i in value.items or []]
-            return lambda: [s.array if s is not None else None for s in slots]
+        if isinstance(value, (S.TensorList, S.OptionalTensorList)):
+            tensors = [self._values[i] if i >= 0 else None for i in value.items or []]
+            if write:
+                return lambda: [t.capacity() if t is not None else None for t in tensors]
+            return lambda: [t.array if t is not None else None for t in tensors]
         values = self._values
         return lambda: values[index]
 
-    def _setter(self, index: int):
-        """Where a kernel's return value goes."""
+    def _written(self, index: int) -> set:
+        """Indices of the tensors a result stored into value `index` writes."""
         value = self._values[index]
-        if isinstance(value, _TensorSlot):
+        if isinstance(value, (S.TensorList, S.OptionalTensorList)):
+            return {index, *(i for i in value.items or [] if i >= 0)}
+        return {index}
+
+    def _writer(self, index: int):
+        """A function storing a kernel's result into EValue `index`."""
+        value = self._values[index]
+        if isinstance(value, _Tensor):
             return value.accept
-        if isinstance(value, S.TensorList):
-            slots = [self._slots[i] for i in value.items or []]
+        if isinstance(value, (S.TensorList, S.OptionalTensorList)):
+            tensors = [self._values[i] if i >= 0 else None for i in value.items or []]
 
             def store_list(results):
-                results = list(results) if isinstance(results, (list, tuple)) else [results]
-                for slot, result in zip(slots, results):
-                    slot.accept(result)
+                if results is None or isinstance(results, np.ndarray):
+                    results = [results] * len(tensors) if results is None else [results]
+                for tensor, result in zip(tensors, results):
+                    if tensor is not None:
+                        tensor.accept(result)
             return store_list
         values = self._values
 
-        def store_value(result):
+        def store_scalar(result):
+            if isinstance(result, np.ndarray) and result.ndim == 0:
+                result = result.item()
             values[index] = result.item() if isinstance(result, np.generic) else result
-        return store_value
+        return store_scalar
 
-    def _compile(self, position: int, instruction: S.Instruction):
-        args = instruction.instr_args
-        if isinstance(args, S.KernelCall):
-            name, kernel = self._kernels[args.op_index]
-            getters = [self._getter(i) for i in (args.args or [])[:-1]]
-            store = self._setter(args.args[-1]) if args.args else (lambda result: None)
+    def _compile_chain(self, chain_index: int, chain: S.Chain) -> list:
+        # Which tensors hold a value before each instruction (for delegates, whose args do not say
+        # where inputs end and outputs begin): inputs, constants and mutable state, then whatever
+        # earlier instructions wrote.
+        defined = set(self._plan.inputs or [])
+        for i, value in enumerate(self._values):
+            if not isinstance(value, _Tensor) or value.constant or self._plan.values[i].val.data_buffer_idx > 0:
+                defined.add(i)
+        steps = []
+        for position, instruction in enumerate(chain.instructions or []):
+            steps.append(self._compile(position, instruction.instr_args, defined))
+        return steps
+
+    def _compile(self, position: int, call, defined: set):
+        """(step, operator label, value index) for one instruction; step() returns a jump target or None."""
+        if isinstance(call, S.KernelCall):
+            name, kernel = self._kernels[call.op_index]
+            args = list(call.args or [])
+            result_arg = getattr(kernel, "etc_result_arg", None)  # prim ops that write an argument
+            if result_arg is None:
+                params, target = args[:-1], (args[-1] if args else None)
+            else:
+                params, target = args, args[result_arg]
+            outs = self._written(target) if target is not None else set()
+            readers = [self._reader(i, write=i in outs) for i in params]
+            store = self._writer(target) if target is not None else (lambda result: None)
+            defined |= outs
 
             def kernel_call():
-                store(kernel(*[get() for get in getters]))
-            return kernel_call, name
-        if isinstance(args, S.DelegateCall):
-            backend_id, backend, handle = self._delegates[args.delegate_index]
-            getters = [self._getter(i) for i in args.args or []]
-            slots = [self._slots.get(i) for i in args.args or []]
+                store(kernel(*[read() for read in readers]))
+            return kernel_call, name, target, params
+        if isinstance(call, S.DelegateCall):
+            backend_id, backend, handle = self._delegates[call.delegate_index]
+            args = list(call.args or [])
+            readers = [self._reader(i, write=i not in defined) for i in args]
+            tensors = [self._values[i] if isinstance(self._values[i], _Tensor) else None for i in args]
+            outputs = [t for i, t in zip(args, tensors) if t is not None and i not in defined]
+            defined |= set(args)
 
             def delegate_call():
-                results = backend.execute(handle, [get() for get in getters])
-                if results:
-                    for slot, result in zip(slots[len(slots) - len(results):], results):
-                        if slot is not None:
-                            slot.accept(result)
-            return delegate_call, f"delegate '{backend_id}'"
-        if isinstance(args, S.MoveCall):
-            get, store = self._getter(args.move_from), self._setter(args.move_to)
-            return (lambda: store(get())), "move"
-        if isinstance(args, S.FreeCall):
-            return (lambda: None), "free"
-        if isinstance(args, S.JumpFalseCall):
-            return ("jump_false", self._getter(args.cond_value_index), args.destination_instruction), "jump_false"
-        raise ProgramError(f"method '{self.name}': instruction {position} has unsupported kind {type(args).__name__}")
+                results = backend.execute(handle, [read() for read in readers])
+                if results is None:
+                    for tensor in outputs:
+                        tensor.array = tensor.capacity()
+                    return
+                results = list(results)
+                for tensor, result in zip(tensors[len(tensors) - len(results):], results):
+                    if tensor is not None:
+                        tensor.accept(result)
+            return delegate_call, f"delegate '{backend_id}'", None, args
+        if isinstance(call, S.MoveCall):
+            source, destination = call.move_from, call.move_to
+            values = self._values
+            defined.add(destination)
 
-    # ---------------------------------------------------------- executing
+            def move():
+                value = values[source]
+                if isinstance(value, _Tensor):
+                    target = values[destination]
+                    if isinstance(target, _Tensor):
+                        target.array = value.array  # ExecuTorch copies the EValue: the tensor aliases
+                        return
+                values[destination] = value
+            return move, "move", destination, [source]
+        if isinstance(call, S.JumpFalseCall):
+            read, destination = self._reader(call.cond_value_index), call.destination_instruction
+
+            def jump_false():
+                condition = read()
+                if isinstance(condition, np.ndarray):
+                    condition = bool(condition.all())
+                return None if condition else destination
+            return jump_false, "jump_false", call.cond_value_index, [call.cond_value_index]
+        if isinstance(call, S.FreeCall):
+            # Every tensor lives in storage fixed at load: there is nothing to release.
+            return (lambda: None), "free", call.value_index, []
+        raise ExecutionError(f"unsupported instruction {type(call).__name__}", method=self.name,
+                             instruction=position)
+
+    # ------------------------------------------------------------------ execute
     def execute(self, inputs) -> list:
-        """Run the method on `inputs` (torch tensors or numpy arrays, one per input).
+        """Run the method on `inputs`, one per method input (torch tensors, numpy arrays, or scalars).
 
-        Returns the outputs, torch tensors if the inputs were torch tensors and numpy
-        arrays otherwise. They are copies: the planned memory they were computed in is
-        reused by the next call, and a result the caller keeps must not change under it.
+        Returns the outputs as torch tensors if any input was a torch tensor, numpy
+        arrays otherwise (non-tensor outputs as Python values). They are copies: the
+        values were computed in planned memory that the next `execute` reuses (and that
+        other values of this method share), so handing out views would let a later call
+        silently change results the caller still holds.
         """
+        if isinstance(inputs, np.ndarray) or type(inputs).__module__.startswith("torch"):
+            inputs = [inputs]
         inputs = list(inputs)
         as_torch = any(type(x).__module__.startswith("torch") for x in inputs)
-        for slot in self._dynamic_slots:
-            slot.resize(slot.max_shape)
         self._set_inputs(inputs)
         self._run()
-        outputs = []
-        for index in self._plan.outputs or []:
-            value = self._values[index]
-            if isinstance(value, _TensorSlot):
-                array = value.array.copy()
-                outputs.append(_to_torch(array) if as_torch else array)
-            else:
-                outputs.append(value)
-        return outputs
+        return [self._output(index, as_torch) for index in self._outputs]
 
     def __call__(self, *inputs):
         outputs = self.execute(inputs)
         return outputs[0] if len(outputs) == 1 else outputs
 
+    def _output(self, index: int, as_torch: bool):
+        value = self._values[index]
+        if not isinstance(value, _Tensor):
+            if isinstance(value, (S.IntList, S.TensorList, S.OptionalTensorList)):
+                return self._reader(index)()
+            return value
+        array = np.array(value.array, copy=True, order="C")
+        if not as_torch:
+            return array
+        import torch
+
+        result = torch.from_numpy(array)
+        scalar_type = self._plan.values[index].val.scalar_type
+        if scalar_type == S.ScalarType.BFLOAT16:
+            result = result.view(torch.bfloat16)
+        return result
+
     def _set_inputs(self, inputs: list) -> None:
-        expected = self._plan.inputs or []
-        if len(inputs) != len(expected):
-            raise InputError(f"method '{self.name}' takes {len(expected)} input(s), got {len(inputs)}")
-        for position, (index, given) in enumerate(zip(expected, inputs)):
+        if len(inputs) != len(self._inputs):
+            raise InputError(f"method '{self.name}' takes {len(self._inputs)} input(s), got {len(inputs)}",
+                             method=self.name)
+        for position, (index, given) in enumerate(zip(self._inputs, inputs)):
             value = self._values[index]
-            if not isinstance(value, _TensorSlot):
-                if isinstance(given, (int, float, bool)) and not isinstance(value, (list, S.IntList)):
-                    self._values[index] = given
-                    continue
-                raise InputError(f"method '{self.name}' input {position} is a {type(value).__name__}, "
-                                 f"got {type(given).__name__}")
-            array = _as_numpy(given, position, self.name)
-            if array.dtype != value.dtype:
-                raise InputError(f"method '{self.name}' input {position}: expected dtype {value.dtype}, "
-                                 f"got {array.dtype}")
-            if array.ndim != len(value.max_shape):
-                raise InputError(f"method '{self.name}' input {position}: expected rank {len(value.max_shape)} "
-                                 f"(shape {_shape_text(value)}), got shape {list(array.shape)}")
-            if array.shape != value.max_shape:
-                if not value.dynamic:
-                    raise InputError(f"method '{self.name}' input {position}: expected shape "
-                                     f"{list(value.max_shape)}, got {list(array.shape)}")
-                for dim, (size, bound) in enumerate(zip(array.shape, value.max_shape)):
-                    if size > bound:
-                        raise InputError(f"method '{self.name}' input {position}: dimension {dim} is {size}, "
-                                         f"above its upper bound {bound} (shape at most {list(value.max_shape)})")
-            target = value.resize(array.shape)
-            np.copyto(target, array)
+            if isinstance(value, _Tensor):
+                self._set_tensor_input(position, value, given)
+            else:
+                self._set_scalar_input(position, index, given)
+
+    def _input_error(self, position: int, index: int, text: str) -> InputError:
+        return InputError(f"method '{self.name}' input {position}: {text}", method=self.name, value=index)
+
+    def _set_tensor_input(self, position: int, tensor: _Tensor, given) -> None:
+        array = _as_array(given)
+        if array is None:
+            raise self._input_error(position, tensor.index, f"expected a tensor, got {type(given).__name__}")
+        if array.dtype != tensor.dtype:
+            raise self._input_error(position, tensor.index, f"expected dtype {tensor.dtype}, got {array.dtype}")
+        expected = tensor.max_shape
+        if array.ndim != len(expected):
+            raise self._input_error(position, tensor.index,
+                                    f"expected rank {len(expected)} (shape {list(expected)}"
+                                    f"{' at most' if tensor.dynamic else ''}), got shape {list(array.shape)}")
+        if array.shape != expected:
+            if not tensor.dynamic:
+                raise self._input_error(position, tensor.index,
+                                        f"expected shape {list(expected)}, got {list(array.shape)}")
+            for dim, (size, bound) in enumerate(zip(array.shape, expected)):
+                if size > bound:
+                    raise self._input_error(position, tensor.index,
+                                            f"dimension {dim} is {size}, above its upper bound {bound} "
+                                            f"(shape at most {list(expected)})")
+        np.copyto(tensor.resize(array.shape), array)
+
+    def _set_scalar_input(self, position: int, index: int, given) -> None:
+        current = self._values[index]
+        if isinstance(given, np.ndarray) and given.ndim == 0 or isinstance(given, np.generic):
+            given = given.item()
+        elif type(given).__module__.startswith("torch") and getattr(given, "ndim", None) == 0:
+            given = given.item()
+        val = self._plan.values[index].val
+        ok = {S.Int: lambda g: isinstance(g, int) and not isinstance(g, bool),
+              S.Double: lambda g: isinstance(g, (int, float)) and not isinstance(g, bool),
+              S.Bool: lambda g: isinstance(g, bool),
+              S.String: lambda g: isinstance(g, str)}.get(type(val))
+        if ok is None:
+            if given is None and current is None:
+                return
+            raise self._input_error(position, index, f"the method takes a {type(val).__name__} here, "
+                                    f"which cannot be set from a {type(given).__name__}")
+        if not ok(given):
+            raise self._input_error(position, index, f"expected {type(val).__name__.lower()}, "
+                                    f"got {type(given).__name__} {given!r}")
+        self._values[index] = float(given) if isinstance(val, S.Double) else given
 
     def _run(self) -> None:
-        program = self._instructions
-        pc, count = 0, len(program)
-        while pc < count:
-            step, label = program[pc]
-            try:
-                if isinstance(step, tuple):  # jump_false
-                    _, condition, destination = step
-                    if not bool(condition()):
-                        pc = destination
-                        continue
-                else:
-                    step()
-            except ExecutionError as error:
-                if error.instruction is not None:
-                    raise
-                raise ExecutionError(error.message, method=self.name, instruction=pc, operator=label,
-                                     value=error.value) from error
-            except EtcError:
-                raise
-            except Exception as error:  # noqa: BLE001 - a kernel's failure, with where it happened
-                raise ExecutionError(f"{type(error).__name__}: {error}", method=self.name, instruction=pc,
-                                     operator=label) from error
-            pc += 1
+        for chain_index, steps in enumerate(self._chains):
+            pc, count = 0, len(steps)
+            while pc < count:
+                step = steps[pc][0]
+                try:
+                    jump = step()
+                except Exception as error:  # noqa: BLE001 - every failure leaves with its place in the program
+                    raise self._located(error, chain_index, pc) from error
+                pc = pc + 1 if jump is None else jump
 
-    # ---------------------------------------------------------- metadata
-    def _info(self, index: int):
+    def _located(self, error: Exception, chain_index: int, pc: int) -> ExecutionError:
+        _, label, value, params = self._chains[chain_index][pc]
+        where = f" (chain {chain_index})" if chain_index else ""
+        if isinstance(error, ExecutionError):
+            message = error.message
+            cls = type(error)
+            value = error.value if error.value is not None else value
+        else:
+            message = f"{type(error).__name__}: {error}"
+            cls = ExecutionError
+        notes = list(getattr(error, "notes", []) or [])
+        described = [f"value {i}: {self._describe(i)}" for i in params]
+        if described:
+            notes.append("arguments: " + "; ".join(described))
+        return cls(f"{label} failed{where}: {message}", method=self.name, instruction=pc, operator=label,
+                   value=value, notes=notes)
+
+    def _describe(self, index: int) -> str:
         value = self._values[index]
-        if isinstance(value, _TensorSlot):
-            return TensorInfo(value.dtype, value.max_shape, value.dynamic, index)
-        return type(value).__name__
-
-    def _metadata(self) -> MethodMeta:
-        sizes = list(self._plan.non_const_buffer_sizes or [0])
-        return MethodMeta(
-            name=self.name,
-            inputs=[self._info(i) for i in self._plan.inputs or []],
-            outputs=[self._info(i) for i in self._plan.outputs or []],
-            planned_buffer_sizes=sizes[1:],
-            backends=[d.id for d in self._plan.delegates or []],
-            operators=[name for name, _ in self._kernels],
-        )
+        if isinstance(value, _Tensor):
+            return value.describe()
+        if isinstance(value, S.IntList):
+            return f"int list {self._reader(index)()}"
+        if isinstance(value, (S.TensorList, S.OptionalTensorList)):
+            return f"tensor list of {len(value.items or [])}"
+        return f"{type(value).__name__} {value!r}"
 
 
-def _shape_text(slot: _TensorSlot) -> str:
-    return str(list(slot.max_shape)) + (" at most" if slot.dynamic else "")
-
-
-def _as_numpy(value, position: int, method: str) -> np.ndarray:
+def _as_array(value) -> np.ndarray | None:
     if isinstance(value, np.ndarray):
         return value
-    if type(value).__module__.startswith("torch"):
-        return value.detach().cpu().numpy()
-    try:
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        tensor = value.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":
+            import torch
+
+            return tensor.view(torch.int16).numpy().view(np.uint16)
+        return tensor.numpy()
+    if isinstance(value, (int, float, bool, list, tuple, np.generic)):
         return np.asarray(value)
-    except Exception:  # noqa: BLE001
-        raise InputError(f"method '{method}' input {position}: cannot use a {type(value).__name__} as a tensor") \
-            from None
-
-
-def _to_torch(array: np.ndarray):
-    import torch
-
-    return torch.from_numpy(array)
+    return None

@@ -1,13 +1,18 @@
 """`Runtime.get().load_program(...)`: the entry point, shaped like `executorch.runtime`.
 
     from etc.runtime import Runtime
-    program = Runtime.get().load_program("model.pte")      # path, bytes, or a PteFile
+    program = Runtime.get().load_program("model.pte")   # a path, bytes, a file object or a PteFile
+    print(program.method_names, program.metadata("forward"))
     method = program.load_method("forward")
     outputs = method.execute([x])
 
-Loading validates the whole file (`etc.schema.deserialize_pte`): a truncated
-or corrupted program raises ProgramError saying what is wrong, before any
-memory is planned or any kernel runs.
+Loading a program validates the whole file (`etc.schema.deserialize_pte`): a
+truncated or corrupted program raises ProgramError saying what is wrong and
+where, before any memory is planned or any kernel runs. `metadata(name)` reads a
+method's interface from the program alone; `load_method(name)` allocates its
+arenas, binds its kernels and initialises its delegates, once: the program keeps
+the loaded method (as ExecuTorch's Python runtime does), so state held in its
+mutable buffers lives as long as the program.
 """
 
 from __future__ import annotations
@@ -15,39 +20,88 @@ from __future__ import annotations
 import os
 
 from etc.errors import ProgramError
-from etc.runtime.method import Method, MethodMeta
+from etc.runtime.method import Method, MethodMeta, method_meta
 from etc.schema import PteFile, deserialize_pte
+
+__all__ = ["Runtime", "Program", "BackendRegistry", "OperatorRegistry"]
 
 
 class Program:
-    """A loaded program: its methods by name, loaded on demand."""
+    """A loaded program: its methods by name, each loaded on first request."""
 
     def __init__(self, pte: PteFile, *, source: str = "<bytes>"):
         self.pte = pte
         self.source = source
         self._plans = {plan.name: plan for plan in pte.program.execution_plan or []}
+        self._methods: dict[str, Method] = {}
 
     @property
     def method_names(self) -> list[str]:
+        """The method names, in program order."""
         return list(self._plans)
 
-    def load_method(self, name: str = "forward") -> Method:
-        """Plan the method's memory, bind its kernels and initialise its delegates."""
+    @property
+    def num_methods(self) -> int:
+        return len(self._plans)
+
+    def _plan(self, name: str):
         plan = self._plans.get(name)
         if plan is None:
             raise ProgramError(f"program {self.source} has no method '{name}' "
                                f"(methods: {', '.join(self.method_names) or 'none'})")
-        return Method(self.pte, plan)
+        return plan
+
+    def load_method(self, name: str = "forward") -> Method:
+        """The method `name`, loaded (memory planned, kernels bound, delegates initialised) once."""
+        method = self._methods.get(name)
+        if method is None:
+            method = Method(self.pte, self._plan(name))
+            self._methods[name] = method
+        return method
 
     def metadata(self, name: str = "forward") -> MethodMeta:
-        return self.load_method(name).metadata
+        """Method `name`'s inputs, outputs, planned buffers, backends and operators, without loading it."""
+        return method_meta(self._plan(name))
 
     def __repr__(self) -> str:
         return f"Program({self.source}, methods={self.method_names})"
 
 
+class BackendRegistry:
+    """The backends programs can delegate to (`Runtime.get().backend_registry`)."""
+
+    @property
+    def registered_backend_names(self) -> list[str]:
+        from etc.runtime.backends import registered_backends
+
+        return registered_backends()
+
+    def is_available(self, backend_id: str) -> bool:
+        from etc.runtime.backends import is_available
+
+        return is_available(backend_id)
+
+
+class OperatorRegistry:
+    """The operators the runtime has kernels for (`Runtime.get().operator_registry`)."""
+
+    @property
+    def operator_names(self) -> set[str]:
+        from etc.runtime.kernels.registry import registered_kernels
+        from etc.runtime.method import _ensure_kernels_registered
+
+        _ensure_kernels_registered()
+        return set(registered_kernels())
+
+
 class Runtime:
+    """The runtime singleton: `Runtime.get()`."""
+
     _instance: "Runtime | None" = None
+
+    def __init__(self):
+        self.backend_registry = BackendRegistry()
+        self.operator_registry = OperatorRegistry()
 
     @classmethod
     def get(cls) -> "Runtime":
@@ -56,7 +110,7 @@ class Runtime:
         return cls._instance
 
     def load_program(self, data) -> Program:
-        """A program from a `.pte` path, its bytes, or a PteFile."""
+        """A program from a `.pte` path, its bytes, a binary file object, or a PteFile."""
         if isinstance(data, PteFile):
             return Program(data, source="<PteFile>")
         if isinstance(data, (str, os.PathLike)):
@@ -69,4 +123,9 @@ class Runtime:
             return Program(deserialize_pte(blob), source=path)
         if isinstance(data, (bytes, bytearray, memoryview)):
             return Program(deserialize_pte(bytes(data)))
-        raise ProgramError(f"load_program takes a path, bytes or a PteFile, got {type(data).__name__}")
+        if hasattr(data, "read"):
+            blob = data.read()
+            if isinstance(blob, (bytes, bytearray)):
+                return Program(deserialize_pte(bytes(blob)), source=getattr(data, "name", "<file>"))
+        raise ProgramError(f"load_program takes a path, bytes, a binary file or a PteFile, "
+                           f"got {type(data).__name__}")
