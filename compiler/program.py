@@ -48,7 +48,8 @@ class ExecutorchBackendConfig:
     mem_id_for: callback assigning each planned value to a memory id (1-based),
       for memory hierarchies; default: everything in mem_id 1.
     alloc_graph_input / alloc_graph_output: whether inputs / outputs live in
-      planned memory (ExecuTorch's defaults: inputs no, outputs yes).
+      planned memory (as in ExecuTorch, both by default: the runtime copies inputs
+      into the arena, and planned sizes compare one to one with ExecuTorch's).
     alignment: byte alignment of every planned tensor.
     segment_alignment / constant_tensor_alignment: `.pte` layout.
     delegate_data_in_segments: put delegate blobs in segments (else inline).
@@ -56,7 +57,7 @@ class ExecutorchBackendConfig:
 
     memory_planning_algorithm: object = "greedy"
     mem_id_for: Callable | None = None
-    alloc_graph_input: bool = False
+    alloc_graph_input: bool = True
     alloc_graph_output: bool = True
     alignment: int = 16
     segment_alignment: int = 128
@@ -162,7 +163,8 @@ def annotate_upper_bounds(program_ir, decomposed: dict) -> None:
 
 
 # The aten -> edge stage as one pipeline string; `etc-opt` runs the same text.
-EDGE_PIPELINE = "builtin.module(etc-canonicalize-aten, etc-convert-aten-to-edge, cse, etc-dce)"
+EDGE_PIPELINE = ("builtin.module(etc-canonicalize-aten, etc-convert-aten-to-edge, etc-fold-constants, "
+                 "etc-fuse-batch-norm, cse, etc-dce)")
 
 
 # ------------------------------------------------------------- EdgeProgram

@@ -17,6 +17,8 @@ becomes a new private global whose bytes join `ProgramIR.constants`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 PASS_NAME = "etc-fold-constants"
@@ -129,3 +131,20 @@ def _as_numpy(tensor) -> np.ndarray:
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.uint16).numpy()
     return tensor.numpy()
+
+
+from etc.passes.pass_api import Pass, option, register_pass  # noqa: E402
+
+
+@register_pass
+class FoldConstants(Pass):
+    name = PASS_NAME
+    summary = SUMMARY
+
+    @dataclass
+    class Options:
+        max_growth: int = option(MAX_GROWTH, help="fold only when results are at most this many times "
+                                                  "the bytes of the constant inputs")
+
+    def run(self, op) -> None:
+        self.count("folded", fold_constants(op, max_growth=self.options.max_growth))

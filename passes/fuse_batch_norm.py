@@ -75,3 +75,15 @@ def fuse_batch_norm(module) -> int:
         if fused:
             table.drop_unused()
     return fused
+
+
+from etc.passes.pass_api import Pass, register_pass  # noqa: E402
+
+
+@register_pass
+class FuseBatchNorm(Pass):
+    name = PASS_NAME
+    summary = SUMMARY
+
+    def run(self, op) -> None:
+        self.count("fused", fuse_batch_norm(op))
