@@ -1,0 +1,272 @@
+"""The pass-authoring API: options, registry, pipeline parsing and running."""
+
+from __future__ import annotations
+
+import enum
+import io
+import typing
+from dataclasses import dataclass
+
+import pytest
+from torch_mlir import ir, rewrite
+
+from etc.dialects import make_context
+from etc.errors import EtcError, PassError, VerificationError
+from etc.passes.pass_api import (Pass, collect_diagnostics, format_options, option, options_help,
+                                 parse_options, split_option_string)
+from etc.passes.pipeline import NestedElement, PassElement, Pipeline, parse_pipeline, run_pipeline
+from etc.passes.registry import all_passes, get_pass, register_pass
+
+
+# ----------------------------------------------------------------- options
+class Mode(enum.Enum):
+    FAST = "fast"
+    SMALL = "small"
+
+
+@dataclass
+class Opts:
+    alignment: int = option(16, help="bytes")
+    ratio: float = option(0.5, help="a ratio")
+    verbose: bool = option(False, help="talk")
+    algorithm: str = option("greedy", help="how", choices=("greedy", "naive"))
+    mode: Mode = option(Mode.FAST, help="a mode")
+    level: typing.Literal["low", "high"] = option("low", help="a literal")
+    dims: list[int] = option(list, help="some dims")
+    names: list[str] = option(lambda: ["a"], help="some names")
+
+
+def test_options_defaults_and_parsing():
+    assert parse_options(Opts, None, "p") == Opts()
+    opts = parse_options(Opts, "{alignment=64 ratio=0.25 verbose algorithm=naive mode=small level=high "
+                               "dims=0,-1,2 names={x,y}}", "p")
+    assert opts == Opts(64, 0.25, True, "naive", Mode.SMALL, "high", [0, -1, 2], ["x", "y"])
+    assert parse_options(Opts, "verbose=false alignment=0x10", "p") == Opts(alignment=16)
+    assert parse_options(Opts, {"ratio": "2"}, "p").ratio == 2.0
+
+
+def test_options_accept_underscores_and_quotes():
+    assert split_option_string('{a=1 b="x y" c={1,2} d}') == [("a", "1"), ("b", "x y"), ("c", "{1,2}"), ("d", None)]
+    assert parse_options(Opts, "names='p q'", "p").names == ["p q"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("alignmnt=3", "unknown option 'alignmnt' of p; valid options: alignment, ratio, verbose, algorithm, mode, "
+                   "level, dims, names"),
+    ("alignment=wide", "option 'alignment' of p expects an integer, got 'wide'"),
+    ("ratio=x", "option 'ratio' of p expects a number"),
+    ("verbose=maybe", "option 'verbose' of p expects true or false, got 'maybe'"),
+    ("algorithm=best", "option 'algorithm' of p expects one of greedy, naive, got 'best'"),
+    ("mode=slow", "option 'mode' of p expects one of FAST, SMALL"),
+    ("level=mid", "expects one of low, high"),
+    ("dims=1,x", "option 'dims' of p expects an integer, got 'x'"),
+    ("alignment", "option 'alignment' of p needs a value (int)"),
+    ("names={a", "unbalanced braces"),
+])
+def test_bad_options_are_pass_errors(text, message):
+    with pytest.raises(PassError, match=None) as info:
+        parse_options(Opts, text, "p")
+    assert message in str(info.value)
+
+
+def test_format_options_round_trips():
+    opts = Opts(alignment=8, dims=[1, 2], names=["a b"], mode=Mode.SMALL)
+    assert parse_options(Opts, format_options(opts), "p") == opts
+    rows = {name: (kind, text) for name, kind, text in options_help(Opts)}
+    assert rows["alignment"] == ("int", "bytes (default: 16)")
+    assert rows["algorithm"][0] == "greedy|naive"
+    assert rows["dims"][0] == "list of int"
+
+
+def test_option_needs_a_default():
+    with pytest.raises(TypeError):
+        option(help="no default")
+
+
+# ---------------------------------------------------------------- registry
+def test_registry_has_etc_passes():
+    passes = all_passes()
+    for name in ("etc-dce", "etc-canonicalize-aten", "etc-convert-aten-to-edge", "etc-memory-planning"):
+        assert name in passes and passes[name].summary
+    assert get_pass("etc-dce").name == "etc-dce"
+    planning = get_pass("etc-memory-planning")("alignment=64 algorithm=naive")
+    assert (planning.options.alignment, planning.options.algorithm) == (64, "naive")
+    assert str(planning).startswith("etc-memory-planning{algorithm=naive alignment=64")
+
+
+def test_unknown_pass_names_close_ones():
+    with pytest.raises(PassError, match="unknown pass 'etc-dcx'; did you mean 'etc-dce'"):
+        get_pass("etc-dcx")
+
+
+def test_register_pass_checks_name_and_duplicates():
+    with pytest.raises(TypeError, match="needs a `name`"):
+        register_pass(type("Nameless", (Pass,), {"summary": "x"}))
+    with pytest.raises(TypeError, match="one-line `summary`"):
+        register_pass(type("NoSummary", (Pass,), {"name": "etc-test-nosummary"}))
+    with pytest.raises(PassError, match="registered twice"):
+        register_pass(type("OtherDce", (Pass,), {"name": "etc-dce", "summary": "again"}))
+
+
+# -------------------------------------------------------- pipeline syntax
+def test_parse_pipeline_nesting_and_options():
+    root = parse_pipeline("builtin.module(func.func(etc-a, canonicalize), etc-b{opt=1 x={2,3}}, cse)")
+    assert root.anchor == "builtin.module"
+    nested, b, cse = root.elements
+    assert isinstance(nested, NestedElement) and nested.anchor == "func.func"
+    assert [e.name for e in nested.elements] == ["etc-a", "canonicalize"]
+    assert b == PassElement("etc-b", "opt=1 x={2,3}", 48)
+    assert cse.name == "cse" and cse.options is None
+    assert root.text() == "builtin.module(func.func(etc-a, canonicalize), etc-b{opt=1 x={2,3}}, cse)"
+
+
+def test_parse_pipeline_implicit_module():
+    root = parse_pipeline(" etc-dce , func.func(cse) ")
+    assert root.anchor == "builtin.module" and [type(e) for e in root.elements] == [PassElement, NestedElement]
+    assert parse_pipeline("").elements == []
+    assert parse_pipeline("builtin.module(func.func())").elements[0].elements == []
+
+
+@pytest.mark.parametrize("text, where, message", [
+    ("builtin.module(func.func(cse)", ":1:30", "expected ')' to close '(' at column 15"),
+    ("builtin.module(cse))", ":1:20", "expected ',' or the end of the pipeline, found ')'"),
+    ("builtin.module(cse,)", ":1:20", "expected a pass or op name, found ')'"),
+    ("builtin.module(,cse)", ":1:16", "expected a pass or op name, found ','"),
+    ("builtin.module(cse etc)", ":1:20", "expected ',' or ')', found 'e'"),
+    ("builtin.module(etc-a{x=1)", ":1:21", "unbalanced '{' in the options of 'etc-a'"),
+    ("cse, builtin.module(cse)", ":1:1", "must be the whole pipeline"),
+])
+def test_parse_pipeline_errors(text, where, message):
+    with pytest.raises(PassError) as info:
+        parse_pipeline(text)
+    assert info.value.location == "<pass-pipeline>" + where
+    assert message in info.value.message
+
+
+# --------------------------------------------------------- running passes
+SOURCE = """
+func.func @f(%x: tensor<4xf32>, %i: i32) -> (tensor<4xf32>, i32) {
+  %dead = "aten.neg"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  %zero = arith.constant 0 : i32
+  %j = arith.addi %i, %zero : i32
+  %0 = "aten.relu"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  %1 = "aten.relu"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  %2 = "aten.add_tensor"(%0, %1) {alpha = 1 : i64} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %2, %j : tensor<4xf32>, i32
+}
+"""
+
+
+@pytest.fixture()
+def module():
+    context = make_context()
+    with context, ir.Location.unknown():
+        yield ir.Module.parse(SOURCE)
+
+
+def test_run_pipeline_mixes_python_and_upstream(module):
+    stream = io.StringIO()
+    pipeline = run_pipeline(module, "builtin.module(etc-dce, canonicalize, func.func(cse))",
+                            print_ir_after_all=True, print_stream=stream)
+    text = str(module)
+    assert "aten.neg" not in text and "arith.addi" not in text and text.count("aten.relu") == 1
+    dumps = [line for line in stream.getvalue().splitlines() if "IR Dump After" in line]
+    assert dumps == ["// -----// IR Dump After etc-dce //----- //",
+                     "// -----// IR Dump After canonicalize //----- //",
+                     "// -----// IR Dump After cse ('func.func' operation) //----- //"]
+    assert pipeline.steps[0].python_pass.statistics == {"erased": 1}
+
+
+def test_unknown_pass_in_pipeline(module):
+    with pytest.raises(EtcError, match="'etc-dcee' does not refer to a registered pass; did you mean 'etc-dce'"):
+        run_pipeline(module, "builtin.module(func.func(etc-dcee))")
+
+
+def test_bad_upstream_option(module):
+    with pytest.raises(PassError, match="invalid upstream pass 'cse{foo=1}'"):
+        run_pipeline(module, "builtin.module(cse{foo=1})")
+
+
+def test_pipeline_anchor_must_match(module):
+    with pytest.raises(PassError, match="anchored on 'builtin.module' cannot run on a 'func.func'"):
+        Pipeline("builtin.module(cse)", context=module.context).run(module.body.operations[0])
+
+
+@register_pass
+class _BreakIR(Pass):
+    name = "etc-test-python-break"
+    summary = "test: erase every return"
+
+    def run(self, op):
+        returns = []
+        op.walk(lambda o: (returns.append(o) if o.name == "func.return" else None) or ir.WalkResult.ADVANCE)
+        for r in returns:
+            r.erase()
+
+
+def test_verifier_names_the_pass(module):
+    with pytest.raises(VerificationError, match="invalid after pass 'etc-test-python-break'"):
+        run_pipeline(module, "func.func(etc-test-python-break)")
+
+
+def test_verify_false_skips_the_verifier():
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(SOURCE)
+        run_pipeline(module, "etc-test-python-break", verify=False)
+        assert "return" not in str(module.operation.get_asm(assume_verified=True))
+
+
+@register_pass
+class _RenameRelu(Pass):
+    """A pattern-based test pass: relu -> sigmoid, counting rewrites."""
+
+    name = "etc-test-relu-to-sigmoid"
+    summary = "test: rewrite aten.relu into aten.sigmoid"
+
+    @dataclass
+    class Options:
+        limit: int = option(-1, help="stop after this many rewrites (-1: no limit)")
+
+    def patterns(self):
+        patterns = rewrite.RewritePatternSet()
+
+        def relu(op, rewriter):
+            if self.options.limit >= 0 and self.statistics.get("rewritten", 0) >= self.options.limit:
+                return True
+            with rewriter.ip:
+                new = ir.Operation.create("aten.sigmoid", results=[op.result.type], operands=[op.operands[0]],
+                                          loc=op.location)
+            rewriter.replace_op(op, new)
+            self.count("rewritten")
+            return None
+
+        patterns.add("aten.relu", relu)
+        return patterns
+
+
+def test_pattern_pass_and_options(module):
+    pipeline = run_pipeline(module, "builtin.module(func.func(etc-test-relu-to-sigmoid{limit=1}))")
+    text = str(module)
+    assert text.count("aten.sigmoid") == 1 and text.count("aten.relu") == 1
+    assert pipeline.steps[0].python_pass.statistics == {"rewritten": 1}
+
+
+def test_pass_errors_and_warnings_are_located():
+    source = 'func.func @f(%x: i32) -> i32 {\n  %0 = arith.addi %x, %x {etc.test_diagnostic = "careful"} : i32\n' \
+             '  return %0 : i32\n}\n'
+    with make_context():
+        module = ir.Module.parse(source)
+        with collect_diagnostics() as diagnostics:
+            run_pipeline(module, "etc-test-diagnostics")
+        assert [(d.severity, d.message) for d in diagnostics] == [("warning", "careful")]
+        assert diagnostics[0].location.endswith(":2:8")
+        module = ir.Module.parse(source.replace('"careful"', '"error: wrong"'))
+        with pytest.raises(PassError, match="wrong") as info:
+            run_pipeline(module, "etc-test-diagnostics")
+        assert info.value.location.endswith(":2:8")
+
+
+def test_memory_planning_pass_matches_the_function(module):
+    with module.context:
+        run_pipeline(module, "builtin.module(etc-dce, etc-memory-planning{alignment=64})")
+    assert "etc.buffer_sizes" in str(module)
