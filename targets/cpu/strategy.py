@@ -1,0 +1,615 @@
+"""Matmul/convolution codegen strategy for the `cpu` target (linalg on tensors, in place).
+
+    apply_strategy(module, target)
+
+Every f32 contraction big enough to pay for it becomes one *GEMM kernel*:
+
+    A  [M, K]            (row-major; padded to Mp = a multiple of mr rows when needed)
+    Bp [NB, K, nr]       (B packed into column panels of nr = a few vector widths, zero padded)
+    C  [Mp, NB, nr]      (the output in place, seen through expand_shape: no copy when aligned)
+
+and a transform-dialect script (built here as text, run by the transform
+interpreter) tiles it Goto-style: batch, K blocks of kc (the B micro-panel
+kc x nr stays in L1), column panels, row blocks of mr, then single k steps.
+The mr x nr x 1 step is vectorized, turned into `vector.contract`, lowered to
+outer products and those to `vector.fma` on nr-wide vectors; the accumulator
+tile (mr x nr: 6 x 64 f32 = 24 zmm registers on AVX-512) is hoisted out of the
+k loop, so the inner loop is a register-tiled FMA microkernel: mr broadcasts,
+nr/16 loads and mr*nr/16 FMAs per k.
+
+Recognized: `linalg.matmul`, `linalg.batch_matmul`, matmul-like `linalg.generic`s
+(including B read through a transposing generic: linear layers), and
+`linalg.conv_2d_nchw_fchw` (any stride/dilation; padding already materialized)
+as weights[F, C*KH*KW] x im2col[C*KH*KW, OH*OW] per image (1x1 stride-1
+convolutions read the input in place). Everything else, and dynamic shapes,
+go to the target's default strategy, which runs afterwards.
+
+After bufferization the vector ops need `convert-vector-to-scf`, and
+`convert-vector-to-llvm` (see `LOWER_VECTORS`). `compile_standalone` is a
+minimal development path (linalg text -> strategy -> bufferize -> LLVM ->
+llvmlite MCJIT -> ctypes) used by the tests and `tools/bench_gemm.py`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from torch_mlir import ir
+
+# ------------------------------------------------------------------ configuration
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Register tile mr x nr (nr a multiple of the vector width), K block kc."""
+
+    vector_width: int  # f32 lanes
+    mr: int
+    nr: int
+    kc: int
+    min_flops: int = 2 * 16 * 16 * 16  # smaller contractions stay with the default strategy
+
+
+def kernel_config(target) -> KernelConfig | None:
+    """The tile for `target` (a CpuTarget), or None: no SIMD FMA worth tiling for (Cortex-M)."""
+    triple = getattr(target, "triple", "") or ""
+    features = set(getattr(target, "features", "").split(","))
+    arch = triple.split("-", 1)[0]
+    if arch in ("x86_64", "amd64"):
+        if "+avx512f" in features:
+            return KernelConfig(16, 6, 64, 128)  # 24 accumulators of 32 zmm; B panel 128x64 f32 = 32 KiB
+        if "+fma" in features and "+avx2" in features:
+            return KernelConfig(8, 6, 16, 256)  # 12 of 16 ymm
+        return None
+    if arch in ("aarch64", "arm64"):
+        return KernelConfig(4, 8, 12, 256)  # 24 of 32 q registers
+    return None
+
+
+# ------------------------------------------------------------------ recognition
+
+
+@dataclass
+class Gemm:
+    """One contraction to rewrite: C[b, m, n] (+)= A[b?, m, k] * B[b?, k, n] (B maybe transposed or im2col)."""
+
+    op: object  # the linalg op replaced
+    batch: int  # 1 when there is none
+    M: int
+    N: int
+    K: int
+    a: object  # value
+    a_batched: bool
+    b: object
+    b_layout: str  # "kn" | "nk" | "im2col"
+    b_batched: bool
+    c: object  # init value
+    result_type: object
+    conv: dict | None = None  # im2col/conv geometry
+
+
+def _maps(op) -> list:
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _dims(amap):
+    out = []
+    for e in amap.results:
+        if not isinstance(e, ir.AffineDimExpr):
+            return None
+        out.append(ir.AffineDimExpr(e).position)
+    return out
+
+
+def _iterators(op) -> list[str]:
+    return [re.search(r"parallel|reduction|window", str(a)).group(0) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+
+
+def _is_f32(v) -> bool:
+    return isinstance(v.type, ir.RankedTensorType) and str(ir.RankedTensorType(v.type).element_type) == "f32" and \
+        ir.RankedTensorType(v.type).has_static_shape
+
+
+def _mul_add_body(op) -> bool:
+    """yield(addf(out, mulf(in0, in1))) in either operand order."""
+    block = op.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    if len(ops) != 3 or [o.name for o in ops] != ["arith.mulf", "arith.addf", "linalg.yield"]:
+        return False
+    mul, add, yld = ops
+    args = list(block.arguments)
+    if set(mul.operands) != {args[0], args[1]} or len(set(mul.operands)) != 2:
+        return False
+    return set(add.operands) == {mul.result, args[2]} and yld.operands[0] == add.result
+
+
+def _producer(value):
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _transpose_source(value):
+    """If `value` is a 2-D transpose of another tensor (linalg.transpose or its generic form), that tensor."""
+    op = _producer(value)
+    if op is None:
+        return None
+    if op.name == "linalg.transpose":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        return op.operands[0] if perm == [1, 0] else None
+    if op.name != "linalg.generic" or len(op.operands) != 2:
+        return None
+    block = op.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    if len(ops) != 1 or ops[0].operands[0] != block.arguments[0]:
+        return None
+    maps = [_dims(m) for m in _maps(op)]
+    if maps == [[1, 0], [0, 1]] or maps == [[0, 1], [1, 0]]:
+        return op.operands[0]
+    return None
+
+
+def match_generic(op) -> Gemm | None:
+    """A matmul-like linalg.generic: parallel dims (batch?, m, n), one reduction k, mul-add body."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or len(op.operands) != 3:
+        return None
+    if not all(_is_f32(v) for v in op.operands) or not _mul_add_body(op):
+        return None
+    its = _iterators(op)
+    if its.count("reduction") != 1 or len(its) not in (3, 4):
+        return None
+    maps = [_dims(m) for m in _maps(op)]
+    if any(m is None for m in maps):
+        return None
+    (d_k,) = [i for i, k in enumerate(its) if k == "reduction"]
+    out = maps[2]
+    if len(out) != len(its) - 1 or len(set(out)) != len(out):
+        return None
+    batch_dims, d_m, d_n = out[:-2], out[-2], out[-1]
+    lhs, rhs = maps[0], maps[1]
+    a_val, b_val = op.operands[0], op.operands[1]
+    if d_m not in lhs:  # operands swapped: C = B^T-ish ... take the one with m as A
+        lhs, rhs, a_val, b_val = rhs, lhs, b_val, a_val
+    if d_m not in lhs or d_k not in lhs or d_n in lhs or d_n not in rhs or d_k not in rhs or d_m in rhs:
+        return None
+    a_b = lhs[:-2]
+    b_b = rhs[:-2]
+    if a_b not in ([], batch_dims) or b_b not in ([], batch_dims) or len(batch_dims) > 1:
+        return None
+    if lhs[-2:] != [d_m, d_k]:
+        return None  # transposed A: leave to the default
+    shape = ir.RankedTensorType(op.results[0].type).shape
+    batch = shape[0] if batch_dims else 1
+    M, N = shape[-2], shape[-1]
+    K = ir.RankedTensorType(a_val.type).shape[-1]
+    if rhs[-2:] == [d_k, d_n]:
+        layout = "kn"
+        src = _transpose_source(b_val) if not b_b else None
+        if src is not None:
+            b_val, layout = src, "nk"
+    elif rhs[-2:] == [d_n, d_k]:
+        layout = "nk"
+    else:
+        return None
+    return Gemm(op, batch, M, N, K, a_val, bool(a_b), b_val, layout, bool(b_b), op.operands[2], op.results[0].type)
+
+
+def match_conv(op) -> Gemm | None:
+    """linalg.conv_2d_nchw_fchw on static f32 tensors -> filter[F, CKK] x im2col."""
+    if op.name != "linalg.conv_2d_nchw_fchw" or not all(_is_f32(v) for v in op.operands):
+        return None
+    x, w, init = op.operands[0], op.operands[1], op.operands[2]
+    n, c, h, wd = ir.RankedTensorType(x.type).shape
+    f, c2, kh, kw = ir.RankedTensorType(w.type).shape
+    _, _, oh, ow = ir.RankedTensorType(init.type).shape
+    strides = [int(s) for s in ir.DenseIntElementsAttr(op.attributes["strides"])] if "strides" in op.attributes else [1, 1]
+    dil = [int(s) for s in ir.DenseIntElementsAttr(op.attributes["dilations"])] if "dilations" in op.attributes else [1, 1]
+    if c != c2:
+        return None
+    geo = dict(n=n, c=c, h=h, w=wd, f=f, kh=kh, kw=kw, oh=oh, ow=ow, sh=strides[0], sw=strides[1], dh=dil[0], dw=dil[1])
+    direct = kh == 1 and kw == 1 and strides == [1, 1] and oh == h and ow == wd
+    return Gemm(op, n, f, oh * ow, c * kh * kw, w, False, x, "kn" if direct else "im2col", True, init,
+                op.results[0].type, conv=geo)
+
+
+# ------------------------------------------------------------------ kernel text
+
+
+def _t(shape) -> str:
+    return "tensor<" + "x".join(str(s) for s in shape) + "xf32>"
+
+
+class _Text:
+    def __init__(self):
+        self.lines = []
+        self.n = 0
+
+    def fresh(self, stem="v") -> str:
+        self.n += 1
+        return f"%{stem}{self.n}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+
+def _pad(t: _Text, value: str, shape: list, high: list) -> tuple[str, list]:
+    if not any(high):
+        return value, shape
+    new = [s + h for s, h in zip(shape, high)]
+    out = t.fresh("pad")
+    idx = ", ".join(f"%i{i}: index" for i in range(len(shape)))
+    t.emit(f"{out} = tensor.pad {value} low[{', '.join('0' for _ in shape)}] high[{', '.join(map(str, high))}] {{")
+    t.emit(f"^bb0({idx}):")
+    t.emit("  tensor.yield %zero : f32")
+    t.emit(f"}} : {_t(shape)} to {_t(new)}")
+    return out, new
+
+
+def _reshape(t: _Text, kind: str, value: str, src: list, dst: list, groups: list) -> str:
+    out = t.fresh("r")
+    g = "[" + ", ".join("[" + ", ".join(map(str, grp)) + "]" for grp in groups) + "]"
+    if kind == "expand":
+        t.emit(f"{out} = tensor.expand_shape {value} {g} output_shape [{', '.join(map(str, dst))}] "
+               f": {_t(src)} into {_t(dst)}")
+    else:
+        t.emit(f"{out} = tensor.collapse_shape {value} {g} : {_t(src)} into {_t(dst)}")
+    return out
+
+
+def _transpose(t: _Text, value: str, src: list, perm: list) -> tuple[str, list]:
+    dst = [src[p] for p in perm]
+    e, out = t.fresh("e"), t.fresh("tr")
+    t.emit(f"{e} = tensor.empty() : {_t(dst)}")
+    t.emit(f"{out} = linalg.transpose ins({value} : {_t(src)}) outs({e} : {_t(dst)}) permutation = [{', '.join(map(str, perm))}]")
+    return out, dst
+
+
+def _im2col(t: _Text, x: str, g: Gemm, cfg: KernelConfig, NB: int) -> str:
+    """Bp[b, jb, r, j] = X[b, c, oh*sh + kh*dh, ow*sw + kw*dw] for p = jb*nr + j < OH*OW, else 0."""
+    geo, nr = g.conv, cfg.nr
+    P, KK = geo["oh"] * geo["ow"], geo["kh"] * geo["kw"]
+    shape = [g.batch, NB, g.K, nr]
+    e, out = t.fresh("e"), t.fresh("col")
+    t.emit(f"{e} = tensor.empty() : {_t(shape)}")
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], "
+           f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]}} outs({e} : {_t(shape)}) {{")
+    t.emit("^bb0(%o: f32):")
+    body = [
+        "%b = linalg.index 0 : index", "%jb = linalg.index 1 : index", "%r = linalg.index 2 : index",
+        "%j = linalg.index 3 : index",
+        f"%cnr = arith.constant {nr} : index", f"%cP = arith.constant {P} : index",
+        f"%cP1 = arith.constant {P - 1} : index", f"%cOW = arith.constant {geo['ow']} : index",
+        f"%cKK = arith.constant {KK} : index", f"%cKW = arith.constant {geo['kw']} : index",
+        f"%csh = arith.constant {geo['sh']} : index", f"%csw = arith.constant {geo['sw']} : index",
+        f"%cdh = arith.constant {geo['dh']} : index", f"%cdw = arith.constant {geo['dw']} : index",
+        "%p0 = arith.muli %jb, %cnr : index", "%p = arith.addi %p0, %j : index",
+        "%pc = arith.minui %p, %cP1 : index",
+        "%oh = arith.divui %pc, %cOW : index", "%ow = arith.remui %pc, %cOW : index",
+        "%c = arith.divui %r, %cKK : index", "%rr = arith.remui %r, %cKK : index",
+        "%kh = arith.divui %rr, %cKW : index", "%kw = arith.remui %rr, %cKW : index",
+        "%h0 = arith.muli %oh, %csh : index", "%h1 = arith.muli %kh, %cdh : index", "%h = arith.addi %h0, %h1 : index",
+        "%w0 = arith.muli %ow, %csw : index", "%w1 = arith.muli %kw, %cdw : index", "%w = arith.addi %w0, %w1 : index",
+        f"%x = tensor.extract {x}[%b, %c, %h, %w] : {_t([g.batch, geo['c'], geo['h'], geo['w']])}",
+        "%ok = arith.cmpi ult, %p, %cP : index",
+        "%zero2 = arith.constant 0.0 : f32",
+        "%y = arith.select %ok, %x, %zero2 : f32",
+        "linalg.yield %y : f32",
+    ]
+    for line in body:
+        t.emit("  " + line)
+    t.emit(f"}} -> {_t(shape)}")
+    return out
+
+
+def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str) -> str:
+    """Text of `func.func private @name(A, B, C) -> result` computing `g` in the packed form."""
+    mr, nr = cfg.mr, cfg.nr
+    Mp = g.M  # a partial row block is peeled, not padded
+    Np = -(-g.N // nr) * nr
+    NB = Np // nr
+    t = _Text()
+    t.emit("%zero = arith.constant 0.0 : f32")
+    a_shape = list(ir.RankedTensorType(g.a.type).shape)
+    b_shape = list(ir.RankedTensorType(g.b.type).shape)
+    c_shape = list(ir.RankedTensorType(g.c.type).shape)
+    r_shape = list(ir.RankedTensorType(g.result_type).shape)
+
+    # A -> [B?, Mp, K]
+    a = "%A"
+    if g.conv is not None:  # filter [F, C, KH, KW] -> [F, CKK]
+        a = _reshape(t, "collapse", a, a_shape, [g.M, g.K], [[0], [1, 2, 3]])
+        a_shape = [g.M, g.K]
+    a, a_shape = _pad(t, a, a_shape, [0] * (len(a_shape) - 2) + [Mp - g.M, 0])
+
+    # B -> packed
+    b = "%B"
+    lead = [g.batch] if g.b_batched else []
+    if g.b_layout == "im2col":
+        b = _im2col(t, b, g, cfg, NB)
+        b_packed, b_direct = True, False
+    elif g.b_layout == "kn":
+        if g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
+            b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
+            b_shape = [g.batch, g.K, g.N]
+        b_direct = Np == g.N and not _should_pack(g, cfg)
+        b, b_shape = _pad(t, b, b_shape, [0] * (len(b_shape) - 1) + [Np - g.N])
+        b = _reshape(t, "expand", b, b_shape, lead + [g.K, NB, nr], [[i] for i in range(len(lead))] +
+                     [[len(lead)], [len(lead) + 1, len(lead) + 2]])
+        if not b_direct:
+            n = len(lead)
+            b, _ = _transpose(t, b, lead + [g.K, NB, nr], list(range(n)) + [n + 1, n, n + 2])
+    else:  # "nk": [B?, N, K]
+        b, b_shape = _pad(t, b, b_shape, [0] * (len(b_shape) - 2) + [Np - g.N, 0])
+        n = len(lead)
+        b = _reshape(t, "expand", b, b_shape, lead + [NB, nr, g.K], [[i] for i in range(n)] + [[n, n + 1], [n + 2]])
+        b, _ = _transpose(t, b, lead + [NB, nr, g.K], list(range(n)) + [n, n + 2, n + 1])
+        b_direct = False
+
+    # C -> [Bc, Mp, NB, nr]: pad in its own rank first (so a pad of a fill folds into a bigger fill)
+    c = "%C"
+    if g.conv is not None:  # [N, F, OH, OW] -> [N, F, P]
+        c = _reshape(t, "collapse", c, c_shape, [g.batch, g.M, g.N], [[0], [1], [2, 3]])
+        c_shape = [g.batch, g.M, g.N]
+    c, c_shape = _pad(t, c, c_shape, [0] * (len(c_shape) - 2) + [Mp - g.M, Np - g.N])
+    if len(c_shape) == 2:
+        c = _reshape(t, "expand", c, c_shape, [1, Mp, Np], [[0, 1], [2]])
+    c4 = _reshape(t, "expand", c, [g.batch, Mp, Np], [g.batch, Mp, NB, nr], [[0], [1], [2, 3]])
+
+    # the kernel: dims (b, jb, i, j, k)
+    amap = "(b, i, k)" if g.a_batched else "(i, k)"
+    bb = "b, " if g.b_batched else ""
+    bmap = f"({bb}k, jb, j)" if b_direct else f"({bb}jb, k, j)"
+    b_type = _t(lead + ([g.K, NB, nr] if b_direct else [NB, g.K, nr]))
+    a_type = _t(([g.batch] if g.a_batched else []) + [Mp, g.K])
+    c_type = _t([g.batch, Mp, NB, nr])
+    out = t.fresh("gemm")
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(b, jb, i, j, k) -> {amap}>, "
+           f"affine_map<(b, jb, i, j, k) -> {bmap}>, affine_map<(b, jb, i, j, k) -> (b, i, jb, j)>], "
+           f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} "
+           f"ins({a}, {b} : {a_type}, {b_type}) outs({c4} : {c_type}) attrs = {{{tag}}} {{")
+    t.emit("^bb0(%x: f32, %y: f32, %acc: f32):")
+    t.emit("  %m = arith.mulf %x, %y fastmath<contract> : f32")
+    t.emit("  %s = arith.addf %acc, %m fastmath<contract> : f32")
+    t.emit("  linalg.yield %s : f32")
+    t.emit(f"}} -> {c_type}")
+
+    # back to the result type
+    r = _reshape(t, "collapse", out, [g.batch, Mp, NB, nr], [g.batch, Mp, Np], [[0], [1], [2, 3]])
+    if Mp != g.M or Np != g.N:
+        s = t.fresh("s")
+        t.emit(f"{s} = tensor.extract_slice {r}[0, 0, 0] [{g.batch}, {g.M}, {g.N}] [1, 1, 1] "
+               f": {_t([g.batch, Mp, Np])} to {_t([g.batch, g.M, g.N])}")
+        r = s
+    if g.conv is not None:
+        r = _reshape(t, "expand", r, [g.batch, g.M, g.N], r_shape, [[0], [1], [2, 3]])
+    elif len(r_shape) == 2:
+        r = _reshape(t, "collapse", r, [1, g.M, g.N], r_shape, [[0, 1], [2]])
+    t.emit(f"return {r} : {_t(r_shape)}")
+    a0 = ir.RankedTensorType(g.a.type)
+    head = (f"func.func private @{name}(%A: {a0}, %B: {g.b.type}, %C: {g.c.type}) -> {g.result_type} {{")
+    return head + "\n" + "\n".join(t.lines) + "\n}\n"
+
+
+def _should_pack(g: Gemm, cfg: KernelConfig) -> bool:
+    """Pack B when its rows are far apart (L1 set conflicts across a K block) and the copy is
+    small against the work (it costs N*K moves, the kernel M*N*K FMAs)."""
+    row_bytes = g.N * 4
+    return g.M >= 4 * cfg.mr and row_bytes >= 1024 and row_bytes % 4096 in (0, 1024, 2048, 3072)
+
+
+# ------------------------------------------------------------------ transform script
+
+
+def transform_script(tags: list, cfg: KernelConfig, peel: list) -> str:
+    """The tiling/vectorization script for the kernels tagged `tags` (peel[i]: M % mr != 0)."""
+    any_op = "!transform.any_op"
+    tile = f"({any_op}) -> ({any_op}, {any_op})"
+    lines = ["module attributes {transform.with_named_sequence} {",
+             f"  transform.named_sequence @__transform_main(%root: {any_op} {{transform.readonly}}) {{",
+             f"    %f = transform.structured.match ops{{[\"func.func\"]}} in %root : ({any_op}) -> {any_op}"]
+
+    def emit(*more):
+        lines.extend("    " + m for m in more)
+
+    def patterns(*names):
+        emit("transform.apply_patterns to %f {", *["  transform.apply_patterns." + n for n in names],
+             f"}} : {any_op}")
+
+    for i, tag in enumerate(tags):
+        emit(f"%g{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}}} in %root : ({any_op}) -> {any_op}",
+             f"%a{i}, %lb{i} = transform.structured.tile_using_for %g{i} tile_sizes [1, 0, 0, 0, 0] : {tile}",
+             f"%b{i}, %lc{i} = transform.structured.tile_using_for %a{i} tile_sizes [0, 0, 0, 0, {cfg.kc}] : {tile}",
+             f"%c{i}, %lj{i} = transform.structured.tile_using_for %b{i} tile_sizes [0, 1, 0, 0, 0] : {tile}")
+    patterns("linalg.fold_unit_extent_dims_via_reshapes")  # (1, 1, M, nr, kc) -> (M, nr, kc)
+    for i, tag in enumerate(tags):
+        emit(f"%d{i} = transform.structured.match ops{{[\"linalg.generic\"]}} in %lj{i} : ({any_op}) -> {any_op}",
+             f"%e{i}, %li{i} = transform.structured.tile_using_for %d{i} tile_sizes [{cfg.mr}, 0, 0] : {tile}",
+             f"transform.annotate %e{i} \"{tag}_rows\" : {any_op}")
+        if peel[i]:
+            emit(f"%lf{i} = transform.cast %li{i} : {any_op} to !transform.op<\"scf.for\">",
+                 f"%p{i}, %q{i} = transform.loop.peel %lf{i} : (!transform.op<\"scf.for\">) -> ({any_op}, {any_op})")
+    patterns("canonicalization", "linalg.tiling_canonicalization")
+    for i, tag in enumerate(tags):
+        emit(f"%h{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}_rows}} in %root : ({any_op}) -> {any_op}",
+             f"%v{i}, %lk{i} = transform.structured.tile_using_for %h{i} tile_sizes [0, 0, 1] : {tile}",
+             f"transform.structured.vectorize %v{i} : {any_op}")
+    patterns("vector.transfer_permutation_patterns", "vector.reduction_to_contract")
+    patterns("vector.lower_contraction lowering_strategy = \"outerproduct\"", "vector.lower_outerproduct")
+    for i, _ in enumerate(tags):
+        emit(f"transform.loop.hoist_loop_invariant_subsets %lk{i} : {any_op}")
+    patterns("tensor.merge_consecutive_insert_extract_slice", "tensor.fold_tensor_subset_ops")
+    emit("transform.yield")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ the strategy
+
+
+def _run(module, pipeline: str) -> None:
+    from torch_mlir.passmanager import PassManager
+
+    PassManager.parse(pipeline, context=module.context).run(module.operation)
+
+
+def _collect(module, names) -> list:
+    found = []
+
+    def visit(op):
+        if op.name in names:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def _flops(g: Gemm) -> int:
+    return 2 * g.batch * g.M * g.N * g.K
+
+
+def apply_strategy(module: ir.Module, target, *, min_flops: int | None = None) -> None:
+    """Transform linalg-on-tensors `module` in place for `target`; then the default strategy runs on the rest."""
+    from etc.targets.cpu import codegen
+
+    cfg = kernel_config(target)
+    if cfg is not None:
+        with module.context, ir.Location.unknown():
+            tags, peel = _rewrite(module, cfg, min_flops)
+            if tags:
+                _apply_script(module, transform_script(tags, cfg, peel))
+                _run(module, "builtin.module(canonicalize, cse)")
+    codegen.default_codegen_strategy(module, target)
+
+
+def _rewrite(module, cfg: KernelConfig, min_flops) -> list[str]:
+    limit = cfg.min_flops if min_flops is None else min_flops
+    # Convolutions first (named ops), then generalize matmuls & co. and match generics.
+    gemms = [g for g in (match_conv(op) for op in _collect(module, ("linalg.conv_2d_nchw_fchw",))) if g]
+    chosen = [g for g in gemms if _flops(g) >= limit and g.K >= 2]
+    tags = _rewrite_list(module, cfg, chosen, "c")
+    _run(module, "builtin.module(func.func(linalg-generalize-named-ops))")
+    gemms = [g for g in (match_generic(op) for op in _collect(module, ("linalg.generic",))) if g]
+    more = [g for g in gemms if _flops(g) >= limit and g.K >= 2]
+    tags += _rewrite_list(module, cfg, more, "m")
+    _run(module, "builtin.module(inline, symbol-dce, canonicalize, cse)")
+    return tags, [g.M % cfg.mr != 0 for g in chosen + more]
+
+
+_COUNTER = [0]
+
+
+def _rewrite_list(module, cfg, gemms: list, kind: str) -> list[str]:
+    from torch_mlir.dialects import func as func_d
+
+    tags = []
+    for g in gemms:
+        _COUNTER[0] += 1
+        name = f"etc_gemm_{kind}{_COUNTER[0]}"
+        tag = f"etc.{name}"
+        text = kernel_function(g, cfg, name, tag)
+        kernel = ir.Module.parse(text, module.context)
+        fn = kernel.body.operations[0]
+        fn.operation.detach_from_parent()
+        module.body.append(fn)
+        with ir.InsertionPoint(g.op), g.op.location:
+            call = func_d.CallOp([g.result_type], ir.FlatSymbolRefAttr.get(name), [g.a, g.b, g.c])
+        g.op.results[0].replace_all_uses_with(call.results[0])
+        g.op.erase()
+        tags.append(tag)
+    return tags
+
+
+def _apply_script(module, script: str) -> None:
+    from torch_mlir.dialects.transform import interpreter
+
+    library = ir.Module.parse(script, module.context)
+    entry = library.body.operations[0]
+    interpreter.apply_named_sequence(module.operation, entry, library)
+
+
+# ------------------------------------------------------------------ standalone compile (tests, bench)
+
+BUFFERIZE = ("builtin.module(one-shot-bufferize{bufferize-function-boundaries "
+             "function-boundary-type-conversion=identity-layout-map}, canonicalize, "
+             "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}, canonicalize, cse, "
+             "canonicalize)")
+
+LOWER_VECTORS = "convert-vector-to-scf{full-unroll=true}, lower-affine, convert-vector-to-llvm"
+
+
+def lowering_pipeline() -> str:
+    return ("builtin.module(func.func(convert-linalg-to-loops), " + LOWER_VECTORS + ", canonicalize, "
+            "convert-scf-to-cf, expand-strided-metadata, lower-affine, convert-math-to-llvm, convert-math-to-libm, "
+            "finalize-memref-to-llvm, convert-arith-to-llvm, convert-cf-to-llvm, convert-vector-to-llvm, "
+            "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, convert-ub-to-llvm, "
+            "reconcile-unrealized-casts, canonicalize)")
+
+
+class Compiled:
+    """A JIT-compiled single-function module: call(*inputs) -> outputs (numpy, f32)."""
+
+    def __init__(self, engine, address, in_shapes, out_shapes, llvm_ir, mlir_llvm):
+        self._engine = engine
+        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * (len(in_shapes) + len(out_shapes)))(address)
+        self.in_shapes, self.out_shapes = in_shapes, out_shapes
+        self.llvm_ir = llvm_ir
+        self.mlir_llvm = mlir_llvm
+
+    def __call__(self, *inputs, outputs=None):
+        ins = [np.ascontiguousarray(x, dtype=np.float32) for x in inputs]
+        outs = outputs if outputs is not None else [np.empty(s, np.float32) for s in self.out_shapes]
+        self._fn(*[x.ctypes.data for x in ins], *[o.ctypes.data for o in outs])
+        return outs
+
+
+def compile_standalone(text: str, *, strategy: bool = True, target=None, min_flops: int | None = 0,
+                       opt_level: int = 3) -> Compiled:
+    """linalg-on-tensors text (one public func, static f32 tensors) -> callable native code."""
+    import llvmlite.binding as llvm
+    from torch_mlir.dialects import llvm as llvm_d
+
+    from etc.targets.cpu import codegen
+
+    target = codegen.resolve_target(target)
+    with ir.Context() as ctx, ir.Location.unknown():
+        module = ir.Module.parse(text)
+        fn = [op for op in module.body.operations if op.operation.name == "func.func"][0]
+        name = ir.StringAttr(fn.attributes["sym_name"]).value
+        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        in_shapes = [tuple(ir.RankedTensorType(t).shape) for t in ftype.inputs]
+        out_shapes = [tuple(ir.RankedTensorType(t).shape) for t in ftype.results]
+        _run(module, "builtin.module(func.func(linalg-fuse-elementwise-ops, canonicalize, cse))")
+        if strategy:
+            apply_strategy(module, target, min_flops=min_flops)
+        else:
+            codegen.default_codegen_strategy(module, target)
+        _run(module, BUFFERIZE)
+        codegen.copies_to_linalg(module)
+        fn = [op for op in module.body.operations if op.operation.name == "func.func"][0]
+        n = len(fn.regions[0].blocks[0].arguments)
+        fn.attributes["arg_attrs"] = ir.ArrayAttr.get([ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get()})] * n)
+        _run(module, lowering_pipeline())
+        mlir_llvm = str(module)
+        llvm_ir = codegen._strip_header(llvm_d.translate_module_to_llvmir(module.operation))
+    codegen._init_llvm()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    mod = llvm.parse_assembly(llvm_ir)
+    tm = llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
+                                                                      opt=opt_level)
+    mod.triple = target.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    address = engine.get_function_address(name)
+    return Compiled(engine, address, in_shapes, out_shapes, str(mod), mlir_llvm)
