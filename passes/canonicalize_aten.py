@@ -16,8 +16,9 @@ types are equal (a pattern never changes a type):
   otherwise return storage it does not own or return one buffer twice (the
   copy is returned and its input is a function argument, a global, or is
   returned too). Such copies are kept.
-The same rules apply to the `edge` ops of the same names. Dead inputs of
-removed ops go with MLIR's greedy driver (aten ops are pure).
+The same rules apply to the `edge` ops of the same names. MLIR's greedy
+driver applies the patterns (without folding other dialects' ops); it also
+erases the ops left unused (aten ops are pure).
 """
 
 from __future__ import annotations
@@ -273,6 +274,14 @@ class CanonicalizeAten(Pass):
                 if context.is_registered_operation(op_name):
                     patterns.add(op_name, _guarded(fn))
         return patterns
+
+    def greedy_config(self):
+        from torch_mlir import rewrite
+
+        config = rewrite.GreedyRewriteConfig()
+        config.enable_folding = False  # only our patterns: upstream folding is `canonicalize`'s job
+        config.enable_constant_cse = False
+        return config
 
     def run(self, op) -> None:
         with op.context:

@@ -85,7 +85,11 @@ def _option_name(field_name: str) -> str:
 
 
 def _fields(options_cls) -> list[tuple[dataclasses.Field, Any]]:
-    hints = typing.get_type_hints(options_cls, vars(sys.modules.get(options_cls.__module__, None) or object()))
+    try:
+        hints = typing.get_type_hints(options_cls)
+    except NameError as exc:
+        raise TypeError(f"options of a pass: cannot resolve the annotations of {options_cls.__qualname__} "
+                        f"({exc}); define the types they name at module level") from None
     return [(f, hints.get(f.name, str)) for f in dataclasses.fields(options_cls)]
 
 
@@ -350,7 +354,8 @@ class Pass:
         text = format_options(self.options)
         return f"{self.name}{{{text}}}" if text else self.name
 
-    def __call__(self, op) -> None:
+    def __call__(self, op, _pass=None) -> None:
+        """So that an instance can go into an upstream pass manager: `pm.add(MyPass(), MyPass.name)`."""
         self.run(op)
 
     # -- the body: override run, or patterns

@@ -330,12 +330,10 @@ def list_passes(pass_classes, out) -> None:
 class _Run:
     """One invocation: context, diagnostics of the current buffer, output."""
 
-    def __init__(self, args, pipeline_text: str):
-        from etc.dialects import make_context
-
+    def __init__(self, args, pipeline_text: str, context):
         self.args = args
         self.pipeline_text = pipeline_text
-        self.context = make_context()
+        self.context = context
         self.context.allow_unregistered_dialects = bool(args.allow_unregistered_dialect)
         self.diags: list[Diag] = []
         self._handler = self.context.attach_diagnostic_handler(self._on_mlir_diagnostic)
@@ -391,8 +389,8 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     pass_classes = all_passes()
-    probe_context = make_context()
-    rest, flag_passes, unknown = _split_pass_flags(argv, pass_classes, probe_context)
+    context = make_context()
+    rest, flag_passes, unknown = _split_pass_flags(argv, pass_classes, context)
     parser = _parser(pass_classes)
     if unknown:
         candidates = [f"--{n}" for n in list(_OWN_FLAGS) + list(pass_classes)]
@@ -429,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: could not open output file '{args.output}': {exc.strerror}", file=sys.stderr)
         return 1
 
-    run = _Run(args, pipeline_text)
+    run = _Run(args, pipeline_text, context)
     # A malformed pipeline or an unknown pass is reported once, before any input is processed.
     from etc.passes.pipeline import Pipeline
 

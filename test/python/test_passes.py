@@ -270,3 +270,18 @@ def test_memory_planning_pass_matches_the_function(module):
     with module.context:
         run_pipeline(module, "builtin.module(etc-dce, etc-memory-planning{alignment=64})")
     assert "etc.buffer_sizes" in str(module)
+
+
+def test_a_pass_instance_runs_in_an_upstream_pass_manager():
+    from torch_mlir import passmanager
+
+    with make_context() as context, ir.Location.unknown():
+        context.enable_multithreading(False)
+        module = ir.Module.parse(SOURCE)
+        dce = get_pass("etc-dce")()
+        pm = passmanager.PassManager()
+        pm.add(dce, dce.name)
+        pm.add("cse")
+        pm.run(module.operation)
+        assert dce.statistics == {"erased": 1} and "aten.neg" not in str(module)
+        assert "walking each block backwards" in type(dce).description()
