@@ -419,7 +419,9 @@ class Method:
         if isinstance(call, S.KernelCall):
             name, kernel = self._kernels[call.op_index]
             args = list(call.args or [])
-            result_arg = getattr(kernel, "etc_result_arg", None)  # prim ops that write an argument
+            # Prim ops that write an argument instead of a return slot say which (et_copy_index).
+            result_arg = getattr(kernel, "etc_result_arg", getattr(getattr(kernel, "__wrapped__", None),
+                                                                   "etc_result_arg", None))
             if result_arg is None:
                 params, target = args[:-1], (args[-1] if args else None)
             else:
@@ -584,25 +586,31 @@ class Method:
                 try:
                     jump = step()
                 except Exception as error:  # noqa: BLE001 - every failure leaves with its place in the program
-                    raise self._located(error, chain_index, pc) from error
+                    located, cause = self._located(error, chain_index, pc)
+                    raise located from cause
                 pc = pc + 1 if jump is None else jump
 
-    def _located(self, error: Exception, chain_index: int, pc: int) -> ExecutionError:
+    def _located(self, error: Exception, chain_index: int, pc: int):
+        """(the ExecutionError to raise for `error` at instruction pc, the exception it comes from)."""
         _, label, value, params = self._chains[chain_index][pc]
         where = f" (chain {chain_index})" if chain_index else ""
-        if isinstance(error, ExecutionError):
-            message = error.message
+        cause = error
+        if (isinstance(error, ExecutionError) and error.operator in (None, label)
+                and error.__cause__ is not None and not isinstance(error.__cause__, EtcError)):
+            cause = error.__cause__  # the registry wrapped a kernel's own exception: report that one
+        if cause is error and isinstance(error, ExecutionError):
+            message = error.message.replace(f" [operator {label}]", "")
             cls = type(error)
             value = error.value if error.value is not None else value
         else:
-            message = f"{type(error).__name__}: {error}"
+            message = f"{type(cause).__name__}: {cause}"
             cls = ExecutionError
         notes = list(getattr(error, "notes", []) or [])
         described = [f"value {i}: {self._describe(i)}" for i in params]
         if described:
             notes.append("arguments: " + "; ".join(described))
         return cls(f"{label} failed{where}: {message}", method=self.name, instruction=pc, operator=label,
-                   value=value, notes=notes)
+                   value=value, notes=notes), cause
 
     def _describe(self, index: int) -> str:
         value = self._values[index]

@@ -157,7 +157,6 @@ def sym_ite(condition, if_true, if_false):
 
 # --------------------------------------------------------------------------- loops and views
 
-@_prim("executorch_prim::et_copy_index.tensor")
 def et_copy_index(copy_to, copy_from, index):
     """Write `copy_from` as row `index` of `copy_to`, which grows to `index + 1` rows.
 
@@ -178,7 +177,8 @@ def et_copy_index(copy_to, copy_from, index):
     return rows
 
 
-et_copy_index.etc_result_arg = 0
+et_copy_index.etc_result_arg = 0  # set before registering: the registry's wrapper copies attributes
+_prim("executorch_prim::et_copy_index.tensor")(et_copy_index)
 
 
 @_prim("executorch_prim::et_view.default")

@@ -1,0 +1,559 @@
+"""The runtime on hand-built programs: what ExecuTorch's emitter produces besides plain kernel chains.
+
+Loops made of prim ops and JumpFalseCall (ExecuTorch's map lowering), dynamic
+shapes that shrink and grow again, IntLists fed by run-time sizes, several
+returns, dim orders, mutable state, delegates with dynamic outputs, and the
+errors users see. Kernels are registered under a test namespace so these tests
+depend on the interpreter alone.
+"""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from etc.errors import BackendError, ExecutionError, InputError, KernelNotFoundError, ProgramError
+from etc.runtime import Backend, Runtime, register_backend, unregister_backend
+from etc.runtime.kernels.registry import has_kernel, register_kernel
+from etc.schema import PteFile, serialize_pte
+from etc.schema import program as S
+
+F32, I64 = S.ScalarType.FLOAT, S.ScalarType.LONG
+
+
+# --------------------------------------------------------------------------- test kernels
+
+def _fit(out, value):
+    """Write `value` into the front of out's storage; return it viewed with value's shape."""
+    value = np.asarray(value)
+    target = out.reshape(-1)[:value.size].reshape(value.shape) if value.shape != out.shape else out
+    target[...] = value
+    return target
+
+
+def _add(a, b, out):
+    return _fit(out, a + b)
+
+
+def _scale(a, factor, out):
+    return _fit(out, a * factor)
+
+
+def _select(a, dim, index, out):
+    return _fit(out, np.take(a, index, axis=dim))
+
+
+def _reshape(a, shape, out):
+    return _fit(out, a.reshape(shape))
+
+
+def _copy(src, out):
+    return _fit(out, src)
+
+
+def _minmax(a, out_min, out_max):
+    return _fit(out_min, a.min(keepdims=True)), _fit(out_max, a.max(keepdims=True))
+
+
+def _explode(a, out):
+    raise ValueError("kernel exploded")
+
+
+def _too_big(a, out):
+    return np.zeros(out.size + 1, dtype=out.dtype)
+
+
+KERNELS = {"add.out": _add, "scale.out": _scale, "select.int_out": _select, "reshape.out": _reshape,
+           "copy.out": _copy, "minmax.out": _minmax, "explode.out": _explode, "too_big.out": _too_big}
+for _name, _fn in KERNELS.items():
+    if not has_kernel(f"etc_rt_test::{_name}"):
+        register_kernel(f"etc_rt_test::{_name}", _fn)
+
+
+# --------------------------------------------------------------------------- program building
+
+class Builder:
+    """A one-method program under construction: values, operators, instructions."""
+
+    def __init__(self, name="forward"):
+        self.name = name
+        self.values, self.operators, self.instructions = [], [], []
+        self.inputs, self.outputs = [], []
+        self.arena = 0
+        self.constants, self.mutable, self.blobs, self.delegates = [], [], [], []
+
+    def _add(self, val):
+        self.values.append(S.EValue(val=val))
+        return len(self.values) - 1
+
+    def tensor(self, sizes, *, dtype=F32, dynamic=False, planned=True, constant=None, mutable=None,
+               dim_order=None):
+        nbytes = int(np.prod(sizes, dtype=np.int64)) * (8 if dtype == I64 else 4)
+        alloc, data_idx, extra = None, 0, None
+        if planned and constant is None:
+            alloc = S.AllocationDetails(memory_id=1, memory_offset_low=self.arena, memory_offset_high=0)
+            self.arena += -(-nbytes // 16) * 16
+        if constant is not None:
+            self.constants.append(np.ascontiguousarray(constant).tobytes())
+            data_idx = len(self.constants)
+        if mutable is not None:
+            self.mutable.append(np.ascontiguousarray(mutable).tobytes())
+            data_idx = len(self.mutable)
+            extra = S.ExtraTensorInfo(mutable_data_segments_idx=0, fully_qualified_name="state",
+                                      location=S.TensorDataLocation.SEGMENT)
+        order = list(dim_order) if dim_order is not None else list(range(len(sizes)))
+        return self._add(S.Tensor(
+            scalar_type=dtype, storage_offset=0, sizes=list(sizes), dim_order=order, requires_grad=False,
+            data_buffer_idx=data_idx, allocation_info=alloc, layout=0,
+            shape_dynamism=S.TensorShapeDynamism.DYNAMIC_BOUND if dynamic else S.TensorShapeDynamism.STATIC,
+            extra_tensor_info=extra))
+
+    def alias(self, index, sizes, *, dynamic=False):
+        """Another tensor value at the same planned bytes as tensor `index`."""
+        source = self.values[index].val
+        return self._add(S.Tensor(
+            scalar_type=source.scalar_type, storage_offset=0, sizes=list(sizes),
+            dim_order=list(range(len(sizes))), requires_grad=False, data_buffer_idx=0,
+            allocation_info=source.allocation_info, layout=0,
+            shape_dynamism=S.TensorShapeDynamism.DYNAMIC_BOUND if dynamic else S.TensorShapeDynamism.STATIC,
+            extra_tensor_info=None))
+
+    def int(self, value):
+        return self._add(S.Int(int_val=value))
+
+    def double(self, value):
+        return self._add(S.Double(double_val=value))
+
+    def bool(self, value):
+        return self._add(S.Bool(bool_val=value))
+
+    def int_list(self, items):
+        return self._add(S.IntList(items=list(items)))
+
+    def tensor_list(self, items):
+        return self._add(S.TensorList(items=list(items)))
+
+    def op(self, name, overload):
+        key = S.Operator(name=name, overload=overload)
+        if key not in self.operators:
+            self.operators.append(key)
+        return self.operators.index(key)
+
+    def call(self, qualified, *args):
+        name, _, overload = qualified.partition(".")
+        self.instructions.append(S.Instruction(instr_args=S.KernelCall(op_index=self.op(name, overload),
+                                                                       args=list(args))))
+        return len(self.instructions) - 1
+
+    def jump_false(self, cond, destination):
+        self.instructions.append(S.Instruction(instr_args=S.JumpFalseCall(cond_value_index=cond,
+                                                                          destination_instruction=destination)))
+
+    def move(self, source, destination):
+        self.instructions.append(S.Instruction(instr_args=S.MoveCall(move_from=source, move_to=destination)))
+
+    def delegate(self, backend_id, blob, *args):
+        self.blobs.append(blob)
+        self.delegates.append(S.BackendDelegate(
+            id=backend_id, processed=S.BackendDelegateDataReference(location=S.DataLocation.SEGMENT,
+                                                                    index=len(self.blobs) - 1),
+            compile_specs=[S.CompileSpec(key="mode", value=b"fast")]))
+        self.instructions.append(S.Instruction(instr_args=S.DelegateCall(delegate_index=len(self.delegates) - 1,
+                                                                         args=list(args))))
+
+    def plan(self):
+        return S.ExecutionPlan(
+            name=self.name, container_meta_type=S.ContainerMetadata(encoded_inp_str="", encoded_out_str=""),
+            values=self.values, inputs=self.inputs, outputs=self.outputs,
+            chains=[S.Chain(inputs=self.inputs, outputs=self.outputs, instructions=self.instructions,
+                            stacktrace=None)],
+            operators=self.operators, delegates=self.delegates, non_const_buffer_sizes=[0, max(self.arena, 16)])
+
+    def pte(self, *others):
+        pte = PteFile(program=S.Program(version=0, execution_plan=[self.plan()] + [o.plan() for o in others],
+                                        constant_buffer=[], backend_delegate_data=[], segments=[],
+                                        constant_segment=None, mutable_data_segments=[], named_data=[]))
+        for builder in (self, *others):
+            for data in builder.constants:
+                pte.add_constant(data)
+            for blob in builder.blobs:
+                pte.add_delegate_blob(blob)
+        if self.mutable:
+            pte.mutable_data = [list(self.mutable)]
+        return pte
+
+    def load(self, *others):
+        """Through the wire format, as a user's file would come."""
+        return Runtime.get().load_program(serialize_pte(self.pte(*others)))
+
+
+def f32(*values):
+    return np.array(values, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- loops
+
+def map_loop(rows_bound=4, dynamic=True):
+    """ExecuTorch's lowering of `torch.map(lambda row: row * 10, x)`: a loop of prim ops and a jump."""
+    b = Builder()
+    x = b.tensor([rows_bound, 2], dynamic=dynamic)
+    y = b.tensor([rows_bound, 2], dynamic=True)  # the stacked output grows one row per iteration
+    i, n, zero, one = b.int(0), b.int(0), b.int(0), b.int(1)
+    row, body = b.tensor([2]), b.tensor([2])
+    ten, done = b.double(10.0), b.bool(False)
+    b.inputs, b.outputs = [x], [y]
+    b.call("aten::sym_size.int", x, zero, n)
+    start = b.call("etc_rt_test::select.int_out", x, zero, i, row, row)
+    b.call("etc_rt_test::scale.out", row, ten, body, body)
+    b.call("executorch_prim::et_copy_index.tensor", y, body, i)
+    b.call("executorch_prim::add.Scalar", i, one, i)
+    b.call("executorch_prim::eq.Scalar", i, n, done)
+    b.jump_false(done, start)
+    b.call("executorch_prim::sub.Scalar", i, n, i)  # reset the counter for the next execute
+    return b.load().load_method("forward")
+
+
+def test_map_loop_of_prim_ops_and_jump_false_runs_and_resets():
+    method = map_loop()
+    for rows in (4, 2, 3, 1, 4):  # shrinking and growing again: outs are handed over at capacity
+        x = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)
+        (y,) = method.execute([x])
+        assert y.shape == (rows, 2)
+        np.testing.assert_array_equal(y, x * 10)
+
+
+def test_loop_index_out_of_planned_rows_is_an_execution_error():
+    b = Builder()
+    y, row, i = b.tensor([2, 2], dynamic=True), b.tensor([2]), b.int(5)
+    b.inputs, b.outputs = [row], [y]
+    b.call("executorch_prim::et_copy_index.tensor", y, row, i)
+    with pytest.raises(ExecutionError, match="index 5 is outside the 2 rows") as info:
+        b.load().load_method("forward").execute([f32(1, 2)])
+    assert info.value.operator == "executorch_prim::et_copy_index.tensor"
+    assert info.value.instruction == 0
+
+
+# --------------------------------------------------------------------------- sizes at run time
+
+def flatten_program():
+    """y = x.reshape(x.size(0) * 3) with x dynamic in its first dim: sym_size -> mul.Scalar -> IntList."""
+    b = Builder()
+    x, y = b.tensor([4, 3], dynamic=True), b.tensor([12], dynamic=True)
+    zero, three, rows, numel = b.int(0), b.int(3), b.int(0), b.int(0)
+    shape = b.int_list([numel])
+    b.inputs, b.outputs = [x], [y, numel]
+    b.call("aten::sym_size.int", x, zero, rows)
+    b.call("executorch_prim::mul.Scalar", rows, three, numel)
+    b.call("etc_rt_test::reshape.out", x, shape, y, y)
+    return b
+
+
+def test_intlist_items_are_int_values_read_at_call_time():
+    method = flatten_program().load().load_method("forward")
+    for rows in (2, 4, 1):
+        x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+        y, numel = method.execute([x])
+        assert numel == rows * 3  # an Int output is a Python int
+        np.testing.assert_array_equal(y, x.reshape(-1))
+
+
+def test_overload_less_prim_op_names_resolve():
+    b = Builder()
+    x, n = b.tensor([2, 3]), b.int(0)
+    b.inputs, b.outputs = [x], [n]
+    b.call("aten::sym_numel", x, n)  # ExecuTorch writes default overloads with an empty overload name
+    assert b.load().load_method("forward").execute([np.zeros((2, 3), np.float32)]) == [6]
+
+
+@pytest.mark.parametrize("op, a, b, expected", [
+    ("add", 7, 2, 9), ("sub", 7, 2, 5), ("mul", 7, 2, 14), ("floordiv", -7, 2, -4), ("truediv", 7, 2, 3.5),
+    ("mod", -7, 3, 2), ("eq", 2, 2, True), ("gt", 1, 2, False), ("lt", 1, 2, True), ("ge", 2, 2, True),
+    ("le", 3, 2, False), ("sym_max", 3, 9, 9), ("sym_min", 3, 9, 3)])
+def test_scalar_prim_ops(op, a, b, expected):
+    from etc.runtime.kernels.registry import get_kernel
+
+    import etc.runtime.prim_ops  # noqa: F401
+
+    result = get_kernel(f"executorch_prim::{op}.Scalar")(a, b)
+    assert result == expected and type(result) is type(expected)
+
+
+def test_integer_division_by_zero_is_an_execution_error_at_its_instruction():
+    b = Builder()
+    n, zero, out = b.int(4), b.int(0), b.int(0)
+    b.inputs, b.outputs = [n, zero], [out]
+    b.call("executorch_prim::floordiv.Scalar", n, zero, out)
+    with pytest.raises(ExecutionError, match="division by zero") as info:
+        b.load().load_method("forward").execute([4, 0])
+    assert (info.value.instruction, info.value.operator) == (0, "executorch_prim::floordiv.Scalar")
+
+
+# --------------------------------------------------------------------------- values and memory
+
+def test_several_returns_go_through_a_tensor_list():
+    b = Builder()
+    x, lo, hi = b.tensor([4]), b.tensor([1]), b.tensor([1])
+    outs = b.tensor_list([lo, hi])
+    b.inputs, b.outputs = [x], [lo, hi]
+    b.call("etc_rt_test::minmax.out", x, lo, hi, outs)
+    lo_value, hi_value = b.load().load_method("forward").execute([f32(3, -1, 8, 2)])
+    assert lo_value.tolist() == [-1] and hi_value.tolist() == [8]
+
+
+def test_dim_order_constants_and_outputs_are_seen_logically():
+    """A channels-last-like layout: the bytes are stored transposed, kernels see the logical shape."""
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = Builder()
+    x = b.tensor([2, 3])
+    c = b.tensor([2, 3], constant=w.T.copy(), dim_order=[1, 0])  # stored dim 1 outermost
+    y = b.tensor([2, 3], dim_order=[1, 0])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, c, y, y)
+    method = b.load().load_method("forward")
+    (out,) = method.execute([np.ones((2, 3), np.float32)])
+    np.testing.assert_array_equal(out, w + 1)
+    assert out.flags.c_contiguous  # what the user gets is a plain array
+
+
+def test_planned_values_share_bytes_and_inference_allocates_no_arena():
+    """t and y share planned bytes (t is dead when y is written); steady state allocates only outputs."""
+    n = 1 << 16
+    b = Builder()
+    x, t, u = b.tensor([n]), b.tensor([n]), b.tensor([n])
+    y = b.alias(t, [n])
+    two = b.double(2.0)
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, x, t, t)
+    b.call("etc_rt_test::scale.out", t, two, u, u)
+    b.call("etc_rt_test::add.out", u, x, y, y)
+    method = b.load().load_method("forward")
+    assert method.metadata.planned_buffer_sizes == [3 * 4 * n]
+    x_value = np.ones(n, np.float32)
+    method.execute([x_value])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(3):
+            (out,) = method.execute([x_value])
+            del out
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 4 * n  # not even one more tensor's worth stays allocated
+    (out,) = method.execute([x_value])
+    np.testing.assert_array_equal(out, np.full(n, 5.0, np.float32))
+
+
+def test_mutable_buffer_state_persists_across_executes():
+    """A counter-like buffer: state += x, returned each time; initial state from the mutable segment."""
+    b = Builder()
+    state = b.tensor([2], mutable=f32(100, 200))
+    x, new = b.tensor([2]), b.tensor([2])
+    b.inputs, b.outputs = [x], [new]
+    b.call("etc_rt_test::add.out", state, x, new, new)
+    b.call("etc_rt_test::copy.out", new, state, state)
+    program = b.load()
+    method = program.load_method("forward")
+    results = [method.execute([f32(1, 2)])[0].tolist() for _ in range(3)]
+    assert results == [[101, 202], [102, 204], [103, 206]]
+    assert program.load_method("forward") is method  # the program keeps the loaded method (and its state)
+
+
+def test_unplanned_view_aliases_its_source_et_view():
+    b = Builder()
+    x = b.tensor([2, 3])
+    v = b.tensor([3, 2], planned=False, dynamic=True)
+    y = b.tensor([3, 2])
+    shape = b.int_list([b.int(3), b.int(2)])
+    b.inputs, b.outputs = [x], [y]
+    b.call("executorch_prim::et_view.default", x, shape, v)
+    b.call("etc_rt_test::add.out", v, v, y, y)
+    method = b.load().load_method("forward")
+    x_value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(method.execute([x_value])[0], 2 * x_value.reshape(3, 2))
+
+
+def test_move_call_and_unplanned_input():
+    b = Builder()
+    x = b.tensor([3], planned=False)  # the caller's data, copied into storage allocated at load
+    t, y = b.tensor([3]), b.tensor([3])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, x, t, t)
+    b.move(t, y)
+    (out,) = b.load().load_method("forward").execute([f32(1, 2, 3)])
+    assert out.tolist() == [2, 4, 6]
+
+
+def test_jump_false_on_a_tensor_condition_and_scalar_inputs():
+    """if flag: y = x + x else: y = x * factor (flag a Bool tensor input, factor a Double input)."""
+    b = Builder()
+    x, flag, factor, y = b.tensor([2]), b.tensor([1], dtype=S.ScalarType.BOOL), b.double(1.0), b.tensor([2])
+    always = b.bool(False)
+    b.inputs, b.outputs = [x, flag, factor], [y]
+    b.jump_false(flag, 3)
+    b.call("etc_rt_test::add.out", x, x, y, y)
+    b.jump_false(always, 4)
+    b.call("etc_rt_test::scale.out", x, factor, y, y)
+    method = b.load().load_method("forward")
+    assert method.execute([f32(1, 2), np.array([True]), 3.0])[0].tolist() == [2, 4]
+    assert method.execute([f32(1, 2), np.array([False]), 3.0])[0].tolist() == [3, 6]
+    with pytest.raises(InputError, match="input 2: expected double, got str"):
+        method.execute([f32(1, 2), np.array([False]), "3"])
+
+
+# --------------------------------------------------------------------------- delegates
+
+class Trim(Backend):
+    """Writes x + offset into the front of its output and returns it re-viewed: a dynamic output."""
+
+    backend_id = "etc_rt_test_trim"
+
+    def init(self, blob, compile_specs):
+        assert [(s.key, bytes(s.value)) for s in compile_specs] == [("mode", b"fast")]
+        return float(blob.decode())
+
+    def execute(self, handle, args):
+        x, out = args
+        assert out.shape == (8,), "outputs are handed over at their planned capacity"
+        result = out[:x.size]
+        result[:] = x + handle
+        return [result]
+
+
+def test_delegate_with_a_dynamic_output():
+    register_backend(Trim())
+    try:
+        b = Builder()
+        x, y = b.tensor([8], dynamic=True), b.tensor([8], dynamic=True)
+        b.inputs, b.outputs = [x], [y]
+        b.delegate("etc_rt_test_trim", b"0.5", x, y)
+        method = b.load().load_method("forward")
+        assert method.metadata.backends == ["etc_rt_test_trim"]
+        for n in (8, 3, 8):
+            (out,) = method.execute([np.ones(n, np.float32)])
+            assert out.tolist() == [1.5] * n
+    finally:
+        unregister_backend("etc_rt_test_trim")
+
+
+def test_missing_backend_names_it_and_the_registered_ones():
+    b = Builder()
+    x, y = b.tensor([2]), b.tensor([2])
+    b.inputs, b.outputs = [x], [y]
+    b.delegate("NoSuchBackend", b"", x, y)
+    program = b.load()
+    with pytest.raises(BackendError, match=r"'NoSuchBackend', which is not registered \(registered backends: ") as info:
+        program.load_method("forward")
+    assert info.value.method == "forward"
+    assert program.metadata("forward").backends == ["NoSuchBackend"]  # inspecting needs no backend
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_missing_kernels_fail_at_load_naming_the_first_use_and_the_others():
+    b = Builder()
+    x, t, y = b.tensor([2]), b.tensor([2]), b.tensor([2])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, x, t, t)
+    b.call("etc_rt_test::nope.out", t, y, y)
+    b.call("etc_rt_test::nada.out", t, y, y)
+    program = b.load()
+    with pytest.raises(KernelNotFoundError, match="'etc_rt_test::nope.out'") as info:
+        program.load_method("forward")
+    error = info.value
+    assert (error.method, error.instruction, error.operator) == ("forward", 1, "etc_rt_test::nope.out")
+    assert "etc_rt_test::nada.out" in str(error)
+    meta = program.metadata("forward")  # metadata needs no kernels
+    assert meta.operators == ["etc_rt_test::add.out", "etc_rt_test::nope.out", "etc_rt_test::nada.out"]
+
+
+def test_kernel_failure_carries_method_instruction_operator_value_and_argument_shapes():
+    b = Builder()
+    x, t, y = b.tensor([2, 3]), b.tensor([2, 3]), b.tensor([2, 3])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, x, t, t)
+    b.call("etc_rt_test::explode.out", t, y, y)
+    with pytest.raises(ExecutionError) as info:
+        b.load().load_method("forward").execute([np.zeros((2, 3), np.float32)])
+    error = info.value
+    assert (error.method, error.instruction, error.operator, error.value) == ("forward", 1,
+                                                                              "etc_rt_test::explode.out", y)
+    assert "ValueError: kernel exploded" in str(error)
+    assert "float32[2, 3]" in str(error)
+    assert isinstance(error.__cause__, ValueError)
+
+
+def test_result_larger_than_its_planned_tensor_is_an_execution_error():
+    b = Builder()
+    x, y = b.tensor([4]), b.tensor([4])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::too_big.out", x, y, y)
+    with pytest.raises(ExecutionError, match=r"shape \[5\] does not fit tensor 1") as info:
+        b.load().load_method("forward").execute([np.zeros(4, np.float32)])
+    assert (info.value.instruction, info.value.value) == (0, 1)
+
+
+def test_input_errors_name_the_input_and_expected_vs_got():
+    method = map_loop(rows_bound=4)
+    with pytest.raises(InputError, match="takes 1 input"):
+        method.execute([])
+    with pytest.raises(InputError, match="input 0: expected dtype float32, got float64") as info:
+        method.execute([np.zeros((2, 2))])
+    assert info.value.value == 0
+    with pytest.raises(InputError, match=r"input 0: expected rank 2 \(shape \[4, 2\] at most\), got shape \[8\]"):
+        method.execute([np.zeros(8, np.float32)])
+    with pytest.raises(InputError, match=r"input 0: dimension 0 is 5, above its upper bound 4"):
+        method.execute([np.zeros((5, 2), np.float32)])
+    with pytest.raises(InputError, match=r"dimension 1 is 3, above its upper bound 2"):
+        method.execute([np.zeros((1, 3), np.float32)])
+    static = map_loop(rows_bound=4, dynamic=False)
+    with pytest.raises(InputError, match=r"input 0: expected shape \[4, 2\], got \[3, 2\]"):
+        static.execute([np.zeros((3, 2), np.float32)])
+    with pytest.raises(InputError, match="expected a tensor, got dict"):
+        static.execute([{}])
+
+
+# --------------------------------------------------------------------------- program level
+
+def test_program_metadata_sources_and_torch_io(tmp_path):
+    torch = pytest.importorskip("torch")
+    builder = flatten_program()
+    other = Builder("double")
+    x, y = other.tensor([2]), other.tensor([2])
+    other.inputs, other.outputs = [x], [y]
+    other.call("etc_rt_test::add.out", x, x, y, y)
+    data = serialize_pte(builder.pte(other))
+    path = tmp_path / "p.pte"
+    path.write_bytes(data)
+    for source in (data, path, str(path), builder.pte(other)):
+        assert Runtime.get().load_program(source).method_names == ["forward", "double"]
+    with open(path, "rb") as f:
+        program = Runtime.get().load_program(f)
+    meta = program.metadata("forward")
+    assert meta.num_inputs() == 1 and meta.num_outputs() == 2
+    tensor_meta = meta.input_tensor_meta(0)
+    assert (tensor_meta.sizes, tensor_meta.dynamic, tensor_meta.dtype) == ((4, 3), True, np.dtype(np.float32))
+    assert tensor_meta.torch_dtype == torch.float32
+    assert meta.outputs[1] == "Int"
+    assert meta.num_memory_planned_buffers() == 1 and meta.memory_planned_buffer_size(0) == 96
+    y_value, numel = program.load_method("forward").execute([torch.ones(2, 3)])
+    assert isinstance(y_value, torch.Tensor) and y_value.shape == (6,) and numel == 6
+    (doubled,) = program.load_method("double").execute(np.ones(2, np.float32))  # a lone array is one input
+    assert isinstance(doubled, np.ndarray) and doubled.tolist() == [2, 2]
+    with pytest.raises(ProgramError, match="no method 'backward'"):
+        program.metadata("backward")
+    with pytest.raises(ProgramError, match="takes a path, bytes"):
+        Runtime.get().load_program(42)
+
+
+def test_runtime_registries():
+    runtime = Runtime.get()
+    assert "executorch_prim::et_copy_index.tensor" in runtime.operator_registry.operator_names
+    assert "aten::sym_size.int" in runtime.operator_registry.operator_names
+    register_backend(Trim())
+    try:
+        assert "etc_rt_test_trim" in runtime.backend_registry.registered_backend_names
+        assert runtime.backend_registry.is_available("etc_rt_test_trim")
+    finally:
+        unregister_backend("etc_rt_test_trim")
+    assert not runtime.backend_registry.is_available("etc_rt_test_trim")
