@@ -1,0 +1,80 @@
+"""The `etc` command line: compile, run, inspect, and clear errors for user mistakes."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+MODEL = textwrap.dedent('''
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 3)
+
+        def forward(self, x):
+            return torch.relu(self.fc(x))
+''')
+
+
+def etc_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "etc.tools.etc_main", *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "tiny.py").write_text(MODEL)
+    result = etc_cli("compile", folder / "tiny.py:Tiny", "--example-inputs", "2x6", "-o", folder / "tiny.pte")
+    assert result.returncode == 0, result.stderr
+    return folder, result
+
+
+def test_compile_reports_plan_and_progress(compiled):
+    folder, result = compiled
+    assert (folder / "tiny.pte").stat().st_size > 0
+    assert "planned bytes" in result.stdout and "lower bound" in result.stdout
+    assert "[etc] lowering to the edge dialect" in result.stderr
+
+
+def test_run_prints_outputs_and_latency(compiled):
+    folder, _ = compiled
+    result = etc_cli("run", folder / "tiny.pte", "--runs", "3")
+    assert result.returncode == 0, result.stderr
+    assert "output 0: shape [2, 3] float32" in result.stdout
+    assert "median latency over 3 runs" in result.stdout
+
+
+def test_inspect_lists_methods_operators_memory(compiled):
+    folder, _ = compiled
+    result = etc_cli("inspect", folder / "tiny.pte")
+    assert result.returncode == 0, result.stderr
+    assert "method 'forward'" in result.stdout
+    assert "aten::addmm.out" in result.stdout
+    assert "planned memory mem_id 1" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("inspect", "missing.pte"), "No such file"),
+    (("run", "missing.pte"), "cannot read program"),
+    (("compile", "nofile.py:Model", "-o", "x.pte"), "no such file: nofile.py"),
+    (("compile", "tiny.py:Nope", "--example-inputs", "2x6", "-o", "x.pte"), "has no attribute 'Nope'"),
+    (("compile", "tiny.py:Tiny", "--example-inputs", "2xq", "-o", "x.pte"), "bad shape"),
+])
+def test_user_errors_are_one_line_without_traceback(compiled, args, message):
+    folder, _ = compiled
+    result = etc_cli(*args, cwd=folder)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_corrupt_program_is_a_program_error(compiled, tmp_path):
+    folder, _ = compiled
+    data = (folder / "tiny.pte").read_bytes()
+    (tmp_path / "bad.pte").write_bytes(data[: len(data) // 2])
+    result = etc_cli("run", tmp_path / "bad.pte")
+    assert result.returncode == 1 and "Traceback" not in result.stderr

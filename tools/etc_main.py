@@ -1,0 +1,228 @@
+"""`etc`: compile, run and inspect programs from the command line.
+
+    etc compile model.py:MyModel --example-inputs "1x3x32x32" -o model.pte [--backend cpu]
+    etc compile exported.pt2 -o model.pte
+    etc run model.pte [--inputs a.npy b.npy] [--runs 10]
+    etc inspect model.pte
+
+User errors (a bad path, a model that does not export, an unsupported op, a
+corrupt program) print one diagnostic line and exit 1; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+
+from etc.errors import EtcError
+
+SCALAR_TYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                     7: "float64", 11: "bool", 15: "bfloat16"}
+
+
+class UsageError(EtcError):
+    """A command-line argument that cannot be used."""
+
+
+def _progress(message: str) -> None:
+    print(f"[etc] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------- compile
+def _parse_shape_spec(spec: str):
+    """'1x3x32x32' -> float32 tensor; 'int64:1x12' -> integer tokens; 'bool:2x8' -> mask."""
+    import torch
+
+    dtype = torch.float32
+    if ":" in spec:
+        name, spec = spec.split(":", 1)
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype):
+            raise UsageError(f"unknown dtype '{name}' in --example-inputs")
+    try:
+        shape = [int(d) for d in spec.split("x")] if spec else []
+    except ValueError:
+        raise UsageError(f"bad shape '{spec}' in --example-inputs (expected e.g. 1x3x32x32)") from None
+    if dtype.is_floating_point:
+        return torch.randn(shape, dtype=dtype)
+    if dtype == torch.bool:
+        return torch.zeros(shape, dtype=torch.bool)
+    return torch.randint(0, 8, shape, dtype=dtype)
+
+
+def _load_model(target: str, example_specs: list[str]):
+    """'file.py:Class' -> (module instance, example inputs) or a saved .pt2 -> ExportedProgram."""
+    import torch
+
+    if target.endswith(".pt2"):
+        if not os.path.exists(target):
+            raise UsageError(f"no such file: {target}")
+        return torch.export.load(target), None
+    if ":" not in target:
+        raise UsageError(f"expected <file.py>:<Model> or a .pt2 file, got '{target}'")
+    path, name = target.rsplit(":", 1)
+    if not os.path.exists(path):
+        raise UsageError(f"no such file: {path}")
+    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec.loader.exec_module(module)
+    factory = getattr(module, name, None)
+    if factory is None:
+        raise UsageError(f"{path} has no attribute '{name}'")
+    model = factory()
+    inputs = None
+    if isinstance(model, tuple):  # a factory may return (model, example_inputs)
+        model, inputs = model
+    if example_specs:
+        inputs = tuple(_parse_shape_spec(s) for s in example_specs)
+    if inputs is None:
+        raise UsageError("--example-inputs is required for a model class (e.g. --example-inputs 1x3x32x32)")
+    return model.eval(), tuple(inputs)
+
+
+def cmd_compile(args) -> int:
+    import torch
+
+    import etc
+
+    _progress("exporting")
+    model, inputs = _load_model(args.model, args.example_inputs or [])
+    ep = model if inputs is None else torch.export.export(model, inputs)
+    _progress("lowering to the edge dialect")
+    edge = etc.to_edge(ep)
+    if args.backend == "cpu":
+        from etc.targets.cpu import CpuPartitioner
+
+        _progress("delegating to the cpu target (MLIR -> LLVM -> object code)")
+        edge = edge.to_backend(CpuPartitioner())
+        print(edge.delegation_info())
+    _progress("planning memory and emitting")
+    program = edge.to_executorch()
+    program.save(args.output)
+    print(program.memory_report())
+    print(f"wrote {args.output} ({len(program.buffer)} bytes)")
+    return 0
+
+
+# --------------------------------------------------------------------- run
+def _random_input(meta):
+    """A random input for a TensorInfo (a dynamic tensor at its upper bound)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    dtype = np.dtype(meta.dtype)
+    shape = tuple(meta.sizes)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 8, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    from etc.runtime import Runtime
+
+    program = Runtime.get().load_program(args.program)
+    method_name = args.method
+    method = program.load_method(method_name)
+    meta = method.metadata
+    if args.inputs:
+        if len(args.inputs) != meta.num_inputs():
+            raise UsageError(f"method '{method_name}' takes {meta.num_inputs()} input(s), "
+                             f"{len(args.inputs)} given with --inputs")
+        inputs = [np.load(p) for p in args.inputs]
+    else:
+        inputs = [_random_input(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())]
+        print(f"random inputs: {', '.join(str(list(x.shape)) + ' ' + str(x.dtype) for x in inputs)}")
+    outputs = method.execute(inputs)
+    times = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        method.execute(inputs)
+        times.append(time.perf_counter() - start)
+    for i, out in enumerate(outputs):
+        arr = np.asarray(out)
+        print(f"output {i}: shape {list(arr.shape)} {arr.dtype}")
+        print(np.array2string(arr, threshold=20, precision=5))
+    if times:
+        times.sort()
+        print(f"median latency over {len(times)} runs: {times[len(times) // 2] * 1e3:.3f} ms")
+    return 0
+
+
+# ----------------------------------------------------------------- inspect
+def cmd_inspect(args) -> int:
+    from etc.schema import deserialize_pte
+
+    with open(args.program, "rb") as f:
+        data = f.read()
+    pte = deserialize_pte(data)
+    program = pte.program
+    print(f"program: {args.program} ({len(data)} bytes), schema version {program.version}")
+    constant_bytes = sum(len(b) for b in getattr(pte, "constant_data", []) or [])
+    print(f"constant data: {constant_bytes} bytes")
+    for plan in program.execution_plan:
+        print(f"\nmethod '{plan.name}'")
+        for label, indices in (("inputs", plan.inputs), ("outputs", plan.outputs)):
+            for i in indices:
+                t = plan.values[i].val
+                sizes = getattr(t, "sizes", None)
+                dtype = SCALAR_TYPE_NAMES.get(int(getattr(t, "scalar_type", -1)), "?")
+                print(f"  {label[:-1]} value {i}: {dtype}{list(sizes) if sizes is not None else ''}")
+        ops = sorted({f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators})
+        print(f"  operators ({len(ops)}): {', '.join(ops)}")
+        for d in plan.delegates:
+            print(f"  delegate: backend '{d.id}'")
+        sizes = list(plan.non_const_buffer_sizes)
+        for mem_id, size in enumerate(sizes[1:], start=1):
+            print(f"  planned memory mem_id {mem_id}: {size} bytes")
+        n = sum(len(c.instructions) for c in plan.chains)
+        print(f"  instructions: {n}")
+    return 0
+
+
+# -------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="etc", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compile", help="export, lower and emit a .pte program")
+    c.add_argument("model", help="<file.py>:<Model factory or class>, or a saved .pt2 ExportedProgram")
+    c.add_argument("--example-inputs", nargs="*", help="input shapes, e.g. 1x3x32x32 int64:1x12")
+    c.add_argument("--backend", choices=["portable", "cpu"], default="portable")
+    c.add_argument("-o", "--output", required=True)
+    c.set_defaults(fn=cmd_compile)
+
+    r = sub.add_parser("run", help="load a program and execute a method")
+    r.add_argument("program")
+    r.add_argument("--method", default="forward")
+    r.add_argument("--inputs", nargs="*", help=".npy files, one per input (random inputs by default)")
+    r.add_argument("--runs", type=int, default=10, help="timed runs after the first")
+    r.set_defaults(fn=cmd_run)
+
+    i = sub.add_parser("inspect", help="methods, operators, delegates and planned memory of a program")
+    i.add_argument("program")
+    i.set_defaults(fn=cmd_inspect)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except EtcError as e:
+        print(f"etc {args.command}: {e}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as e:
+        print(f"etc {args.command}: error: {e.strerror}: {e.filename}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
