@@ -37,6 +37,10 @@ Options are a dataclass whose fields are int, float, bool, str, an Enum, a
 underscores in names are interchangeable, a bare bool option means true).
 An unknown or malformed option is a PassError naming the valid ones.
 
+A pass that is one function can be registered with `@function_pass(name,
+summary, Options)` instead. Every module of `etc.passes` is imported on the
+first registry lookup, so a new pass needs no list to be added to.
+
 The registry (`register_pass`, `get_pass`, `all_passes`) lives in
 `etc.passes.registry` and is re-exported here.
 """
@@ -54,7 +58,7 @@ from typing import Any, Callable, ClassVar
 from etc.errors import PassError
 
 __all__ = [
-    "Pass", "option", "NoOptions", "register_pass", "get_pass", "all_passes",
+    "Pass", "option", "NoOptions", "function_pass", "register_pass", "get_pass", "all_passes",
     "parse_options", "format_options", "options_help", "split_option_string",
     "Diagnostic", "collect_diagnostics", "emit_diagnostic", "location_text",
 ]
@@ -393,6 +397,30 @@ class Pass:
 
     def count(self, statistic: str, n: int = 1) -> None:
         self.statistics[statistic] = self.statistics.get(statistic, 0) + n
+
+
+def function_pass(name: str, summary: str, options: type = NoOptions) -> Callable:
+    """Register a plain function `fn(op, options)` as a pass (for passes that are one function):
+
+        @function_pass("etc-fold-things", "Fold the things", FoldOptions)
+        def fold_things(op, options): ...
+
+    The function itself is returned unchanged; the pass class is `fn.pass_class`.
+    """
+    def wrap(fn: Callable) -> Callable:
+        def run(self, op) -> None:
+            result = fn(op, self.options)
+            if isinstance(result, int) and not isinstance(result, bool):
+                self.count("changed", result)
+
+        cls = type(fn.__name__, (Pass,), {"name": name, "summary": summary, "Options": options, "run": run,
+                                          "__doc__": fn.__doc__, "__module__": fn.__module__,
+                                          "__qualname__": fn.__qualname__})
+        register_pass(cls)
+        fn.pass_class = cls
+        return fn
+
+    return wrap
 
 
 from etc.passes.registry import all_passes, get_pass, register_pass  # noqa: E402  (re-exported)

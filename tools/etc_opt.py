@@ -304,6 +304,12 @@ def _split_pass_flags(argv: list[str], pass_classes, context) -> tuple[list[str]
             continue
         name, eq, value = arg.lstrip("-").partition("=")
         if name in _OWN_FLAGS:
+            if len(name) > 1 and not arg.startswith("--"):
+                arg = "-" + arg  # mlir-opt spells long options with one dash too: -split-input-file
+            if name in ("pass-pipeline", "verify-each") and not eq:
+                rest += [arg] + argv[i + 1:i + 2]
+                i += 2
+                continue
             rest.append(arg)
         elif name in pass_classes:
             passes.append((name, value if eq else None))

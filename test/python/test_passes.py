@@ -12,7 +12,7 @@ from torch_mlir import ir, rewrite
 
 from etc.dialects import make_context
 from etc.errors import EtcError, PassError, VerificationError
-from etc.passes.pass_api import (Pass, collect_diagnostics, format_options, option, options_help,
+from etc.passes.pass_api import (Pass, collect_diagnostics, function_pass, format_options, option, options_help,
                                  parse_options, split_option_string)
 from etc.passes.pipeline import NestedElement, PassElement, Pipeline, parse_pipeline, run_pipeline
 from etc.passes.registry import all_passes, get_pass, register_pass
@@ -285,3 +285,23 @@ def test_a_pass_instance_runs_in_an_upstream_pass_manager():
         pm.run(module.operation)
         assert dce.statistics == {"erased": 1} and "aten.neg" not in str(module)
         assert "walking each block backwards" in type(dce).description()
+
+
+@dataclass
+class _CountOptions:
+    name: str = option("aten.relu", help="op name to count")
+
+
+@function_pass("etc-test-count-ops", "test: count ops of one name", _CountOptions)
+def _count_ops(op, options):
+    """Counts the ops named `options.name`."""
+    found = []
+    op.walk(lambda o: (found.append(o) if o.name == options.name else None) or ir.WalkResult.ADVANCE)
+    return len(found)
+
+
+def test_function_pass(module):
+    assert get_pass("etc-test-count-ops") is _count_ops.pass_class
+    pipeline = run_pipeline(module, "etc-test-count-ops{name=aten.relu}")
+    assert pipeline.steps[0].python_pass.statistics == {"changed": 2}
+    assert _count_ops.pass_class.description() == "Counts the ops named `options.name`."

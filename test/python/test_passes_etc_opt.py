@@ -70,6 +70,10 @@ def test_main_in_process(tmp_path, capsys):
     out = tmp_path / "out.mlir"
     assert etc_opt.main([str(source), "--etc-dce", "-o", str(out)]) == 0
     assert "aten.neg" not in out.read_text() and "func.func @f" in out.read_text()
+    out.unlink()
+    assert etc_opt.main(["-pass-pipeline", "builtin.module(etc-dce)", "-split-input-file", str(source),
+                         "-o", str(out)]) == 0  # mlir-opt's one-dash spelling
+    assert "aten.neg" not in out.read_text()
     assert etc_opt.main([str(source), "--etc-dec"]) == 1
     assert "did you mean '--etc-dce'" in capsys.readouterr().err
     assert etc_opt.main(["--list-passes"]) == 0
