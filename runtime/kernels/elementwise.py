@@ -184,7 +184,7 @@ def _binary_operands(a, b):
 
 def _add(self, other, alpha, out):
     dtype, a, b = _binary_operands(self, other)
-    if alpha is not None and category(dtype) < category(result_type(alpha)) and not isinstance(alpha, bool):
+    if isinstance(alpha, float) and category(dtype) < 2:
         raise ExecutionError(f"add/sub: alpha {alpha!r} cannot be applied to a {dtype} result")
     b = apply_alpha(b, alpha, dtype)
     if dtype == BOOL:

@@ -10,9 +10,12 @@ for several outputs), usually built with `common.write_out`.
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Callable
 
-from etc.errors import KernelNotFoundError
+import numpy as np
+
+from etc.errors import EtcError, ExecutionError, KernelNotFoundError
 
 _KERNELS: dict[str, Callable] = {}
 
@@ -27,12 +30,33 @@ def kernel(*names: str):
 
     def register(fn: Callable) -> Callable:
         for name in names:
-            if name in _KERNELS and _KERNELS[name] is not fn:
-                raise ValueError(f"kernel {name} is registered twice ({_KERNELS[name].__qualname__}, {fn.__qualname__})")
-            _KERNELS[name] = fn
+            if name in _KERNELS:
+                raise ValueError(f"kernel {name} is registered twice ({_KERNELS[name].__wrapped__.__qualname__}, "
+                                 f"{fn.__qualname__})")
+            _KERNELS[name] = _guarded(name, fn)
         return fn
 
     return register
+
+
+def _guarded(name: str, fn: Callable) -> Callable:
+    """`fn` with numpy's warnings silenced (ATen wraps on overflow, gives inf/nan on 0-division)
+    and numpy's own exceptions (bad shapes, indices out of range) raised as ExecutionError."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            with np.errstate(all="ignore"):
+                return fn(*args, **kwargs)
+        except EtcError as error:
+            if isinstance(error, ExecutionError) and error.operator is None:
+                error.operator = name
+                error.message = f"{error.message} [operator {name}]"
+                error.args = (error.message,)
+            raise
+        except (ValueError, IndexError, TypeError, ArithmeticError, KeyError) as error:
+            raise ExecutionError(f"{type(error).__name__}: {error}", operator=name) from error
+    return call
 
 
 def register_kernel(name: str, fn: Callable) -> Callable:

@@ -32,7 +32,9 @@ def test_kernel_decorator_registers_every_name_and_refuses_duplicates():
         return write_out(out, self)
 
     try:
-        assert get_kernel("test::dummy.out") is dummy and get_kernel("test::dummy.other_out") is dummy
+        x = np.arange(3)
+        assert get_kernel("test::dummy.out")(x, np.empty(3, np.int64)).tolist() == [0, 1, 2]
+        assert get_kernel("test::dummy.other_out").__wrapped__ is dummy
         with pytest.raises(ValueError):
             kernel("test::dummy.out")(lambda out: out)
         with pytest.raises(ValueError):
@@ -84,3 +86,12 @@ def test_write_out_broadcasts_scalars_and_handles_empty():
 ])
 def test_result_type_matches_aten(operands, expected):
     assert result_type(*operands) == np.dtype(expected)
+
+
+def test_kernel_errors_are_execution_errors_naming_the_operator():
+    with pytest.raises(ExecutionError) as info:
+        get_kernel("aten::mm.out")(np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32), np.zeros((2, 3)))
+    assert info.value.operator == "aten::mm.out" and "aten::mm.out" in str(info.value)
+    with pytest.raises(ExecutionError) as info:  # a numpy exception, converted
+        get_kernel("aten::view_copy.out")(np.zeros(6, np.float32), [4, -1], np.zeros((4, 1), np.float32))
+    assert info.value.operator == "aten::view_copy.out"

@@ -1,0 +1,126 @@
+"""Which Core ATen operators have a kernel (in their out-variant / *_copy form).
+
+`core_out_variants()` maps each Core ATen overload (ops tagged `torch.Tag.core`)
+to the out-variant operator a `.pte` program calls; `missing_core_kernels()`
+lists those without a registered kernel. Needs torch (imported lazily); the
+runtime itself never imports this module.
+"""
+
+from __future__ import annotations
+
+import functools
+
+# Arguments an out variant drops: the out tensor carries dtype, layout and device.
+_DROPPED = {"dtype", "layout", "device", "pin_memory"}
+
+# Core ops that are not kernels, or that a portable numpy runtime deliberately leaves out, with why.
+EXCLUDED = {
+    # training-only: gradients are never in an inference program
+    "aten::_adaptive_avg_pool2d_backward": "training-only backward op (inference runtime)",
+    "aten::avg_pool2d_backward": "training-only backward op (inference runtime)",
+    "aten::convolution_backward": "training-only backward op (inference runtime)",
+    "aten::embedding_dense_backward": "training-only backward op (inference runtime)",
+    "aten::max_pool2d_with_indices_backward": "training-only backward op (inference runtime)",
+    "aten::native_group_norm_backward": "training-only backward op (inference runtime)",
+    "aten::native_layer_norm_backward": "training-only backward op (inference runtime)",
+    # complex results: the .pte ScalarType of complex (8-10) is not implemented by ExecuTorch either
+    "aten::_fft_r2c": "complex output dtype (no .pte complex ScalarType)",
+    "aten::_fft_c2r": "complex input dtype (no .pte complex ScalarType)",
+}
+
+
+def _arg_key(schema):
+    return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out and a.name not in _DROPPED]
+
+
+def _has_out(schema) -> bool:
+    return any(a.is_out for a in schema.arguments)
+
+
+@functools.lru_cache(maxsize=None)
+def core_out_variants() -> dict[str, str]:
+    """{"aten::add.Tensor": "aten::add.out", ...} for every Core ATen overload ("" when torch has no out form)."""
+    import torch
+
+    result = {}
+    for name in dir(torch.ops.aten):
+        try:
+            packet = getattr(torch.ops.aten, name)
+            overloads = packet.overloads()
+        except (AttributeError, RuntimeError):
+            continue
+        for overload in overloads:
+            op = getattr(packet, overload)
+            if torch.Tag.core not in op.tags:
+                continue
+            key = _arg_key(op._schema)
+            target = ""
+            if _has_out(op._schema):
+                target = f"aten::{name}.{overload}"
+            else:
+                for candidate in (name, name + "_copy"):
+                    cpacket = getattr(torch.ops.aten, candidate, None)
+                    if cpacket is None:
+                        continue
+                    for cov in cpacket.overloads():
+                        s = getattr(cpacket, cov)._schema
+                        if _has_out(s) and _arg_key(s) == key:
+                            target = f"aten::{candidate}.{cov}"
+                            break
+                    if target:
+                        break
+            # ops whose out form has a different argument list (arange.start_step -> start_out)
+            target = target or _SPECIAL_OUT.get(f"aten::{name}.{overload}", "")
+            result[f"aten::{name}.{overload}" if overload != "default" else f"aten::{name}.default"] = target
+    return result
+
+
+_SPECIAL_OUT = {
+    "aten::arange.start_step": "aten::arange.start_out",
+    "aten::_to_copy.default": "aten::_to_copy.out",
+    "aten::full.default": "aten::full.out",
+    "aten::full_like.default": "aten::full_like.out",
+    "aten::empty.memory_format": "aten::empty.out",
+    "aten::empty_strided.default": "aten::empty_strided.out",
+    "aten::scalar_tensor.default": "aten::scalar_tensor.out",
+    "aten::rand.default": "aten::rand.out",
+    "aten::randn.default": "aten::randn.out",
+    "aten::randperm.default": "aten::randperm.out",
+    # not out-variant kernels: called as they are, returning a Python scalar
+    "aten::_local_scalar_dense.default": "aten::_local_scalar_dense.default",
+    "aten::sym_size.int": "aten::sym_size.int",
+    "aten::sym_numel.default": "aten::sym_numel.default",
+    "aten::sym_stride.int": "aten::sym_stride.int",
+    "aten::sym_storage_offset.default": "aten::sym_storage_offset.default",
+}
+
+
+def _base(op: str) -> str:
+    return op.rsplit(".", 1)[0]
+
+
+def missing_core_kernels(include_excluded: bool = False) -> dict[str, str]:
+    """{core overload: out-variant name} for Core ATen overloads whose out variant has no kernel."""
+    from etc.runtime.kernels import registered_kernels
+
+    have = registered_kernels()
+    missing = {}
+    for core, out in sorted(core_out_variants().items()):
+        if not include_excluded and _base(core) in EXCLUDED:
+            continue
+        if not out or out not in have:
+            missing[core] = out
+    return missing
+
+
+def main():  # pragma: no cover - a report for humans
+    missing = missing_core_kernels(include_excluded=True)
+    total = len(core_out_variants())
+    print(f"{total - len(missing)}/{total} Core ATen overloads have a kernel")
+    for core, out in missing.items():
+        why = EXCLUDED.get(_base(core), "")
+        print(f"  {core} -> {out or '(no out variant)'}" + (f"  [{why}]" if why else ""))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

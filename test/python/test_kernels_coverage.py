@@ -1,0 +1,27 @@
+"""Every Core ATen operator has a kernel, except a short documented list."""
+
+from etc.runtime.kernels import registered_kernels
+from etc.runtime.kernels.coverage import EXCLUDED, core_out_variants, missing_core_kernels
+
+
+def test_every_core_aten_op_has_a_kernel_or_a_documented_exclusion():
+    assert missing_core_kernels() == {}
+
+
+def test_exclusions_are_few_have_reasons_and_are_really_core():
+    assert len(EXCLUDED) <= 12
+    bases = {core.rsplit(".", 1)[0] for core in core_out_variants()}
+    for op, reason in EXCLUDED.items():
+        assert reason and op in bases, op
+        # an excluded op really has no kernel (else drop it from the list)
+        assert not any(k.startswith(op + ".") for k in registered_kernels()), op
+
+
+def test_core_ops_map_to_their_pte_out_variant_names():
+    m = core_out_variants()
+    assert m["aten::add.Tensor"] == "aten::add.out"
+    assert m["aten::add.Scalar"] == "aten::add.Scalar_out"
+    assert m["aten::slice.Tensor"] == "aten::slice_copy.Tensor_out"
+    assert m["aten::max.dim"] == "aten::max.dim_max"
+    assert m["aten::arange.start_step"] == "aten::arange.start_out"
+    assert len(m) >= 180
