@@ -11,10 +11,11 @@ memory effects (`scf.if`, `scf.for`), nothing inside has any. Terminators
 ops are kept.
 
 MLIR's Python API cannot query an op's memory effects, so the pass asks MLIR
-itself: a probe op of the same name (and attributes) with its results unused is
-put in a scratch function and `trivial-dce` runs on it; the answer is cached
-per op name for ops without regions. Ops with regions are probed one by one
-(a clone, erased afterwards), since their effects depend on their bodies.
+itself: a clone of the op (same operands, so the real values gain a use for a
+moment) goes into a scratch function with its results unused, `trivial-dce`
+runs there, and the clone is erased if it survived. The answer is cached per
+op name for ops without regions; ops with regions are asked one by one, since
+their effects depend on their bodies.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ class _PurityOracle:
     def __init__(self, context):
         from torch_mlir import ir, passmanager
 
-        self._ir = ir
+        self._ir = self.ir = ir
         self.context = context
         self._cache: dict[str, bool] = {}
         self._pm = passmanager.PassManager.parse("builtin.module(func.func(trivial-dce))", context=context)
-        self._pm.enable_verifier(False)  # probes have no valid operands
+        self._pm.enable_verifier(False)  # probes use values defined outside the scratch function
 
     def _scratch(self):
         ir = self._ir
@@ -57,14 +58,9 @@ class _PurityOracle:
         module, block = self._scratch()
         terminator = block.operations[0]
         with self.context, ir.Location.unknown():
-            if len(op.regions) == 0:
-                # A fresh op with the same name, attributes and result types and no operands: no use
-                # lists of the real IR are touched.
-                probe = ir.Operation.create(name, results=[r.type for r in op.results],
-                                            attributes={name: op.attributes[name] for name in op.attributes},
-                                            loc=ir.Location.unknown(), ip=ir.InsertionPoint(terminator))
-            else:
-                probe = op.clone(ip=ir.InsertionPoint(terminator))
+            # A clone keeps the real operands: an op's effects may name them (memref.store writes
+            # its memref operand), so a probe without them could not even be asked.
+            probe = op.clone(ip=ir.InsertionPoint(terminator))
         self._pm.run(module.operation)
         dead = len(block.operations) == 1
         if not dead:
@@ -101,7 +97,7 @@ class DeadCodeElimination(Pass):
             for block in reversed(list(region.blocks)):
                 for child in reversed(list(block.operations)):
                     self._sweep_op(child.operation, oracle)
-        if top or _has_symbol(op):
+        if top or _has_symbol(op) or len(op.successors) or op.has_trait(oracle.ir.IsTerminatorTrait):
             return False
         if any(len(list(result.uses)) for result in op.results):
             return False
