@@ -10,7 +10,8 @@ from etc.passes.pass_api import Pass, option, register_pass
 @register_pass
 class EmitDiagnostics(Pass):
     """For every op carrying a string attribute `etc.test_diagnostic`, report its text:
-    as a warning, or as an error (a failing pass) when the text starts with `error:`.
+    as a warning, or as an error (a failing pass) when the text starts with `error:`
+    (`error: msg; note: more` adds notes).
     With `break-ir`, erase the terminator of the first function instead (invalid IR)."""
 
     name = "etc-test-diagnostics"
@@ -43,5 +44,6 @@ class EmitDiagnostics(Pass):
         for nested in found:
             text = ir.StringAttr(nested.attributes["etc.test_diagnostic"]).value
             if text.startswith("error:"):
-                raise self.error(text[len("error:"):].strip(), at=nested)
+                message, *notes = text[len("error:"):].split("; note:")
+                raise self.error(message.strip(), at=nested, notes=[n.strip() for n in notes])
             self.warning(text, at=nested)

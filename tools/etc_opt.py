@@ -76,7 +76,8 @@ def _from_mlir(diagnostic) -> Diag:
 
 
 def _from_exception(exc: EtcError) -> Diag:
-    return Diag("error", exc.message, exc.location, [Diag("note", n, None) for n in exc.notes])
+    # An EtcError's notes carry no position of their own: like MLIR's, they are at the error's.
+    return Diag("error", exc.message, exc.location, [Diag("note", n, exc.location) for n in exc.notes])
 
 
 # ------------------------------------------------------------------ input

@@ -15,8 +15,9 @@ func.func @pass_diagnostics(%x: i32) -> i32 {
   %0 = arith.addi %x, %x {etc.test_diagnostic = "first warning"} : i32
   // expected-warning @-1 {{first warning}}
   %1 = arith.addi %x, %x {etc.test_diagnostic = "second warning"} : i32 // expected-warning {{second}}
-  %2 = arith.addi %x, %x {etc.test_diagnostic = "error: failing op 42"} : i32
+  %2 = arith.addi %x, %x {etc.test_diagnostic = "error: failing op 42; note: a note about it"} : i32
   // expected-error-re @above {{failing op {{[0-9]+}}}}
+  // expected-note @-2 {{a note about it}}
   return %x : i32
 }
 
