@@ -8,6 +8,9 @@ These are what an emitter produces besides out-variant kernels:
 - scalar arithmetic and comparisons on those sizes, `executorch_prim::<op>.Scalar`
   (the ops `executorch.exir.passes.executorch_prim_ops_registry` binds Python's
   operators and `torch.sym_*` to, plus the legacy `.int` overloads);
+- `aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False)`, the in-place
+  copy ExecuTorch emits to write a mutated buffer back (its default overload, so an
+  empty overload name in the program);
 - the loop helper `executorch_prim::et_copy_index.tensor(copy_to, copy_from, index)`
   that `torch.map`/`scan` loops stack their per-iteration results with, and
   `executorch_prim::et_view.default(self, size) -> Tensor`, the view ExecuTorch keeps
@@ -193,3 +196,19 @@ def et_view(tensor, size):
     if int(np.prod(shape, dtype=np.int64)) != tensor.size:
         raise ExecutionError(f"et_view: a tensor of shape {list(tensor.shape)} cannot be viewed as {shape}")
     return tensor.reshape(shape)
+
+
+# --------------------------------------------------------------------------- buffer write-back
+
+def copy_(tensor, src, non_blocking=False):
+    """Write `src` (broadcast, cast) into `tensor` in place; the program's mutable-buffer write-back."""
+    src = np.asarray(src)
+    try:
+        np.copyto(tensor, np.broadcast_to(src, tensor.shape), casting="unsafe")
+    except ValueError:
+        raise ExecutionError(f"copy_: a source of shape {list(src.shape)} does not broadcast to the "
+                             f"destination's {list(tensor.shape)}") from None
+    return tensor
+
+
+_prim("aten::copy_.default")(copy_)
