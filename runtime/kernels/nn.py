@@ -72,7 +72,7 @@ def conv_nd(x, w, bias, stride, padding, dilation, groups):
     # (N, G, Cg, *out, *K) -> (N, G, Cg, *K, *out) -> (N, G, Cg*K, P)
     win = win.reshape((n, g, cg) + win.shape[2:])
     perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
-    cols = np.ascontiguousarray(win.transpose(perm)).reshape(n, g, cg * int(np.prod(k)), -1)
+    cols = np.ascontiguousarray(win.transpose(perm)).reshape(n, g, cg * int(np.prod(k)), int(np.prod(out_sp)))
     wm = w.reshape(g, o // g, cg * int(np.prod(k)))
     res = np.matmul(wm, cols)  # (N, G, Og, P)
     res = res.reshape((n, o) + tuple(out_sp))

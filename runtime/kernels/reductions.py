@@ -180,9 +180,8 @@ def _bool_reduce(fn, name):
         return write_out(out, fn(self))
 
     def dim_out(self, dim=None, keepdim=False, out=None):
-        if isinstance(dim, (list, tuple)) and not dim:
-            dim = None  # any.dims with [] reduces everything
-        axes = _axes(self, dim)
+        # any.dims: None reduces every dim, [] none of them
+        axes = normalize_dims(dim, self.ndim, empty_means_all=False)
         if self.ndim == 0:
             return write_out(out, self.astype(BOOL))
         return write_out(out, fn(self, axis=axes, keepdims=bool(keepdim)))

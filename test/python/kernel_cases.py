@@ -53,9 +53,8 @@ class Gen:
 
     def distinct(self, shape):
         """Floats (of the test dtype) without ties: a permutation, scaled."""
-        n = int(np.prod(shape))
-
         def make(s):
+            n = int(np.prod(s))
             return (self.rng.permutation(n).reshape(s) - n / 2).astype(self.dtype)
         return self._layout(make, shape)
 
@@ -87,7 +86,7 @@ def functional_of(name: str):
 
 def to_torch(value, arg_type: str = ""):
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.array(value, copy=True))
+        return torch.from_numpy(np.array(value, copy=True, order="C"))
     if isinstance(value, (list, tuple)) and value and any(isinstance(v, np.ndarray) for v in value):
         return [to_torch(v) for v in value]
     if "ScalarType" in arg_type and value is not None:
@@ -148,7 +147,7 @@ def run(name: str, args, kwargs=None, ref: Callable | None = None, out_extra: in
     expected = [e.numpy() if isinstance(e, torch.Tensor) else np.asarray(e) for e in expected]
     outs = [np.zeros(e.size + out_extra, e.dtype) if out_extra else np.zeros(e.shape, e.dtype) for e in expected]
     out_schema = [a for a in schema.arguments if a.is_out]
-    out_args = [outs] if len(out_schema) == 1 and "[]" in str(out_schema[0].type) else outs
+    out_args = [outs] if len(out_schema) == 1 and ("[]" in str(out_schema[0].type) or "List" in str(out_schema[0].type)) else outs
     result = get_kernel(name)(*values, *out_args)
     ours, _ = _as_list(result) if not isinstance(result, np.ndarray) else ([result], False)
     return ours, expected, outs
