@@ -151,3 +151,64 @@ def test_executorch_map_loop():
     for _ in range(2):  # the loop resets its counter for the next call
         (got,) = method.execute([xs, y])
         assert _error(got, xs * 3 + y) <= 1e-6
+
+
+class _LinearRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+class _StandInXnnpack:
+    """Registered as "XnnpackBackend": it cannot read XNNPACK's blob, so it computes the model with
+    torch, which is enough to check the DelegateCall plumbing on ExecuTorch's own layout."""
+
+    backend_id = "XnnpackBackend"
+
+    def __init__(self, module):
+        self.module, self.blobs, self.calls = module, [], []
+
+    def is_available(self):
+        return True
+
+    def init(self, blob, compile_specs):
+        self.blobs.append(bytes(blob))
+        return len(self.blobs) - 1
+
+    def execute(self, handle, args):
+        self.calls.append([getattr(a, "shape", a) for a in args])
+        x, out = args
+        with torch.no_grad():
+            out[...] = self.module(torch.from_numpy(x.copy())).numpy()
+        return [out]
+
+
+def test_executorch_xnnpack_delegate_needs_its_backend():
+    from etc.errors import BackendError
+    from etc.runtime import register_backend, unregister_backend
+
+    partitioner = pytest.importorskip("executorch.backends.xnnpack.partition.xnnpack_partitioner")
+    module, x = _LinearRelu().eval(), torch.randn(2, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        edge = exir.to_edge_transform_and_lower(torch.export.export(module, (x,)),
+                                                partitioner=[partitioner.XnnpackPartitioner()])
+        buffer = edge.to_executorch().buffer
+    program = Runtime.get().load_program(buffer)
+    assert program.metadata("forward").backends == ["XnnpackBackend"]
+    unregister_backend("XnnpackBackend")
+    with pytest.raises(BackendError, match=r"'XnnpackBackend', which is not registered \(registered backends: "):
+        program.load_method("forward")
+    stand_in = _StandInXnnpack(module)
+    register_backend(stand_in)
+    try:
+        method = Runtime.get().load_program(buffer).load_method("forward")
+        assert len(stand_in.blobs) == 1 and len(stand_in.blobs[0]) > 0
+        (got,) = method.execute([x])
+        assert stand_in.calls == [[(2, 5), (2, 3)]]  # inputs then outputs, numpy views
+        assert _error(got, module(x)) <= 1e-6
+    finally:
+        unregister_backend("XnnpackBackend")
