@@ -569,10 +569,14 @@ def embedding_bag_out(weight, indices, offsets, scale_grad_by_freq=False, mode=0
             a = rows.argmax(0)
             outputs[b] = rows[a, np.arange(dim)]
             max_indices[b] = idx[keep][a]
-    if mode != 2:
-        max_indices = bag_size.copy() if mode == 1 else np.zeros(bags, INT64)
-    return (write_out(out0, outputs), write_out(out1, offset2bag if mode != 0 or True else offset2bag),
-            write_out(out2, bag_size), write_out(out3, max_indices))
+    if mode == 0:
+        # sum mode: ATen leaves the bookkeeping outputs empty / zero
+        offset2bag = np.zeros((0,), INT64)
+        bag_size = np.zeros(bags, INT64)
+        max_indices = np.zeros(bags, INT64)
+    elif mode == 1:
+        max_indices = bag_size.copy()
+    return write_out(out0, outputs), write_out(out1, offset2bag), write_out(out2, bag_size), write_out(out3, max_indices)
 
 
 @kernel("aten::native_dropout.out")
