@@ -1,0 +1,273 @@
+"""The cpu target's matmul/convolution strategy (targets/cpu/strategy.py): correctness only.
+
+Each case is linalg-on-tensors text as torch-mlir produces it, compiled twice through the
+standalone path (strategy -> bufferize -> LLVM -> llvmlite JIT): results are checked
+against numpy/torch. Odd sizes (1, 7, 33, 100) exercise the peeled partial row block,
+zero-padded column panels and K blocks that do not divide K. Timing lives in
+tools/bench_gemm.py, never here.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from etc.targets.cpu import codegen, strategy
+
+HOST = codegen.resolve_target(None)
+CFG = strategy.kernel_config(HOST)
+needs_simd = pytest.mark.skipif(CFG is None, reason="host has no SIMD FMA configuration")
+
+
+def rel_error(actual, expected) -> float:
+    expected = np.asarray(expected, dtype=np.float64)
+    scale = max(1.0, float(np.abs(expected).max()))
+    return float(np.abs(np.asarray(actual, dtype=np.float64) - expected).max() / scale)
+
+
+def t(shape) -> str:
+    return "tensor<" + "x".join(map(str, shape)) + "xf32>"
+
+
+def matmul_text(m, k, n) -> str:
+    return f"""
+func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}) -> {t([m, n])} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {t([m, n])}
+  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}
+  %r = linalg.matmul ins(%a, %b : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}
+  return %r : {t([m, n])}
+}}"""
+
+
+def batch_matmul_text(bt, m, k, n) -> str:
+    return f"""
+func.func @bmm(%a: {t([bt, m, k])}, %b: {t([bt, k, n])}) -> {t([bt, m, n])} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {t([bt, m, n])}
+  %c = linalg.fill ins(%z : f32) outs(%e : {t([bt, m, n])}) -> {t([bt, m, n])}
+  %r = linalg.batch_matmul ins(%a, %b : {t([bt, m, k])}, {t([bt, k, n])}) outs(%c : {t([bt, m, n])}) -> {t([bt, m, n])}
+  return %r : {t([bt, m, n])}
+}}"""
+
+
+def linear_relu_text(m, k, n) -> str:
+    """torch.nn.Linear + relu as torch-mlir lowers it: a transpose of the weight, matmul, bias+relu generic."""
+    return f"""
+#bias = affine_map<(d0, d1) -> (d1)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @linear(%x: {t([m, k])}, %w: {t([n, k])}, %bias: {t([n])}) -> {t([m, n])} {{
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : {t([k, n])}
+  %wt = linalg.transpose ins(%w : {t([n, k])}) outs(%e0 : {t([k, n])}) permutation = [1, 0]
+  %e = tensor.empty() : {t([m, n])}
+  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}
+  %mm = linalg.matmul ins(%x, %wt : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}
+  %r = linalg.generic {{indexing_maps = [#bias, #id, #id], iterator_types = ["parallel", "parallel"]}}
+      ins(%bias, %mm : {t([n])}, {t([m, n])}) outs(%e : {t([m, n])}) {{
+  ^bb0(%bi: f32, %v: f32, %o: f32):
+    %s = arith.addf %bi, %v : f32
+    %p = arith.cmpf ugt, %s, %z : f32
+    %y = arith.select %p, %s, %z : f32
+    linalg.yield %y : f32
+  }} -> {t([m, n])}
+  return %r : {t([m, n])}
+}}"""
+
+
+def _pad_text(name, src, shape, p) -> tuple[str, list]:
+    if p == 0:
+        return "", shape
+    n, c, h, w = shape
+    out = [n, c, h + 2 * p, w + 2 * p]
+    return (f"""  {name} = tensor.pad {src} low[0, 0, {p}, {p}] high[0, 0, {p}, {p}] {{
+  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+    tensor.yield %z : f32
+  }} : {t(shape)} to {t(out)}
+"""), out
+
+
+def conv_text(n, c, h, w, f, k, stride, pad, dilation=1) -> tuple[str, tuple]:
+    padded, pshape = _pad_text("%xp", "%x", [n, c, h, w], pad)
+    src = "%xp" if pad else "%x"
+    oh = (pshape[2] - dilation * (k - 1) - 1) // stride + 1
+    ow = (pshape[3] - dilation * (k - 1) - 1) // stride + 1
+    out = [n, f, oh, ow]
+    return f"""
+func.func @conv(%x: {t([n, c, h, w])}, %w: {t([f, c, k, k])}, %b: {t([f])}) -> {t(out)} {{
+  %z = arith.constant 0.0 : f32
+{padded}  %e = tensor.empty() : {t(out)}
+  %bb = linalg.broadcast ins(%b : {t([f])}) outs(%e : {t(out)}) dimensions = [0, 2, 3]
+  %r = linalg.conv_2d_nchw_fchw {{dilations = dense<{dilation}> : vector<2xi64>, strides = dense<{stride}> : vector<2xi64>}}
+      ins({src}, %w : {t(pshape)}, {t([f, c, k, k])}) outs(%bb : {t(out)}) -> {t(out)}
+  return %r : {t(out)}
+}}""", tuple(out)
+
+
+def depthwise_text(n, c, h, w, k, stride, pad) -> tuple[str, tuple]:
+    padded, pshape = _pad_text("%xp", "%x", [n, c, h, w], pad)
+    src = "%xp" if pad else "%x"
+    oh, ow = (pshape[2] - k) // stride + 1, (pshape[3] - k) // stride + 1
+    out = [n, c, oh, ow]
+    return f"""
+func.func @dw(%x: {t([n, c, h, w])}, %w: {t([c, k, k])}, %b: {t([c])}) -> {t(out)} {{
+  %z = arith.constant 0.0 : f32
+{padded}  %e = tensor.empty() : {t(out)}
+  %bb = linalg.broadcast ins(%b : {t([c])}) outs(%e : {t(out)}) dimensions = [0, 2, 3]
+  %r = linalg.depthwise_conv_2d_nchw_chw {{dilations = dense<1> : vector<2xi64>, strides = dense<{stride}> : vector<2xi64>}}
+      ins({src}, %w : {t(pshape)}, {t([c, k, k])}) outs(%bb : {t(out)}) -> {t(out)}
+  return %r : {t(out)}
+}}""", tuple(out)
+
+
+def maxpool_text(n, c, h, w, k, stride) -> tuple[str, tuple]:
+    oh, ow = (h - k) // stride + 1, (w - k) // stride + 1
+    out = [n, c, oh, ow]
+    return f"""
+func.func @pool(%x: {t([n, c, h, w])}) -> {t(out)} {{
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : {t(out)}
+  %init = linalg.fill ins(%ninf : f32) outs(%e : {t(out)}) -> {t(out)}
+  %win = tensor.empty() : {t([k, k])}
+  %r = linalg.pooling_nchw_max {{dilations = dense<1> : vector<2xi64>, strides = dense<{stride}> : vector<2xi64>}}
+      ins(%x, %win : {t([n, c, h, w])}, {t([k, k])}) outs(%init : {t(out)}) -> {t(out)}
+  return %r : {t(out)}
+}}""", tuple(out)
+
+
+rng = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+ODD = [1, 7, 33, 100]
+
+
+@needs_simd
+@pytest.mark.parametrize("m,k,n", [(1, 7, 33), (7, 33, 100), (33, 100, 1), (100, 1, 7), (100, 33, 7), (7, 100, 100),
+                                   (33, 33, 33), (100, 100, 100), (64, 256, 128), (13, 300, 70)])
+def test_matmul_odd_sizes(m, k, n):
+    fn = strategy.compile_standalone(matmul_text(m, k, n), min_flops=0)
+    a, b = rand(m, k), rand(k, n)
+    (out,) = fn(a, b)
+    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+
+
+@needs_simd
+def test_batch_matmul():
+    fn = strategy.compile_standalone(batch_matmul_text(3, 7, 33, 100), min_flops=0)
+    a, b = rand(3, 7, 33), rand(3, 33, 100)
+    (out,) = fn(a, b)
+    assert rel_error(out, np.matmul(a.astype(np.float64), b)) < 1e-5
+
+
+@needs_simd
+@pytest.mark.parametrize("m,k,n", [(1, 33, 100), (7, 100, 33), (100, 64, 70)])
+def test_linear_relu_transposed_weight(m, k, n):
+    fn = strategy.compile_standalone(linear_relu_text(m, k, n), min_flops=0)
+    x, w, b = rand(m, k), rand(n, k), rand(n)
+    (out,) = fn(x, w, b)
+    expected = torch.relu(torch.nn.functional.linear(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)))
+    assert rel_error(out, expected.numpy()) < 1e-5
+
+
+@needs_simd
+@pytest.mark.parametrize("n,c,h,w,f,k,stride,pad,dil", [
+    (1, 7, 33, 33, 33, 3, 1, 1, 1),   # padded 3x3
+    (2, 3, 17, 17, 7, 3, 2, 1, 1),    # stride 2, batch 2
+    (1, 33, 7, 7, 100, 1, 1, 0, 1),   # 1x1 = matmul on the input in place
+    (1, 16, 9, 9, 8, 1, 2, 0, 1),     # 1x1 stride 2 (a strided gather)
+    (1, 4, 12, 12, 9, 3, 1, 2, 2),    # dilation 2
+    (1, 1, 1, 1, 7, 1, 1, 0, 1),      # one input channel, one pixel
+])
+def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
+    text, shape = conv_text(n, c, h, w, f, k, stride, pad, dil)
+    fn = strategy.compile_standalone(text, min_flops=0)
+    x, wt, b = rand(n, c, h, w), rand(f, c, k, k), rand(f)
+    (out,) = fn(x, wt, b)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b),
+                                          stride=stride, padding=pad, dilation=dil)
+    assert out.shape == shape
+    assert rel_error(out, expected.numpy()) < 1e-5
+
+
+@needs_simd
+@pytest.mark.parametrize("n,c,h,w,k,stride,pad", [(1, 7, 33, 33, 3, 1, 1), (2, 33, 17, 17, 3, 2, 1),
+                                                  (1, 100, 7, 7, 3, 1, 1), (1, 16, 20, 20, 5, 2, 2)])
+def test_depthwise(n, c, h, w, k, stride, pad):
+    text, shape = depthwise_text(n, c, h, w, k, stride, pad)
+    fn = strategy.compile_standalone(text, min_flops=0)
+    x, wt, b = rand(n, c, h, w), rand(c, k, k), rand(c)
+    (out,) = fn(x, wt, b)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt[:, None]), torch.from_numpy(b),
+                                          stride=stride, padding=pad, groups=c)
+    assert out.shape == shape
+    assert rel_error(out, expected.numpy()) < 1e-5
+
+
+@needs_simd
+@pytest.mark.parametrize("n,c,h,w,k,stride", [(1, 7, 33, 33, 2, 2), (2, 33, 17, 17, 3, 2), (1, 100, 7, 7, 3, 1)])
+def test_maxpool(n, c, h, w, k, stride):
+    text, shape = maxpool_text(n, c, h, w, k, stride)
+    fn = strategy.compile_standalone(text, min_flops=0)
+    x = rand(n, c, h, w)
+    (out,) = fn(x)
+    expected = torch.nn.functional.max_pool2d(torch.from_numpy(x), k, stride)
+    assert out.shape == shape
+    assert rel_error(out, expected.numpy()) < 1e-6
+
+
+@needs_simd
+def test_matmul_becomes_vector_fma_microkernel():
+    """The strategy, not LLVM's vectorizer, makes the FMA: vector.fma on nr-wide vectors, lowered to
+    llvm.intr.fmuladd on vector<nr x f32> in the LLVM dialect; the unstrategized path has none."""
+    import re
+
+    fn = strategy.compile_standalone(matmul_text(64, 64, 64), min_flops=0)
+    width = CFG.nr
+    fmas = re.findall(r"llvm\.intr\.(?:fma|fmuladd)\b.*", fn.mlir_llvm)
+    assert fmas and all(f"vector<{width}xf32>" in line for line in fmas)
+    assert re.search(rf"@llvm\.(fma|fmuladd)\.v{width}f32", fn.llvm_ir)
+    plain = strategy.compile_standalone(matmul_text(64, 64, 64), strategy=False)
+    assert not re.search(r"llvm\.intr\.(fma|fmuladd)", plain.mlir_llvm)
+
+
+@needs_simd
+def test_small_contractions_stay_with_the_default():
+    from torch_mlir import ir
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(matmul_text(4, 8, 8))
+        strategy.apply_strategy(module, HOST)
+        assert "vector.fma" not in str(module)
+        module = ir.Module.parse(matmul_text(64, 64, 64))
+        strategy.apply_strategy(module, HOST)
+        text = str(module)
+        assert "vector.fma" in text and "etc_gemm" not in text  # kernel inlined, named functions gone
+
+
+def test_kernel_configs_per_target():
+    avx512 = strategy.kernel_config(codegen.CpuTarget("x86_64-unknown-linux-gnu", "znver4", "+avx2,+fma,+avx512f"))
+    assert (avx512.vector_width, avx512.mr, avx512.nr) == (16, 6, 64)
+    avx2 = strategy.kernel_config(codegen.PRESETS["x86-64-v3"])
+    assert avx2.vector_width == 8 and avx2.nr % 8 == 0
+    neon = strategy.kernel_config(codegen.PRESETS["aarch64"])
+    assert neon.vector_width == 4 and neon.nr % 4 == 0
+    assert strategy.kernel_config(codegen.PRESETS["cortex-m7"]) is None
+
+
+def test_cross_targets_lower_to_llvm_dialect():
+    """The NEON tile (8 x 12) and the no-SIMD fallback (Cortex-M) produce LLVM-dialect code too."""
+    from torch_mlir import ir
+
+    for preset in ("aarch64", "cortex-m7"):
+        with ir.Context(), ir.Location.unknown():
+            module = ir.Module.parse(matmul_text(33, 40, 50))
+            strategy.apply_strategy(module, codegen.PRESETS[preset], min_flops=0)
+            strategy._run(module, strategy.BUFFERIZE)
+            codegen.copies_to_linalg(module)
+            strategy._run(module, strategy.lowering_pipeline())
+            text = str(module)
+            assert "llvm.func" in text and "memrefCopy" not in text
+            assert ("llvm.intr.fmuladd" in text and "vector<12xf32>" in text) == (preset == "aarch64")
