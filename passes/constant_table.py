@@ -64,9 +64,14 @@ class ConstantTable:
         return self.get(ir.FlatSymbolRefAttr(owner.attributes["global"]).value)
 
     def add(self, hint: str, array: np.ndarray, element: ir.Type) -> str:
-        """A new private global holding `array`; returns its symbol."""
+        """A private global holding `array`; returns its symbol. An existing global
+        with the same element type, shape and bytes is reused: methods that fold
+        the same shared weight (each its own `permute`) keep one copy."""
         from torch_mlir.dialects import ml_program
 
+        same = self._find_equal(array, element)
+        if same is not None:
+            return same
         if self.program is not None:
             symbol = self.program.add_constant(hint, array, element)
         else:
@@ -82,6 +87,18 @@ class ConstantTable:
                                      if op.operation.name == "ml_program.global"
                                      and ir.StringAttr(op.attributes["sym_name"]).value == symbol)
         return symbol
+
+    def _find_equal(self, array: np.ndarray, element: ir.Type) -> str | None:
+        for symbol, op in self._globals.items():
+            if "is_mutable" in op.attributes:
+                continue
+            ty = ir.RankedTensorType(ir.TypeAttr(op.attributes["type"]).value)
+            if ty.element_type != element or tuple(ty.shape) != array.shape:
+                continue
+            existing = self.get(symbol)
+            if existing is not None and existing.dtype == array.dtype and np.array_equal(existing, array):
+                return symbol
+        return None
 
     def load(self, hint: str, array: np.ndarray, element: ir.Type) -> ir.Value:
         """Add a constant and load it at the current insertion point."""

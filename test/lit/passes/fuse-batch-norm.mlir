@@ -1,16 +1,16 @@
 // RUN: etc-opt %s --etc-fuse-batch-norm | filecheck %s
 // Inference batch norm after a convolution becomes part of its weights:
-// scale = gamma / sqrt(var + eps) = 2 / sqrt(3 + 1) = 1; W' = W * 1; b' = (b - mean) * 1 + beta = (1 - 2) + 5 = 4.
+// scale = gamma / sqrt(var + eps) = 4 / sqrt(0 + 4) = 2; W' = 3 * 2 = 6; b' = (b - mean) * 2 + beta = (1 - 2) * 2 + 5 = 3.
 
 ml_program.global private @w(dense<3.0> : tensor<1x1x1x1xf32>) : tensor<1x1x1x1xf32>
 ml_program.global private @b(dense<1.0> : tensor<1xf32>) : tensor<1xf32>
-ml_program.global private @gamma(dense<2.0> : tensor<1xf32>) : tensor<1xf32>
+ml_program.global private @gamma(dense<4.0> : tensor<1xf32>) : tensor<1xf32>
 ml_program.global private @beta(dense<5.0> : tensor<1xf32>) : tensor<1xf32>
 ml_program.global private @mean(dense<2.0> : tensor<1xf32>) : tensor<1xf32>
-ml_program.global private @var(dense<3.0> : tensor<1xf32>) : tensor<1xf32>
+ml_program.global private @var(dense<0.0> : tensor<1xf32>) : tensor<1xf32>
 
-// CHECK-DAG: ml_program.global private @fused_bn_weight(dense<3.000000e+00> : tensor<1x1x1x1xf32>)
-// CHECK-DAG: ml_program.global private @fused_bn_bias(dense<4.000000e+00> : tensor<1xf32>)
+// CHECK-DAG: ml_program.global private @fused_bn_weight(dense<6.000000e+00> : tensor<1x1x1x1xf32>)
+// CHECK-DAG: ml_program.global private @fused_bn_bias(dense<3.000000e+00> : tensor<1xf32>)
 // CHECK-LABEL: func.func @forward
 func.func @forward(%x: tensor<1x1x4x4xf32>) -> tensor<1x1x4x4xf32> {
   %w = ml_program.global_load_const @w : tensor<1x1x1x1xf32>
@@ -23,6 +23,6 @@ func.func @forward(%x: tensor<1x1x4x4xf32>) -> tensor<1x1x4x4xf32> {
   // CHECK-NOT: batch_norm
   // CHECK: "edge.convolution"(%arg0, %{{.+}}, %{{.+}})
   // CHECK-NOT: batch_norm
-  %bn:3 = "edge.p_native_batch_norm_legit_no_training"(%c, %g, %be, %m, %v) {eps = 1.0 : f64, momentum = 0.1 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1>} : (tensor<1x1x4x4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>) -> (tensor<1x1x4x4xf32>, tensor<0xf32>, tensor<0xf32>)
+  %bn:3 = "edge.p_native_batch_norm_legit_no_training"(%c, %g, %be, %m, %v) {eps = 4.0 : f64, momentum = 0.1 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 1, 1>} : (tensor<1x1x4x4xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>) -> (tensor<1x1x4x4xf32>, tensor<0xf32>, tensor<0xf32>)
   return %bn#0 : tensor<1x1x4x4xf32>
 }
