@@ -609,8 +609,28 @@ class Method:
         described = [f"value {i}: {self._describe(i)}" for i in params]
         if described:
             notes.append("arguments: " + "; ".join(described))
+        location = None
+        frame = self._user_frame(chain_index, pc)
+        if frame is not None:  # the program kept the stack trace: point at the user's line
+            location = f"{frame.filename}:{frame.lineno}"
+            if frame.context:
+                notes.insert(0, f"in {frame.name or '?'}: {frame.context.strip()}")
         return cls(f"{label} failed{where}: {message}", method=self.name, instruction=pc, operator=label,
-                   value=value, notes=notes), cause
+                   value=value, notes=notes, location=location), cause
+
+    def _user_frame(self, chain_index: int, pc: int):
+        """The instruction's innermost frame of user code (`Chain.stacktrace`), if the program kept one.
+
+        Frames inside installed packages (torch.nn's modules) are skipped: the user's
+        own line that called them is the one worth pointing at.
+        """
+        chain = self._plan.chains[chain_index]
+        traces = chain.stacktrace or []
+        if pc >= len(traces) or traces[pc] is None or not traces[pc].items:
+            return None
+        frames = [f for f in traces[pc].items if f.filename]
+        mine = [f for f in frames if not _is_library_file(f.filename)]
+        return (mine or frames or [None])[-1]
 
     def _describe(self, index: int) -> str:
         value = self._values[index]
@@ -621,6 +641,11 @@ class Method:
         if isinstance(value, (S.TensorList, S.OptionalTensorList)):
             return f"tensor list of {len(value.items or [])}"
         return f"{type(value).__name__} {value!r}"
+
+
+def _is_library_file(filename: str) -> bool:
+    path = filename.replace("\\", "/")
+    return "/site-packages/" in path or "/dist-packages/" in path or "/lib/python3" in path
 
 
 def _as_array(value) -> np.ndarray | None:

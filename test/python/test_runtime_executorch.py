@@ -212,3 +212,32 @@ def test_executorch_xnnpack_delegate_needs_its_backend():
         assert _error(got, module(x)) <= 1e-6
     finally:
         unregister_backend("XnnpackBackend")
+
+
+class _Lookup(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(4, 3)
+
+    def forward(self, ids):
+        return self.table(ids) * 2  # the line a bad index is reported at
+
+
+def test_executorch_stacktrace_points_a_kernel_failure_at_the_users_line():
+    from executorch.exir import ExecutorchBackendConfig
+
+    from etc.errors import ExecutionError
+
+    module = _Lookup().eval()
+    ep = torch.export.export(module, (torch.tensor([0, 1]),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        buffer = exir.to_edge(ep).to_executorch(ExecutorchBackendConfig(emit_stacktrace=True)).buffer
+    method = _load_or_skip(Runtime.get().load_program(buffer), "forward")
+    assert _error(method.execute([torch.tensor([3, 1])])[0], module(torch.tensor([3, 1]))) <= 1e-6
+    with pytest.raises(ExecutionError) as info:
+        method.execute([torch.tensor([1, 9])])
+    error = info.value
+    assert error.operator == "aten::embedding.out" and error.instruction is not None
+    assert error.location is not None and error.location.startswith(__file__ + ":")
+    assert "self.table(ids) * 2" in str(error)

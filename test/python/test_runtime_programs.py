@@ -166,7 +166,7 @@ class Builder:
             name=self.name, container_meta_type=S.ContainerMetadata(encoded_inp_str="", encoded_out_str=""),
             values=self.values, inputs=self.inputs, outputs=self.outputs,
             chains=[S.Chain(inputs=self.inputs, outputs=self.outputs, instructions=self.instructions,
-                            stacktrace=None)],
+                            stacktrace=getattr(self, "stacktrace", None))],
             operators=self.operators, delegates=self.delegates, non_const_buffer_sizes=[0, max(self.arena, 16)])
 
     def pte(self, *others):
@@ -481,6 +481,23 @@ def test_kernel_failure_carries_method_instruction_operator_value_and_argument_s
     assert "ValueError: kernel exploded" in str(error)
     assert "float32[2, 3]" in str(error)
     assert isinstance(error.__cause__, ValueError)
+
+
+def test_kernel_failure_points_at_the_user_line_of_the_stacktrace():
+    b = Builder()
+    x, y = b.tensor([2]), b.tensor([2])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::explode.out", x, y, y)
+    b.stacktrace = [S.FrameList(items=[
+        S.Frame(filename="/home/me/model.py", lineno=12, name="forward", context="y = self.explode(x)"),
+        S.Frame(filename="/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", lineno=1,
+                name="_call_impl", context="return forward_call(*args)")])]
+    with pytest.raises(ExecutionError) as info:
+        b.load().load_method("forward").execute([f32(1, 2)])
+    text = str(info.value)
+    assert info.value.location == "/home/me/model.py:12"
+    assert text.startswith("/home/me/model.py:12: error: etc_rt_test::explode.out failed")
+    assert "note: in forward: y = self.explode(x)" in text
 
 
 def test_result_larger_than_its_planned_tensor_is_an_execution_error():
