@@ -96,6 +96,23 @@ class MethodMeta:
         """Bytes of planned buffer `index` (0-based, i.e. mem_id index + 1), as ExecuTorch counts them."""
         return self.planned_buffer_sizes[index]
 
+    def __str__(self) -> str:
+        def show(info) -> str:
+            if isinstance(info, TensorInfo):
+                bound = " (upper bounds)" if info.dynamic else ""
+                return f"{info.dtype}{list(info.sizes)}{bound}"
+            return str(info)
+
+        lines = [f"method '{self.name}'"]
+        lines += [f"  input {i}: {show(info)}" for i, info in enumerate(self.inputs)]
+        lines += [f"  output {i}: {show(info)}" for i, info in enumerate(self.outputs)]
+        lines.append("  planned memory: " + (", ".join(f"mem_id {i + 1}: {size} bytes" for i, size in
+                                                       enumerate(self.planned_buffer_sizes)) or "none"))
+        if self.backends:
+            lines.append(f"  backends: {', '.join(self.backends)}")
+        lines.append(f"  operators ({len(self.operators)}): {', '.join(self.operators)}")
+        return "\n".join(lines)
+
 
 def operator_name(operator: S.Operator) -> str:
     """How the kernel registry spells an Operator: "name.overload" ("name" for a default overload)."""
@@ -189,6 +206,9 @@ class _Tensor:
 
     def accept(self, result) -> None:
         """Make `result` (a kernel's or backend's output) the current value."""
+        if result is self._capacity and result is not None:  # the common case: written in place, full shape
+            self.array = result
+            return
         if result is None:  # written in place at the shape it was handed over with
             self.array = self.capacity()
             return
@@ -253,6 +273,14 @@ class Method:
     def __repr__(self) -> str:
         return (f"Method('{self.name}', inputs={len(self._inputs)}, outputs={len(self._outputs)}, "
                 f"planned_bytes={self._memory.planned_bytes})")
+
+    def close(self) -> None:
+        """Let the backends release what they made for this method's delegates (`Backend.destroy`)."""
+        delegates, self._delegates = self._delegates, []
+        for _, backend, handle in delegates:
+            destroy = getattr(backend, "destroy", None)
+            if callable(destroy):
+                destroy(handle)
 
     @property
     def planned_bytes(self) -> int:

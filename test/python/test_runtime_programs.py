@@ -574,3 +574,29 @@ def test_runtime_registries():
     finally:
         unregister_backend("etc_rt_test_trim")
     assert not runtime.backend_registry.is_available("etc_rt_test_trim")
+
+
+def test_metadata_prints_a_summary_and_close_destroys_delegate_handles():
+    destroyed = []
+
+    class Destroying(Trim):
+        backend_id = "etc_rt_test_destroying"
+
+        def destroy(self, handle):
+            destroyed.append(handle)
+
+    register_backend(Destroying())
+    try:
+        b = Builder()
+        x, y = b.tensor([8], dynamic=True), b.tensor([8], dynamic=True)
+        b.inputs, b.outputs = [x], [y]
+        b.delegate("etc_rt_test_destroying", b"2", x, y)
+        program = b.load()
+        text = str(program.metadata("forward"))
+        assert "input 0: float32[8] (upper bounds)" in text
+        assert "mem_id 1: 64 bytes" in text and "backends: etc_rt_test_destroying" in text
+        method = program.load_method("forward")
+        method.close()
+        assert destroyed == [2.0]
+    finally:
+        unregister_backend("etc_rt_test_destroying")
