@@ -95,6 +95,30 @@ _SPECIAL_OUT = {
 }
 
 
+def out_variant_of(packet_name: str, overload: str) -> str:
+    """The out-variant operator name for `aten::<packet_name>.<overload>` ("" if torch has none)."""
+    full = f"aten::{packet_name}.{overload}"
+    core = core_out_variants()
+    if full in core:
+        return core[full]
+    import torch
+
+    packet = getattr(torch.ops.aten, packet_name)
+    schema = getattr(packet, overload)._schema
+    if _has_out(schema):
+        return full
+    key = _arg_key(schema)
+    for candidate in (packet_name, packet_name + "_copy"):
+        cpacket = getattr(torch.ops.aten, candidate, None)
+        if cpacket is None:
+            continue
+        for cov in cpacket.overloads():
+            s = getattr(cpacket, cov)._schema
+            if _has_out(s) and _arg_key(s) == key:
+                return f"aten::{candidate}.{cov}"
+    return ""
+
+
 def _base(op: str) -> str:
     return op.rsplit(".", 1)[0]
 
