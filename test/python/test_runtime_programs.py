@@ -600,3 +600,52 @@ def test_metadata_prints_a_summary_and_close_destroys_delegate_handles():
         assert destroyed == [2.0]
     finally:
         unregister_backend("etc_rt_test_destroying")
+
+
+def test_inline_delegate_data_reaches_the_backend():
+    register_backend(Trim())
+    try:
+        b = Builder()
+        x, y = b.tensor([8], dynamic=True), b.tensor([8], dynamic=True)
+        b.inputs, b.outputs = [x], [y]
+        b.delegate("etc_rt_test_trim", b"unused", x, y)
+        pte = b.pte()
+        pte.delegate_segments = []
+        pte.program.backend_delegate_data = [S.BackendDelegateInlineData(data=b"1.25")]
+        pte.program.execution_plan[0].delegates[0].processed = S.BackendDelegateDataReference(
+            location=S.DataLocation.INLINE, index=0)
+        method = Runtime.get().load_program(serialize_pte(pte)).load_method("forward")
+        assert method.execute([np.zeros(2, np.float32)])[0].tolist() == [1.25, 1.25]
+    finally:
+        unregister_backend("etc_rt_test_trim")
+
+
+def test_backend_failures_at_init_and_execute_are_named():
+    class Fragile(Trim):
+        backend_id = "etc_rt_test_fragile"
+
+        def init(self, blob, compile_specs):
+            if blob == b"bad":
+                raise RuntimeError("cannot parse blob")
+            return float(blob.decode())
+
+        def execute(self, handle, args):
+            raise RuntimeError("device lost")
+
+    register_backend(Fragile())
+    try:
+        for blob, error_type, pattern in ((b"bad", BackendError, "backend 'etc_rt_test_fragile' failed to "
+                                           "initialise delegate 0: RuntimeError: cannot parse blob"),
+                                          (b"1", ExecutionError, "delegate 'etc_rt_test_fragile' failed: "
+                                           "RuntimeError: device lost")):
+            b = Builder()
+            x, y = b.tensor([2]), b.tensor([2])
+            b.inputs, b.outputs = [x], [y]
+            b.delegate("etc_rt_test_fragile", blob, x, y)
+            with pytest.raises(error_type, match=pattern) as info:
+                b.load().load_method("forward").execute([f32(1, 2)])
+            assert info.value.method == "forward"
+            if error_type is ExecutionError:
+                assert (info.value.instruction, info.value.operator) == (0, "delegate 'etc_rt_test_fragile'")
+    finally:
+        unregister_backend("etc_rt_test_fragile")
