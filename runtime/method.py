@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from etc.errors import BackendError, EtcError, ExecutionError, InputError, KernelNotFoundError
+from etc.errors import BackendError, EtcError, ExecutionError, InputError, KernelNotFoundError, ProgramError
 from etc.runtime.backends import get_backend
 from etc.runtime.memory import MemoryManager
 from etc.schema import program as S
@@ -168,7 +168,7 @@ class _Tensor:
     """
 
     __slots__ = ("index", "dtype", "max_shape", "dim_order", "dynamic", "storage", "planned", "constant",
-                 "array", "_capacity", "_lo", "_hi")
+                 "unbound", "array", "_capacity", "_lo", "_hi")
 
     def __init__(self, index: int, dtype: np.dtype, shape: tuple, dim_order: tuple | None, dynamic: bool,
                  storage: np.ndarray | None, *, planned: bool, constant: bool):
@@ -180,6 +180,7 @@ class _Tensor:
         self.storage = storage
         self.planned = planned
         self.constant = constant
+        self.unbound = False  # DYNAMIC_UNBOUND and unplanned: may outgrow its sizes (storage regrown)
         if storage is not None:
             self._capacity = _logical_view(storage.view(dtype), shape, dim_order)
             self._lo = storage.ctypes.data
@@ -190,6 +191,15 @@ class _Tensor:
 
     def capacity(self) -> np.ndarray:
         return self._capacity if self._capacity is not None else self.array
+
+    def regrow(self, shape: tuple, storage: np.ndarray) -> None:
+        """New, larger storage for an unbound tensor (the only allocation an execute may make)."""
+        self.max_shape = shape
+        self.storage = storage
+        self._capacity = _logical_view(storage.view(self.dtype), shape, self.dim_order)
+        self._lo = storage.ctypes.data
+        self._hi = self._lo + storage.nbytes
+        self.array = self._capacity
 
     def resize(self, shape: tuple) -> np.ndarray:
         """Re-view the storage with `shape` (the caller checked it fits) and make that current."""
@@ -316,6 +326,10 @@ class Method:
         dim_order = order if order and order != tuple(range(len(shape))) else None
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         dynamic = tensor.shape_dynamism != S.TensorShapeDynamism.STATIC
+        extra = tensor.extra_tensor_info
+        if extra is not None and extra.location == S.TensorDataLocation.EXTERNAL:
+            data = self._external_data(index, extra.fully_qualified_name, nbytes)
+            return _Tensor(index, dtype, shape, dim_order, dynamic, data, planned=True, constant=True)
         info = tensor.allocation_info
         if info is not None:
             offset = (int(info.memory_offset_high) << 32) | int(info.memory_offset_low)
@@ -327,12 +341,33 @@ class Method:
                 storage[:min(nbytes, initial.size)] = initial[:nbytes]
             return _Tensor(index, dtype, shape, dim_order, dynamic, storage, planned=True, constant=False)
         if tensor.data_buffer_idx > 0:
-            data = np.frombuffer(self._pte.constant(tensor.data_buffer_idx), dtype=np.uint8, count=nbytes)
+            data = np.frombuffer(self._constant_bytes(tensor.data_buffer_idx), dtype=np.uint8, count=nbytes)
             return _Tensor(index, dtype, shape, dim_order, dynamic, data, planned=True, constant=True)
         # Not planned (an input the planner left to the caller, a view's output, ...): storage of our
         # own, sized for the upper bound and allocated once, for when it is written or set as an input.
-        return _Tensor(index, dtype, shape, dim_order, dynamic, self._memory.private(nbytes),
+        made = _Tensor(index, dtype, shape, dim_order, dynamic, self._memory.private(nbytes),
                        planned=False, constant=False)
+        made.unbound = tensor.shape_dynamism == S.TensorShapeDynamism.DYNAMIC_UNBOUND
+        return made
+
+    def _constant_bytes(self, data_buffer_idx: int) -> bytes:
+        """A constant's bytes: the constant segment, or the legacy in-flatbuffer `constant_buffer`
+        (whose index 0 is the reserved empty buffer) for files written before segments existed."""
+        legacy = self._pte.program.constant_buffer or []
+        if not self._pte.constant_data and legacy:
+            return legacy[data_buffer_idx].storage or b""
+        return self._pte.constant(data_buffer_idx)
+
+    def _external_data(self, index: int, fqn: str, nbytes: int) -> np.ndarray:
+        """A constant kept outside the program (a .ptd file), found by name in the named data."""
+        data = self._pte.named_data.get(fqn)
+        if data is None:
+            raise ProgramError(f"method '{self.name}' value {index}: tensor '{fqn}' lives in external data "
+                               "(a .ptd file), which this program does not carry")
+        if len(data) < nbytes:
+            raise ProgramError(f"method '{self.name}' value {index}: external data '{fqn}' has {len(data)} "
+                               f"bytes, the tensor needs {nbytes}")
+        return np.frombuffer(data, dtype=np.uint8, count=nbytes)
 
     # ------------------------------------------------------------------ load: kernels, delegates
     def _first_use(self, op_index: int):
@@ -570,6 +605,11 @@ class Method:
         if array.dtype != tensor.dtype:
             raise self._input_error(position, tensor.index, f"expected dtype {tensor.dtype}, got {array.dtype}")
         expected = tensor.max_shape
+        if tensor.unbound and array.ndim == len(expected) and any(g > e for g, e in zip(array.shape, expected)):
+            # No bound to check: grow the private storage (once per new largest shape).
+            grown = tuple(max(g, e) for g, e in zip(array.shape, expected))
+            tensor.regrow(grown, self._memory.private(int(np.prod(grown, dtype=np.int64)) * tensor.dtype.itemsize))
+            expected = grown
         if array.ndim != len(expected):
             raise self._input_error(position, tensor.index,
                                     f"expected rank {len(expected)} (shape {list(expected)}"

@@ -21,7 +21,7 @@ import os
 
 from etc.errors import ProgramError
 from etc.runtime.method import Method, MethodMeta, method_meta
-from etc.schema import PteFile, deserialize_pte
+from etc.schema import PteFile, deserialize_pte, validate_pte
 
 __all__ = ["Runtime", "Program", "BackendRegistry", "OperatorRegistry"]
 
@@ -112,6 +112,7 @@ class Runtime:
     def load_program(self, data) -> Program:
         """A program from a `.pte` path, its bytes, a binary file object, or a PteFile."""
         if isinstance(data, PteFile):
+            validate_pte(data)  # built in memory: the same checks a file gets, so the runtime may index freely
             return Program(data, source="<PteFile>")
         if isinstance(data, (str, os.PathLike)):
             path = os.fspath(data)

@@ -649,3 +649,50 @@ def test_backend_failures_at_init_and_execute_are_named():
                 assert (info.value.instruction, info.value.operator) == (0, "delegate 'etc_rt_test_fragile'")
     finally:
         unregister_backend("etc_rt_test_fragile")
+
+
+def test_external_and_legacy_constants():
+    b = Builder()
+    x, y = b.tensor([2]), b.tensor([2])
+    w = b._add(S.Tensor(scalar_type=F32, storage_offset=0, sizes=[2], dim_order=[0], requires_grad=False,
+                        data_buffer_idx=0, allocation_info=None, layout=0,
+                        shape_dynamism=S.TensorShapeDynamism.STATIC,
+                        extra_tensor_info=S.ExtraTensorInfo(mutable_data_segments_idx=0, fully_qualified_name="lin.w",
+                                                            location=S.TensorDataLocation.EXTERNAL)))
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, w, y, y)
+    pte = b.pte()
+    with pytest.raises(ProgramError, match="tensor 'lin.w' lives in external data"):
+        Runtime.get().load_program(pte).load_method("forward")
+    pte.named_data = {"lin.w": f32(10, 20).tobytes()}
+    assert Runtime.get().load_program(pte).load_method("forward").execute([f32(1, 2)])[0].tolist() == [11, 22]
+
+    # Files from before constant segments keep constants in Program.constant_buffer (index 0 reserved).
+    b = Builder()
+    x, c, y = b.tensor([2]), b.tensor([2], constant=f32(0, 0)), b.tensor([2])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, c, y, y)
+    pte = b.pte()
+    pte.constant_data = []
+    pte.program.constant_buffer = [S.Buffer(storage=b""), S.Buffer(storage=f32(5, 6).tobytes())]
+    assert Runtime.get().load_program(pte).load_method("forward").execute([f32(1, 2)])[0].tolist() == [6, 8]
+
+
+def test_unbound_unplanned_input_grows_its_storage():
+    b = Builder()
+    x = b.tensor([2], planned=False)
+    b.values[x].val.shape_dynamism = S.TensorShapeDynamism.DYNAMIC_UNBOUND
+    n, zero = b.int(0), b.int(0)
+    b.inputs, b.outputs = [x], [n]
+    b.call("aten::sym_size.int", x, zero, n)
+    method = b.load().load_method("forward")
+    assert [method.execute([np.zeros(k, np.float32)])[0] for k in (2, 5, 3, 9)] == [2, 5, 3, 9]
+
+
+def test_an_invalid_in_memory_program_is_refused_like_a_file():
+    b = Builder()
+    x, y = b.tensor([2]), b.tensor([2])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, x, y, 7)  # value 7 does not exist
+    with pytest.raises(ProgramError, match="7"):
+        Runtime.get().load_program(b.pte())
