@@ -127,6 +127,9 @@ class CpuPartitioner(CapabilityPartitioner):
             body = [op for op in ops if op.name != "func.return"]
             loads = [op for op in body if op.name == "ml_program.global_load_const"]
             work = [op for op in body if op.name != "ml_program.global_load_const"]
+            if work and self._whole_method_lowers(func, work, program_ir):
+                result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
+                continue
             support = {}
             for op in work:
                 ok, reason = self._check(op)
@@ -147,6 +150,19 @@ class CpuPartitioner(CapabilityPartitioner):
             for i, g in enumerate(groups):
                 result.partitions.append(Partition(ops=extra[i] + g, spec=self.spec))
         return result
+
+
+    def _whole_method_lowers(self, func, work: list, program_ir) -> bool:
+        """Fast path: when every op passes the structural check and the whole method lowers in one
+        trial, skip the per-op trials (one lowering instead of one per op signature)."""
+        from etc.targets.cpu.lower import structural_check, trial_function
+
+        try:
+            if not all(structural_check(op)[0] for op in work):
+                return False
+            return trial_function(func, getattr(program_ir, "constants", {}))[0]
+        except Exception:  # noqa: BLE001 - fall back to the per-op checks
+            return False
 
 
 def merge_independent(groups: list, ops: list) -> list:

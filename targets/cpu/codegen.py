@@ -501,11 +501,42 @@ def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget)
             raise LoweringError(f"cpu codegen: buffer {spec.kind} {spec.name} has shape {t.shape}, expected {spec.shape}")
     index_bits = 32 if target.pointer_bits == 32 else 64
     copies_to_linalg(module)
+    drop_assertions(module)
     run_passes(module, _to_llvm(index_bits), "lowering to the LLVM dialect")
     leftover = _non_llvm_ops(module)
     if leftover:
         raise LoweringError(f"cpu codegen: ops left after lowering to LLVM: {', '.join(sorted(leftover))}")
+    _check_declarations(module)
     return args, n_slots, offsets, index_bits
+
+
+def drop_assertions(module: ir.Module) -> int:
+    """Remove `cf.assert`s (torch-mlir's shape and index checks): with static shapes they hold by
+    construction, and lowered they call puts/abort, which a self-contained object cannot."""
+    asserts = []
+
+    def collect(op):
+        if op.name == "cf.assert":
+            asserts.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(collect)
+    for op in asserts:
+        op.erase()
+    return len(asserts)
+
+
+def _check_declarations(module: ir.Module) -> None:
+    """External functions of the LLVM-dialect module must be libc/libm (see ALLOWED_EXTERNALS)."""
+    bad = []
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func" or len(op.operation.regions[0].blocks) > 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if not name.startswith("llvm.") and name not in ALLOWED_EXTERNALS:
+            bad.append(name)
+    if bad:
+        raise LoweringError(f"cpu codegen: generated code calls unsupported external function(s) {', '.join(bad)}")
 
 
 def _non_llvm_ops(module: ir.Module) -> set:

@@ -51,6 +51,8 @@ ADAPTERS = {
          "running_var": "running_var", "training": ("const", False), "momentum": "momentum", "eps": "eps",
          "cudnn_enabled": ("const", False)},
         (0,)),
+    # Shapes are static, so removing size-1 dims is a reshape to the result's shape.
+    "aten::squeeze.dims": ("aten::reshape", {"self": "self", "shape": ("result_shape", 0)}, (0,)),
 }
 
 # Builtin element type -> torch dtype in !torch.vtensor (torch's integers are signed).
@@ -109,6 +111,16 @@ def target_overload(torch_name: str) -> str:
 
 def is_supported(op) -> tuple[bool, str]:
     """Can the cpu target take `op`? (bool, reason); a structural check, then a trial lowering (cached)."""
+    ok, reason = structural_check(op)
+    if not ok:
+        return ok, reason
+    if op.name == "ml_program.global_load_const":
+        return True, ""
+    return _trial_lowering(op)
+
+
+def structural_check(op) -> tuple[bool, str]:
+    """The cheap part of `is_supported`: op kind, types, static shapes, a torch-mlir op to map onto."""
     name = op.name
     if name in ("ml_program.global_load_const",):
         return True, ""
@@ -129,7 +141,22 @@ def is_supported(op) -> tuple[bool, str]:
         # The program context may not have the torch dialect loaded; ask a torch-aware context.
         if not _torch_registered(target_overload(info.torch_name)):
             return False, f"{info.torch_name} has no op in torch-mlir's torch dialect"
-    return _trial_lowering(op)
+    return True, ""
+
+
+def trial_function(func_op, constants: dict) -> tuple[bool, str]:
+    """Lower a whole function (e.g. a method, for whole-model delegation) to the LLVM dialect:
+    one trial instead of one per op signature."""
+    try:
+        context, fn = import_for_lowering(func_op)
+        with context, ir.Location.unknown():
+            lowered = lower_to_linalg(fn, constants)
+            from etc.targets.cpu.codegen import CpuTarget, lower_to_llvm_dialect
+
+            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"))
+        return True, ""
+    except Exception as e:  # noqa: BLE001
+        return False, str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 _REGISTERED_CACHE: dict = {}
@@ -290,7 +317,7 @@ class _TorchBuilder:
         raise LoweringError(f"arguments of type '{arg.type}' ('{arg.name}') have no torch form")
 
 
-def _adapt(info, values: dict):
+def _adapt(info, values: dict, op=None):
     """(torch name, ArgInfos, values) to emit for an edge op, applying ADAPTERS."""
     from etc.dialects import op_info
 
@@ -304,7 +331,10 @@ def _adapt(info, values: dict):
     new = {}
     for a in tinfo.arguments:
         src = mapping[a.name]
-        new[a.name] = src[1] if isinstance(src, tuple) else values[src]
+        if isinstance(src, tuple) and src[0] == "result_shape":
+            new[a.name] = list(ir.RankedTensorType(op.results[src[1]].type).shape)
+        else:
+            new[a.name] = src[1] if isinstance(src, tuple) else values[src]
     return target, tinfo.arguments, new
 
 
@@ -363,11 +393,18 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
                     func_d.ReturnOp([tensors[v] for v in op.operands])
                 elif op.name.startswith("edge."):
                     info = _schema_info(op)
-                    target, arguments, values = _adapt(info, decode_op(op))
+                    target, arguments, values = _adapt(info, decode_op(op), op)
                     operands = [builder.value(a, values.get(a.name), tensors) for a in arguments]
                     kept = _kept_results(info, op)
                     rtypes = [vtensor_type(op.results[i].type) for i in kept]
-                    new = ir.Operation.create(torch_op_name(target), results=rtypes, operands=operands)
+                    if any(r["kind"] == "variadic_result" for r in info.returns):
+                        # A `Tensor[]` return is one !torch.list value in torch-mlir; unpack it.
+                        listed = ir.Operation.create(torch_op_name(target), operands=operands,
+                                                     results=[ir.Type.parse("!torch.list<vtensor>")])
+                        new = ir.Operation.create("torch.prim.ListUnpack", results=rtypes,
+                                                  operands=[listed.result])
+                    else:
+                        new = ir.Operation.create(torch_op_name(target), results=rtypes, operands=operands)
                     for i, repl in zip(kept, new.results):
                         tensors[op.results[i]] = repl
                 else:

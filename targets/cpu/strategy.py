@@ -288,10 +288,26 @@ def _im2col(t: _Text, x: str, g: Gemm) -> tuple[str, list]:
     return _reshape(t, "collapse", out, shape, [g.batch, g.K, g.N], [[0], [1, 2, 3], [4, 5]]), [g.batch, g.K, g.N]
 
 
-def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str) -> str:
-    """Text of `func.func private @name(A, B, C) -> result` computing `g` in the packed form."""
-    mr, nr = cfg.mr, cfg.nr
-    Mp = g.M  # a partial row block is peeled, not padded
+def a_rows(g: Gemm, cfg: KernelConfig) -> int:
+    """0: A is read in place (row blocks of cfg.mr, the partial one peeled); else the row count of
+    A's packed micro-panels [M/mr, K, mr]. Packing pays when A's rows are long: in place, a
+    micro-kernel reads kc floats from each of mr rows a page apart, short streams the prefetchers
+    miss (a 3x loss at K=1024); packed, it reads one contiguous stream. The micro-panel height
+    divides M when it can (no padded copy of C)."""
+    if g.M < 64 or g.K < 512:
+        return 0
+    for mr in (cfg.mr, cfg.mr - 2, cfg.mr + 2):
+        if mr >= 2 and g.M % mr == 0:
+            return mr
+    return cfg.mr
+
+
+def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, pack_a: int = 0) -> str:
+    """Text of `func.func private @name(A, B, C) -> result` computing `g` in the packed form
+    (`pack_a`: micro-panel height when A is packed, see `a_rows`)."""
+    mr, nr = (pack_a or cfg.mr), cfg.nr
+    Mp = -(-g.M // mr) * mr if pack_a else g.M  # in place, a partial row block is peeled, not padded
+    MB = Mp // mr
     Np = -(-g.N // nr) * nr
     NB = Np // nr
     t = _Text()
@@ -307,6 +323,11 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str) -> str:
         a = _reshape(t, "collapse", a, a_shape, [g.M, g.K], [[0], [1, 2, 3]])
         a_shape = [g.M, g.K]
     a, a_shape = _pad(t, a, a_shape, [0] * (len(a_shape) - 2) + [Mp - g.M, 0])
+    if pack_a:  # [B?, Mp, K] -> [B?, MB, mr, K] -> [B?, MB, K, mr]
+        n = len(a_shape) - 2
+        a = _reshape(t, "expand", a, a_shape, a_shape[:n] + [MB, mr, g.K],
+                     [[i] for i in range(n)] + [[n, n + 1], [n + 2]])
+        a, a_shape = _transpose(t, a, a_shape[:n] + [MB, mr, g.K], list(range(n)) + [n, n + 2, n + 1])
 
     # B -> packed
     b = "%B"
@@ -341,23 +362,32 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str) -> str:
         c = _reshape(t, "expand", c, c_shape, [1, Mp, Np], [[0, 1], [2]])
     c4 = _reshape(t, "expand", c, [g.batch, Mp, Np], [g.batch, Mp, NB, nr], [[0], [1], [2, 3]])
 
-    # the kernel: dims (b, jb, i, j, k)
-    amap = "(b, i, k)" if g.a_batched else "(i, k)"
+    # the kernel: dims (b, jb, i, j, k), or (b, jb, ib, r, j, k) with i = ib*mr + r when A is packed
+    dims = "b, jb, ib, r, j, k" if pack_a else "b, jb, i, j, k"
+    ab = "b, " if g.a_batched else ""
+    amap = f"({ab}ib, k, r)" if pack_a else f"({ab}i, k)"
     bb = "b, " if g.b_batched else ""
     bmap = f"({bb}k, jb, j)" if b_direct else f"({bb}jb, k, j)"
+    cmap = "(b, ib, r, jb, j)" if pack_a else "(b, i, jb, j)"
     b_type = _t(lead + ([g.K, NB, nr] if b_direct else [NB, g.K, nr]))
-    a_type = _t(([g.batch] if g.a_batched else []) + [Mp, g.K])
-    c_type = _t([g.batch, Mp, NB, nr])
+    a_type = _t(([g.batch] if g.a_batched else []) + ([MB, g.K, mr] if pack_a else [Mp, g.K]))
+    c_dims = [g.batch, MB, mr, NB, nr] if pack_a else [g.batch, Mp, NB, nr]
+    c_type = _t(c_dims)
+    if pack_a:
+        c4 = _reshape(t, "expand", c4, [g.batch, Mp, NB, nr], c_dims, [[0], [1, 2], [3], [4]])
+    its = ", ".join(['"parallel"'] * (5 if pack_a else 4) + ['"reduction"'])
     out = t.fresh("gemm")
-    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(b, jb, i, j, k) -> {amap}>, "
-           f"affine_map<(b, jb, i, j, k) -> {bmap}>, affine_map<(b, jb, i, j, k) -> (b, i, jb, j)>], "
-           f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} "
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<({dims}) -> {amap}>, "
+           f"affine_map<({dims}) -> {bmap}>, affine_map<({dims}) -> {cmap}>], "
+           f"iterator_types = [{its}]}} "
            f"ins({a}, {b} : {a_type}, {b_type}) outs({c4} : {c_type}) attrs = {{{tag}}} {{")
     t.emit("^bb0(%x: f32, %y: f32, %acc: f32):")
     t.emit("  %m = arith.mulf %x, %y fastmath<contract> : f32")
     t.emit("  %s = arith.addf %acc, %m fastmath<contract> : f32")
     t.emit("  linalg.yield %s : f32")
     t.emit(f"}} -> {c_type}")
+    if pack_a:
+        out = _reshape(t, "collapse", out, c_dims, [g.batch, Mp, NB, nr], [[0], [1, 2], [3], [4]])
 
     # back to the result type
     r = _reshape(t, "collapse", out, [g.batch, Mp, NB, nr], [g.batch, Mp, Np], [[0], [1], [2, 3]])
@@ -395,8 +425,9 @@ def k_block(K: int, cfg: KernelConfig) -> int:
     return max(divisors) if divisors else cfg.kc
 
 
-def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list) -> str:
-    """The tiling/vectorization script for the kernels tagged `tags` (rows[i]: M; kcs[i]: K block)."""
+def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list, packed: list) -> str:
+    """The tiling/vectorization script for the kernels tagged `tags` (rows[i]: M; kcs[i]: K block;
+    packed[i]: micro-panel height when A is packed, else 0)."""
     any_op = "!transform.any_op"
     tile = f"({any_op}) -> ({any_op}, {any_op})"
     lines = ["module attributes {transform.with_named_sequence} {",
@@ -410,15 +441,26 @@ def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list) -> st
         emit("transform.apply_patterns to %f {", *["  transform.apply_patterns." + n for n in names],
              f"}} : {any_op}")
 
+    def sizes(*values):
+        return "[" + ", ".join(map(str, values)) + "]"
+
     for i, tag in enumerate(tags):
+        p = 1 if packed[i] else 0  # one more dim (ib, r) when A is packed
+        z = [0] * (5 + p)
+        b_, kb, jb = list(z), list(z), list(z)
+        b_[0], kb[-1], jb[1] = 1, kcs[i], 1
         emit(f"%g{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}}} in %root : ({any_op}) -> {any_op}",
-             f"%a{i}, %lb{i} = transform.structured.tile_using_for %g{i} tile_sizes [1, 0, 0, 0, 0] : {tile}",
-             f"%b{i}, %lc{i} = transform.structured.tile_using_for %a{i} tile_sizes [0, 0, 0, 0, {kcs[i]}] : {tile}",
-             f"%c{i}, %lj{i} = transform.structured.tile_using_for %b{i} tile_sizes [0, 1, 0, 0, 0] : {tile}")
-    patterns("linalg.fold_unit_extent_dims_via_slices")  # (1, 1, M, nr, kc) -> (M, nr, kc)
+             f"%a{i}, %lb{i} = transform.structured.tile_using_for %g{i} tile_sizes {sizes(*b_)} : {tile}",
+             f"%b{i}, %lc{i} = transform.structured.tile_using_for %a{i} tile_sizes {sizes(*kb)} : {tile}",
+             f"%c{i}, %lj{i} = transform.structured.tile_using_for %b{i} tile_sizes {sizes(*jb)} : {tile}")
+        if p:
+            ib = list(z)
+            ib[2] = 1
+            emit(f"%c{i}p, %lp{i} = transform.structured.tile_using_for %c{i} tile_sizes {sizes(*ib)} : {tile}")
+    patterns("linalg.fold_unit_extent_dims_via_slices")  # (1, 1, [1,] M or mr, nr, kc) -> (M or mr, nr, kc)
     for i, tag in enumerate(tags):
         emit(f"%d{i} = transform.structured.match ops{{[\"linalg.generic\"]}} in %lj{i} : ({any_op}) -> {any_op}")
-        if rows[i] == 1:  # the row dim folded away too: (nr, kc)
+        if packed[i] or rows[i] == 1:  # already one register tile of rows (or the row dim folded away)
             emit(f"transform.annotate %d{i} \"{tag}_rows\" : {any_op}")
             continue
         emit(f"%e{i}, %li{i} = transform.structured.tile_using_for %d{i} tile_sizes [{cfg.mr}, 0, 0] : {tile}",
@@ -430,7 +472,7 @@ def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list) -> st
     for i, tag in enumerate(tags):
         emit(f"%h{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}_rows}} in %root : ({any_op}) -> {any_op}",
              f"%v{i}, %lk{i} = transform.structured.tile_using_for %h{i} tile_sizes "
-             f"[{'0, ' if rows[i] > 1 else ''}0, 1] : {tile}",
+             f"[{'0, ' if (rows[i] > 1 or packed[i]) else ''}0, 1] : {tile}",
              f"transform.structured.vectorize %v{i} : {any_op}")
     patterns("vector.transfer_permutation_patterns", "vector.reduction_to_contract")
     patterns("vector.lower_contraction lowering_strategy = \"outerproduct\"", "vector.lower_outerproduct")
@@ -485,9 +527,9 @@ def apply_strategy(module: ir.Module, target, *, min_flops: int | None = None) -
     cfg = kernel_config(target)
     if cfg is not None:
         with module.context, ir.Location.unknown():
-            tags, rows, kcs = _rewrite(module, cfg, min_flops)
+            tags, rows, kcs, packed = _rewrite(module, cfg, min_flops)
             if tags:
-                _apply_script(module, transform_script(tags, cfg, rows, kcs))
+                _apply_script(module, transform_script(tags, cfg, rows, kcs, packed))
                 _run(module, "builtin.module(canonicalize, cse)")
     codegen.default_codegen_strategy(module, target)
 
@@ -503,7 +545,7 @@ def _rewrite(module, cfg: KernelConfig, min_flops) -> list[str]:
     tags += _rewrite_list(module, cfg, more, "m")
     _run(module, "builtin.module(inline, symbol-dce, canonicalize, cse)")
     gs = chosen + more
-    return tags, [g.M for g in gs], [k_block(g.K, cfg) for g in gs]
+    return tags, [g.M for g in gs], [k_block(g.K, cfg) for g in gs], [a_rows(g, cfg) for g in gs]
 
 
 _COUNTER = [0]
@@ -517,7 +559,7 @@ def _rewrite_list(module, cfg, gemms: list, kind: str) -> list[str]:
         _COUNTER[0] += 1
         name = f"etc_gemm_{kind}{_COUNTER[0]}"
         tag = f"etc.{name}"
-        text = kernel_function(g, cfg, name, tag)
+        text = kernel_function(g, cfg, name, tag, a_rows(g, cfg))
         kernel = ir.Module.parse(text, module.context)
         fn = kernel.body.operations[0]
         fn.operation.detach_from_parent()

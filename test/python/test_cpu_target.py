@@ -105,6 +105,18 @@ class LayerNorm(torch.nn.Module):
         return torch.nn.functional.gelu(self.ln(x))
 
 
+class EmbedSplit(torch.nn.Module):
+    """Embedding (a gather torch-mlir guards with cf.assert), split (a Tensor[] result), squeeze."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 12)
+
+    def forward(self, tokens):
+        a, b = torch.split(self.emb(tokens), [4, 8], dim=-1)
+        return a.sum(-1, keepdim=True).squeeze(-1), torch.sigmoid(b)
+
+
 MODELS = {
     "linear_relu": (LinearRelu, lambda: (torch.randn(4, 32),)),
     "conv_bn_relu": (ConvBnRelu, lambda: (torch.randn(2, 3, 16, 16),)),
@@ -112,6 +124,7 @@ MODELS = {
     "matmul": (MatMul, lambda: (torch.randn(3, 16, 24), torch.randn(3, 24, 8))),
     "softmax": (Softmax, lambda: (torch.randn(5, 33) * 4,)),
     "layernorm": (LayerNorm, lambda: (torch.randn(2, 7, 48),)),
+    "embed_split": (EmbedSplit, lambda: (torch.randint(0, 50, (3, 5)),)),
 }
 
 
@@ -307,3 +320,20 @@ def test_whole_program_runs_on_the_runtime():
         (got,) = method.execute([x.numpy()])
         with torch.no_grad():
             assert rel_error(got, model(x).numpy()) <= 1e-4
+
+
+def test_zoo_lstm_is_one_delegate():
+    """The zoo's LSTM classifier (squeeze.dims, split_with_sizes, gates): one call, eager results."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from models.zoo import ZOO
+
+    zoo_model = ZOO["lstm"]()
+    program_ir, report = delegated(zoo_model.module, zoo_model.example_inputs)
+    assert report.partitions == 1 and not report.portable, str(report)
+    got = CompiledFunction(program_ir.delegate_blobs[0])(*[t.numpy() for t in zoo_model.example_inputs])
+    with torch.no_grad():
+        want = zoo_model.module(*zoo_model.example_inputs)
+    assert rel_error(got, want.numpy()) <= 1e-4
