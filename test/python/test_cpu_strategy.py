@@ -155,6 +155,21 @@ def test_matmul_odd_sizes(m, k, n):
 
 
 @needs_simd
+@pytest.mark.parametrize("m,k,n", [(100, 64, 70), (96, 80, 64)])
+def test_matmul_packed_a(m, k, n, monkeypatch):
+    """The packed-A variant (micro-panels [M/mr, K, mr]; off by default): padded rows and exact ones."""
+    import dataclasses
+
+    packed = dataclasses.replace(CFG, pack_a_min_k=1)
+    monkeypatch.setattr(strategy, "kernel_config", lambda target: packed)
+    fn = strategy.compile_standalone(matmul_text(m, k, n), min_flops=0)
+    a, b = rand(m, k), rand(k, n)
+    (out,) = fn(a, b)
+    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+    assert "etc_gemm" not in fn.mlir_llvm
+
+
+@needs_simd
 def test_batch_matmul():
     fn = strategy.compile_standalone(batch_matmul_text(3, 7, 33, 100), min_flops=0)
     a, b = rand(3, 7, 33), rand(3, 33, 100)
