@@ -37,7 +37,10 @@ def write_out(out: np.ndarray, value) -> np.ndarray:
                 f"result of shape {list(value.shape)} ({value.size} elements) does not fit the output "
                 f"tensor of shape {list(out.shape)} ({out.size} elements)")
         target = resize_out(out, value.shape)
-    with np.errstate(all="ignore"):
+    if value.dtype.kind == "f" and target.dtype.kind in "iub":
+        with np.errstate(all="ignore"):  # NaN/inf to integer: unspecified values, as in C++
+            np.copyto(target, value, casting="unsafe")
+    else:
         np.copyto(target, value, casting="unsafe")
     return target
 
@@ -124,6 +127,11 @@ def result_type(*operands) -> np.dtype:
     Tensors with dims decide; zero-dim tensors and then Python scalars only
     matter when of a higher category (bool < integral < floating).
     """
+    if len(operands) == 2:
+        a, b = operands
+        # fast path: two tensors with dims of one dtype
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.ndim and b.ndim:
+            return a.dtype
     dim = zero = wrapped = None
     for x in operands:
         if x is None:

@@ -658,22 +658,26 @@ def _linear_matrix(n_in, n_out, scale_factor, align_corners, dtype):
     return m.astype(dtype)
 
 
-@kernel("aten::upsample_bilinear2d.vec_out")
-def upsample_bilinear2d_vec_out(input, output_size=None, align_corners=False, scale_factors=None, out=None):
-    sizes, scales = _out_sizes(input, output_size, scale_factors, 2, "upsample_bilinear2d")
+def _bilinear(input, sizes, scales, align_corners):
     acc = compute_dtype(float_type(input.dtype))
     res = input.astype(acc, copy=False)
     for i, (o, sc) in enumerate(zip(sizes, scales)):
         axis = input.ndim - 2 + i
         m = _linear_matrix(input.shape[axis], o, sc, align_corners, acc)
         res = np.moveaxis(np.tensordot(res, m, axes=([axis], [1])), -1, axis)
-    return write_out(out, res)
+    return res
+
+
+@kernel("aten::upsample_bilinear2d.vec_out")
+def upsample_bilinear2d_vec_out(input, output_size=None, align_corners=False, scale_factors=None, out=None):
+    sizes, scales = _out_sizes(input, output_size, scale_factors, 2, "upsample_bilinear2d")
+    return write_out(out, _bilinear(input, sizes, scales, align_corners))
 
 
 @kernel("aten::upsample_bilinear2d.out")
 def upsample_bilinear2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, out=None):
-    scales = None if scales_h is None or scales_w is None else [scales_h, scales_w]
-    return upsample_bilinear2d_vec_out(self, output_size, align_corners, None if scales is None else None, out)
+    sizes, _ = _out_sizes(self, output_size, None, 2, "upsample_bilinear2d")
+    return write_out(out, _bilinear(self, sizes, [scales_h, scales_w], align_corners))
 
 
 def _unnormalize(coord, size, align_corners):

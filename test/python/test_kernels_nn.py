@@ -149,3 +149,49 @@ def test_convolution_is_fast_enough():
     assert time.perf_counter() - start < 2.0
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy()
     np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-3)
+
+
+EXTRA_CASES = [
+    Case("aten::upsample_bilinear2d.out", lambda g: [g.t((1, 2, 3, 5)), [6, 8], False, 2.0, 1.6], **TOL),
+    Case("aten::upsample_bilinear2d.out", lambda g: [g.t((1, 2, 3, 5)), [6, 8], True], tag="ac", **TOL),
+    Case("aten::upsample_nearest2d.out", lambda g: [g.t((1, 2, 3, 5)), [7, 8]]),
+    Case("aten::linear.out", lambda g: [g.t((2, 3, 5)), g.t((4, 5)), g.t((4,))], dtypes=FLOATS, **TOL),
+    Case("aten::linear.out", lambda g: [g.t((3, 5)), g.t((4, 5))], tag="nobias", **TOL),
+    Case("aten::var_mean.correction_out", lambda g: [g.t((3, 4, 5)), [1], 1, True], dtypes=FLOATS, **TOL),
+    Case("aten::glu.out", lambda g: [g.t((3, 8)), -1], **TOL),
+    Case("aten::softplus.out", lambda g: [g.t((3, 8)) * 10, 2, 5], **TOL),
+    Case("aten::mish.out", lambda g: [g.t((3, 8)) * 5], **TOL),
+    Case("aten::softmax.int_out", lambda g: [g.t((3, 8)), 1, None], **TOL),
+    Case("aten::log_softmax.int_out", lambda g: [g.t((3, 8)), 0, None], **TOL),
+    Case("aten::narrow_copy.out", lambda g: [g.t((5, 8)), 1, -5, 3], dtypes=("float32", "int64")),
+    Case("aten::unfold_copy.out", lambda g: [g.t((4, 9)), 1, 3, 2], dtypes=("float32", "int64")),
+    Case("aten::bitwise_left_shift.Tensor_out", lambda g: [g.t((4, 5)), g.t((5,), low=0, high=8)],
+         dtypes=("int64", "int32")),
+    Case("aten::bitwise_right_shift.Tensor_Scalar_out", lambda g: [g.t((4, 5)) * 100, 3], dtypes=("int64", "int8")),
+    Case("aten::erfinv.out", lambda g: [g.t((5, 7), low=-0.999, high=0.999)], dtypes=FLOATS, rtol=1e-6, atol=1e-6),
+    Case("aten::erfc.out", lambda g: [g.t((5, 7), low=-3, high=3)], dtypes=FLOATS, rtol=1e-6, atol=1e-7),
+]
+
+
+@pytest.mark.parametrize("case, dtype, layout", param_list(EXTRA_CASES))
+def test_extra_kernels_match_torch(case, dtype, layout):
+    check_case(case, dtype, layout)
+
+
+def test_quantize_dequantize_per_tensor_and_channel():
+    from etc.runtime.kernels import get_kernel
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    q = get_kernel("quantized_decomposed::quantize_per_tensor.out")(x, 0.02, 3, -128, 127, 1, np.zeros((3, 4), np.int8))
+    expected = torch.clamp(torch.round(torch.from_numpy(x) / 0.02) + 3, -128, 127).to(torch.int8).numpy()
+    np.testing.assert_array_equal(q, expected)
+    dq = get_kernel("quantized_decomposed::dequantize_per_tensor.out")(q, 0.02, 3, -128, 127, 1, None,
+                                                                        np.zeros((3, 4), np.float32))
+    np.testing.assert_allclose(dq, (expected.astype(np.float32) - 3) * 0.02, rtol=1e-6)
+    scales, zps = np.array([0.1, 0.05, 0.2], np.float64), np.array([0, 1, -1], np.int64)
+    qc = get_kernel("quantized_decomposed::quantize_per_channel.out")(x, scales, zps, 0, -128, 127, 1,
+                                                                       np.zeros((3, 4), np.int8))
+    exp_c = torch.fake_quantize_per_channel_affine(torch.from_numpy(x), torch.from_numpy(scales).float(),
+                                                   torch.from_numpy(zps).int(), 0, -128, 127)
+    deq = get_kernel("quantized_decomposed::dequantize_per_channel.out")(qc, scales, zps, 0, -128, 127, 1, None,
+                                                                          np.zeros((3, 4), np.float32))
+    np.testing.assert_allclose(deq, exp_c.numpy(), rtol=1e-5, atol=1e-6)
