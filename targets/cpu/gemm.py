@@ -59,8 +59,12 @@ def host_target():
 class Kernel:
     """A compiled function: call with input arrays, returns the output arrays (new or given via out=)."""
 
-    def __init__(self, fn, in_types, out_types, mlir_after_strategy: str, asm: str):
+    def __init__(self, fn, in_types, out_types, mlir_after_strategy: str, asm: str, scratch=()):
         self._fn = fn
+        self._scratch = np.zeros(scratch[-1] + 64, np.uint8) if scratch else None
+        base = 0 if self._scratch is None else (-self._scratch.ctypes.data) % 64
+        self._scratch_ptrs = [] if self._scratch is None else \
+            [self._scratch.ctypes.data + base + off for off in scratch[:-1]]
         self.in_types = in_types
         self.out_types = out_types
         self.mlir = mlir_after_strategy
@@ -76,7 +80,7 @@ class Kernel:
                 raise ValueError(f"input shape {x.shape}, expected {shape}")
             arrays.append(x)
         outs = out if out is not None else [np.empty(s, dt) for s, dt in self.out_types]
-        self._fn(*[a.ctypes.data for a in arrays], *[o.ctypes.data for o in outs])
+        self._fn(*[a.ctypes.data for a in arrays], *[o.ctypes.data for o in outs], *self._scratch_ptrs)
         return outs[0] if len(outs) == 1 and out is None else outs
 
 
@@ -115,6 +119,7 @@ def compile_module(module: ir.Module, *, strategy: str = "vector", target=None, 
     after = str(module)
     _run(module, BUFFERIZE, "bufferization")
     ks.remove_self_copies(module)
+    scratch = codegen.plan_scratch(module)  # temporaries -> trailing arguments (no malloc)
     codegen.copies_to_linalg(module)
     _run(module, TO_LLVM, "lowering to LLVM")
     text = llvm_d.translate_module_to_llvmir(module.operation)
@@ -140,8 +145,9 @@ def compile_module(module: ir.Module, *, strategy: str = "vector", target=None, 
         _ENGINES.append(engine)
     if not addr:
         raise LoweringError(f"gemm path: symbol {name} not found")
-    proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(in_types) + len(out_types))))
-    return Kernel(proto(addr), in_types, out_types, after, asm)
+    n_scratch = max(0, len(scratch) - 1)
+    proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (len(in_types) + len(out_types) + n_scratch)))
+    return Kernel(proto(addr), in_types, out_types, after, asm, scratch)
 
 
 def compile_linalg_text(text: str, **kw) -> Kernel:

@@ -179,6 +179,21 @@ def _init_producer(op):
     return None
 
 
+def _own_empty(op) -> None:
+    """Give op's init its own `tensor.empty` when it shares one (elementwise fusion leaves the
+    matmul's fill and its consumer writing into one empty tensor; tiled and fused, that makes
+    bufferization copy the output tile into a temporary before every use)."""
+    dest = op.operands[len(op.operands) - 1]
+    owner = dest.owner
+    if isinstance(owner, ir.Block):
+        return
+    owner = owner.operation if not isinstance(owner, ir.Operation) else owner
+    if owner.name != "tensor.empty" or sum(1 for _ in dest.uses) < 2:
+        return
+    clone = owner.clone(ip=ir.InsertionPoint(op))
+    op.operands[len(op.operands) - 1] = clone.results[0]
+
+
 # ------------------------------------------------------------ script builder
 class _Script:
     def __init__(self):
@@ -233,6 +248,7 @@ _CLEANUP = """
   %func = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
   transform.apply_patterns to %func {
     transform.apply_patterns.vector.reduction_to_contract
+    transform.apply_patterns.vector.lower_masked_transfers
     transform.apply_patterns.vector.transfer_permutation_patterns
     transform.apply_patterns.vector.cast_away_vector_leading_one_dim
     transform.apply_patterns.canonicalization
@@ -254,35 +270,64 @@ _CLEANUP = """
 """
 
 
-def _contraction_steps(s: _Script, cfg: KernelConfig, handle: str, lead: int, fused_init: str | None,
-                       consumer: str | None, consumer_rank: int | None) -> None:
-    """Tile/fuse/vectorize one contraction with `lead` leading parallel (batch) dims, then m, n, k."""
-    ones = [1] * lead
-    if consumer is not None:
-        top, loops = s.tile(consumer, ones + [cfg.mc, cfg.nc])
-        mm = s.fuse_into(handle, loops[-1])
-        init = s.fuse_into(fused_init, loops[-1]) if fused_init else None
-        ct, _ = s.tile(top, ones + [cfg.mr, cfg.nr])
-        s.vectorize(ct, ones + [cfg.mr, cfg.nr])
-    else:
-        mm, loops = s.tile(handle, ones + [cfg.mc, cfg.nc, 0])
-        init = s.fuse_into(fused_init, loops[-1]) if fused_init else None
-    if init is not None:
-        it, _ = s.tile(init, ones + [cfg.mr, cfg.nr])
-        s.vectorize(it, ones + [cfg.mr, cfg.nr])
-    mk, _ = s.tile(mm, [0] * lead + [0, 0, cfg.kc])
-    mr, _ = s.tile(mk, ones + [cfg.mr, cfg.nr, 1])
-    s.vectorize(mr, ones + [cfg.mr, cfg.nr, 1])
+def _level(size: int, tile: int) -> int:
+    """Tile size for one loop level: 0 (no loop) when the tile would cover the dimension."""
+    return tile if size > tile else 0
 
 
-def _conv_steps(s: _Script, cfg: KernelConfig, handle: str, nchw: bool) -> None:
+def _contraction_steps(s: _Script, cfg: KernelConfig, handle: str, batch: list[int], m: int, n: int, k: int,
+                       init: str | None = None, consumer: str | None = None) -> None:
+    """Tile/fuse/vectorize one contraction with leading parallel (batch) dims, then m, n, k.
+
+    Levels: [1.., MC, NC] on the consumer (or the contraction) with the contraction and its init
+    fused in; [.., .., KC] on the contraction; [1.., MR, NR, 1] register tiles, vectorized with masks.
+    A level whose tile would cover a dimension makes no loop for it (and a level without loops
+    fuses nothing: the ops are then tiled one by one)."""
+    lead_a = [_level(b, 1) for b in batch]
+    top = [_level(m, cfg.mc), _level(n, cfg.nc)]
+    m_a = min(m, cfg.mc)
+    n_a = min(n, cfg.nc)
+    reg = [_level(m_a, cfg.mr), _level(n_a, cfg.nr)]
+    vec = [cfg.mr if reg[0] else m_a, cfg.nr if reg[1] else n_a]
+    lead_v = [1] * len(batch)
+    mm = handle
+    fused_init = None
+    if any(lead_a + top):
+        if consumer is not None:
+            consumer, loops = s.tile(consumer, lead_a + top)
+            mm = s.fuse_into(handle, loops[-1])
+            if init is not None:  # (the matmul's own loop passes its init as iter_args: not fusable)
+                fused_init, init = s.fuse_into(init, loops[-1]), None
+        else:
+            mm, loops = s.tile(handle, lead_a + top + [0])
+    for other, dims in ((consumer, (m_a, n_a)), (fused_init, (m_a, n_a)), (init, (m, n))):
+        if other is None:
+            continue
+        reg_o = [_level(dims[0], cfg.mr), _level(dims[1], cfg.nr)]
+        lead_o = [_level(b, 1) for b in batch] if other is init else [0] * len(batch)
+        if any(reg_o + lead_o):
+            other, _ = s.tile(other, lead_o + reg_o)
+        s.vectorize(other, lead_v + [cfg.mr if reg_o[0] else dims[0], cfg.nr if reg_o[1] else dims[1]])
+    if k > cfg.kc:
+        mm, _ = s.tile(mm, [0] * len(batch) + [0, 0, cfg.kc])
+    k_tile = 1 if k > 1 else 0
+    mr, _ = s.tile(mm, [0] * len(batch) + reg + [k_tile]) if any(reg) or k_tile else (mm, [])
+    s.vectorize(mr, lead_v + vec + [1])
+
+
+def _conv_steps(s: _Script, cfg: KernelConfig, handle: str, op, nchw: bool) -> None:
     img, reshaped = s.fresh("img"), s.fresh("res")
     s.emit(f"{img}, {reshaped} = transform.structured.convert_conv2d_to_img2col {handle} "
            f": (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
     mm = s.fresh("mm")
     s.emit(f"{mm} = transform.get_producer_of_operand {reshaped}[0] : (!transform.any_op) -> !transform.any_op")
-    # NCHW: (n, f, p, k) out[n,f,p] = W[f,k] col[n,k,p]; NHWC: (n, p, f, k) out[n,p,f] = col[n,p,k] W[k,f].
-    _contraction_steps(s, cfg, mm, 1, None, None, None)
+    x = ir.RankedTensorType(op.operands[0].type).shape
+    w = ir.RankedTensorType(op.operands[1].type).shape
+    y = ir.RankedTensorType(op.results[0].type).shape
+    if nchw:  # (n, f, p, k): out[n,f,p] = W[f,k] col[n,k,p]
+        _contraction_steps(s, cfg, mm, [y[0]], y[1], y[2] * y[3], w[1] * w[2] * w[3])
+    else:  # (n, p, f, k): out[n,p,f] = col[n,p,k] W[k,f]
+        _contraction_steps(s, cfg, mm, [y[0]], y[1] * y[2], y[3], w[0] * w[1] * w[2])
 
 
 # ------------------------------------------------------------------- driver
@@ -314,18 +359,22 @@ def plan(module: ir.Module, cfg: KernelConfig) -> tuple[str, list]:
         if name in ("linalg.matmul", "linalg.batch_matmul"):
             if not _is_plain_matmul(op):
                 continue
-            lead = 1 if name == "linalg.batch_matmul" else 0
+            a_shape = ir.RankedTensorType(op.operands[0].type).shape
+            b_shape = ir.RankedTensorType(op.operands[1].type).shape
+            batch = a_shape[:-2]
             consumer = _elementwise_consumer(op)
             init = _init_producer(op)
+            if init is not None and consumer is not None:
+                _own_empty(init)
             h = s.match_id(tag(op))
             ch = s.match_id(tag(consumer)) if consumer is not None else None
             ih = s.match_id(tag(init)) if init is not None else None
-            _contraction_steps(s, cfg, h, lead, ih, ch, None)
+            _contraction_steps(s, cfg, h, batch, a_shape[-2], b_shape[-1], a_shape[-1], ih, ch)
         else:
             if not _unit_dilation(op):
                 continue
             h = s.match_id(tag(op))
-            _conv_steps(s, cfg, h, nchw=name.endswith("nchw_fchw"))
+            _conv_steps(s, cfg, h, op, nchw=name.endswith("nchw_fchw"))
     return (s.text() if tagged else ""), tagged
 
 
@@ -348,7 +397,8 @@ def run_transform(module: ir.Module, script: str) -> None:
         try:
             PassManager.parse("builtin.module(transform-interpreter, canonicalize, cse)").run(module.operation)
         except Exception as e:  # noqa: BLE001
-            raise LoweringError(f"cpu codegen: kernel strategy failed: {e}") from None
+            notes = "; ".join(str(d) for d in getattr(e, "error_diagnostics", []) or [])
+            raise LoweringError(f"cpu codegen: kernel strategy failed: {e} {notes}") from None
         finally:
             for op in list(module.body.operations):
                 if op.operation.name.startswith("transform."):
