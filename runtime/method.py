@@ -567,6 +567,37 @@ class Method:
         outputs = self.execute(inputs)
         return outputs[0] if len(outputs) == 1 else outputs
 
+    def profile(self, inputs, runs: int = 1) -> list:
+        """Time every instruction over `runs` executions: [(instruction, operator, total seconds, calls)].
+
+        The instructions of a loop are counted once per iteration. A coarse ETDump: enough to see
+        which kernels or delegates an inference spends its time in.
+        """
+        from time import perf_counter
+
+        if isinstance(inputs, np.ndarray) or type(inputs).__module__.startswith("torch"):
+            inputs = [inputs]
+        inputs = list(inputs)
+        totals: dict = {}
+        for _ in range(max(1, runs)):
+            self._set_inputs(inputs)
+            for chain_index, steps in enumerate(self._chains):
+                pc, count = 0, len(steps)
+                while pc < count:
+                    step = steps[pc][0]
+                    start = perf_counter()
+                    try:
+                        jump = step()
+                    except Exception as error:  # noqa: BLE001
+                        located, cause = self._located(error, chain_index, pc)
+                        raise located from cause
+                    spent = perf_counter() - start
+                    key = (chain_index, pc)
+                    seconds, calls = totals.get(key, (0.0, 0))
+                    totals[key] = (seconds + spent, calls + 1)
+                    pc = pc + 1 if jump is None else jump
+        return [(pc, self._chains[c][pc][1], seconds, calls) for (c, pc), (seconds, calls) in sorted(totals.items())]
+
     def _output(self, index: int, as_torch: bool):
         value = self._values[index]
         if not isinstance(value, _Tensor):

@@ -34,7 +34,7 @@ def _executorch_buffer(programs) -> bytes:
 
 
 def _error(got, want) -> float:
-    got, want = torch.as_tensor(got).double(), torch.as_tensor(want).double()
+    got, want = torch.as_tensor(got).detach().double(), torch.as_tensor(want).detach().double()
     assert got.shape == want.shape
     if want.numel() == 0:
         return 0.0

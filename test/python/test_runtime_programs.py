@@ -696,3 +696,13 @@ def test_an_invalid_in_memory_program_is_refused_like_a_file():
     b.call("etc_rt_test::add.out", x, x, y, 7)  # value 7 does not exist
     with pytest.raises(ProgramError, match="7"):
         Runtime.get().load_program(b.pte())
+
+
+def test_profile_times_every_instruction_including_loop_iterations():
+    method = map_loop()
+    rows = method.profile([np.ones((3, 2), np.float32)], runs=2)
+    by_instruction = {pc: (operator, calls) for pc, operator, seconds, calls in rows}
+    assert by_instruction[0] == ("aten::sym_size.int", 2)
+    assert by_instruction[3] == ("executorch_prim::et_copy_index.tensor", 6)  # 3 iterations x 2 runs
+    assert by_instruction[6] == ("jump_false", 6)
+    assert all(seconds >= 0 for _, _, seconds, _ in rows)
