@@ -1,0 +1,64 @@
+"""Every zoo model: export -> to_edge -> to_executorch -> .pte -> runtime, matching eager PyTorch.
+
+Tolerance (the issue's bar): max abs error <= 1e-4 relative to the output's scale.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import etc
+from etc.runtime import Runtime
+from models.zoo import ZOO
+
+
+def _max_rel_error(actual, expected) -> float:
+    expected = np.asarray(expected, dtype=np.float64)
+    actual = np.asarray(actual, dtype=np.float64)
+    scale = max(1.0, float(np.abs(expected).max()) if expected.size else 1.0)
+    return float(np.abs(actual - expected).max() / scale) if expected.size else 0.0
+
+
+def _compile(name):
+    zoo_model = ZOO[name]()
+    programs = zoo_model.export()
+    edge = etc.to_edge(programs)
+    return zoo_model, edge, edge.to_executorch()
+
+
+def _eager(module, inputs):
+    with torch.no_grad():
+        out = module(*inputs)
+    return out if isinstance(out, (tuple, list)) else (out,)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_model_matches_eager(name):
+    zoo_model, edge, program = _compile(name)
+    loaded = Runtime.get().load_program(program.buffer)
+    methods = {"forward": (zoo_model.module, zoo_model.example_inputs)}
+    methods.update(zoo_model.methods)
+    assert sorted(loaded.method_names) == sorted(methods)
+    for method_name, (module, inputs) in methods.items():
+        expected = _eager(module, inputs)
+        outputs = loaded.load_method(method_name).execute([t.numpy() for t in inputs])
+        assert len(outputs) == len(expected)
+        for got, want in zip(outputs, expected):
+            assert got.shape == tuple(want.shape)
+            assert _max_rel_error(got, want.numpy()) <= 1e-4, method_name
+
+
+def test_dynamic_batch_runs_at_other_sizes():
+    zoo_model, _, program = _compile("dynamic_batch")
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    for batch in (1, 7, 32):
+        x = torch.randn(batch, 16)
+        (got,) = method.execute([x.numpy()])
+        assert _max_rel_error(got, _eager(zoo_model.module, (x,))[0].numpy()) <= 1e-4
+
+
+def test_memory_report_planned_is_at_least_lower_bound():
+    _, _, program = _compile("resnet8")
+    report = program.memory_report()
+    text = str(report)
+    assert "forward" in text
