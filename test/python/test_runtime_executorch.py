@@ -241,3 +241,21 @@ def test_executorch_stacktrace_points_a_kernel_failure_at_the_users_line():
     assert error.operator == "aten::embedding.out" and error.instruction is not None
     assert error.location is not None and error.location.startswith(__file__ + ":")
     assert "self.table(ids) * 2" in str(error)
+
+
+def test_executorch_unplanned_inputs_and_outputs():
+    """alloc_graph_input/output=False: ExecuTorch expects the caller's buffers; we give them storage of our own."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    zoo_model = ZOO["dynamic_batch"]()
+    config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False,
+                                                                            alloc_graph_output=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        buffer = exir.to_edge(zoo_model.export()).to_executorch(config).buffer
+    method = _load_or_skip(Runtime.get().load_program(buffer), "forward")
+    for batch in (5, 32, 1):
+        x = torch.randn(batch, 16)
+        (got,) = method.execute([x])
+        assert _error(got, _eager(zoo_model.module, (x,))[0]) <= 1e-4
