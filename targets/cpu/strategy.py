@@ -521,12 +521,28 @@ def worth_it(g: Gemm, cfg: KernelConfig, min_flops: int | None) -> bool:
     return _flops(g) >= limit and g.M >= cfg.mr // 2 and g.N >= cfg.nr // 2
 
 
-def apply_strategy(module: ir.Module, target, *, min_flops: int | None = None) -> None:
-    """Transform linalg-on-tensors `module` in place for `target`; then the default strategy runs on the rest."""
+def pipeline_lowers_vectors() -> bool:
+    """Does codegen.py's post-bufferization pipeline lower vector ops (see `LOWER_VECTORS`)?"""
+    from etc.targets.cpu import codegen
+
+    try:
+        return "convert-vector-to-llvm" in codegen._to_llvm(64)
+    except Exception:  # noqa: BLE001 - its signature is codegen's business: assume not
+        return False
+
+
+def apply_strategy(module: ir.Module, target, *, min_flops: int | None = None, vectors_lowered: bool | None = None) -> None:
+    """Transform linalg-on-tensors `module` in place for `target`; then the default strategy runs on the rest.
+
+    `vectors_lowered`: whether the pipeline that continues after bufferization lowers vector ops
+    (None: ask codegen.py); when it does not, only the default strategy runs, so the cpu target stays
+    correct (just slower) until its pipeline includes `LOWER_VECTORS`."""
     from etc.targets.cpu import codegen
 
     cfg = kernel_config(target)
-    if cfg is not None:
+    if vectors_lowered is None:
+        vectors_lowered = pipeline_lowers_vectors()
+    if cfg is not None and vectors_lowered:
         with module.context, ir.Location.unknown():
             tags, rows, kcs, packed = _rewrite(module, cfg, min_flops)
             if tags:
@@ -666,7 +682,7 @@ def compile_standalone(text: str, *, strategy: bool = True, target=None, min_flo
         out_shapes = [tuple(ir.RankedTensorType(t).shape) for t in ftype.results]
         _run(module, "builtin.module(func.func(linalg-fuse-elementwise-ops, canonicalize, cse))")
         if strategy:
-            apply_strategy(module, target, min_flops=min_flops)
+            apply_strategy(module, target, min_flops=min_flops, vectors_lowered=True)
         else:
             codegen.default_codegen_strategy(module, target)
         _run(module, BUFFERIZE)

@@ -254,10 +254,10 @@ def test_small_contractions_stay_with_the_default():
 
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(matmul_text(4, 8, 8))
-        strategy.apply_strategy(module, HOST)
+        strategy.apply_strategy(module, HOST, vectors_lowered=True)
         assert "vector.fma" not in str(module)
         module = ir.Module.parse(matmul_text(64, 64, 64))
-        strategy.apply_strategy(module, HOST)
+        strategy.apply_strategy(module, HOST, vectors_lowered=True)
         text = str(module)
         assert "vector.fma" in text and "etc_gemm" not in text  # kernel inlined, named functions gone
 
@@ -279,10 +279,19 @@ def test_cross_targets_lower_to_llvm_dialect():
     for preset in ("aarch64", "cortex-m7"):
         with ir.Context(), ir.Location.unknown():
             module = ir.Module.parse(matmul_text(33, 40, 50))
-            strategy.apply_strategy(module, codegen.PRESETS[preset], min_flops=0)
+            strategy.apply_strategy(module, codegen.PRESETS[preset], min_flops=0, vectors_lowered=True)
             strategy._run(module, strategy.BUFFERIZE)
             codegen.copies_to_linalg(module)
             strategy._run(module, strategy.lowering_pipeline())
             text = str(module)
             assert "llvm.func" in text and "memrefCopy" not in text
             assert ("llvm.intr.fmuladd" in text and "vector<12xf32>" in text) == (preset == "aarch64")
+
+
+def test_falls_back_to_the_default_when_the_pipeline_does_not_lower_vectors():
+    from torch_mlir import ir
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(matmul_text(64, 64, 64))
+        strategy.apply_strategy(module, HOST, vectors_lowered=False)
+        assert "vector." not in str(module) and "etc_gemm" not in str(module)
