@@ -445,7 +445,13 @@ class Method:
         """A function storing a kernel's result into EValue `index`."""
         value = self._values[index]
         if isinstance(value, _Tensor):
-            return value.accept
+            accept = value.accept
+
+            def store_tensor(result):
+                if type(result) is tuple and len(result) == 1:  # a one-element tuple for a single return
+                    result = result[0]
+                accept(result)
+            return store_tensor
         if isinstance(value, (S.TensorList, S.OptionalTensorList)):
             tensors = [self._values[i] if i >= 0 else None for i in value.items or []]
 
@@ -554,6 +560,9 @@ class Method:
         values were computed in planned memory that the next `execute` reuses (and that
         other values of this method share), so handing out views would let a later call
         silently change results the caller still holds.
+
+        A Method owns one set of arenas: do not execute the same Method from two threads
+        at once (load the program twice for that).
         """
         if isinstance(inputs, np.ndarray) or type(inputs).__module__.startswith("torch"):
             inputs = [inputs]
