@@ -484,7 +484,12 @@ class Method:
         return steps
 
     def _compile(self, position: int, call, defined: set):
-        """(step, operator label, value index) for one instruction; step() returns a jump target or None."""
+        """(step, label, value index, argument indices) for one instruction.
+
+        `step()` runs it and returns a jump target or None; the label (the operator's name,
+        "delegate '<id>'", "move", ...), the value it writes and the values it reads are
+        what an error at this instruction reports.
+        """
         if isinstance(call, S.KernelCall):
             name, kernel = self._kernels[call.op_index]
             args = list(call.args or [])
