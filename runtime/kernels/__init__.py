@@ -6,7 +6,7 @@ and call it with the operator's arguments in schema order, out tensors last.
 
 from etc.runtime.kernels.registry import get_kernel, has_kernel, kernel, register_kernel, registered_kernels
 from etc.runtime.kernels.common import write_out
-from etc.runtime.kernels import (creation, elementwise, extras, indexing, linalg, nn,  # noqa: F401
-                                reductions, shape)  # (importing registers the kernels)
+from etc.runtime.kernels import (backward, creation, elementwise, extras, indexing, linalg,  # noqa: F401
+                                nn, reductions, shape)  # (importing registers the kernels)
 
 __all__ = ["get_kernel", "has_kernel", "kernel", "register_kernel", "registered_kernels", "write_out"]

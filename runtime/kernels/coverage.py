@@ -15,14 +15,6 @@ _DROPPED = {"dtype", "layout", "device", "pin_memory"}
 
 # Core ops that are not kernels, or that a portable numpy runtime deliberately leaves out, with why.
 EXCLUDED = {
-    # training-only: gradients are never in an inference program
-    "aten::_adaptive_avg_pool2d_backward": "training-only backward op (inference runtime)",
-    "aten::avg_pool2d_backward": "training-only backward op (inference runtime)",
-    "aten::convolution_backward": "training-only backward op (inference runtime)",
-    "aten::embedding_dense_backward": "training-only backward op (inference runtime)",
-    "aten::max_pool2d_with_indices_backward": "training-only backward op (inference runtime)",
-    "aten::native_group_norm_backward": "training-only backward op (inference runtime)",
-    "aten::native_layer_norm_backward": "training-only backward op (inference runtime)",
     # complex results: the .pte ScalarType of complex (8-10) is not implemented by ExecuTorch either
     "aten::_fft_r2c": "complex output dtype (no .pte complex ScalarType)",
     "aten::_fft_c2r": "complex input dtype (no .pte complex ScalarType)",

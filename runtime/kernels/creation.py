@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from etc.errors import ExecutionError
-from etc.runtime.kernels.common import category, sizes, to_dtype, write_out
+from etc.runtime.kernels.common import INT64, category, sizes, to_dtype, write_out
 from etc.runtime.kernels.registry import kernel
 
 
@@ -82,11 +82,29 @@ def arange_length(start, end, step) -> int:
     return max(int(math.ceil((float(end) - float(start)) / float(step))), 0)
 
 
+def _trunc(v) -> int:
+    return int(v)  # Python's int() truncates toward zero, as ATen's Scalar.to<int64_t>() does
+
+
 def arange(start, end, step, dtype):
-    n = arange_length(start, end, step)
+    """ATen's arange: integral outputs step from the truncated start by the truncated step;
+    int64 also counts its length in truncated integers, the others in double."""
     dtype = np.dtype(dtype)
-    if category(dtype) < 2 and all(isinstance(v, (int, np.integer)) for v in (start, end, step)):
-        return (np.arange(n, dtype=np.int64) * int(step) + int(start)).astype(dtype)
+    if category(dtype) < 2:
+        if not all(math.isfinite(float(v)) for v in (start, end, step)):
+            raise ExecutionError(f"arange: unsupported range {start} -> {end} step {step}")
+        istart, istep = _trunc(start), _trunc(step)
+        if dtype == INT64:
+            if istep == 0:
+                raise ExecutionError("arange: step must be nonzero")
+            iend = _trunc(end)
+            arange_length(istart, iend, istep)  # checks the direction
+            num = iend - istart + istep - (1 if istep > 0 else -1)
+            n = max(abs(num) // abs(istep) * (1 if (num >= 0) == (istep > 0) else -1), 0)
+        else:
+            n = arange_length(start, end, step)
+        return (np.arange(n, dtype=np.int64) * istep + istart).astype(dtype)
+    n = arange_length(start, end, step)
     # computed in double, as ATen accumulates, then cast
     return (float(start) + np.arange(n, dtype=np.float64) * float(step)).astype(dtype)
 

@@ -82,7 +82,9 @@ def index_select_out(self, dim, index, out=None):
         raise ExecutionError("index_select: index must be 0-D or 1-D")
     if self.ndim == 0:
         _bounds(index, 1, "index_select")
-        return write_out(out, self.reshape(1)[index.reshape(-1)].reshape(index.shape))
+        if index.size != 1:
+            raise ExecutionError(f"index_select: a 0-d tensor takes one index, got {index.size}")
+        return write_out(out, self.reshape(1)[index.reshape(-1)].reshape(()))
     axis = normalize_dim(dim, self.ndim)
     _bounds(index, self.shape[axis], "index_select")
     return write_out(out, np.take(self, index.reshape(-1), axis=axis))
@@ -168,7 +170,7 @@ def _scatter(self, dim, index, src, reduce, op, include_self=True):
             touched[key] = True
             identity = {np.add: 0, np.multiply: 1}.get(ufunc)
             if identity is None:
-                ident = np.zeros((), res.dtype)
+                ident = np.asarray(ufunc is np.minimum, res.dtype)  # bool: True is the min's identity
                 if category(res.dtype) >= 2:
                     ident = np.asarray(-np.inf if ufunc is np.maximum else np.inf, res.dtype)
                 elif res.dtype != BOOL:
@@ -275,6 +277,10 @@ def nonzero_out(self, out=None):
 @kernel("aten::index_add.out")
 def index_add_out(self, dim, index, source, alpha=1, out=None):
     axis = normalize_dim(dim, self.ndim)
+    if self.ndim == 0:  # a 0-d tensor indexes as a 1-element vector
+        res = index_add_out(self.reshape(1), 0, index.reshape(-1), np.reshape(source, -1), alpha, out.reshape(1))
+        return write_out(out, res.reshape(()))
+    _bounds(index, self.shape[axis], "index_add")
     res = self.copy()
     key = [slice(None)] * self.ndim
     key[axis] = index
@@ -286,6 +292,10 @@ def index_add_out(self, dim, index, source, alpha=1, out=None):
 @kernel("aten::index_fill.int_Scalar_out")
 def index_fill_out(self, dim, index, value, out=None):
     axis = normalize_dim(dim, self.ndim)
+    if self.ndim == 0:
+        res = index_fill_out(self.reshape(1), 0, index.reshape(-1), value, out.reshape(1))
+        return write_out(out, res.reshape(()))
+    _bounds(index, self.shape[axis], "index_fill")
     res = self.copy()
     key = [slice(None)] * self.ndim
     key[axis] = index

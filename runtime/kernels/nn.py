@@ -179,7 +179,8 @@ def im2col_out(self, kernel_size, dilation, padding, stride, out=None):
     x = self if batched else self[None]
     n, c = x.shape[:2]
     win = windows(_pad_spatial(x, padding), kernel_size, stride, dilation)  # (N, C, OH, OW, KH, KW)
-    cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * int(np.prod(kernel_size)), -1)
+    blocks = win.shape[2] * win.shape[3]
+    cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * int(np.prod(kernel_size)), blocks)
     return write_out(out, cols if batched else cols[0])
 
 

@@ -321,6 +321,12 @@ def topk_values(self, k, dim=-1, largest=True, sorted=True, values=None, indices
 @kernel("aten::kthvalue.values")
 def kthvalue_values(self, k, dim=-1, keepdim=False, values=None, indices=None):
     axis = normalize_dim(dim, self.ndim)
+    if self.ndim == 0:  # a 0-d tensor is its own 1st value
+        if int(k) != 1:
+            raise ExecutionError(f"kthvalue: k ({k}) out of range for a 0-d tensor")
+        return write_out(values, self), write_out(indices, np.zeros((), INT64))
+    if not 1 <= int(k) <= self.shape[axis]:
+        raise ExecutionError(f"kthvalue: k ({k}) out of range for a dimension of size {self.shape[axis]}")
     idx = argsort(self, axis, False)
     idx = np.take(idx, [int(k) - 1], axis=axis)
     v = np.take_along_axis(self, idx, axis=axis)

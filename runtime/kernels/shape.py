@@ -327,12 +327,24 @@ def _pad_widths(ndim, pad, op):
 @kernel("aten::constant_pad_nd.out")
 def constant_pad_nd_out(self, pad, value=0, out=None):
     widths = _pad_widths(self.ndim, pad, "constant_pad_nd")
-    x = self
-    # negative padding crops
-    crop = tuple(slice(max(-lo, 0), x.shape[i] - max(-hi, 0)) for i, (lo, hi) in enumerate(widths))
-    x = x[crop]
-    pos = [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
+    x, pos = _crop(self, widths)  # negative padding crops
     return write_out(out, np.pad(x, pos, mode="constant", constant_values=to_dtype(value, self.dtype)))
+
+
+def _crop(x, widths):
+    """`x` with negative padding widths applied (they crop); returns (cropped, positive widths)."""
+    crop = tuple(slice(max(-lo, 0), x.shape[i] - max(-hi, 0)) for i, (lo, hi) in enumerate(widths))
+    return x[crop], [(max(lo, 0), max(hi, 0)) for lo, hi in widths]
+
+
+def _pad_source(n, lo, hi, mode):
+    """For each output position along a padded dim, the input position it reads (ATen's mapping:
+    negative padding crops, reflection mirrors about the edge element, replication clamps)."""
+    j = np.arange(n + lo + hi) - lo
+    if mode == "reflect":
+        j = np.abs(j)
+        j = np.where(j > n - 1, 2 * (n - 1) - j, j)
+    return np.clip(j, 0, n - 1)
 
 
 def _make_pad(mode, nd, name):
@@ -340,12 +352,17 @@ def _make_pad(mode, nd, name):
         if len(padding) != 2 * nd:
             raise ExecutionError(f"{name}: expected {2 * nd} padding values, got {len(padding)}")
         widths = _pad_widths(self.ndim, padding, name)
-        if mode == "reflect":
-            for i, (lo, hi) in enumerate(widths):
-                if lo >= self.shape[i] or hi >= self.shape[i]:
-                    raise ExecutionError(f"{name}: padding ({lo}, {hi}) must be smaller than the input "
-                                         f"dimension {self.shape[i]}")
-        return write_out(out, np.pad(self, widths, mode=mode))
+        x = self
+        for i, (lo, hi) in enumerate(widths):
+            if not (lo or hi):
+                continue
+            n = self.shape[i]
+            if n == 0 or n + lo + hi < 0:
+                raise ExecutionError(f"{name}: can't pad dimension {i} of size {n} by ({lo}, {hi})")
+            if mode == "reflect" and (lo >= n or hi >= n):
+                raise ExecutionError(f"{name}: padding ({lo}, {hi}) must be smaller than the input dimension {n}")
+            x = np.take(x, _pad_source(n, lo, hi, mode), axis=i)
+        return write_out(out, x)
     pad_kernel.__name__ = name
     return pad_kernel
 
