@@ -271,6 +271,11 @@ class Method:
         self._pte = pte
         self._plan = plan
         self.metadata = method_meta(plan)
+        for placement in plan.non_const_buffer_device or []:
+            if placement.device_type != S.DeviceType.CPU:
+                raise ProgramError(f"method '{self.name}' places planned buffer {placement.buffer_idx} on "
+                                   f"{S.DeviceType(placement.device_type).name}:{placement.device_index}; "
+                                   "the etc runtime runs on the host (CPU) only")
         self._memory = MemoryManager(plan.non_const_buffer_sizes or [0])
         self._values: list = [None] * len(plan.values or [])
         self._build_values()
@@ -648,7 +653,8 @@ class Method:
         if array is None:
             raise self._input_error(position, tensor.index, f"expected a tensor, got {type(given).__name__}")
         if array.dtype != tensor.dtype:
-            raise self._input_error(position, tensor.index, f"expected dtype {tensor.dtype}, got {array.dtype}")
+            raise self._input_error(position, tensor.index,
+                                    f"expected dtype {self._dtype_name(tensor)}, got {array.dtype}")
         expected = tensor.max_shape
         if tensor.unbound and array.ndim == len(expected) and any(g > e for g, e in zip(array.shape, expected)):
             # No bound to check: grow the private storage (once per new largest shape).
@@ -669,6 +675,17 @@ class Method:
                                             f"dimension {dim} is {size}, above its upper bound {bound} "
                                             f"(shape at most {list(expected)})")
         np.copyto(tensor.resize(array.shape), array)
+
+    def _dtype_name(self, tensor: _Tensor) -> str:
+        """The numpy dtype, plus the real element type when numpy only carries its bits (bfloat16, ...)."""
+        scalar_type = S.ScalarType(self._plan.values[tensor.index].val.scalar_type)
+        plain = {np.dtype(np.bool_): "BOOL"}.get(tensor.dtype, tensor.dtype.name.upper())
+        known = {"UINT8": "BYTE", "INT8": "CHAR", "INT16": "SHORT", "INT32": "INT", "INT64": "LONG",
+                 "FLOAT16": "HALF", "FLOAT32": "FLOAT", "FLOAT64": "DOUBLE", "BOOL": "BOOL", "UINT16": "UINT16",
+                 "UINT32": "UINT32", "UINT64": "UINT64"}
+        if known.get(plain) == scalar_type.name:
+            return str(tensor.dtype)
+        return f"{tensor.dtype} (holding {scalar_type.name.lower()} bits)"
 
     def _set_scalar_input(self, position: int, index: int, given) -> None:
         current = self._values[index]

@@ -706,3 +706,23 @@ def test_profile_times_every_instruction_including_loop_iterations():
     assert by_instruction[3] == ("executorch_prim::et_copy_index.tensor", 6)  # 3 iterations x 2 runs
     assert by_instruction[6] == ("jump_false", 6)
     assert all(seconds >= 0 for _, _, seconds, _ in rows)
+
+
+def test_bfloat16_inputs_travel_as_bits_and_device_placements_are_refused():
+    torch = pytest.importorskip("torch")
+    b = Builder()
+    x, y = b.tensor([2], dtype=S.ScalarType.BFLOAT16), b.tensor([2], dtype=S.ScalarType.BFLOAT16)
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::copy.out", x, y, y)
+    method = b.load().load_method("forward")
+    value = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    (out,) = method.execute([value])
+    assert out.dtype == torch.bfloat16 and out.tolist() == [1.5, -2.0]
+    with pytest.raises(InputError, match=r"expected dtype uint16 \(holding bfloat16 bits\), got float32"):
+        method.execute([np.zeros(2, np.float32)])
+
+    pte = b.pte()
+    pte.program.execution_plan[0].non_const_buffer_device = [
+        S.NonConstBufferDevice(buffer_idx=1, device_type=S.DeviceType.CUDA, device_index=0)]
+    with pytest.raises(ProgramError, match="planned buffer 1 on CUDA:0; the etc runtime runs on the host"):
+        Runtime.get().load_program(pte).load_method("forward")
