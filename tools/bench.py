@@ -1,0 +1,202 @@
+"""`make bench`: measure every zoo model side by side and write BENCHMARKS.md.
+
+For each model, in one run on this machine: median latency of etc (portable
+numpy kernels), etc with the cpu target (native code), torch eager with 1 and 2
+threads, and, when `executorch` is installed, ExecuTorch's portable runtime and
+ExecuTorch with XNNPACK; plus compile time, program size, planned memory
+against its lifetime lower bound and against ExecuTorch's planner. The machine
+is shared and noisy, so only ratios within this run mean anything.
+
+    python -m etc.tools.bench [--models a,b] [--runs N] [--output BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+
+
+def _median_latency(fn, *, runs: int, warmup: int = 3, budget_s: float = 3.0) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < runs or (time.perf_counter() < deadline and len(times) < runs * 5):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+        if len(times) >= runs and time.perf_counter() > deadline:
+            break
+    return statistics.median(times)
+
+
+def _fmt_ms(seconds) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{seconds * 1e3:.3f}"
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}x"
+
+
+def _executorch_available() -> bool:
+    try:
+        import executorch.exir  # noqa: F401
+        import executorch.runtime  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means "not measured"
+        return False
+    return True
+
+
+def _executorch_program(programs: dict, xnnpack: bool):
+    from executorch.exir import to_edge, to_edge_transform_and_lower
+
+    if xnnpack:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
+    else:
+        edge = to_edge(programs)
+    return edge.to_executorch()
+
+
+def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
+    import numpy as np
+    import torch
+
+    import etc
+    from etc.runtime import Runtime
+    from models.zoo import ZOO
+
+    zoo_model = ZOO[name]()
+    inputs = zoo_model.example_inputs
+    np_inputs = [t.numpy() for t in inputs]
+    row: dict = {"name": name, "is_cnn": zoo_model.is_cnn}
+
+    start = time.perf_counter()
+    programs = zoo_model.export()
+    edge = etc.to_edge(programs)
+    program = edge.to_executorch()
+    row["compile_s"] = time.perf_counter() - start
+    row["size"] = len(program.buffer)
+    report = program.memory_report()
+    row["planned"], row["lower_bound"] = report.total_planned_bytes(), report.total_lower_bound()
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    row["etc_portable"] = _median_latency(lambda: method.execute(np_inputs), runs=runs)
+
+    try:
+        from etc.targets.cpu import CpuPartitioner
+
+        start = time.perf_counter()
+        cpu_program = etc.to_edge(zoo_model.export()).to_backend(CpuPartitioner()).to_executorch()
+        row["cpu_compile_s"] = time.perf_counter() - start
+        cpu_method = Runtime.get().load_program(cpu_program.buffer).load_method("forward")
+        row["etc_cpu"] = _median_latency(lambda: cpu_method.execute(np_inputs), runs=runs)
+    except Exception as e:  # noqa: BLE001 - a failing target is reported in the table, not fatal
+        row["etc_cpu"] = None
+        row["cpu_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+
+    module = zoo_model.module
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        with torch.no_grad():
+            row[f"torch_{threads}t"] = _median_latency(lambda: module(*inputs), runs=runs)
+    torch.set_num_threads(1)
+
+    if with_executorch:
+        from executorch.runtime import Runtime as EtRuntime
+
+        for key, xnnpack in (("et_portable", False), ("et_xnnpack", True)):
+            try:
+                et_program = _executorch_program(zoo_model.export(), xnnpack)
+                et_method = EtRuntime.get().load_program(et_program.buffer).load_method("forward")
+                row[key] = _median_latency(lambda: et_method.execute(list(inputs)), runs=runs)
+                if not xnnpack:
+                    plan = et_program.executorch_program.execution_plan[0]
+                    row["et_planned"] = int(sum(plan.non_const_buffer_sizes))
+            except Exception as e:  # noqa: BLE001
+                row[key] = None
+                row[f"{key}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+    return row
+
+
+def render(rows: list[dict], with_executorch: bool, gemm_text: str) -> str:
+    lines = ["# Benchmarks", "",
+             "Produced by `make bench` (`python -m etc.tools.bench`), every figure measured in the same run on",
+             f"this machine ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
+             "Latencies are medians in milliseconds after warm-up; the machine is shared and noisy, so compare",
+             "ratios within this table only.", ""]
+    if not with_executorch:
+        lines += ["ExecuTorch columns: `executorch` is not installed in this environment (n/a).", ""]
+    lines += ["## Latency", "",
+              "| model | etc portable | etc cpu | torch 1t | torch 2t | ET portable | ET XNNPACK | etc cpu vs torch 1t | etc cpu vs ET XNNPACK |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {_fmt_ms(r['etc_portable'])} | {_fmt_ms(r.get('etc_cpu'))} | {_fmt_ms(r['torch_1t'])} | "
+            f"{_fmt_ms(r['torch_2t'])} | {_fmt_ms(r.get('et_portable'))} | {_fmt_ms(r.get('et_xnnpack'))} | "
+            f"{_ratio(r.get('etc_cpu'), r['torch_1t'])} | {_ratio(r.get('etc_cpu'), r.get('et_xnnpack'))} |")
+    lines += ["", "Ratios are time over time: below 1.00x means etc is faster.", "",
+              "## Compile time, program size, planned memory", "",
+              "| model | compile (s) | cpu compile (s) | .pte bytes | planned bytes | lower bound | planned / bound | ET planned bytes |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        bound_ratio = f"{r['planned'] / r['lower_bound']:.3f}" if r["lower_bound"] else "n/a"
+        cpu_compile = f"{r['cpu_compile_s']:.2f}" if r.get("cpu_compile_s") is not None else "n/a"
+        lines.append(f"| {r['name']} | {r['compile_s']:.2f} | {cpu_compile} | {r['size']} | {r['planned']} | "
+                     f"{r['lower_bound']} | {bound_ratio} | {r.get('et_planned', 'n/a')} |")
+    errors = [(r["name"], k, v) for r in rows for k, v in r.items() if k.endswith("_error")]
+    if errors:
+        lines += ["", "## Not measured", ""]
+        lines += [f"- {name} ({key[:-6]}): {msg}" for name, key, msg in errors]
+    if gemm_text:
+        lines += ["", "## Generated GEMM", "", gemm_text]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--output", default="BENCHMARKS.md")
+    parser.add_argument("--no-gemm", action="store_true")
+    args = parser.parse_args(argv)
+
+    warnings.filterwarnings("ignore")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
+    import torch
+
+    torch.set_num_threads(1)
+    from models.zoo import ZOO
+
+    names = args.models.split(",") if args.models else sorted(ZOO)
+    with_executorch = _executorch_available()
+    rows = []
+    for name in names:
+        print(f"[bench] {name}", file=sys.stderr, flush=True)
+        rows.append(bench_model(name, args.runs, with_executorch))
+    gemm_text = ""
+    if not args.no_gemm:
+        try:
+            from etc.tools.bench_gemm import run as run_gemm
+
+            gemm_text = run_gemm()
+        except Exception as e:  # noqa: BLE001
+            gemm_text = f"GEMM benchmark failed: {type(e).__name__}: {e}"
+    text = render(rows, with_executorch, gemm_text)
+    with open(args.output, "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
