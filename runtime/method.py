@@ -96,6 +96,9 @@ class MethodMeta:
         """Bytes of planned buffer `index` (0-based, i.e. mem_id index + 1), as ExecuTorch counts them."""
         return self.planned_buffer_sizes[index]
 
+    def uses_backend(self, backend_id: str) -> bool:
+        return backend_id in self.backends
+
     def __str__(self) -> str:
         def show(info) -> str:
             if isinstance(info, TensorInfo):
@@ -300,6 +303,18 @@ class Method:
     @property
     def planned_bytes(self) -> int:
         return self._memory.planned_bytes
+
+    def memory_usage(self) -> dict:
+        """Bytes this loaded method holds, by kind: what to budget for on a device.
+
+        `planned`: the arenas per mem_id (allocated once at load); `unplanned`: storage for
+        values the planner left out (unplanned inputs, views), also allocated at load;
+        `constants`: bytes of the program's constant data the method's values view (shared
+        with other methods, not copied).
+        """
+        constants = sum(v.storage.nbytes for v in self._values if isinstance(v, _Tensor) and v.constant)
+        return {"planned": [a.nbytes for a in self._memory.arenas[1:]],
+                "unplanned": self._memory.private_bytes, "constants": constants}
 
     # ------------------------------------------------------------------ load: values
     def _build_values(self) -> None:

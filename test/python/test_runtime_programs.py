@@ -726,3 +726,15 @@ def test_bfloat16_inputs_travel_as_bits_and_device_placements_are_refused():
         S.NonConstBufferDevice(buffer_idx=1, device_type=S.DeviceType.CUDA, device_index=0)]
     with pytest.raises(ProgramError, match="planned buffer 1 on CUDA:0; the etc runtime runs on the host"):
         Runtime.get().load_program(pte).load_method("forward")
+
+
+def test_memory_usage_by_kind():
+    b = Builder()
+    x = b.tensor([4], planned=False)
+    c, y = b.tensor([4], constant=f32(1, 2, 3, 4)), b.tensor([4])
+    b.inputs, b.outputs = [x], [y]
+    b.call("etc_rt_test::add.out", x, c, y, y)
+    program = b.load()
+    method = program.load_method("forward")
+    assert method.memory_usage() == {"planned": [16], "unplanned": 16, "constants": 16}
+    assert not program.metadata("forward").uses_backend("cpu")
