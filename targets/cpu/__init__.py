@@ -12,7 +12,8 @@ object emission), `blob.py` (the delegate blob format), `runtime.py` (the
 runtime backend: checks the CPU, links with MCJIT, calls through ctypes).
 
 Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
-`features`, `opt_level` (0-3), `num_threads` (recorded; code is single-threaded).
+`features`, `opt_level` (0-3), `num_threads` (> 1: the threaded entry of parallel.py, run by
+that many of the runtime's threads; the object still needs only libc/libm).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         timings["to_linalg_s"] = t1 - t0
         resolved = codegen.resolve_target(target, cpu=cpu, features=features)
         result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level,
-                                        keep_ir=keep_ir)
+                                        keep_ir=keep_ir, threaded=int(num_threads) > 1)
         timings["codegen_s"] = time.perf_counter() - t1
     metadata = {
         "producer": "etc cpu target",
@@ -72,6 +73,9 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         "args": [a.to_json() for a in result.args],
         "scratch_bytes": result.scratch_bytes,
         "num_threads": int(num_threads),
+        # "flat": void entry(void **args); "threaded": void entry(void **args, intptr tid, intptr nthreads,
+        # int32_t barrier[2]), called from nthreads threads at once (see parallel.py).
+        "entry_abi": "threaded" if result.threaded else "flat",
     }
     used = {a.name: lowered.constants[a.name] for a in result.args if a.kind == "constant"}
     data = blob.serialize(metadata, result.object_bytes, used)

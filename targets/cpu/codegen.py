@@ -294,9 +294,9 @@ BUFFERIZE = ("builtin.module(one-shot-bufferize{bufferize-function-boundaries "
              "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}, canonicalize, cse)")
 
 
-def _to_llvm(index_bits: int) -> str:
+def _to_llvm(index_bits: int, loops: str = "convert-linalg-to-loops") -> str:
     ib = f"index-bitwidth={index_bits}"
-    return ("builtin.module(func.func(convert-linalg-to-loops), lower-affine, canonicalize, convert-scf-to-cf, "
+    return (f"builtin.module(func.func({loops}), lower-affine, canonicalize, convert-scf-to-cf, "
             f"expand-strided-metadata, lower-affine, convert-math-to-llvm, convert-math-to-libm, "
             f"finalize-memref-to-llvm{{{ib}}}, convert-arith-to-llvm{{{ib}}}, convert-cf-to-llvm{{{ib}}}, "
             f"convert-func-to-llvm{{{ib} use-bare-ptr-memref-call-conv=1}}, convert-ub-to-llvm, reconcile-unrealized-casts, canonicalize)")
@@ -310,6 +310,7 @@ class CodegenResult:
     target: CpuTarget
     scratch_bytes: int = 0
     llvm_ir: str = ""
+    threaded: bool = False  # entry(args, tid, nthreads, barrier) rather than entry(args)
     stats: dict = field(default_factory=dict)
 
 
@@ -430,13 +431,17 @@ def _memref_shapes(fn) -> list:
     return [ir.MemRefType(a.type) for a in fn.regions[0].blocks[0].arguments]
 
 
-def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, index_bits: int) -> str:
+def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, index_bits: int, *,
+                  threaded: bool = False) -> str:
     """LLVM IR of `void entry(ptr args)`: loads each data pointer and calls the inner function,
     which takes bare pointers (static shapes: MLIR's bare-pointer memref calling convention);
     the last slot, when there are scratch buffers, is the scratch base, and each intermediate
     buffer is passed as `scratch + offset`."""
     ix = f"i{index_bits}"
-    lines = [f"define void @{entry}(ptr %args) {{"]
+    if threaded:
+        lines = [f"define void @{entry}(ptr %args, {ix} %tid, {ix} %nthreads, ptr %barrier) {{"]
+    else:
+        lines = [f"define void @{entry}(ptr %args) {{"]
     call_args = []
     loads = n_slots + (1 if scratch_offsets else 0)
     for i in range(loads):
@@ -446,6 +451,8 @@ def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, i
     for k, offset in enumerate(scratch_offsets):
         lines.append(f"  %s{k} = getelementptr inbounds i8, ptr %p{n_slots}, {ix} {offset}")
         call_args.append(f"ptr %s{k}")
+    if threaded:
+        call_args += ["ptr %barrier", f"{ix} %tid", f"{ix} %nthreads"]
     lines.append(f"  call void @{inner}({', '.join(call_args)})")
     lines.append("  ret void")
     lines.append("}")
@@ -453,25 +460,32 @@ def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, i
 
 
 def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str | None = None, *,
-                   entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False) -> CodegenResult:
+                   entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False,
+                   threaded: bool = False) -> CodegenResult:
     """linalg-on-tensors module (one func) -> object code.
 
     `arg_kinds`: (kind, name) for each function argument (input/constant); results become outputs.
     """
     target = resolve_target(target)
     inner = ir.StringAttr(_single_func(module).attributes["sym_name"]).value
-    args, n_slots, offsets, index_bits = lower_to_llvm_dialect(module, arg_kinds, target)
+    args, n_slots, offsets, index_bits = lower_to_llvm_dialect(module, arg_kinds, target, threaded=threaded)
     scratch = offsets[-1] if offsets else 0
     from torch_mlir.dialects import llvm as llvm_d
 
-    llvm_ir = llvm_d.translate_module_to_llvmir(module.operation)
-    llvm_ir = _strip_header(llvm_ir) + entry_wrapper(inner, entry, n_slots, offsets[:-1], index_bits)
+    from etc.targets.cpu.parallel import BARRIER_FN, barrier_llvm_ir
+
+    llvm_ir = _strip_header(llvm_d.translate_module_to_llvmir(module.operation))
+    if threaded:
+        llvm_ir = "\n".join(line for line in llvm_ir.splitlines()
+                            if not (line.startswith("declare") and f"@{BARRIER_FN}(" in line)) + "\n"
+        llvm_ir += barrier_llvm_ir(index_bits)
+    llvm_ir += entry_wrapper(inner, entry, n_slots, offsets[:-1], index_bits, threaded=threaded)
     obj, optimized = emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner])
     return CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
-                         llvm_ir=optimized if keep_ir else "")
+                         llvm_ir=optimized if keep_ir else "", threaded=threaded)
 
 
-def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget):
+def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threaded: bool = False):
     """The MLIR half of `compile_linalg`: returns (ArgSpecs, number of non-scratch buffers,
     scratch offsets + [total scratch bytes] (empty: none), index bits)."""
     fn = _single_func(module)
@@ -502,7 +516,14 @@ def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget)
     index_bits = 32 if target.pointer_bits == 32 else 64
     copies_to_linalg(module)
     drop_assertions(module)
-    run_passes(module, _to_llvm(index_bits), "lowering to the LLVM dialect")
+    loops = "convert-linalg-to-loops"
+    if threaded:
+        from etc.targets.cpu.parallel import partition_top_level_loops
+
+        run_passes(module, "builtin.module(func.func(convert-linalg-to-parallel-loops))", "parallel loops")
+        partition_top_level_loops(fn)
+        loops = "canonicalize"
+    run_passes(module, _to_llvm(index_bits, loops), "lowering to the LLVM dialect")
     leftover = _non_llvm_ops(module)
     if leftover:
         raise LoweringError(f"cpu codegen: ops left after lowering to LLVM: {', '.join(sorted(leftover))}")
@@ -533,7 +554,7 @@ def _check_declarations(module: ir.Module) -> None:
         if op.operation.name != "llvm.func" or len(op.operation.regions[0].blocks) > 0:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        if not name.startswith("llvm.") and name not in ALLOWED_EXTERNALS:
+        if not name.startswith("llvm.") and name not in ALLOWED_EXTERNALS and name != "etc_cpu_barrier":
             bad.append(name)
     if bad:
         raise LoweringError(f"cpu codegen: generated code calls unsupported external function(s) {', '.join(bad)}")
@@ -615,6 +636,7 @@ ALLOWED_EXTERNALS = frozenset({
     "cbrtf", "cbrt", "fmodf", "fmod", "roundf", "round", "roundevenf", "roundeven", "truncf", "trunc", "floorf",
     "floor", "ceilf", "ceil", "fabsf", "fabs", "copysignf", "copysign", "fmaf", "fma", "fminf", "fmin", "fmaxf",
     "fmax", "rintf", "rint", "nearbyintf", "nearbyint", "tgammaf", "lgammaf",
+    "sched_yield",  # only the barrier of threaded entries (parallel.py) calls it
 })
 
 

@@ -18,11 +18,14 @@ handle (per thread when called from several threads), outputs are the
 caller's arrays. An input that is not C-contiguous or not of the compiled dtype
 is copied (once per call; `notes` records it).
 
-Threads: the generated code is single-threaded (the object must stay
-self-contained: libc/libm only, no OpenMP runtime). `num_threads` is accepted
-and recorded; the only parallelism offered is that independent handles (or
-one handle from several Python threads, each with its own scratch) run
-concurrently, because ctypes drops the GIL.
+Threads: a blob compiled with `num_threads > 1` has the threaded entry of
+`parallel.py` (the object still needs only libc/libm: no OpenMP runtime). The
+handle keeps `num_threads - 1` worker threads; each call runs thread 0 on the
+caller and the others on the workers, all on the same buffers, synchronized by
+the code's own barrier (ctypes drops the GIL during the call). The runtime's
+compile spec `num_threads` may lower or raise the count (1: one thread runs
+everything). Flat-entry blobs run single-threaded; independent calls from
+several Python threads still run concurrently, each with its own scratch.
 """
 
 from __future__ import annotations
@@ -100,9 +103,23 @@ class CompiledFunction:
         self.args = meta["args"]
         self.inputs = [a for a in self.args if a["kind"] == "input"]
         self.outputs = [a for a in self.args if a["kind"] == "output"]
-        self.num_threads = int(self.specs.get("num_threads", meta.get("num_threads", 1)) or 1)
+        self.threaded = meta.get("entry_abi", "flat") == "threaded"
+        self.num_threads = max(1, int(self.specs.get("num_threads", meta.get("num_threads", 1)) or 1))
+        if not self.threaded:
+            self.num_threads = 1
         self._address = self._link(meta["entry"])
-        self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._address)
+        if self.threaded:
+            self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_ssize_t,
+                                        ctypes.c_void_p)(self._address)
+            self._barrier = np.zeros(2, dtype=np.int32)
+            self._call_lock = threading.Lock()
+            self._pool = None
+            if self.num_threads > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.num_threads - 1, thread_name_prefix="etc-cpu")
+        else:
+            self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(self._address)
         # Constant pointers: views into the blob (kept alive by self.blob).
         self._constants = {a["name"]: np.require(self.blob.constant(a["name"]), requirements="C")
                            for a in self.args if a["kind"] == "constant"}
@@ -184,7 +201,22 @@ class CompiledFunction:
                 arr = self._prepare(outputs[oi], a, f"output {oi}", writable=True)
                 ptrs[i] = arr.ctypes.data
                 oi += 1
-        self._fn(ctypes.addressof(ptrs))
+        if not self.threaded:
+            self._fn(ctypes.addressof(ptrs))
+            return
+        n = self.num_threads
+        with self._call_lock:  # one parallel call at a time per handle: they share the barrier
+            barrier = self._barrier.ctypes.data
+            address = ctypes.addressof(ptrs)
+            futures = [self._pool.submit(self._fn, address, t, n, barrier) for t in range(1, n)] if n > 1 else []
+            self._fn(address, 0, n, barrier)
+            for f in futures:
+                f.result()
+
+    def close(self) -> None:
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def __call__(self, *inputs):
         outputs = [np.empty(a["shape"], dtype=a["dtype"]) for a in self.outputs]
@@ -213,8 +245,8 @@ class CpuRuntimeBackend:
         handle.run(args[:n_in], args[n_in:n_in + len(handle.outputs)])
         return args[n_in:]
 
-    def destroy(self, handle) -> None:  # code stays linked (MCJIT cannot unload one object)
-        pass
+    def destroy(self, handle) -> None:  # the code stays linked (MCJIT cannot unload one object)
+        handle.close()
 
 
 def _specs_dict(compile_specs) -> dict:

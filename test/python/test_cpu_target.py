@@ -337,3 +337,32 @@ def test_zoo_lstm_is_one_delegate():
     with torch.no_grad():
         want = zoo_model.module(*zoo_model.example_inputs)
     assert rel_error(got, want.numpy()) <= 1e-4
+
+
+class ConvNormSum(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.ln = torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.LayerNorm(10)
+
+    def forward(self, x):
+        y = torch.softmax(self.ln(torch.relu(self.conv(x))), -1)
+        return y, y.sum()  # the full reduction has no parallel loop: thread 0 runs it
+
+
+def test_threaded_entry_matches_and_stays_self_contained():
+    torch.manual_seed(0)
+    model, x = ConvNormSum().eval(), torch.randn(1, 8, 10, 10)
+    program_ir, report = delegated(model, (x,), num_threads=2)
+    assert report.partitions == 1
+    parsed = cpu_blob.deserialize(program_ir.delegate_blobs[0])
+    assert parsed.metadata["entry_abi"] == "threaded" and parsed.metadata["num_threads"] == 2
+    with torch.no_grad():
+        want = model(x)
+    for threads in ("2", "1", "3"):
+        fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads})
+        assert fn.num_threads == int(threads)
+        for _ in range(3):
+            got = fn(x.numpy())
+            for g, w in zip(got, want):
+                assert rel_error(g, w.numpy()) <= 1e-4, threads
+        fn.close()
