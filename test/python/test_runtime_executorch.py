@@ -259,3 +259,31 @@ def test_executorch_unplanned_inputs_and_outputs():
         x = torch.randn(batch, 16)
         (got,) = method.execute([x])
         assert _error(got, _eager(zoo_model.module, (x,))[0]) <= 1e-4
+
+
+class _StartedCounter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.tensor([1.0, 2.0, 3.0]))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total * 2
+
+
+def test_executorch_initialized_mutable_buffer_starts_from_its_serialized_state():
+    """InitializedMutableBufferPass stores the buffer's initial value in a mutable-data segment."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    ep = torch.export.export(_StartedCounter(), (torch.ones(3),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["total"])])
+        buffer = exir.to_edge(ep).to_executorch(config).buffer
+    method = _load_or_skip(Runtime.get().load_program(buffer), "forward")
+    ones = torch.ones(3)
+    assert [method.execute([ones])[0].tolist() for _ in range(3)] == [[4, 6, 8], [6, 8, 10], [8, 10, 12]]
+    # A freshly loaded program starts over from the serialized state.
+    fresh = Runtime.get().load_program(buffer).load_method("forward")
+    assert fresh.execute([ones])[0].tolist() == [4, 6, 8]
