@@ -238,3 +238,23 @@ def conv_ir(n: int, c: int, h: int, w: int, f: int, kh: int, kw: int, *, stride:
         result = "%g"
     lines += [f"  return {result} : {y_t}", "}"]
     return "\n".join(lines) + "\n"
+
+
+def pool_ir(n: int, c: int, h: int, w: int, k: int, *, stride: int = 1, kind: str = "max",
+            layout: str = "nchw") -> str:
+    """`func @pool(x) -> y`: k x k max or sum pooling without padding, f32."""
+    oh = (h - k) // stride + 1
+    ow = (w - k) // stride + 1
+    x_t = f"tensor<{n}x{c}x{h}x{w}xf32>" if layout == "nchw" else f"tensor<{n}x{h}x{w}x{c}xf32>"
+    y_t = f"tensor<{n}x{c}x{oh}x{ow}xf32>" if layout == "nchw" else f"tensor<{n}x{oh}x{ow}x{c}xf32>"
+    init = "0xFF800000" if kind == "max" else "0.0"
+    return "\n".join([
+        f"func.func @pool(%x: {x_t}) -> {y_t} {{",
+        f"  %i = arith.constant {init} : f32",
+        f"  %e = tensor.empty() : {y_t}",
+        f"  %f = linalg.fill ins(%i : f32) outs(%e : {y_t}) -> {y_t}",
+        f"  %win = tensor.empty() : tensor<{k}x{k}xf32>",
+        f"  %r = linalg.pooling_{layout}_{kind} {{dilations = dense<1> : tensor<2xi64>, "
+        f"strides = dense<{stride}> : tensor<2xi64>}} ins(%x, %win : {x_t}, tensor<{k}x{k}xf32>) "
+        f"outs(%f : {y_t}) -> {y_t}",
+        f"  return %r : {y_t}", "}"]) + "\n"

@@ -232,12 +232,12 @@ class _Script:
     def vectorize(self, handle: str, sizes: list[int]) -> None:
         self.emit(f"transform.structured.vectorize {handle} vector_sizes {sizes} : !transform.any_op")
 
-    def text(self) -> str:
+    def text(self, cleanup: bool = True) -> str:
         body = "\n".join(self.lines)
         return ("module attributes {transform.with_named_sequence} {\n"
                 "transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
                 f"{body}\n"
-                + _CLEANUP +
+                + (_CLEANUP if cleanup else "") +
                 "  transform.yield\n}\n}\n")
 
 
@@ -315,67 +315,130 @@ def _contraction_steps(s: _Script, cfg: KernelConfig, handle: str, batch: list[i
     s.vectorize(mr, lead_v + vec + [1])
 
 
-def _conv_steps(s: _Script, cfg: KernelConfig, handle: str, op, nchw: bool) -> None:
-    img, reshaped = s.fresh("img"), s.fresh("res")
-    s.emit(f"{img}, {reshaped} = transform.structured.convert_conv2d_to_img2col {handle} "
-           f": (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
-    mm = s.fresh("mm")
-    s.emit(f"{mm} = transform.get_producer_of_operand {reshaped}[0] : (!transform.any_op) -> !transform.any_op")
-    x = ir.RankedTensorType(op.operands[0].type).shape
-    w = ir.RankedTensorType(op.operands[1].type).shape
-    y = ir.RankedTensorType(op.results[0].type).shape
-    if nchw:  # (n, f, p, k): out[n,f,p] = W[f,k] col[n,k,p]
-        _contraction_steps(s, cfg, mm, [y[0]], y[1], y[2] * y[3], w[1] * w[2] * w[3])
-    else:  # (n, p, f, k): out[n,p,f] = col[n,p,k] W[k,f]
-        _contraction_steps(s, cfg, mm, [y[0]], y[1] * y[2], y[3], w[0] * w[1] * w[2])
-
-
 # ------------------------------------------------------------------- driver
-def plan(module: ir.Module, cfg: KernelConfig) -> tuple[str, list]:
-    """Tag the ops the strategy handles and build the transform script; returns (script, tagged ops)."""
-    s = _Script()
-    tagged = []
-    candidates = []
+def _walk(module: ir.Module, names) -> list:
+    found = []
 
-    def collect(op):
-        if op.name in ("linalg.matmul", "linalg.batch_matmul", "linalg.conv_2d_nchw_fchw",
-                       "linalg.conv_2d_nhwc_hwcf"):
-            candidates.append(op)
+    def visit(op):
+        if op.name in names:
+            found.append(op)
         return ir.WalkResult.ADVANCE
 
-    module.operation.walk(collect)
-    next_id = [0]
+    module.operation.walk(visit)
+    return found
 
-    def tag(op) -> int:
-        next_id[0] += 1
-        op.attributes[_ID_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), next_id[0])
-        tagged.append(op)
-        return next_id[0]
 
-    for op in candidates:
-        if not all(_static_f32(v) for v in list(op.operands) + list(op.results)):
+def _canonical_contraction_maps(rank: int) -> list[str]:
+    """(batch.., m, n, k): A (batch.., m, k), B (batch.., k, n), C (batch.., m, n)."""
+    dims = [f"d{i}" for i in range(rank)]
+    b = dims[:-3]
+    m, n, k = dims[-3:]
+    head = f"({', '.join(dims)}) -> "
+    return [head + f"({', '.join(b + [m, k])})", head + f"({', '.join(b + [k, n])})",
+            head + f"({', '.join(b + [m, n])})"]
+
+
+def _matmul_like(op):
+    """(batch dims, m, n, k) for a static f32 matmul in canonical form: linalg.matmul/batch_matmul with
+    default maps, or a linalg.generic with the same maps and a multiply-accumulate body
+    (what im2col leaves for a convolution). None otherwise."""
+    if not all(_static_f32(v) for v in list(op.operands) + list(op.results)) or len(op.operands) != 3:
+        return None
+    if op.name in ("linalg.matmul", "linalg.batch_matmul"):
+        if not _is_plain_matmul(op):
+            return None
+    elif op.name == "linalg.generic":
+        kinds = _iterator_kinds(op)
+        if len(kinds) < 3 or kinds[-1] != "reduction" or any(k != "parallel" for k in kinds[:-1]):
+            return None
+        maps = [str(ir.AffineMapAttr(m).value) for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        if maps != _canonical_contraction_maps(len(kinds)):
+            return None
+        body = [o.operation.name for o in op.regions[0].blocks[0].operations]
+        if body != ["arith.mulf", "arith.addf", "linalg.yield"]:
+            return None
+    else:
+        return None
+    a_shape = ir.RankedTensorType(op.operands[0].type).shape
+    b_shape = ir.RankedTensorType(op.operands[1].type).shape
+    return list(a_shape[:-2]), a_shape[-2], b_shape[-1], a_shape[-1]
+
+
+class _Tagger:
+    def __init__(self):
+        self.ops = []
+
+    def __call__(self, op) -> int:
+        op.attributes[_ID_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), len(self.ops) + 1)
+        self.ops.append(op)
+        return len(self.ops)
+
+
+def plan_convolutions(module: ir.Module) -> tuple[str, list]:
+    """Phase 1: im2col for each static f32 batch-1 conv_2d_nchw_fchw / nhwc_hwcf; the batch dim is
+    then folded away so that the contraction is a plain (f, p, k) / (p, f, k) matmul for phase 2."""
+    s = _Script()
+    tag = _Tagger()
+    for op in _walk(module, ("linalg.conv_2d_nchw_fchw", "linalg.conv_2d_nhwc_hwcf")):
+        if not all(_static_f32(v) for v in list(op.operands) + list(op.results)) or not _unit_dilation(op):
             continue
-        name = op.name
-        if name in ("linalg.matmul", "linalg.batch_matmul"):
-            if not _is_plain_matmul(op):
-                continue
-            a_shape = ir.RankedTensorType(op.operands[0].type).shape
-            b_shape = ir.RankedTensorType(op.operands[1].type).shape
-            batch = a_shape[:-2]
-            consumer = _elementwise_consumer(op)
-            init = _init_producer(op)
-            if init is not None and consumer is not None:
-                _own_empty(init)
-            h = s.match_id(tag(op))
-            ch = s.match_id(tag(consumer)) if consumer is not None else None
-            ih = s.match_id(tag(init)) if init is not None else None
-            _contraction_steps(s, cfg, h, batch, a_shape[-2], b_shape[-1], a_shape[-1], ih, ch)
-        else:
-            if not _unit_dilation(op):
-                continue
-            h = s.match_id(tag(op))
-            _conv_steps(s, cfg, h, op, nchw=name.endswith("nchw_fchw"))
-    return (s.text() if tagged else ""), tagged
+        if ir.RankedTensorType(op.results[0].type).shape[0] != 1:
+            continue  # batch > 1: the filter is broadcast over the batch; left to the default
+        h = s.match_id(tag(op))
+        img, reshaped = s.fresh("img"), s.fresh("res")
+        s.emit(f"{img}, {reshaped} = transform.structured.convert_conv2d_to_img2col {h} "
+               f": (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
+    if not tag.ops:
+        return "", []
+    s.emit('%f = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op')
+    s.emit("transform.apply_patterns to %f {\n"
+           "    transform.apply_patterns.linalg.fold_unit_extent_dims_via_reshapes\n"
+           "    transform.apply_patterns.canonicalization\n  } : !transform.any_op")
+    return s.text(cleanup=False), tag.ops
+
+
+def plan(module: ir.Module, cfg: KernelConfig) -> tuple[str, list]:
+    """Phase 2: tag the contractions (and their init / elementwise consumer) and build the
+    tiling + vectorization script; returns (script, tagged ops)."""
+    s = _Script()
+    tag = _Tagger()
+    for op in _walk(module, ("linalg.matmul", "linalg.batch_matmul", "linalg.generic")):
+        shape = _matmul_like(op)
+        if shape is None:
+            continue
+        batch, m, n, k = shape
+        consumer = _elementwise_consumer(op)
+        init = _init_producer(op)
+        if init is not None and consumer is not None:
+            _own_empty(init)
+        h = s.match_id(tag(op))
+        ch = s.match_id(tag(consumer)) if consumer is not None else None
+        ih = s.match_id(tag(init)) if init is not None else None
+        _contraction_steps(s, cfg, h, batch, m, n, k, ih, ch)
+    return (s.text() if tag.ops else ""), tag.ops
+
+
+def plan_windows(module: ir.Module, cfg: KernelConfig) -> tuple[str, list]:
+    """Phase 0: depthwise convolutions and poolings as tap-wise elementwise generics, tiled to one
+    output row and vectorized along the contiguous output dimension (ow for NCHW, channels for NHWC)."""
+    made = rewrite_window_ops(module, cfg)
+    if not made:
+        return "", []
+    s = _Script()
+    vw = 2 * cfg.lanes
+    for kid, layout, (n, d1, d2, d3) in made:
+        h = s.fresh("op")
+        s.emit(f'{h} = transform.structured.match attributes{{{_ID_ATTR} = {kid} : i64}} in %root '
+               f': (!transform.any_op) -> !transform.any_op')
+        if layout == "nchw":  # (n, c, oh, ow): vectors along ow
+            tiles = [_level(n, 1), _level(d1, 1), _level(d2, 1), _level(d3, vw)]
+        else:  # (n, oh, ow, c): vectors along c, a few output columns per step (weights reused)
+            tiles = [_level(n, 1), _level(d1, 1), _level(d2, 4), _level(d3, vw)]
+        vec = [1 if tiles[0] else n, 1 if tiles[1] else d1, (tiles[2] or d2), vw if tiles[3] else d3]
+        if any(tiles):
+            h, _ = s.tile(h, tiles)
+        s.vectorize(h, vec)
+    return s.text(), [k for k, _, _ in made]
 
 
 def _unit_dilation(op) -> bool:
@@ -417,19 +480,22 @@ def _strip_tags(module: ir.Module) -> None:
 
 
 def apply_kernel_strategy(module: ir.Module, target) -> int:
-    """The vector strategy for the heavy ops only; returns how many ops it handled."""
+    """The vector strategy for the heavy ops only; returns how many contractions it handled."""
     cfg = config_for(target)
     if cfg is None:
         return 0
+    handled = 0
     with module.context, ir.Location.unknown():
-        script, tagged = plan(module, cfg)
-        if not tagged:
-            return 0
-        try:
-            run_transform(module, script)
-        finally:
-            _strip_tags(module)
-    return len(tagged)
+        for phase in (lambda m: plan_windows(m, cfg), plan_convolutions, lambda m: plan(m, cfg)):
+            script, tagged = phase(module)
+            if not tagged:
+                continue
+            try:
+                run_transform(module, script)
+            finally:
+                _strip_tags(module)
+            handled += len(tagged)
+    return handled
 
 
 def apply_codegen_strategy(module: ir.Module, target) -> None:
@@ -454,3 +520,147 @@ def remove_self_copies(module: ir.Module) -> int:
     for op in dead:
         op.erase()
     return len(dead)
+
+
+# ------------------------------------------------- depthwise convolutions, pooling
+_WINDOW_OPS = {
+    # name: (layout, kind)
+    "linalg.depthwise_conv_2d_nchw_chw": ("nchw", "dw"),
+    "linalg.depthwise_conv_2d_nhwc_hwc": ("nhwc", "dw"),
+    "linalg.pooling_nchw_max": ("nchw", "max"),
+    "linalg.pooling_nhwc_max": ("nhwc", "max"),
+    "linalg.pooling_nchw_sum": ("nchw", "sum"),
+    "linalg.pooling_nhwc_sum": ("nhwc", "sum"),
+}
+
+
+def _pair(op, name: str) -> list[int]:
+    if name not in op.attributes:
+        return [1, 1]
+    return [int(x) for x in ir.DenseIntElementsAttr(op.attributes[name])]
+
+
+def _tensor_type(shape, elem="f32") -> str:
+    return "tensor<" + "x".join(str(d) for d in shape) + f"x{elem}>"
+
+
+def window_as_taps_text(op, fname: str, kid: int) -> str | None:
+    """A private func computing a depthwise convolution or pooling `op` as ONE elementwise
+    linalg.generic over its KH*KW taps: each tap is a strided slice of the (padded) input shaped
+    like the output, so every operand is read along the output's contiguous dimension (ow in
+    NCHW, channels in NHWC) and the op vectorizes like an elementwise op:
+        y = init;  y = fma(x[tap], w[tap], y)  (depthwise)   |   y = max/add(y, x[tap])  (pooling)"""
+    layout, kind = _WINDOW_OPS[op.name]
+    x_t = ir.RankedTensorType(op.operands[0].type)
+    w_t = ir.RankedTensorType(op.operands[1].type)
+    y_t = ir.RankedTensorType(op.results[0].type)
+    x, w, y = list(x_t.shape), list(w_t.shape), list(y_t.shape)
+    if len(x) != 4 or len(y) != 4:
+        return None
+    sh, sw = _pair(op, "strides")
+    dh, dw = _pair(op, "dilations")
+    if kind == "dw":
+        if layout == "nchw":
+            if len(w) != 3:
+                return None
+            kh, kw = w[1], w[2]
+        else:
+            if len(w) != 3:
+                return None
+            kh, kw = w[0], w[1]
+    else:
+        kh, kw = w[0], w[1]
+    if layout == "nchw":
+        n, c, oh, ow = y
+    else:
+        n, oh, ow, c = y
+    xt, yt, wt = _tensor_type(x), _tensor_type(y), _tensor_type(w)
+    ct = _tensor_type([c])
+    lines = [f"func.func private @{fname}(%x: {xt}, %w: {wt}, %y: {yt}) -> {yt} {{"]
+    ins, in_types, maps = [], [], []
+    ident = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
+    chan = "affine_map<(d0, d1, d2, d3) -> (d1)>" if layout == "nchw" else \
+        "affine_map<(d0, d1, d2, d3) -> (d3)>"
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    for t, (i, j) in enumerate(taps):
+        if layout == "nchw":
+            off, size, stride = [0, 0, i * dh, j * dw], [n, c, oh, ow], [1, 1, sh, sw]
+        else:
+            off, size, stride = [0, i * dh, j * dw, 0], [n, oh, ow, c], [1, sh, sw, 1]
+        lines.append(f"  %x{t} = tensor.extract_slice %x{off} {size} {stride} : {xt} to {yt}")
+        ins.append(f"%x{t}")
+        in_types.append(yt)
+        maps.append(ident)
+    if kind == "dw":
+        for t, (i, j) in enumerate(taps):
+            if layout == "nchw":
+                off, size = [0, i, j], [c, 1, 1]
+            else:
+                off, size = [i, j, 0], [1, 1, c]
+            lines.append(f"  %w{t} = tensor.extract_slice %w{off} {size} [1, 1, 1] : {wt} to {ct}")
+            ins.append(f"%w{t}")
+            in_types.append(ct)
+            maps.append(chan)
+    maps.append(ident)
+    args = [f"%a{t}: f32" for t in range(len(taps))]
+    if kind == "dw":
+        args += [f"%b{t}: f32" for t in range(len(taps))]
+    args.append("%acc: f32")
+    body = []
+    acc = "%acc"
+    for t in range(len(taps)):
+        nxt = f"%s{t}"
+        if kind == "dw":
+            body.append(f"    {nxt} = math.fma %a{t}, %b{t}, {acc} : f32")
+        elif kind == "max":
+            body.append(f"    {nxt} = arith.maximumf {acc}, %a{t} : f32")
+        else:
+            body.append(f"    {nxt} = arith.addf {acc}, %a{t} : f32")
+        acc = nxt
+    iters = ", ".join(['"parallel"'] * 4)
+    lines += [f"  %r = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = [{iters}], "
+              f"{_ID_ATTR} = {kid} : i64}} ins({', '.join(ins)} : {', '.join(in_types)}) outs(%y : {yt}) {{",
+              f"  ^bb0({', '.join(args)}):", *body, f"    linalg.yield {acc} : f32", f"  }} -> {yt}",
+              f"  return %r : {yt}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def rewrite_window_ops(module: ir.Module, cfg: KernelConfig) -> list:
+    """Depthwise convolutions and poolings (static f32) -> tap-wise elementwise generics (inlined);
+    returns [(kid, layout, output shape)] of the new generics, tagged for the vectorizing script."""
+    from torch_mlir.dialects import func as func_d
+    from torch_mlir.passmanager import PassManager
+
+    ops = [op for op in _walk(module, tuple(_WINDOW_OPS))
+           if all(_static_f32(v) for v in list(op.operands) + list(op.results))]
+    if not ops:
+        return []
+    made, helpers, keep = [], [], []
+    for op in ops:
+        kid = 1000 + len(made)
+        layout = _WINDOW_OPS[op.name][0]
+        shape = list(ir.RankedTensorType(op.results[0].type).shape)
+        fname = f"__etc_window_{kid}"
+        text = window_as_taps_text(op, fname, kid)
+        if text is None:
+            continue
+        holder = ir.Module.parse(text)  # keep alive: it owns the op's storage until moved
+        keep.append(holder)
+        helper = holder.body.operations[0].detach_from_parent()
+        module.body.append(helper)
+        helpers.append(helper)
+        with ir.InsertionPoint(op), op.location:
+            call = func_d.CallOp([op.results[0].type], ir.FlatSymbolRefAttr.get(fname),
+                                 [op.operands[0], op.operands[1], op.operands[2]])
+        op.results[0].replace_all_uses_with(call.results[0])
+        op.erase()
+        made.append((kid, layout, shape))
+    names = set()
+    for h in helpers:
+        names.add(ir.StringAttr(h.attributes["sym_name"]).value)
+    helpers.clear()  # the inliner erases callees it made dead: never touch those handles again
+    PassManager.parse("builtin.module(inline)", context=module.context).run(module.operation)
+    for op in list(module.body.operations):
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value in names:
+            op.operation.erase()
+    return made
