@@ -287,3 +287,27 @@ def test_executorch_initialized_mutable_buffer_starts_from_its_serialized_state(
     # A freshly loaded program starts over from the serialized state.
     fresh = Runtime.get().load_program(buffer).load_method("forward")
     assert fresh.execute([ones])[0].tolist() == [4, 6, 8]
+
+
+class _RunningSum(torch.nn.Module):
+    def forward(self, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def combine(carry, x):
+            total = carry + x
+            return total, total * 2
+
+        return scan(combine, torch.zeros(3), xs)
+
+
+def test_executorch_scan_loop_with_a_carry():
+    """scan: the carry is copied back (aten::copy_) each iteration, the ys stacked with et_copy_index."""
+    xs = torch.randn(4, 3)
+    ep = torch.export.export(_RunningSum(), (xs,))
+    method = _load_or_skip(Runtime.get().load_program(_executorch_buffer(ep)), "forward")
+    expected = _RunningSum()(xs)
+    for _ in range(2):
+        outputs = method.execute([xs])
+        assert len(outputs) == 2
+        for got, want in zip(outputs, expected):
+            assert _error(got, want) <= 1e-6
