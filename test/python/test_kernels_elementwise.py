@@ -27,7 +27,7 @@ def _unary_cases():
         lo, hi = dom or (None, None)
         for shape in SHAPES:
             cases.append(Case(f"aten::{name}.out", lambda g, s=shape, lo=lo, hi=hi: [g.t(s, low=lo, high=hi)],
-                              dtypes=FLOATS if shape == (7, 13) else ("float32",), tag=str(shape),
+                              dtypes=FLOATS + ("float16",) if shape == (7, 13) else ("float32",), tag=str(shape),
                               layouts=("C", "T", "S") if len(shape) == 2 else ("C",)))
         # integral input promotes to the default float
         lo_i = int(np.ceil(lo)) if lo is not None else -3

@@ -26,7 +26,7 @@ def _conv_cases():
     ]:
         def build(g, x=x, w=w, b=b, st=st, pad=pad, dil=dil, grp=grp):
             return [g.t(x), g.t(w), g.t((w[0],)) if b else None, st, pad, dil, False, [0] * len(st), grp]
-        c.append(Case("aten::convolution.out", build, dtypes=FLOATS if tag == "2d" else ("float32",),
+        c.append(Case("aten::convolution.out", build, dtypes=FLOATS + ("float16",) if tag == "2d" else ("float32",),
                       tag=tag, **TOL))
     # transposed: weight (Cin, Cout/groups, *K)
     for tag, x, w, st, pad, dil, opad, grp in [
@@ -78,7 +78,7 @@ def _pool_cases():
 def _norm_cases():
     c = []
     c.append(Case("aten::native_layer_norm.out", lambda g: [g.t((2, 5, 8)), [8], g.t((8,)), g.t((8,)), 1e-5],
-                  dtypes=FLOATS, **TOL))
+                  dtypes=FLOATS + ("float16",), **TOL))
     c.append(Case("aten::native_layer_norm.out", lambda g: [g.t((3, 4, 6)), [4, 6], None, None, 1e-6], tag="2dims",
                   **TOL))
     c.append(Case("aten::native_layer_norm.out", lambda g: [g.t((0, 4)), [4], None, None, 1e-5], tag="empty",
@@ -94,7 +94,8 @@ def _norm_cases():
     c.append(Case("aten::_native_batch_norm_legit.no_stats_out",
                   lambda g: [g.t((4, 3, 5)), g.t((3,)), g.t((3,)), True, 0.1, 1e-5], **TOL))
     for dim in (1, -1, 0):
-        c.append(Case("aten::_softmax.out", lambda g, d=dim: [g.t((3, 4, 5)) * 10, d, False], dtypes=FLOATS, tag=str(dim),
+        c.append(Case("aten::_softmax.out", lambda g, d=dim: [g.t((3, 4, 5)) * 10, d, False], dtypes=FLOATS + ("float16",),
+                      tag=str(dim),
                       **TOL))
         c.append(Case("aten::_log_softmax.out", lambda g, d=dim: [g.t((3, 4, 5)) * 10, d, False], dtypes=FLOATS,
                       tag=str(dim), **TOL))
@@ -155,7 +156,7 @@ EXTRA_CASES = [
     Case("aten::upsample_bilinear2d.out", lambda g: [g.t((1, 2, 3, 5)), [6, 8], False, 2.0, 1.6], **TOL),
     Case("aten::upsample_bilinear2d.out", lambda g: [g.t((1, 2, 3, 5)), [6, 8], True], tag="ac", **TOL),
     Case("aten::upsample_nearest2d.out", lambda g: [g.t((1, 2, 3, 5)), [7, 8]]),
-    Case("aten::linear.out", lambda g: [g.t((2, 3, 5)), g.t((4, 5)), g.t((4,))], dtypes=FLOATS, **TOL),
+    Case("aten::linear.out", lambda g: [g.t((2, 3, 5)), g.t((4, 5)), g.t((4,))], dtypes=FLOATS + ("float16",), **TOL),
     Case("aten::linear.out", lambda g: [g.t((3, 5)), g.t((4, 5))], tag="nobias", **TOL),
     Case("aten::var_mean.correction_out", lambda g: [g.t((3, 4, 5)), [1], 1, True], dtypes=FLOATS, **TOL),
     Case("aten::glu.out", lambda g: [g.t((3, 8)), -1], **TOL),

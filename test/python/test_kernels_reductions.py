@@ -15,7 +15,8 @@ def _cases():
         tag = f"{dim}-{keep}"
         add(Case("aten::sum.IntList_out", lambda g, d=dim, k=keep: [g.t((3, 4, 5)), d, k],
                  dtypes=FLOATS + ("int64", "int32", "bool"), tag=tag, rtol=1e-5, atol=1e-5))
-        add(Case("aten::mean.out", lambda g, d=dim, k=keep: [g.t((3, 4, 5)), d, k], dtypes=FLOATS, tag=tag))
+        add(Case("aten::mean.out", lambda g, d=dim, k=keep: [g.t((3, 4, 5)), d, k], dtypes=FLOATS + ("float16",),
+                 tag=tag))
         add(Case("aten::amax.out", lambda g, d=dim, k=keep: [g.t((3, 4, 5)), d, k], dtypes=FLOATS + ("int64", "bool"),
                  tag=tag))
         add(Case("aten::amin.out", lambda g, d=dim, k=keep: [g.t((3, 4, 5)), d, k], dtypes=("float32", "int64"), tag=tag))
