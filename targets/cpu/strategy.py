@@ -485,6 +485,112 @@ def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list, packe
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------ depthwise convolutions, pooling
+
+
+@dataclass
+class Window:
+    """A generalized depthwise convolution or pooling: 4 parallel dims (NCHW output), 2 window dims."""
+
+    op: object
+    outer: list  # dims tiled by 1 (n, c, oh)
+    ow: int  # the output-width dim, vectorized
+    width: int  # OW
+    window: list  # (kh, kw) dims
+
+
+WINDOW_BODIES = (["arith.mulf", "arith.addf"], ["arith.maximumf"], ["arith.maxnumf"], ["arith.addf"])
+
+
+def match_window(op) -> Window | None:
+    """depthwise_conv_2d_nchw_chw / pooling_nchw_{max,sum} after generalization, unit stride along W
+    (a strided read does not vectorize as a plain vector load; those stay with the default)."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or not all(_is_f32(v) for v in op.operands):
+        return None
+    its = _iterators(op)
+    if len(its) != 6 or its.count("reduction") != 2:
+        return None
+    body = [o.operation.name for o in op.regions[0].blocks[0].operations][:-1]
+    if body not in WINDOW_BODIES:
+        return None
+    maps = _maps(op)
+    out = _dims(maps[-1])
+    if out is None or len(out) != 4:
+        return None
+    red = [d for d, k in enumerate(its) if k == "reduction"]
+    n, c, oh, ow = out
+    last = str(maps[0].results[-1]).replace(" ", "")
+    if last not in (f"d{ow}+d{red[1]}", f"d{red[1]}+d{ow}"):
+        return None
+    return Window(op, [n, c, oh], ow, ir.RankedTensorType(op.results[0].type).shape[3], red)
+
+
+def window_script(tags: list, windows: list, cfg: KernelConfig) -> str:
+    """Tile n, c, oh by 1 and ow by the vector width (partial tile peeled), then kh, kw by 1; the
+    unit-extent op left is a 1-D vector FMA (or max) along the output row, its accumulator hoisted
+    out of the window loops."""
+    any_op = "!transform.any_op"
+    tile = f"({any_op}) -> ({any_op}, {any_op})"
+    lines = ["module attributes {transform.with_named_sequence} {",
+             f"  transform.named_sequence @__transform_main(%root: {any_op} {{transform.readonly}}) {{",
+             f"    %f = transform.structured.match ops{{[\"func.func\"]}} in %root : ({any_op}) -> {any_op}"]
+
+    def emit(*more):
+        lines.extend("    " + m for m in more)
+
+    def sizes(pairs):
+        z = [0] * 6
+        for d, v in pairs:
+            z[d] = v
+        return "[" + ", ".join(map(str, z)) + "]"
+
+    width = cfg.vector_width
+    for i, (tag, w) in enumerate(zip(tags, windows)):
+        emit(f"%g{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}}} in %root : ({any_op}) -> {any_op}",
+             f"%a{i}, %l{i}:3 = transform.structured.tile_using_for %g{i} tile_sizes {sizes((d, 1) for d in w.outer)} "
+             f": ({any_op}) -> ({any_op}, {any_op}, {any_op}, {any_op})",
+             f"%b{i}, %lw{i} = transform.structured.tile_using_for %a{i} tile_sizes {sizes([(w.ow, width)])} : {tile}",
+             f"transform.annotate %b{i} \"{tag}_w\" : {any_op}")
+        if w.width % width and w.width > width:
+            emit(f"%lf{i} = transform.cast %lw{i} : {any_op} to !transform.op<\"scf.for\">",
+                 f"%p{i}, %q{i} = transform.loop.peel %lf{i} : (!transform.op<\"scf.for\">) -> ({any_op}, {any_op})")
+    emit("transform.apply_patterns to %f {", "  transform.apply_patterns.canonicalization",
+         "  transform.apply_patterns.linalg.tiling_canonicalization", f"}} : {any_op}")
+    for i, (tag, w) in enumerate(zip(tags, windows)):
+        emit(f"%h{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}_w}} in %root : ({any_op}) -> {any_op}",
+             f"%t{i}, %kh{i}, %kw{i} = transform.structured.tile_using_for %h{i} tile_sizes "
+             f"{sizes((d, 1) for d in w.window)} : ({any_op}) -> ({any_op}, {any_op}, {any_op})")
+    emit("transform.apply_patterns to %f {", "  transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices",
+         f"}} : {any_op}")
+    for i, _ in enumerate(tags):
+        emit(f"transform.foreach %kw{i} : {any_op} {{", f"^bb0(%one: {any_op}):",
+             f"  %v = transform.structured.match ops{{[\"linalg.generic\"]}} in %one : ({any_op}) -> {any_op}",
+             f"  transform.structured.vectorize %v : {any_op}", "}")
+    for i, _ in enumerate(tags):
+        for loop in (f"%kw{i}", f"%kh{i}"):  # two loops each when the row was peeled
+            emit(f"transform.foreach {loop} : {any_op} {{", f"^bb0(%one: {any_op}):",
+                 f"  transform.loop.hoist_loop_invariant_subsets %one : {any_op}", "}")
+    emit("transform.apply_patterns to %f {", "  transform.apply_patterns.tensor.merge_consecutive_insert_extract_slice",
+         "  transform.apply_patterns.tensor.fold_tensor_subset_ops", f"}} : {any_op}", "transform.yield")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _rewrite_windows(module, cfg: KernelConfig) -> tuple[list, list]:
+    """Tag the depthwise convolutions and poolings the window script handles (after generalization)."""
+    windows = [w for w in (match_window(op) for op in _collect(module, ("linalg.generic",))) if w]
+    tags = []
+    for w in windows:
+        _COUNTER[0] += 1
+        tag = f"etc.etc_win{_COUNTER[0]}"
+        w.op.attributes[tag] = ir.UnitAttr.get()
+        tags.append(tag)
+        for inner in w.op.regions[0].blocks[0].operations:  # multiply-add -> one FMA, as in the GEMM kernel
+            if inner.operation.name in ("arith.mulf", "arith.addf"):
+                inner.operation.attributes["fastmath"] = ir.Attribute.parse("#arith.fastmath<contract>")
+    return tags, windows
+
+
 # ------------------------------------------------------------------ the strategy
 
 
@@ -547,6 +653,10 @@ def apply_strategy(module: ir.Module, target, *, min_flops: int | None = None, v
             tags, rows, kcs, packed = _rewrite(module, cfg, min_flops)
             if tags:
                 _apply_script(module, transform_script(tags, cfg, rows, kcs, packed))
+                _run(module, "builtin.module(canonicalize, cse)")
+            wtags, windows = _rewrite_windows(module, cfg)
+            if wtags:
+                _apply_script(module, window_script(wtags, windows, cfg))
                 _run(module, "builtin.module(canonicalize, cse)")
     codegen.default_codegen_strategy(module, target)
 

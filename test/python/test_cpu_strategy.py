@@ -295,3 +295,19 @@ def test_falls_back_to_the_default_when_the_pipeline_does_not_lower_vectors():
         module = ir.Module.parse(matmul_text(64, 64, 64))
         strategy.apply_strategy(module, HOST, vectors_lowered=False)
         assert "vector." not in str(module) and "etc_gemm" not in str(module)
+
+
+@needs_simd
+def test_depthwise_and_pooling_vectorize_along_the_output_row():
+    """Unit-stride depthwise convolutions and poolings become vector code along OW (the partial row
+    peeled); strided ones stay with the default loops."""
+    from torch_mlir import ir
+
+    for text, vectorized in ((depthwise_text(1, 8, 20, 20, 3, 1, 1)[0], True),
+                             (maxpool_text(1, 8, 20, 20, 2, 1)[0], True),
+                             (depthwise_text(1, 8, 20, 20, 3, 2, 1)[0], False)):
+        with ir.Context(), ir.Location.unknown():
+            module = ir.Module.parse(text)
+            strategy.apply_strategy(module, HOST, vectors_lowered=True)
+            body = str(module)
+            assert (f"vector<{CFG.vector_width}xf32>" in body) == vectorized, body
