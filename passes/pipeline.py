@@ -272,6 +272,11 @@ class Pipeline:
             self._run_upstream(op, self.steps[i:j])
             i = j
 
+    def statistics(self) -> list[tuple[str, dict]]:
+        """(pass name, statistics) of each Python pass that counted something, in pipeline order."""
+        return [(step.element.name, dict(step.python_pass.statistics)) for step in self.steps
+                if step.python_pass is not None and step.python_pass.statistics]
+
     def _anchored(self, op, path: tuple) -> list:
         if not path:
             return [op]

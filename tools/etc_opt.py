@@ -4,6 +4,7 @@
     etc-opt input.mlir --etc-memory-planning="alignment=64 algorithm=naive" -o out.mlir
     etc-opt - --pass-pipeline='builtin.module(func.func(etc-dce, canonicalize), cse)'
     etc-opt input.mlir --split-input-file --verify-diagnostics --etc-convert-aten-to-edge
+    etc-opt input.mlir --etc-dce --mlir-pass-statistics      # what each pass counted
     etc-opt --list-passes
 
 Input is a file or `-` (stdin), parsed in a context with the aten, edge and
@@ -36,7 +37,7 @@ _LOCATION_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<col>\d+)$")
 
 _OWN_FLAGS = ("o", "pass-pipeline", "split-input-file", "mlir-print-ir-after-all", "list-passes",
               "verify-diagnostics", "mlir-print-debuginfo", "allow-unregistered-dialect",
-              "mlir-print-op-generic", "verify-each", "help", "h")
+              "mlir-print-op-generic", "mlir-pass-statistics", "verify-each", "help", "h")
 
 
 # ------------------------------------------------------------- diagnostics
@@ -273,6 +274,8 @@ def _parser(pass_classes) -> argparse.ArgumentParser:
                         help="check diagnostics against expected-* comments in the input")
     parser.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
     parser.add_argument("--mlir-print-op-generic", action="store_true", help="print ops in generic form")
+    parser.add_argument("--mlir-pass-statistics", action="store_true",
+                        help="print what each etc pass counted (to stderr)")
     parser.add_argument("--allow-unregistered-dialect", action="store_true",
                         help="accept ops of dialects that are not registered")
     parser.add_argument("--verify-each", default="true", choices=("true", "false", "1", "0"),
@@ -368,9 +371,13 @@ class _Run:
             with self.context:
                 module = parse_input(text, source_name, self.context)
                 with collect_diagnostics(lambda d: self._add(Diag(d.severity, d.message, d.location))):
-                    run_pipeline(module, self.pipeline_text, verify=args.verify_each in ("true", "1"),
-                                 print_ir_after_all=args.mlir_print_ir_after_all, print_stream=sys.stderr,
-                                 print_options=print_options)
+                    pipeline = run_pipeline(module, self.pipeline_text, verify=args.verify_each in ("true", "1"),
+                                            print_ir_after_all=args.mlir_print_ir_after_all,
+                                            print_stream=sys.stderr, print_options=print_options)
+                if args.mlir_pass_statistics:
+                    for name, counts in pipeline.statistics():
+                        items = ", ".join(f"{key} = {value}" for key, value in counts.items())
+                        sys.stderr.write(f"// pass statistics: {name}: {items}\n")
                 buffer = io.StringIO()
                 module.print(file=buffer, assume_verified=True, **print_options)
         except ir.MLIRError as exc:

@@ -1,5 +1,7 @@
 // RUN: etc-opt %s --etc-dce --allow-unregistered-dialect | filecheck %s
 // RUN: etc-opt %s --pass-pipeline='builtin.module(func.func(etc-dce))' --allow-unregistered-dialect | filecheck %s
+// RUN: etc-opt %s --etc-dce --allow-unregistered-dialect --mlir-pass-statistics -o /dev/null 2>&1 | filecheck %s --check-prefix=STATS
+// STATS: // pass statistics: etc-dce: erased = 7
 
 ml_program.global private mutable @state(dense<0.0> : tensor<4xf32>) : tensor<4xf32>
 ml_program.global private @weight(dense<1.0> : tensor<4xf32>) : tensor<4xf32>
