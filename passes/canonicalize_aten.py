@@ -240,8 +240,9 @@ _PATTERNS = {
 }
 
 
-def _guarded(fn):
-    """Leave ops alone whose operand or result is not a ranked tensor (unverified IR)."""
+def _guarded(fn, on_match):
+    """Leave ops alone whose operand or result is not a ranked tensor (unverified IR);
+    call `on_match()` when the pattern applied."""
     def pattern(op, rewriter):
         from torch_mlir import ir
 
@@ -250,7 +251,10 @@ def _guarded(fn):
             return True
         if not isinstance(operation.operands[0].type, ir.RankedTensorType):
             return True
-        return fn(operation, rewriter)
+        failed = fn(operation, rewriter)
+        if not failed:
+            on_match()
+        return failed
 
     return pattern
 
@@ -272,7 +276,7 @@ class CanonicalizeAten(Pass):
             for name, fn in _PATTERNS.items():
                 op_name = f"{dialect}.{name}"
                 if context.is_registered_operation(op_name):
-                    patterns.add(op_name, _guarded(fn))
+                    patterns.add(op_name, _guarded(fn, lambda: self.count("removed")))
         return patterns
 
     def greedy_config(self):

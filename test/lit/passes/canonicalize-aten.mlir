@@ -1,4 +1,9 @@
 // RUN: etc-opt %s --split-input-file --etc-canonicalize-aten | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-canonicalize-aten --mlir-pass-statistics -o /dev/null 2>&1 | filecheck %s --check-prefix=STATS
+// STATS: // pass statistics: etc-canonicalize-aten: removed = 12
+// STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 2
+// STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 3
+// STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 2
 
 // Identity views go: their users read the input directly.
 // CHECK-LABEL: func.func @identity_views
