@@ -275,6 +275,28 @@ def _level(size: int, tile: int) -> int:
     return tile if size > tile else 0
 
 
+def _dividing_tile(size: int, tile: int, unit: int) -> int | None:
+    """A loop tile for `size` near `tile` that divides it (0: no loop), or None."""
+    if size <= tile:
+        return 0
+    for t in range(tile, tile // 2 - 1, -1):
+        if size % t == 0 and t % unit == 0:
+            return t
+    for t in range(tile + unit, 2 * tile + 1, unit):
+        if size % t == 0:
+            return t
+    return 0 if size <= 4 * tile else None
+
+
+def _elementwise_steps(s: _Script, cfg: KernelConfig, handle: str, batch: list[int], m: int, n: int) -> None:
+    """Register-tile and vectorize an elementwise op shaped like the contraction's output."""
+    reg = [_level(m, cfg.mr), _level(n, cfg.nr)]
+    lead = [_level(b, 1) for b in batch]
+    if any(lead + reg):
+        handle, _ = s.tile(handle, lead + reg)
+    s.vectorize(handle, [1] * len(batch) + [cfg.mr if reg[0] else m, cfg.nr if reg[1] else n])
+
+
 def _contraction_steps(s: _Script, cfg: KernelConfig, handle: str, batch: list[int], m: int, n: int, k: int,
                        init: str | None = None, consumer: str | None = None) -> None:
     """Tile/fuse/vectorize one contraction with leading parallel (batch) dims, then m, n, k.
@@ -285,8 +307,19 @@ def _contraction_steps(s: _Script, cfg: KernelConfig, handle: str, batch: list[i
     fuses nothing: the ops are then tiled one by one)."""
     lead_a = [_level(b, 1) for b in batch]
     top = [_level(m, cfg.mc), _level(n, cfg.nc)]
-    m_a = min(m, cfg.mc)
-    n_a = min(n, cfg.nc)
+    if consumer is not None:
+        # Fused, the matmul tile lives in a temporary that must have a static size: the cache
+        # blocks must divide the dims (or cover them); otherwise the consumer is not fused.
+        tm, tn = _dividing_tile(m, cfg.mc, cfg.mr), _dividing_tile(n, cfg.nc, cfg.nr)
+        if tm is None or tn is None:
+            for other in (consumer, init):
+                if other is not None:
+                    _elementwise_steps(s, cfg, other, batch, m, n)
+            consumer = init = None
+        else:
+            top = [tm, tn]
+    m_a = top[0] or m
+    n_a = top[1] or n
     reg = [_level(m_a, cfg.mr), _level(n_a, cfg.nr)]
     vec = [cfg.mr if reg[0] else m_a, cfg.nr if reg[1] else n_a]
     lead_v = [1] * len(batch)
