@@ -68,10 +68,13 @@ __all__ = [
 def option(default: Any = dataclasses.MISSING, *, help: str, choices: tuple | None = None) -> Any:
     """A pass option: a dataclass field with a default and a help text.
 
-    A callable default (`list`, `lambda: [1, 2]`) is a default factory, as
-    mutable defaults must be. `choices` restricts a str (or list of str) option.
+    A list default (`[1, 2]`) is copied for each instance; a callable default
+    (`list`, `lambda: [1, 2]`) is a default factory. `choices` restricts a str (or list of str) option.
     """
     metadata = {"help": help, "choices": tuple(choices) if choices else None}
+    if isinstance(default, (list, dict, set)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=metadata)
     if callable(default) and not isinstance(default, enum.Enum):
         return dataclasses.field(default_factory=default, metadata=metadata)
     if default is dataclasses.MISSING:

@@ -34,6 +34,7 @@ class Opts:
     level: typing.Literal["low", "high"] = option("low", help="a literal")
     dims: list[int] = option(list, help="some dims")
     names: list[str] = option(lambda: ["a"], help="some names")
+    sizes: list[float] = option([1.0, 2.0], help="copied per instance")
 
 
 def test_options_defaults_and_parsing():
@@ -41,6 +42,7 @@ def test_options_defaults_and_parsing():
     opts = parse_options(Opts, "{alignment=64 ratio=0.25 verbose algorithm=naive mode=small level=high "
                                "dims=0,-1,2 names={x,y}}", "p")
     assert opts == Opts(64, 0.25, True, "naive", Mode.SMALL, "high", [0, -1, 2], ["x", "y"])
+    assert Opts().sizes == [1.0, 2.0] and Opts().sizes is not Opts().sizes
     assert parse_options(Opts, "verbose=false alignment=0x10", "p") == Opts(alignment=16)
     assert parse_options(Opts, {"ratio": "2"}, "p").ratio == 2.0
 
@@ -52,7 +54,7 @@ def test_options_accept_underscores_and_quotes():
 
 @pytest.mark.parametrize("text, message", [
     ("alignmnt=3", "unknown option 'alignmnt' of p; valid options: alignment, ratio, verbose, algorithm, mode, "
-                   "level, dims, names"),
+                   "level, dims, names, sizes"),
     ("alignment=wide", "option 'alignment' of p expects an integer, got 'wide'"),
     ("ratio=x", "option 'ratio' of p expects a number"),
     ("verbose=maybe", "option 'verbose' of p expects true or false, got 'maybe'"),
