@@ -1,0 +1,91 @@
+"""Kernel edge cases found by differential fuzzing against torch's OpInfo samples: ATen's
+integer arange, reflection/replication padding with negative (cropping) pads and empty
+batches, 0-d tensors through the index_* family and kthvalue, im2col of an empty batch,
+bool scatter_reduce without self."""
+
+import numpy as np
+import pytest
+import torch
+
+from kernel_cases import assert_close, run
+from etc.runtime.kernels import get_kernel
+
+ARANGES = [(0.0, -8.000001, -4.0), (1.0, 5.000001, 2.0), (0.5, 5, 1.5), (-0.5, 5.5, 1.7), (2.9, -3.2, -0.9),
+           (0, 10, 3), (10, 0, -3), (0, 0, 1), (3, -5, -1), (0, 1, 0.3)]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.float64])
+@pytest.mark.parametrize("start,end,step", ARANGES)
+def test_arange_matches_aten_for_integral_and_floating_outputs(start, end, step, dtype):
+    try:
+        expected = torch.arange(start, end, step, dtype=dtype).numpy()
+    except (RuntimeError, ValueError):
+        with pytest.raises(Exception, match="nonzero|inconsistent"):
+            get_kernel("aten::arange.start_out")(start, end, step, np.empty(64, torch.empty(0, dtype=dtype).numpy().dtype))
+        return
+    out = np.empty(expected.size + 3, expected.dtype)  # an upper-bound planned buffer
+    ours = get_kernel("aten::arange.start_out")(start, end, step, out)
+    assert ours.shape == expected.shape and np.shares_memory(ours, out) or not ours.size
+    np.testing.assert_allclose(ours, expected, rtol=1e-6)
+
+
+PADS = [(-2, 3, 1, -1), (4, -3, 2, 2), (0, 0, -4, 4), (-3, -2, 0, 1), (1, 2, 3, 0)]
+
+
+@pytest.mark.parametrize("kind", ["reflection", "replication"])
+@pytest.mark.parametrize("nd", [1, 2])
+@pytest.mark.parametrize("pad", PADS)
+def test_reflection_and_replication_pad_with_cropping_pads(kind, nd, pad):
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 6)).astype(np.float32)
+    x = x if nd == 2 else x[0]
+    pad = list(pad[:2 * nd])
+    ours, expected, _ = run(f"aten::{kind}_pad{nd}d.out", [x[..., ::-1], pad])  # a negatively strided view
+    assert_close(ours, expected)
+
+
+@pytest.mark.parametrize("kind", ["reflection", "replication"])
+def test_pad_of_an_empty_batch(kind):
+    x = np.zeros((0, 3, 3, 3), np.float32)
+    ours, expected, _ = run(f"aten::{kind}_pad2d.out", [x, [0, 2, 0, 1]])
+    assert_close(ours, expected)
+
+
+def test_reflection_pad_refuses_padding_as_large_as_the_dim():
+    with pytest.raises(Exception, match="smaller than the input"):
+        get_kernel("aten::reflection_pad1d.out")(np.zeros((2, 3), np.float32), [3, 0], np.zeros((2, 6), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.bool_])
+def test_index_family_on_zero_dim_tensors(dtype):
+    x = np.asarray(3, dtype)
+    idx = np.array([0], np.int64)
+    for name, args in [("aten::index_select.out", [x, 0, idx]),
+                       ("aten::index_fill.int_Scalar_out", [x, 0, idx, 1]),
+                       ("aten::index_add.out", [x, -1, idx, np.asarray(1, dtype)])]:
+        if name == "aten::index_add.out" and dtype == np.bool_:
+            continue
+        ours, expected, _ = run(name, args)
+        assert_close(ours, expected)
+
+
+def test_kthvalue_of_a_zero_dim_tensor_and_k_out_of_range():
+    ours, expected, _ = run("aten::kthvalue.values", [np.asarray(2.5, np.float32), 1, 0, False])
+    assert_close(ours, expected)
+    with pytest.raises(Exception, match="out of range"):
+        get_kernel("aten::kthvalue.values")(np.zeros((2, 3), np.float32), 4, 1, False,
+                                            np.zeros(2, np.float32), np.zeros(2, np.int64))
+
+
+def test_im2col_of_an_empty_batch():
+    ours, expected, _ = run("aten::im2col.out", [np.zeros((0, 1, 5, 5), np.float32), [2, 2], [1, 1], [0, 0], [1, 2]])
+    assert_close(ours, expected)
+
+
+@pytest.mark.parametrize("reduce", ["amin", "amax"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_bool_scatter_reduce_min_max(reduce, include_self):
+    rng = np.random.default_rng(1)
+    x, src = rng.random((6, 5)) < 0.5, rng.random((4, 5)) < 0.5
+    index = rng.integers(0, 6, (4, 5))
+    ours, expected, _ = run("aten::scatter_reduce.two_out", [x, 0, index, src, reduce, include_self])
+    assert_close(ours, expected)
