@@ -1,7 +1,35 @@
 """The portable kernel library: numpy kernels for ExecuTorch's out-variant operators.
 
-Importing this package registers every kernel. Use `get_kernel("aten::add.out")`
-and call it with the operator's arguments in schema order, out tensors last.
+Importing this package registers every kernel; `get_kernel("aten::add.out")` finds one
+(KernelNotFoundError, with close names, if none), `registered_kernels()` lists them.
+
+Calling convention (what the interpreter does for a KernelCall):
+
+- arguments in the out-variant schema's order, out tensors last: tensors are numpy
+  arrays (any strides), `Tensor?` may be None, `Tensor[]`/`Tensor?[]` are lists,
+  Scalars/ints/floats/bools/strs are Python values, int lists are lists, ScalarType
+  arguments are ints (`etc.schema.ScalarType`), MemoryFormat arguments are ignored;
+- out tensors are contiguous views of planned memory with the current (or upper-bound)
+  shape; a kernel writes its result through `common.write_out` and returns the written
+  view (a smaller dynamic-shape result re-views the front of the storage);
+- several outs (`max.dim_max`, `native_layer_norm.out`) -> a tuple of views; one
+  `Tensor[]` out (`split_copy.Tensor_out`, `unbind_copy.int_out`) -> a list of views;
+- non-tensor ops (`aten::sym_size.int`, `aten::_local_scalar_dense.default`) return a
+  Python number;
+- failures raise `ExecutionError` naming the operator (numpy's own exceptions are
+  converted by the registry); numpy warnings are silenced (ATen wraps on integer
+  overflow and gives inf/nan on float division by zero).
+
+Modules: `elementwise` (unary/binary tables, comparisons, where, clamp, activations),
+`reductions` (sum/mean/var/amax/max.dim/argmax/any, cumsum, sort/topk), `linalg`
+(mm/bmm/addmm), `shape` (the *_copy view ops, cat, pads, repeat), `indexing`
+(index/index_put/gather/scatter), `nn` (convolution, pooling, norms, softmax, embedding,
+upsampling, grid_sampler), `creation` (full/arange/scalar_tensor/empty/random),
+`backward` (training gradients), `extras` (linear, var_mean, dim-order and quantize ops).
+`coverage` maps Core ATen to out-variant names and lists what has no kernel.
+
+bfloat16 and float8 tensors arrive as their bits (uint16/uint8 arrays, see
+`etc.schema.to_numpy_dtype`) and are not interpreted as floats here.
 """
 
 from etc.runtime.kernels.registry import get_kernel, has_kernel, kernel, register_kernel, registered_kernels
