@@ -499,6 +499,9 @@ def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget,
         args.append(ArgSpec("output", numpy_dtype_of(rt.element_type), tuple(rt.shape), str(i)))
 
     run_passes(module, FUSION, "elementwise fusion")
+    from etc.targets.cpu.fastmath import expand_exp
+
+    expand_exp(module)
     apply_codegen_strategy(module, target)
     bufferize(module)
     offsets = plan_scratch(module)
