@@ -307,3 +307,12 @@ def test_function_pass(module):
     pipeline = run_pipeline(module, "etc-test-count-ops{name=aten.relu}")
     assert pipeline.steps[0].python_pass.statistics == {"changed": 2}
     assert _count_ops.pass_class.description() == "Counts the ops named `options.name`."
+
+
+def test_failing_upstream_pass_is_named():
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse('func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n'
+                                 '  %0 = "aten.relu"(%x) : (tensor<4xf32>) -> tensor<4xf32>\n'
+                                 '  return %0 : tensor<4xf32>\n}\n')
+        with pytest.raises(PassError, match=r"op was not bufferized \(pass 'one-shot-bufferize' failed\)"):
+            run_pipeline(module, "builtin.module(canonicalize, one-shot-bufferize, cse)")

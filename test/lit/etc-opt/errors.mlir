@@ -1,4 +1,6 @@
 // User errors are MLIR diagnostics on stderr and exit status 1, never a traceback.
+// RUN: not etc-opt %s --split-input-file --pass-pipeline='builtin.module(etc-dce, one-shot-bufferize, cse)' 2>&1 | filecheck %s --check-prefix=UPFAIL
+// UPFAIL: errors.mlir:[[# @LINE + 28]]:8: error: op was not bufferized (pass 'one-shot-bufferize' failed)
 // RUN: not etc-opt %s --etc-dcx 2>&1 | filecheck %s --check-prefix=FLAG
 // FLAG: error: unknown pass or option '--etc-dcx'; did you mean '--etc-dce'?
 // RUN: not etc-opt %s --pass-pipeline='builtin.module(func.func(etc-dcx))' 2>&1 | filecheck %s --check-prefix=PIPE
