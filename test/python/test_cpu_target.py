@@ -366,3 +366,20 @@ def test_threaded_entry_matches_and_stays_self_contained():
             for g, w in zip(got, want):
                 assert rel_error(g, w.numpy()) <= 1e-4, threads
         fn.close()
+
+
+class Exp(torch.nn.Module):
+    def forward(self, x):
+        return torch.exp(x)
+
+
+def test_expanded_exp_accuracy_and_special_values():
+    x = torch.cat([torch.linspace(-100, 100, 4001),
+                   torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, 88.7, -87.4])])
+    program_ir, _ = delegated(Exp(), (x,))
+    got = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
+    want = np.exp(x.numpy().astype(np.float64))
+    normal = np.isfinite(want) & (want > 1.2e-38) & (want < 3.4e38)
+    assert (np.abs(got[normal] - want[normal]) / want[normal]).max() < 5e-7
+    assert got[-6] == np.inf and got[-5] == 0.0 and np.isnan(got[-4]) and got[-3] == 1.0
+    assert (got[x.numpy() < -87.5] == 0).all() and (got[x.numpy() > 88.73] == np.inf).all()
