@@ -1,33 +1,44 @@
 """Matmul/convolution codegen strategy for the `cpu` target (linalg on tensors, in place).
 
-    apply_strategy(module, target)
+    apply_strategy(module, target)      # the codegen hook; the default strategy runs afterwards
 
-Every f32 contraction big enough to pay for it becomes one *GEMM kernel*:
+Every static f32 contraction big enough to pay for it becomes one *GEMM kernel*
+(a private function built as text, called, then inlined):
 
-    A  [M, K]            (row-major; padded to Mp = a multiple of mr rows when needed)
-    Bp [NB, K, nr]       (B packed into column panels of nr = a few vector widths, zero padded)
-    C  [Mp, NB, nr]      (the output in place, seen through expand_shape: no copy when aligned)
+    A  [M, K]            read in place (row blocks of mr; the partial block is peeled, not padded)
+    Bp [NB, K, nr]       B packed into column panels of nr = a few vector widths (zero padded to
+                         a multiple of nr), or read in place through expand_shape when N % nr == 0
+                         and its rows are not a multiple of 2 KiB apart
+    C  [M, NB, nr]       the output itself, seen through expand_shape (no copy unless N % nr)
 
-and a transform-dialect script (built here as text, run by the transform
-interpreter) tiles it Goto-style: batch, K blocks of kc (the B micro-panel
-kc x nr stays in L1), column panels, row blocks of mr, then single k steps.
-The mr x nr x 1 step is vectorized, turned into `vector.contract`, lowered to
-outer products and those to `vector.fma` on nr-wide vectors; the accumulator
-tile (mr x nr: 6 x 64 f32 = 24 zmm registers on AVX-512) is hoisted out of the
-k loop, so the inner loop is a register-tiled FMA microkernel: mr broadcasts,
-nr/16 loads and mr*nr/16 FMAs per k.
+and a transform-dialect script (built here as text, applied with the transform
+interpreter) tiles it Goto-style: batch, K blocks of kc (a divisor of K near 128:
+the kc x nr B micro-panel stays in L1), column panels, row blocks of mr, single
+k steps. The mr x nr x 1 step is vectorized, turned into `vector.contract`,
+lowered to outer products and those to `vector.fma` on nr-wide vectors; the
+mr x nr accumulator (6 x 64 f32 = 24 zmm registers on AVX-512; 6 x 16 on AVX2,
+8 x 12 on NEON) is hoisted out of the k loop, so the inner loop is a
+register-tiled FMA microkernel: mr broadcasts, nr/lanes loads and mr*nr/lanes
+FMAs per k step.
 
 Recognized: `linalg.matmul`, `linalg.batch_matmul`, matmul-like `linalg.generic`s
-(including B read through a transposing generic: linear layers), and
-`linalg.conv_2d_nchw_fchw` (any stride/dilation; padding already materialized)
-as weights[F, C*KH*KW] x im2col[C*KH*KW, OH*OW] per image (1x1 stride-1
-convolutions read the input in place). Everything else, and dynamic shapes,
-go to the target's default strategy, which runs afterwards.
+(B read through a transposing generic, as torch-mlir lowers linear layers, is
+packed straight from the weight), `linalg.conv_2d_nchw_fchw` (any stride and
+dilation, padding already materialized) as filter[F, C*KH*KW] x
+im2col[C*KH*KW, OH*OW] per image (the im2col is an affine gather; 1x1 stride-1
+convolutions read the input in place), and unit-stride depthwise convolutions
+and poolings (NCHW), vectorized along the output row with the accumulator
+hoisted out of the window loops. Strided depthwise/pooling, other convolutions,
+non-f32 and dynamic shapes go to the default strategy.
 
-After bufferization the vector ops need `convert-vector-to-scf`, and
-`convert-vector-to-llvm` (see `LOWER_VECTORS`). `compile_standalone` is a
-minimal development path (linalg text -> strategy -> bufferize -> LLVM ->
-llvmlite MCJIT -> ctypes) used by the tests and `tools/bench_gemm.py`.
+Contract with the pipeline after bufferization: vector ops remain, so it must run
+`LOWER_VECTORS` before the conversions to LLVM; `apply_strategy` asks codegen.py
+(`pipeline_lowers_vectors`) and falls back to the default strategy when it does
+not. `BUFFERIZE` here adds two canonicalizations to codegen's (self-copies of
+tiles and a copy of reshaped results into the out-param disappear).
+`compile_standalone` is a minimal development path (linalg text -> strategy ->
+bufferize -> LLVM -> llvmlite MCJIT -> ctypes) used by the tests and
+`tools/bench_gemm.py`. The code calls no library (no BLAS, no OpenMP).
 """
 
 from __future__ import annotations
