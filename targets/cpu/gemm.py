@@ -97,8 +97,8 @@ def _types(fn):
 
 
 def compile_module(module: ir.Module, *, strategy: str = "vector", target=None, opt_level: int = 3) -> Kernel:
-    """`strategy`: "vector" (this strategy, then the default for the rest), "default" (the cpu
-    target's default only) or "none"."""
+    """`strategy`: "vector" (kernels_strategy's own phases, then the default for the rest), "hook"
+    (the cpu target's hook, as codegen calls it), "default" (the target's default only) or "none"."""
     from torch_mlir.dialects import llvm as llvm_d
 
     from etc.targets.cpu import codegen
@@ -114,6 +114,8 @@ def compile_module(module: ir.Module, *, strategy: str = "vector", target=None, 
     if strategy == "vector":
         ks.apply_kernel_strategy(module, target)
         codegen.default_codegen_strategy(module, target)
+    elif strategy == "hook":  # what the cpu target runs (kernels_strategy.apply_codegen_strategy)
+        ks.apply_codegen_strategy(module, target)
     elif strategy == "default":
         codegen.default_codegen_strategy(module, target)
     after = str(module)

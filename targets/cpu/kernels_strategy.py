@@ -532,11 +532,44 @@ def apply_kernel_strategy(module: ir.Module, target) -> int:
 
 
 def apply_codegen_strategy(module: ir.Module, target) -> None:
-    """The hook (see the module docstring for what the caller must lower afterwards)."""
+    """The hook (see the module docstring for what the caller must lower afterwards).
+
+    Depthwise convolutions and poolings: this module. Contractions (matmul, batch matmul, linear,
+    convolutions): `targets/cpu/strategy.py` (B packed into column panels: faster than this
+    module's unpacked tiles on large GEMMs) when it is there, else this module's own phases;
+    `ETC_CPU_GEMM_STRATEGY=kernels` picks this module's (which fuses the elementwise consumer).
+    Then the default strategy for everything left."""
     from etc.targets.cpu import codegen
 
-    if lowers_vectors():
-        apply_kernel_strategy(module, target)
+    cfg = config_for(target)
+    if cfg is not None and lowers_vectors():
+        with module.context, ir.Location.unknown():
+            script, tagged = plan_windows(module, cfg)
+            if tagged:
+                try:
+                    run_transform(module, script)
+                finally:
+                    _strip_tags(module)
+        if os.environ.get("ETC_CPU_GEMM_STRATEGY", "strategy") != "kernels":
+            try:
+                from etc.targets.cpu import strategy as packed
+                apply = packed.apply_strategy
+            except (ImportError, AttributeError):
+                apply = None
+            if apply is not None:
+                try:
+                    apply(module, target, vectors_lowered=True)
+                except TypeError:  # an older signature: it asks codegen itself
+                    apply(module, target)
+                return  # (it runs the default strategy on what it leaves)
+        with module.context, ir.Location.unknown():
+            for phase in (plan_convolutions, lambda m: plan(m, cfg)):
+                script, tagged = phase(module)
+                if tagged:
+                    try:
+                        run_transform(module, script)
+                    finally:
+                        _strip_tags(module)
     codegen.default_codegen_strategy(module, target)
 
 

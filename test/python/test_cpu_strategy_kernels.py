@@ -149,6 +149,7 @@ def test_hook_falls_back_to_default_without_vector_lowering(monkeypatch):
     from torch_mlir import ir
 
     monkeypatch.setattr(ks, "lowers_vectors", lambda: False)
+    monkeypatch.setenv("ETC_CPU_GEMM_STRATEGY", "kernels")
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(gemm.matmul_ir(16, 16, 16))
         ks.apply_codegen_strategy(module, HOST)
@@ -172,3 +173,44 @@ def test_dynamic_shapes_are_left_alone():
         module = ir.Module.parse(text)
         assert ks.apply_kernel_strategy(module, HOST) == 0
         assert "linalg.matmul" in str(module)
+
+
+@pytest.mark.parametrize("gemm_strategy", ["strategy", "kernels"])
+def test_hook_handles_windows_and_contractions(gemm_strategy, monkeypatch):
+    """The hook on a module with a depthwise conv, a pooling and a matmul-like conv: nothing named
+    is left for the loop lowering, and the code computes the same as torch."""
+    monkeypatch.setattr(ks, "lowers_vectors", lambda: True)
+    monkeypatch.setenv("ETC_CPU_GEMM_STRATEGY", gemm_strategy)
+    text = """
+    func.func @net(%x: tensor<1x16x10x10xf32>, %dw: tensor<16x3x3xf32>, %w: tensor<32x16x1x1xf32>) -> tensor<1x32x4x4xf32> {
+      %z = arith.constant 0.0 : f32
+      %ninf = arith.constant 0xFF800000 : f32
+      %e = tensor.empty() : tensor<1x16x8x8xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<1x16x8x8xf32>) -> tensor<1x16x8x8xf32>
+      %d = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
+           ins(%x, %dw : tensor<1x16x10x10xf32>, tensor<16x3x3xf32>) outs(%f : tensor<1x16x8x8xf32>) -> tensor<1x16x8x8xf32>
+      %e2 = tensor.empty() : tensor<1x32x8x8xf32>
+      %f2 = linalg.fill ins(%z : f32) outs(%e2 : tensor<1x32x8x8xf32>) -> tensor<1x32x8x8xf32>
+      %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>}
+           ins(%d, %w : tensor<1x16x8x8xf32>, tensor<32x16x1x1xf32>) outs(%f2 : tensor<1x32x8x8xf32>) -> tensor<1x32x8x8xf32>
+      %e3 = tensor.empty() : tensor<1x32x4x4xf32>
+      %f3 = linalg.fill ins(%ninf : f32) outs(%e3 : tensor<1x32x4x4xf32>) -> tensor<1x32x4x4xf32>
+      %win = tensor.empty() : tensor<2x2xf32>
+      %p = linalg.pooling_nchw_max {dilations = dense<1> : tensor<2xi64>, strides = dense<2> : tensor<2xi64>}
+           ins(%c, %win : tensor<1x32x8x8xf32>, tensor<2x2xf32>) outs(%f3 : tensor<1x32x4x4xf32>) -> tensor<1x32x4x4xf32>
+      return %p : tensor<1x32x4x4xf32>
+    }"""
+    from torch_mlir import ir
+
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        ks.apply_codegen_strategy(module, HOST)
+        after = str(module)
+    for name in ("depthwise_conv", "pooling", "conv_2d", "linalg.matmul"):
+        assert name not in after
+    kern = gemm.compile_linalg_text(text, strategy="hook")
+    x, dw, w = rand(1, 16, 10, 10), rand(16, 3, 3), rand(32, 16, 1, 1)
+    tx = torch.from_numpy(x)
+    ref = torch.nn.functional.conv2d(tx, torch.from_numpy(dw).unsqueeze(1), groups=16)
+    ref = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(ref, torch.from_numpy(w)), 2, 2)
+    close(kern(x, dw, w), ref.numpy())
