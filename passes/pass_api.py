@@ -375,7 +375,7 @@ class Pass:
 
         try:
             rewrite.apply_patterns_and_fold_greedily(op, patterns.freeze(), self.greedy_config())
-        except ir.MLIRError as exc:
+        except (ir.MLIRError, RuntimeError) as exc:  # e.g. the driver did not converge
             raise PassError(f"{self.name}: the greedy rewrite driver failed: {exc}", location=_where(op)) from None
 
     def patterns(self):

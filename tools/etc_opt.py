@@ -283,8 +283,12 @@ def _parser(pass_classes) -> argparse.ArgumentParser:
     group = parser.add_argument_group("etc passes")
     for name, cls in pass_classes.items():
         options = options_help(cls.Options)
-        metavar = '"' + " ".join(f"{o}=<{t}>" for o, t, _ in options) + '"' if options else None
-        group.add_argument(f"--{name}", nargs="?", metavar=metavar, help=cls.summary)
+        # Shown by --help only: pass flags are taken out of argv before argparse sees it.
+        if options:
+            metavar = '"' + " ".join(f"{o}=<{t}>" for o, t, _ in options) + '"'
+            group.add_argument(f"--{name}", nargs="?", metavar=metavar, help=cls.summary)
+        else:
+            group.add_argument(f"--{name}", action="store_true", help=cls.summary)
     return parser
 
 
