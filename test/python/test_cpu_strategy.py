@@ -311,3 +311,13 @@ def test_depthwise_and_pooling_vectorize_along_the_output_row():
             strategy.apply_strategy(module, HOST, vectors_lowered=True)
             body = str(module)
             assert (f"vector<{CFG.vector_width}xf32>" in body) == vectorized, body
+
+
+@pytest.mark.skipif("+avx2" not in HOST.features or "+fma" not in HOST.features, reason="needs AVX2+FMA")
+def test_avx2_tile_runs_on_this_host():
+    """The x86-64-v3 preset (6 x 16 tile on ymm registers), compiled for and run on this CPU."""
+    fn = strategy.compile_standalone(matmul_text(100, 70, 33), target="x86-64-v3")
+    a, b = rand(100, 70), rand(70, 33)
+    (out,) = fn(a, b)
+    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+    assert "vector<16xf32>" in fn.mlir_llvm and "vector<64xf32>" not in fn.mlir_llvm
