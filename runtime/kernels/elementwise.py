@@ -163,7 +163,6 @@ def round_decimals_out(self, decimals, out):
 _UNARY_BOOL = {
     "isnan": lambda x: np.isnan(x) if category(x.dtype) >= 2 else np.zeros(x.shape, BOOL),
     "isinf": lambda x: np.isinf(x) if category(x.dtype) >= 2 else np.zeros(x.shape, BOOL),
-    "isfinite": lambda x: np.isfinite(x) if category(x.dtype) >= 2 else np.ones(x.shape, BOOL),
     "isposinf": lambda x: np.isposinf(x) if category(x.dtype) >= 2 else np.zeros(x.shape, BOOL),
     "isneginf": lambda x: np.isneginf(x) if category(x.dtype) >= 2 else np.zeros(x.shape, BOOL),
     "signbit": lambda x: np.signbit(x) if x.dtype != BOOL else np.zeros(x.shape, BOOL),

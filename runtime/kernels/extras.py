@@ -73,7 +73,7 @@ def quantize_per_tensor_out(input, scale, zero_point, quant_min, quant_max, dtyp
     return write_out(out, np.clip(q, lo, hi))
 
 
-@kernel("quantized_decomposed::quantize_per_tensor.tensor_out")
+@kernel("quantized_decomposed::quantize_per_tensor.Tensor_out")
 def quantize_per_tensor_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out=None):
     return quantize_per_tensor_out(input, float(scale.reshape(-1)[0]), int(zero_point.reshape(-1)[0]), quant_min,
                                    quant_max, dtype, out)
@@ -85,7 +85,7 @@ def dequantize_per_tensor_out(input, scale, zero_point, quant_min, quant_max, dt
     return write_out(out, res)
 
 
-@kernel("quantized_decomposed::dequantize_per_tensor.tensor_out")
+@kernel("quantized_decomposed::dequantize_per_tensor.Tensor_out")
 def dequantize_per_tensor_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None,
                                      out=None):
     return dequantize_per_tensor_out(input, float(scale.reshape(-1)[0]), int(zero_point.reshape(-1)[0]), quant_min,
@@ -115,6 +115,37 @@ def dequantize_per_channel_out(input, scales, zero_points, axis, quant_min, quan
     zp = zero_points.reshape(shape).astype(np.int32) if zero_points is not None else 0
     res = (input.astype(np.int32) - zp).astype(np.float32) * scales.astype(np.float32).reshape(shape)
     return write_out(out, res)
+
+
+@kernel("quantized_decomposed::embedding_byte.out")
+def embedding_byte_out(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices,
+                       out=None):
+    return write_out(out, _embedding_byte(weight, weight_scales, weight_zero_points, indices, None))
+
+
+@kernel("quantized_decomposed::embedding_byte.dtype_out")
+def embedding_byte_dtype_out(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices,
+                             dtype=None, out=None):
+    return write_out(out, _embedding_byte(weight, weight_scales, weight_zero_points, indices, dtype))
+
+
+def _embedding_byte(weight, scales, zero_points, indices, dtype):
+    """Rows of an int8 table dequantized per row (scales (R,)) or per group (scales (R, G))."""
+    idx = indices.astype(np.int64)
+    rows = weight[idx].astype(np.float32)
+    sc = scales.astype(np.float32)
+    sc = sc[:, None] if sc.ndim == 1 else sc
+    groups = sc.shape[1]
+    d = weight.shape[1]
+    if d % groups:
+        raise ExecutionError(f"embedding_byte: {groups} scale groups don't divide the embedding size {d}")
+    sc = np.repeat(sc, d // groups, axis=1)[idx]
+    if zero_points is not None:
+        zp = zero_points.astype(np.float32)
+        zp = zp[:, None] if zp.ndim == 1 else zp
+        rows = rows - np.repeat(zp, d // groups, axis=1)[idx]
+    res = rows * sc
+    return res.astype(dtype_arg(dtype)) if dtype is not None else res
 
 
 # --------------------------------------------------------------------------- portable-library extras

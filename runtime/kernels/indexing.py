@@ -53,17 +53,13 @@ def index_tensor_out(self, indices, out=None):
     return write_out(out, self[_index_tuple(self, list(indices), "index")])
 
 
-@kernel("aten::_unsafe_index.Tensor_out")
-def unsafe_index_tensor_out(self, indices, out=None):
-    return index_tensor_out(self, indices, out)
+@kernel("aten::_index_put_impl.out")
+def index_put_impl_out(self, indices, values, accumulate=False, unsafe=False, out=None):
+    return index_put_out(self, indices, values, accumulate, out)
 
 
-@kernel("aten::index_put.out", "aten::_index_put_impl.out")
-def index_put_out(self, indices, values, accumulate=False, out=None, unsafe=None):
-    if unsafe is not None and out is None:
-        out = unsafe
-    elif isinstance(out, bool):
-        out, unsafe = unsafe, out
+@kernel("aten::index_put.out")
+def index_put_out(self, indices, values, accumulate=False, out=None):
     key = _index_tuple(self, list(indices), "index_put")
     res = self.copy()
     vals = to_dtype(values, self.dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 
 import numpy as np
 
@@ -57,27 +58,83 @@ def _pad_spatial(x, padding, value=0):
     return np.pad(x, widths, mode="constant", constant_values=value)
 
 
-def conv_nd(x, w, bias, stride, padding, dilation, groups):
-    """Forward convolution: x (N, C, *S), w (O, C/groups, *K)."""
+def _conv_out_size(spatial, kernel_size, stride, dilation):
+    out = [(s - d * (k - 1) - 1) // st + 1 for s, k, st, d in zip(spatial, kernel_size, stride, dilation)]
+    if any(o <= 0 for o in out):
+        raise ExecutionError(f"window of size {list(kernel_size)} (dilation {list(dilation)}) is larger than the "
+                             f"padded input {list(spatial)}")
+    return out
+
+
+def _tap(pos, stride, dilation, out_sp):
+    """The slices of a padded input read by kernel position `pos` for every output position."""
+    return tuple(slice(p * d, p * d + st * (o - 1) + 1, st) for p, d, st, o in zip(pos, dilation, stride, out_sp))
+
+
+_SCRATCH = threading.local()
+_SCRATCH_LIMIT = 1 << 28  # bytes kept between calls at most
+
+
+def _scratch(shape, dtype) -> np.ndarray:
+    """A per-thread work buffer reused across calls (grown on demand), so a convolution's
+    columns don't fault in fresh pages every time. Valid until the next _scratch call."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if n > _SCRATCH_LIMIT:
+        return np.empty(shape, dtype)
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < n:
+        buf = np.empty(max(n, 64), np.uint8)
+        _SCRATCH.buf = buf
+    return buf[:n].view(dtype).reshape(shape)
+
+
+def im2col_nd(xp, kernel_size, stride, dilation, out_sp, scratch=False):
+    """Columns (N, C, *K, *out) of a padded input: one strided block copy per kernel position
+    (faster than gathering a 2*nd-dimensional window view in one go)."""
+    n, c = xp.shape[:2]
+    lead = (slice(None), slice(None))
+    if all(k == 1 for k in kernel_size) and all(s == 1 for s in stride):
+        return xp.reshape((n, c) + (1,) * len(kernel_size) + xp.shape[2:])  # 1x1, stride 1: the input itself
+    shape = (n, c) + tuple(kernel_size) + tuple(out_sp)
+    cols = _scratch(shape, xp.dtype) if scratch else np.empty(shape, xp.dtype)
+    for pos in itertools.product(*[range(k) for k in kernel_size]):
+        cols[lead + pos] = xp[lead + _tap(pos, stride, dilation, out_sp)]
+    return cols
+
+
+def conv_nd(x, w, bias, stride, padding, dilation, groups, out=None):
+    """Forward convolution: x (N, C, *S), w (O, C/groups, *K).
+
+    im2col (one block copy per kernel position into a reused scratch buffer), then a 2-D GEMM
+    per image, or one stacked matmul over (batch, group) when grouped. The result goes straight
+    into `out` when that has the result's exact shape and dtype (C-contiguous)."""
     nd = x.ndim - 2
     n, c = x.shape[:2]
     o, cg = w.shape[:2]
-    k = w.shape[2:]
+    k = tuple(w.shape[2:])
     g = int(groups)
-    if c != cg * g or o % g:
+    if g <= 0 or c != cg * g or o % g:
         raise ExecutionError(f"convolution: input with {c} channels, weight {list(w.shape)} and {g} groups don't agree")
+    og = o // g
     xp = _pad_spatial(x, padding)
-    win = windows(xp, k, stride, dilation)  # (N, C, *out, *K)
-    out_sp = win.shape[2:2 + nd]
-    # (N, G, Cg, *out, *K) -> (N, G, Cg, *K, *out) -> (N, G, Cg*K, P)
-    win = win.reshape((n, g, cg) + win.shape[2:])
-    perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
-    cols = np.ascontiguousarray(win.transpose(perm)).reshape(n, g, cg * int(np.prod(k)), int(np.prod(out_sp)))
-    wm = w.reshape(g, o // g, cg * int(np.prod(k)))
-    res = np.matmul(wm, cols)  # (N, G, Og, P)
-    res = res.reshape((n, o) + tuple(out_sp))
+    out_sp = tuple(_conv_out_size(xp.shape[2:], k, stride, dilation))
+    kk = int(np.prod(k))
+    p = int(np.prod(out_sp))
+    dtype = np.result_type(x.dtype, w.dtype)
+    into_out = (out is not None and out.shape == (n, o) + out_sp and out.dtype == dtype and out.flags.c_contiguous
+                and not np.may_share_memory(out, x))
+    cols = im2col_nd(xp, k, stride, dilation, out_sp, scratch=True).reshape(n, g, cg * kk, p)
+    wm = w.reshape(g, og, cg * kk)
+    res = out.reshape(n, g, og, p) if into_out else np.empty((n, g, og, p), dtype)
+    if g == 1:  # one big 2-D GEMM per image (numpy's stacked matmul is slower than BLAS on 2-D)
+        for b in range(n):
+            np.matmul(wm[0], cols[b, 0], out=res[b, 0])
+    else:  # grouped / depthwise: many small products, one stacked matmul
+        np.matmul(wm, cols, out=res)
+    res = res.reshape((n, o) + out_sp)
     if bias is not None:
-        res = res + bias.reshape((1, o) + (1,) * nd)
+        res += bias.reshape((1, o) + (1,) * nd)
     return res
 
 
@@ -138,7 +195,9 @@ def convolution_out(input, weight, bias, stride, padding, dilation, transposed, 
         output_padding = _expand(output_padding, nd, "output_padding", 0)
         res = conv_transpose_nd(x, w, b, stride, padding, dilation, output_padding, groups)
     else:
-        res = conv_nd(x, w, b, stride, padding, dilation, groups)
+        res = conv_nd(x, w, b, stride, padding, dilation, groups, out=out if cd == dtype else None)
+        if res is out or (res.shape == out.shape and np.may_share_memory(res, out)):
+            return out  # written in place
     return write_out(out, res.astype(dtype, copy=False))
 
 
@@ -265,11 +324,6 @@ def max_pool3d_with_indices_out(self, kernel_size, stride=(), padding=(0,), dila
                                 out=None, indices=None):
     v, i = max_pool_nd(self, 3, kernel_size, stride, padding, dilation, ceil_mode, "max_pool3d")
     return write_out(out, v), write_out(indices, i)
-
-
-@kernel("aten::max_pool2d.out")
-def max_pool2d_out(self, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False, out=None):
-    return write_out(out, max_pool_nd(self, 2, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d")[0])
 
 
 def _avg_divisors(sizes, outs, k, s, p, ceil_mode, count_include_pad):

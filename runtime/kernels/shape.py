@@ -33,12 +33,12 @@ def infer_size(size, numel: int) -> tuple[int, ...]:
     return tuple(size)
 
 
-@kernel("aten::view_copy.out", "aten::_unsafe_view.out", "aten::reshape.out")
+@kernel("aten::view_copy.out", "aten::_unsafe_view.out")
 def view_copy_out(self, size, out=None):
     return write_out(out, np.reshape(self, infer_size(size, self.size)))
 
 
-@kernel("aten::alias_copy.out", "aten::detach_copy.out", "aten::lift_fresh_copy.out", "aten::positive.out")
+@kernel("aten::alias_copy.out", "aten::detach_copy.out", "aten::lift_fresh_copy.out")
 def alias_copy_out(self, out=None):
     return write_out(out, self)
 
@@ -54,7 +54,7 @@ def to_copy_out(self, non_blocking=False, memory_format=None, out=None):
     return write_out(out, self)
 
 
-@kernel("aten::_to_dim_order_copy.out", "dim_order_ops::_to_dim_order_copy.out")
+@kernel("dim_order_ops::_to_dim_order_copy.out")
 def to_dim_order_copy_out(self, non_blocking=False, dim_order=None, out=None):
     return write_out(out, self)
 

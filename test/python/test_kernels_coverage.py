@@ -39,3 +39,42 @@ def test_non_core_edge_ops_have_kernels():
         if not outs or not any(o in registered_kernels() for o in outs):
             missing.append((op, outs))
     assert missing == []
+
+
+def _load_executorch_op_namespaces():
+    """Schemas of ExecuTorch's own namespaces (dim_order_ops, quantized_decomposed out variants), if installed."""
+    import importlib
+    for module in ("executorch.exir.passes.dim_order_ops_registry", "executorch.kernels.quantized"):
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - optional: those names are then skipped
+            pass
+
+
+def test_every_kernel_name_is_a_real_operator_with_a_matching_signature():
+    """Registered names resolve to torch schemas, and each function takes the schema's arguments positionally."""
+    import inspect
+    import torch
+    from etc.runtime.kernels import get_kernel
+
+    _load_executorch_op_namespaces()
+    unknown, mismatched = [], []
+    for name in sorted(registered_kernels()):
+        if name.startswith("test::"):
+            continue
+        ns, rest = name.split("::")
+        op, overload = rest.split(".", 1)
+        try:
+            schema = getattr(getattr(getattr(torch.ops, ns), op), overload)._schema
+        except (AttributeError, RuntimeError):
+            if ns == "aten":
+                unknown.append(name)
+            continue
+        fn = get_kernel(name).__wrapped__
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        has_varargs = any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(fn).parameters.values())
+        if not has_varargs and len(params) != len(schema.arguments):
+            mismatched.append((name, len(params), len(schema.arguments)))
+    assert unknown == []
+    assert mismatched == []

@@ -196,3 +196,19 @@ def test_quantize_dequantize_per_tensor_and_channel():
     deq = get_kernel("quantized_decomposed::dequantize_per_channel.out")(qc, scales, zps, 0, -128, 127, 1, None,
                                                                           np.zeros((3, 4), np.float32))
     np.testing.assert_allclose(deq, exp_c.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_byte_dequantizes_rows_per_row_and_per_group():
+    from etc.runtime.kernels import get_kernel
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, size=(10, 8)).astype(np.int8)
+    idx = np.array([[1, 9], [0, 4]])
+    scales, zps = rng.random(10).astype(np.float32), rng.integers(-3, 3, size=10)
+    ours = get_kernel("quantized_decomposed::embedding_byte.out")(w, scales, zps, -128, 127, idx,
+                                                                  np.zeros((2, 2, 8), np.float32))
+    np.testing.assert_allclose(ours, (w[idx].astype(np.float32) - zps[idx][..., None]) * scales[idx][..., None],
+                               rtol=1e-6)
+    gscales = rng.random((10, 2)).astype(np.float32)
+    ours = get_kernel("quantized_decomposed::embedding_byte.out")(w, gscales, None, -128, 127, idx,
+                                                                  np.zeros((2, 2, 8), np.float32))
+    np.testing.assert_allclose(ours, w[idx].astype(np.float32) * np.repeat(gscales, 4, axis=1)[idx], rtol=1e-6)
