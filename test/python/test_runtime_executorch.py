@@ -9,7 +9,8 @@ sizes (sym_size + IntList) and mutable buffers (copy_ write-back).
 
 A zoo model whose program needs a kernel the portable library does not have
 yet is skipped with the operator's name as the reason. The models whose export
-takes several seconds are marked `slow` (`-m "not slow"` leaves them out).
+takes several seconds are marked `slow` (`-m "not slow"` leaves them out: about
+a minute of CPU for everything, well under that without them).
 """
 
 import warnings
@@ -186,6 +187,7 @@ class _StandInXnnpack:
         return [out]
 
 
+@pytest.mark.slow  # importing XNNPACK's partitioner alone takes seconds
 def test_executorch_xnnpack_delegate_needs_its_backend():
     from etc.errors import BackendError
     from etc.runtime import register_backend, unregister_backend
