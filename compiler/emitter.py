@@ -191,6 +191,18 @@ class _ProgramState:
     constant_index: dict = field(default_factory=dict)  # fqn -> data_buffer_idx (>= 1)
     constant_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
     delegate_blobs: list = field(default_factory=list)  # bytes
+    mutable_index: dict = field(default_factory=dict)  # fqn -> index in the mutable data segment (>= 1)
+    mutable_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
+
+    def mutable(self, name: str, op) -> int:
+        """The mutable-data index of a buffer the program writes: its initial state."""
+        if name not in self.mutable_index:
+            if name not in self.constants:
+                raise LoweringError(f"buffer '{name}' has no initial data in the program's constant table",
+                                    location=_where(op))
+            self.mutable_data.append(np.ascontiguousarray(self.constants[name]).tobytes())
+            self.mutable_index[name] = len(self.mutable_data)
+        return self.mutable_index[name]
 
     def constant(self, name: str, op) -> int:
         if name not in self.constant_index:
@@ -219,6 +231,11 @@ class _MethodEmitter:
         self.instructions: list = []
         self.delegates: list = []
         self.const_values: dict = {}  # (kind, python value) -> EValue index, to share scalars
+        # Buffers the method writes live in one extra arena (the last mem_id), each at
+        # its own offset for the whole run, initialised from the mutable data segment.
+        self.state_values: dict = {}  # global symbol -> EValue index
+        self.state_allocations: list = []
+        self.state_bytes = 0
 
     # ---------------------------------------------------------------- values
     def _add(self, val) -> int:
@@ -240,8 +257,10 @@ class _MethodEmitter:
         allocation = None
         if alloc is not None:
             mem_id, offset = alloc
-            allocation = S.AllocationDetails(memory_id=mem_id, memory_offset_low=offset & 0xFFFFFFFF,
+            allocation = S.AllocationDetails(memory_id=mem_id or 0, memory_offset_low=offset & 0xFFFFFFFF,
                                              memory_offset_high=offset >> 32)
+            if mem_id is None:  # the state arena: its mem_id is known once the plan's sizes are
+                self.state_allocations.append(allocation)
         t = S.Tensor(
             scalar_type=S.ScalarType(SCALAR_TYPES[element]),
             storage_offset=0,
@@ -389,6 +408,43 @@ class _MethodEmitter:
         self.instructions.append(self.S.Instruction(
             instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args)))
 
+    def _state(self, symbol: str, value, op) -> int:
+        """The EValue of mutable buffer `symbol` (one per method), planned in the state arena."""
+        from torch_mlir import ir
+
+        if symbol not in self.state_values:
+            ty = ir.RankedTensorType(value.type)
+            nbytes = _nbytes(ty)
+            offset = self.state_bytes
+            self.state_bytes += (nbytes + 15) // 16 * 16
+            index = self.tensor(value, alloc=(None, offset), data_buffer_idx=self.state.mutable(symbol, op))
+            self.state_values[symbol] = index
+        return self.state_values[symbol]
+
+    def load_state(self, op) -> None:
+        from torch_mlir import ir
+
+        symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+        self.index[op.results[0]] = self._state(symbol, op.results[0], op)
+
+    def store_state(self, op) -> None:
+        """`global_store @b = %v` -> `aten::copy.out(b, v, False, out=b)`: the new state is
+        written into the buffer's own storage, where the next run reads it."""
+        from torch_mlir import ir
+
+        symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+        value = op.operands[0]
+        buffer = self._state(symbol, value, op)
+        kernel = "aten::copy.out"
+        if kernel not in self.kernels:
+            raise LoweringError(f"no kernel for '{kernel}' (writing buffer '{symbol}')", location=_where(op))
+        if value not in self.index:
+            raise LoweringError("the value stored into a buffer is not defined by an emitted value",
+                                location=_where(op))
+        args = [buffer, self.index[value], self.scalar(False), buffer, buffer]
+        self.instructions.append(self.S.Instruction(
+            instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args)))
+
     def symbolic_size(self, op) -> None:
         """A size computed at run time (dynamic shapes): `tensor.dim` becomes
         `aten::sym_size.int`, `arith` on `index` ExecuTorch's prim ops, each
@@ -438,9 +494,13 @@ class _MethodEmitter:
         outputs = []
         for op in block.operations:
             name = op.operation.name
-            if name in ("ml_program.global_load_const", "ml_program.global_load"):
+            if name == "ml_program.global_load_const":
                 symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
                 self.tensor(op.results[0], data_buffer_idx=self.state.constant(symbol, op))
+            elif name == "ml_program.global_load":
+                self.load_state(op)
+            elif name == "ml_program.global_store":
+                self.store_state(op)
             elif name == "func.return":
                 outputs = [self.index[v] for v in op.operands]
             elif name == "backend.delegate":
@@ -459,6 +519,10 @@ class _MethodEmitter:
         sizes = [0]
         if "etc.buffer_sizes" in self.func.attributes:
             sizes = _attr_ints(self.func.attributes["etc.buffer_sizes"])
+        if self.state_values:
+            sizes = sizes + [self.state_bytes]
+            for allocation in self.state_allocations:
+                allocation.memory_id = len(sizes) - 1
         return S.ExecutionPlan(
             name=name,
             container_meta_type=S.ContainerMetadata(encoded_inp_str="", encoded_out_str=""),
@@ -470,6 +534,15 @@ class _MethodEmitter:
             delegates=self.delegates,
             non_const_buffer_sizes=sizes,
         )
+
+
+def _nbytes(tensor_type) -> int:
+    from etc.compiler.ir import dtype_row, torch_dtype_name_of_element_type
+
+    count = 1
+    for size in tensor_type.shape:
+        count *= size
+    return count * dtype_row(torch_dtype_name_of_element_type(tensor_type.element_type)).itemsize
 
 
 def _arg_attr(func_op, index: int, name: str):
@@ -547,4 +620,5 @@ def emit_program(program_ir, config=None):
         mutable_data_segments=[],
         named_data=[],
     )
-    return S.PteFile(program=program, constant_data=state.constant_data, delegate_segments=state.delegate_blobs)
+    return S.PteFile(program=program, constant_data=state.constant_data, delegate_segments=state.delegate_blobs,
+                     mutable_data=[state.mutable_data] if state.mutable_data else [])

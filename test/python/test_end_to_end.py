@@ -62,3 +62,29 @@ def test_memory_report_planned_is_at_least_lower_bound():
     report = program.memory_report()
     text = str(report)
     assert "forward" in text
+
+
+class _RunningSum(torch.nn.Module):
+    """A buffer the model writes (state kept across calls, as in a KV cache)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+        self.scale = torch.nn.Parameter(torch.full((3,), 2.0))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total * self.scale
+
+
+def test_buffer_mutation_persists_across_calls():
+    program = etc.to_edge(torch.export.export(_RunningSum(), (torch.ones(3),))).to_executorch()
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    eager = _RunningSum()
+    for step in range(1, 4):
+        x = torch.full((3,), float(step))
+        (got,) = method.execute([x.numpy()])
+        np.testing.assert_allclose(got, eager(x).detach().numpy())
+    # A fresh load starts again from the buffer's initial value.
+    (again,) = Runtime.get().load_program(program.buffer).load_method("forward").execute([np.ones(3, np.float32)])
+    np.testing.assert_allclose(again, [2.0, 2.0, 2.0])

@@ -62,3 +62,22 @@ def test_executorch_program_runs_on_etc(name):
         outputs = loaded.load_method(method).execute(inputs)
         assert len(outputs) == len(reference)
         assert _max_error(outputs, reference) <= 1e-4, method
+
+
+def test_etc_program_with_state_runs_on_executorch():
+    """Buffers the model writes: initial state in the mutable data segment, updated in place by copy.out."""
+    import etc
+
+    class RunningSum(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(3))
+
+        def forward(self, x):
+            self.total.add_(x)
+            return self.total * 2
+
+    program = etc.to_edge(torch.export.export(RunningSum(), (torch.ones(3),))).to_executorch()
+    method = executorch_runtime.Runtime.get().load_program(program.buffer).load_method("forward")
+    outputs = [method.execute([torch.full((3,), float(k))])[0] for k in (1, 2, 3)]
+    assert [o.tolist() for o in outputs] == [[2.0] * 3, [6.0] * 3, [12.0] * 3]
