@@ -123,9 +123,11 @@ def operator_name(operator: S.Operator) -> str:
 
 
 def _tensor_info(index: int, tensor: S.Tensor) -> TensorInfo:
-    return TensorInfo(dtype=np.dtype(to_numpy_dtype(tensor.scalar_type)), sizes=tuple(int(s) for s in tensor.sizes or []),
+    return TensorInfo(dtype=np.dtype(to_numpy_dtype(tensor.scalar_type)),
+                      sizes=tuple(int(s) for s in tensor.sizes or []),
                       dynamic=tensor.shape_dynamism != S.TensorShapeDynamism.STATIC, index=index,
-                      scalar_type=int(tensor.scalar_type), dim_order=tuple(int(d) for d in tensor.dim_order or []))
+                      scalar_type=int(tensor.scalar_type),
+                      dim_order=tuple(int(d) for d in tensor.dim_order or []))
 
 
 def _value_info(plan: S.ExecutionPlan, index: int):
