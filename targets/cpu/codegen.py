@@ -1,21 +1,25 @@
 """linalg-on-tensors -> object code for one CPU (the back half of the `cpu` target).
 
     fuse elementwise ops, canonicalize
-    apply_codegen_strategy(module, target)     # hook: tiling/packing/vectorization (kernels_strategy.py)
+    f32 exp -> vectorizable arithmetic (fastmath.py)
+    apply_codegen_strategy(module, target)     # hook: tiling/packing/vectorization (kernels_strategy.py);
+        default: generalize, move reductions outside the unit-stride output loop,
+        reassociate innermost reductions
     one-shot-bufferize (function boundaries, identity layouts, arguments read-only)
     buffer-results-to-out-params (static result buffers hoisted: results are written in place)
-    scratch planning: every remaining static `memref.alloc` becomes a view into one
-        scratch argument (the object never calls malloc; the runtime owns the memory)
-    linalg -> loops -> cf -> LLVM dialect -> LLVM IR
-    + a flat entry `void <entry>(void **args)` (args in `ArgSpec` order)
+    scratch planning: every remaining static `memref.alloc` becomes its own argument, passed
+        by the entry as `scratch + offset` (the object never calls malloc; the runtime owns the memory)
+    linalg -> loops (or parallel loops split per thread, parallel.py) -> cf -> LLVM dialect -> LLVM IR
+    + the entry `void <entry>(void **args)` (args in `ArgSpec` order)
     llvmlite: O3 for the target machine, object file (ELF for the triples we test)
 
 ABI: the entry takes one array of data pointers, in this order: inputs, constants,
 outputs, then (when `scratch_bytes > 0`) the scratch buffer. All shapes are static
 and every buffer is dense row-major, so a data pointer is all the code needs (MLIR's
 bare-pointer memref calling convention); the pointers are `noalias` (the runtime
-never passes overlapping buffers), which lets LLVM vectorize without alias checks. The object references libc/libm
-symbols only (math functions such as expf; memcpy/memset where LLVM emits them).
+never passes overlapping buffers), which lets LLVM vectorize without alias checks.
+The object references libc/libm symbols only (`ALLOWED_EXTERNALS`, checked before
+emission: math functions, memcpy/memset, sched_yield for the threaded barrier).
 """
 
 from __future__ import annotations

@@ -19,9 +19,14 @@ again data rather than lowering code.
 Constants become extra function arguments (kind "constant", in first-use
 order); the caller passes their bytes as buffers.
 
-Driver (lit tests): `python -m etc.targets.cpu.lower FILE [--stage torch|linalg]`
-lowers every private `delegate_*` function (or every function when there is
-none) of an edge-dialect module and prints the result.
+Support (`is_supported`): a structural check (edge op with schema info, ranked
+static-shaped tensors of supported dtypes, a torch-mlir op to map onto), then a
+trial lowering of the op alone down to the LLVM dialect, cached per op signature;
+the partitioner first tries the whole method in one trial.
+
+Driver (lit tests): `python -m etc.targets.cpu.lower FILE [--stage torch|linalg|memref|llvm-ir]
+[--target host|<preset>|<triple>]` lowers every private `delegate_*` function (or every
+function when there is none) of an edge-dialect module and prints the result.
 """
 
 from __future__ import annotations
