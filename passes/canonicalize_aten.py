@@ -1,13 +1,16 @@
 """etc-canonicalize-aten: remove ATen ops that do nothing.
 
 Each pattern replaces an op's result by its input, and only when the two
-types are equal (a pattern never changes a type):
-- identity views: `view`/`reshape`/`_unsafe_view` to the same static shape,
+types are equal (a pattern never changes a type), except that a view of a
+view reads the first view's input instead:
+- identity views: `view`/`reshape`/`_unsafe_view` to the same static shape
+  (or, for one dynamic dim, `-1` there and the input's static sizes elsewhere),
   `expand` to the same static shape (or all sizes -1), `permute` by the
   identity, `transpose.int` of a dim with itself, `squeeze*` that removes
   nothing (static shapes), `slice.Tensor` of the full range with step 1,
   `alias`, `detach`, `to.dtype`(`_layout`) to the same dtype without `copy`,
   `contiguous`, `dropout` with `train=False`;
+- chained views: `view(view(x, a), b)` is `view(x, b)` (or `x` when the types agree);
 - cancelling pairs: `unsqueeze(squeeze.dim(x, d), d)` and
   `squeeze.dim(unsqueeze(x, d), d)` are `x`;
 - redundant copies: `clone`, `lift_fresh_copy`, `_to_copy` to the same dtype
@@ -109,11 +112,48 @@ def _identity(op, rewriter):
     return _forward(op, rewriter, op.operands[0])
 
 
-def _same_static_shape(op, rewriter):
+def _same_shape(op, rewriter):
+    """view/reshape to the shape the input has: statically, or with its one dynamic dim
+    inferred (`-1`) and every other size equal to the input's static size."""
     source = op.operands[0]
-    if len(op.operands) != 1 or not _static(source.type):
-        return True
+    if len(op.operands) != 1:
+        return True  # symbolic sizes: their values are not known here
+    inner = source.owner
+    if _owner_name(source) in _VIEW_NAMES and len(inner.operands) == 1:
+        return _skip_inner_view(op, rewriter, inner.operands[0])
+    if not _static(source.type):
+        sizes = _attr(op, "size" if "size" in op.attributes else "shape") or []
+        shape = source.type.shape
+        if len(sizes) != len(shape) or sizes.count(-1) != 1:
+            return True
+        inferred = sizes.index(-1)
+        dynamic = ir_dynamic_size()
+        if any(sizes[i] != shape[i] or shape[i] == dynamic for i in range(len(shape)) if i != inferred):
+            return True
     return _forward(op, rewriter, source)
+
+
+_VIEW_NAMES = frozenset(f"{d}.{n}" for d in ("aten", "edge") for n in ("view", "reshape", "p_unsafe_view"))
+
+
+def _skip_inner_view(op, rewriter, x):
+    """view(view(x, a), b) is view(x, b) (the inner view goes when unused), or x itself."""
+    from torch_mlir import ir
+
+    if _same_type(op, x):
+        return _forward(op, rewriter, x)
+    with rewriter.ip:
+        new = ir.Operation.create(op.name, results=[op.results[0].type], operands=[x],
+                                  attributes={name: op.attributes[name] for name in op.attributes},
+                                  loc=op.location)
+    rewriter.replace_op(op, new)
+    return None
+
+
+def ir_dynamic_size() -> int:
+    from torch_mlir import ir
+
+    return ir.ShapedType.get_dynamic_size()
 
 
 def _expand(op, rewriter):
@@ -231,7 +271,7 @@ def _unsqueeze(op, rewriter):
 
 _PATTERNS = {
     "alias": _identity, "detach": _identity,
-    "view": _same_static_shape, "reshape": _same_static_shape, "p_unsafe_view": _same_static_shape,
+    "view": _same_shape, "reshape": _same_shape, "p_unsafe_view": _same_shape,
     "expand": _expand, "permute": _permute, "transpose_int": _transpose, "slice_tensor": _slice,
     "squeeze": _squeeze, "squeeze_dim": _squeeze, "squeeze_dims": _squeeze, "unsqueeze": _unsqueeze,
     "contiguous": _contiguous, "dropout": _dropout,

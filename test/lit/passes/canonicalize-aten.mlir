@@ -1,6 +1,8 @@
 // RUN: etc-opt %s --split-input-file --etc-canonicalize-aten | filecheck %s
 // RUN: etc-opt %s --split-input-file --etc-canonicalize-aten --mlir-pass-statistics -o /dev/null 2>&1 | filecheck %s --check-prefix=STATS
-// STATS: // pass statistics: etc-canonicalize-aten: removed = 12
+// STATS: // pass statistics: etc-canonicalize-aten: removed = 11
+// STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 2
+// STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 2
 // STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 2
 // STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 3
 // STATS-NEXT: // pass statistics: etc-canonicalize-aten: removed = 2
@@ -46,13 +48,14 @@ func.func @real_views(%x: tensor<4x8xf32>, %d: tensor<?x8xf32>) -> (tensor<32xf3
   // CHECK: "aten.view"(%arg0)
   // CHECK: "aten.permute"(%arg0)
   // CHECK: "aten.slice_tensor"(%arg0)
-  // CHECK: "aten.view"(%arg1)
+  // CHECK: "aten.view"(%arg1, %{{.*}})
   // CHECK: "aten.dropout"(%arg0)
   %0 = "aten.view"(%x) {size = array<i64: 32>} : (tensor<4x8xf32>) -> tensor<32xf32>
   %1 = "aten.permute"(%x) {dims = array<i64: 1, 0>} : (tensor<4x8xf32>) -> tensor<8x4xf32>
   %2 = "aten.slice_tensor"(%x) {dim = 1 : i64, end = 4 : i64, operandSegmentSizes = array<i32: 1, 0, 0, 0>, start = 0 : i64, step = 1 : i64} : (tensor<4x8xf32>) -> tensor<4x4xf32>
-  // A dynamic shape may change at run time even when the types agree.
-  %3 = "aten.view"(%d) {size = array<i64: -1, 8>} : (tensor<?x8xf32>) -> tensor<?x8xf32>
+  // A symbolic size may differ from the input's at run time even when the types agree.
+  %s = arith.constant 4 : index
+  %3 = "aten.view"(%d, %s) {size = array<i64: -9223372036854775808, 8>} : (tensor<?x8xf32>, index) -> tensor<?x8xf32>
   %4 = "aten.dropout"(%x) {p = 5.000000e-01 : f64, train = true} : (tensor<4x8xf32>) -> tensor<4x8xf32>
   return %0, %1, %2, %3, %4 : tensor<32xf32>, tensor<8x4xf32>, tensor<4x4xf32>, tensor<?x8xf32>, tensor<4x8xf32>
 }
@@ -60,6 +63,33 @@ func.func @real_views(%x: tensor<4x8xf32>, %d: tensor<?x8xf32>) -> (tensor<32xf3
 // -----
 
 // squeeze/unsqueeze of the same unit dim cancel.
+// One dynamic dim inferred (-1) with the other sizes equal: still the identity.
+// A view of a view reads the first one's input (and is the identity here).
+// CHECK-LABEL: func.func @dynamic_identity
+func.func @dynamic_identity(%d: tensor<?x8xf32>) -> (tensor<?x8xf32>, tensor<?x8xf32>) {
+  // CHECK-NEXT: return %arg0, %arg0
+  %0 = "aten.reshape"(%d) {shape = array<i64: -1, 8>} : (tensor<?x8xf32>) -> tensor<?x8xf32>
+  %1 = "aten.view"(%d) {size = array<i64: -1, 4>} : (tensor<?x8xf32>) -> tensor<?x4xf32>
+  %2 = "aten.view"(%1) {size = array<i64: -1, 8>} : (tensor<?x4xf32>) -> tensor<?x8xf32>
+  return %0, %2 : tensor<?x8xf32>, tensor<?x8xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @view_chains
+func.func @view_chains(%x: tensor<2x3x4xf32>) -> (tensor<24xf32>, tensor<6x4xf32>) {
+  // CHECK-NEXT: %[[F:.+]] = "aten.view"(%arg0) {size = array<i64: 24>}
+  // CHECK-NEXT: %[[M:.+]] = "aten.reshape"(%arg0) {shape = array<i64: 6, 4>}
+  // CHECK-NEXT: return %[[F]], %[[M]]
+  %0 = "aten.view"(%x) {size = array<i64: 6, 4>} : (tensor<2x3x4xf32>) -> tensor<6x4xf32>
+  %1 = "aten.view"(%0) {size = array<i64: 24>} : (tensor<6x4xf32>) -> tensor<24xf32>
+  %2 = "aten.p_unsafe_view"(%x) {size = array<i64: 4, 6>} : (tensor<2x3x4xf32>) -> tensor<4x6xf32>
+  %3 = "aten.reshape"(%2) {shape = array<i64: 6, 4>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
+  return %1, %3 : tensor<24xf32>, tensor<6x4xf32>
+}
+
+// -----
+
 // CHECK-LABEL: func.func @squeeze_pairs
 func.func @squeeze_pairs(%x: tensor<1x8xf32>, %y: tensor<8xf32>) -> (tensor<1x8xf32>, tensor<8xf32>, tensor<8x1xf32>) {
   // CHECK-NOT: aten.squeeze_dim
