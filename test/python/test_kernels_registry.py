@@ -95,3 +95,15 @@ def test_kernel_errors_are_execution_errors_naming_the_operator():
     with pytest.raises(ExecutionError) as info:  # a numpy exception, converted
         get_kernel("aten::view_copy.out")(np.zeros(6, np.float32), [4, -1], np.zeros((4, 1), np.float32))
     assert info.value.operator == "aten::view_copy.out"
+
+
+def test_blas_thread_count_can_be_read_and_set():
+    from etc.runtime.kernels.threads import blas_threads, set_blas_threads
+    before = blas_threads()
+    if before is None:
+        pytest.skip("numpy's BLAS is not OpenBLAS here")
+    try:
+        assert set_blas_threads(1) and blas_threads() == 1
+    finally:
+        set_blas_threads(before)
+    assert blas_threads() == before
