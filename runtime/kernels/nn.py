@@ -294,7 +294,7 @@ def _lowest(dtype):
 def max_pool_nd(x, nd, kernel_size, stride, padding, dilation, ceil_mode, name):
     k, s, p, d = _pool_params(x, nd, kernel_size, stride, padding, dilation, name)
     win, outs = _pool_padded(x, nd, k, s, p, d, ceil_mode, _lowest(x.dtype))
-    flat = win.reshape(win.shape[:-nd] + (-1,))
+    flat = win.reshape(win.shape[:-nd] + (int(np.prod(k)),))
     arg = np.argmax(flat, axis=-1)
     if category(x.dtype) >= 2:  # NaN wins (argmax already prefers the first NaN)
         pass
@@ -460,7 +460,7 @@ def native_layer_norm_out(input, normalized_shape, weight, bias, eps, out0=None,
 def native_group_norm_out(input, weight, bias, N, C, HxW, group, eps, out0=None, out1=None, out2=None):
     n, c, g = int(N), int(C), int(group)
     acc = _stat_dtype(float_type(input.dtype))
-    x = input.astype(acc, copy=False).reshape(n, g, -1)
+    x = input.astype(acc, copy=False).reshape(n, g, (c // g) * int(HxW))
     if x.size:
         mean = x.mean(axis=-1, keepdims=True)
         var = np.square(x - mean).mean(axis=-1, keepdims=True)
