@@ -1,11 +1,10 @@
-"""Interop with the real ExecuTorch, both directions, on zoo models.
+"""Interop with the real ExecuTorch: a program emitted by etc loads and runs on
+the stock ExecuTorch runtime (`executorch.runtime`) and matches eager PyTorch,
+for every zoo model, and keeps a written buffer's state there.
 
-1. A program emitted by etc loads and runs on the stock ExecuTorch runtime
-   (`executorch.runtime`) and matches eager PyTorch.
-2. A portable program emitted by ExecuTorch (`executorch.exir`) loads and runs
-   on etc's runtime and matches eager PyTorch.
-
-executorch is a test-only dependency: these tests skip without it.
+The other direction (ExecuTorch's portable programs on etc's runtime) is
+test_runtime_executorch.py. executorch is a test-only dependency: these tests
+skip without it.
 """
 
 import pytest
@@ -45,19 +44,6 @@ def test_etc_program_runs_on_executorch(name):
     zoo_model = ZOO[name]()
     program = etc.to_edge(zoo_model.export()).to_executorch()
     loaded = executorch_runtime.Runtime.get().load_program(program.buffer)
-    for method, inputs, reference in _method_calls(zoo_model):
-        outputs = loaded.load_method(method).execute(inputs)
-        assert len(outputs) == len(reference)
-        assert _max_error(outputs, reference) <= 1e-4, method
-
-
-@pytest.mark.parametrize("name", MODELS)
-def test_executorch_program_runs_on_etc(name):
-    from etc.runtime import Runtime
-
-    zoo_model = ZOO[name]()
-    buffer = exir.to_edge(zoo_model.export()).to_executorch().buffer
-    loaded = Runtime.get().load_program(buffer)
     for method, inputs, reference in _method_calls(zoo_model):
         outputs = loaded.load_method(method).execute(inputs)
         assert len(outputs) == len(reference)
