@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from etc.errors import ProgramError
+from etc.errors import EtcError, ProgramError
 from etc.runtime.method import Method, MethodMeta, method_meta
 from etc.schema import PteFile, deserialize_pte, validate_pte
 
@@ -95,19 +95,47 @@ class OperatorRegistry:
 
 
 class Runtime:
-    """The runtime singleton: `Runtime.get()`."""
+    """The runtime singleton: `Runtime.get()`.
+
+    The portable kernels' matrix products run on numpy's BLAS, whose thread count is
+    process-wide; `set_num_threads(n)` chooses it (on a small or shared machine one
+    thread is often much faster than busy-waiting ones). The environment variable
+    `ETC_NUM_THREADS`, if set, is applied when the runtime is first created.
+    """
 
     _instance: "Runtime | None" = None
 
     def __init__(self):
         self.backend_registry = BackendRegistry()
         self.operator_registry = OperatorRegistry()
+        threads = os.environ.get("ETC_NUM_THREADS", "").strip()
+        if threads:
+            try:
+                count = int(threads)
+            except ValueError:
+                raise EtcError(f"ETC_NUM_THREADS must be a positive integer, got {threads!r}") from None
+            self.set_num_threads(count)
 
     @classmethod
     def get(cls) -> "Runtime":
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
+
+    @property
+    def num_threads(self) -> int | None:
+        """The kernels' BLAS thread count (None if it cannot be read)."""
+        from etc.runtime.kernels.threads import blas_threads
+
+        return blas_threads()
+
+    def set_num_threads(self, count: int) -> bool:
+        """Set the kernels' BLAS thread count for the whole process; False if the BLAS has no such knob."""
+        if int(count) < 1:
+            raise ValueError(f"the thread count must be at least 1, got {count}")
+        from etc.runtime.kernels.threads import set_blas_threads
+
+        return set_blas_threads(int(count))
 
     def load_program(self, data) -> Program:
         """A program from a `.pte` path, its bytes, a binary file object, or a PteFile."""

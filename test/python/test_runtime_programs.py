@@ -738,3 +738,17 @@ def test_memory_usage_by_kind():
     method = program.load_method("forward")
     assert method.memory_usage() == {"planned": [16], "unplanned": 16, "constants": 16}
     assert not program.metadata("forward").uses_backend("cpu")
+
+
+def test_runtime_chooses_the_kernels_thread_count():
+    runtime = Runtime.get()
+    before = runtime.num_threads
+    if before is None:
+        pytest.skip("numpy's BLAS has no thread-count knob here")
+    try:
+        assert runtime.set_num_threads(1)
+        assert runtime.num_threads == 1
+    finally:
+        runtime.set_num_threads(before)
+    with pytest.raises(ValueError, match="at least 1"):
+        runtime.set_num_threads(0)
