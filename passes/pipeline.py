@@ -207,7 +207,16 @@ class Pipeline:
         self._resolve(self.root, ())
 
     def __str__(self) -> str:
-        return self.root.text()
+        """The pipeline with every option of etc's passes spelled out (their defaults included)."""
+        instances = {id(step.element): step.python_pass for step in self.steps if step.python_pass is not None}
+
+        def text(element) -> str:
+            if isinstance(element, NestedElement):
+                return f"{element.anchor}({', '.join(text(e) for e in element.elements)})"
+            instance = instances.get(id(element))
+            return str(instance) if instance is not None else element.text()
+
+        return text(self.root)
 
     def _resolve(self, nested: NestedElement, path: tuple) -> None:
         for element in nested.elements:

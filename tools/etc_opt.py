@@ -37,7 +37,7 @@ _LOCATION_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<col>\d+)$")
 
 _OWN_FLAGS = ("o", "pass-pipeline", "split-input-file", "mlir-print-ir-after-all", "list-passes",
               "verify-diagnostics", "mlir-print-debuginfo", "allow-unregistered-dialect",
-              "mlir-print-op-generic", "mlir-pass-statistics", "verify-each", "help", "h")
+              "mlir-print-op-generic", "mlir-pass-statistics", "dump-pass-pipeline", "verify-each", "help", "h")
 
 
 # ------------------------------------------------------------- diagnostics
@@ -274,6 +274,8 @@ def _parser(pass_classes) -> argparse.ArgumentParser:
                         help="check diagnostics against expected-* comments in the input")
     parser.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
     parser.add_argument("--mlir-print-op-generic", action="store_true", help="print ops in generic form")
+    parser.add_argument("--dump-pass-pipeline", action="store_true",
+                        help="print the pipeline, with every option of etc's passes, to stderr")
     parser.add_argument("--mlir-pass-statistics", action="store_true",
                         help="print what each etc pass counted (to stderr)")
     parser.add_argument("--allow-unregistered-dialect", action="store_true",
@@ -451,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         with run.context:
-            Pipeline(pipeline_text, context=run.context)
+            pipeline = Pipeline(pipeline_text, context=run.context)
+        if args.dump_pass_pipeline:
+            print(pipeline, file=sys.stderr)
     except EtcError as exc:
         if args.pass_pipeline is None and (exc.location or "").startswith("<pass-pipeline>"):
             exc.location = None  # the pipeline was built from flags: its columns mean nothing

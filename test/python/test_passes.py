@@ -316,3 +316,10 @@ def test_failing_upstream_pass_is_named():
                                  '  return %0 : tensor<4xf32>\n}\n')
         with pytest.raises(PassError, match=r"op was not bufferized \(pass 'one-shot-bufferize' failed\)"):
             run_pipeline(module, "builtin.module(canonicalize, one-shot-bufferize, cse)")
+
+
+def test_pipeline_text_spells_out_options(module):
+    pipeline = Pipeline("func.func(etc-memory-planning{alignment=8}), cse", context=module.context)
+    assert str(pipeline) == ("builtin.module(func.func(etc-memory-planning{algorithm=greedy alignment=8 "
+                             "alloc-graph-input=false alloc-graph-output=true report=false}), cse)")
+    assert str(Pipeline(str(pipeline), context=module.context)) == str(pipeline)

@@ -3,6 +3,8 @@
 // RUN: etc-opt %s --etc-dce --canonicalize --cse --etc-canonicalize-aten | filecheck %s
 // RUN: etc-opt %s --pass-pipeline='builtin.module(etc-dce, canonicalize, func.func(cse, etc-canonicalize-aten))' --mlir-print-ir-after-all -o /dev/null 2>&1 | filecheck %s --check-prefix=DUMP
 // RUN: etc-opt %s --pass-pipeline='builtin.module(func.func())' | filecheck %s --check-prefix=EMPTY
+// RUN: etc-opt %s --etc-dce --etc-memory-planning=alignment=64 --canonicalize=max-iterations=3 --dump-pass-pipeline -o /dev/null 2>&1 | filecheck %s --check-prefix=PIPELINE
+// PIPELINE: builtin.module(etc-dce, etc-memory-planning{algorithm=greedy alignment=64 alloc-graph-input=false alloc-graph-output=true report=false}, canonicalize{max-iterations=3})
 
 // DUMP: // -----// IR Dump After etc-dce //----- //
 // DUMP-NOT: aten.neg
