@@ -266,6 +266,16 @@ class Pipeline:
             raise PassError(f"pipeline anchored on '{self.root.anchor}' cannot run on a '{op.name}'",
                             location=f"{PIPELINE_SOURCE}:1:{self.root.col}")
         op.context.enable_multithreading(False)
+        if verify and self.steps:
+            # So that invalid input is not blamed on the first pass.
+            from torch_mlir import ir
+
+            try:
+                op.verify()
+            except ir.MLIRError as exc:
+                message, location, notes = _mlir_message(exc)
+                raise VerificationError(f"{message} (the IR is invalid before the pipeline runs)",
+                                        location=location, notes=notes) from None
         self._verify, self._print = verify, print_ir_after_all
         self._stream = print_stream if print_stream is not None else sys.stderr
         self._print_options = dict(print_options or {})

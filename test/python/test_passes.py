@@ -323,3 +323,11 @@ def test_pipeline_text_spells_out_options(module):
     assert str(pipeline) == ("builtin.module(func.func(etc-memory-planning{algorithm=greedy alignment=8 "
                              "alloc-graph-input=false alloc-graph-output=true report=false}), cse)")
     assert str(Pipeline(str(pipeline), context=module.context)) == str(pipeline)
+
+
+def test_invalid_input_is_not_blamed_on_a_pass():
+    with make_context(), ir.Location.unknown():
+        module = ir.Module.parse(SOURCE)
+        run_pipeline(module, "etc-test-python-break", verify=False)
+        with pytest.raises(VerificationError, match="invalid before the pipeline runs"):
+            run_pipeline(module, "etc-dce")
