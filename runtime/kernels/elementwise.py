@@ -96,6 +96,8 @@ def _round_int_passthrough(fn):
 def _sign(x):
     if x.dtype == BOOL:
         return x
+    if category(x.dtype) >= 2:
+        return np.where(np.isnan(x), np.zeros((), x.dtype), np.sign(x))  # ATen: sign(NaN) = 0
     return np.sign(x)
 
 

@@ -296,8 +296,11 @@ def max_pool_nd(x, nd, kernel_size, stride, padding, dilation, ceil_mode, name):
     win, outs = _pool_padded(x, nd, k, s, p, d, ceil_mode, _lowest(x.dtype))
     flat = win.reshape(win.shape[:-nd] + (int(np.prod(k)),))
     arg = np.argmax(flat, axis=-1)
-    if category(x.dtype) >= 2:  # NaN wins (argmax already prefers the first NaN)
-        pass
+    if category(x.dtype) >= 2 and np.isnan(x).any():
+        # ATen's window scan takes every NaN it meets: the last NaN of a window wins
+        nan = np.isnan(flat)
+        last = flat.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
+        arg = np.where(nan.any(axis=-1), last, arg)
     values = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
     # input coordinates of the winners, flattened over the spatial dims
     kpos = np.unravel_index(arg, k)

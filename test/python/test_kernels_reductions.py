@@ -105,3 +105,24 @@ def test_reducing_an_empty_dim_without_identity_is_an_execution_error():
     from etc.runtime.kernels import get_kernel
     with pytest.raises(ExecutionError, match="size 0"):
         get_kernel("aten::amax.out")(np.zeros((0, 3), np.float32), [0], False, np.zeros(3, np.float32))
+
+
+_M = np.stack([np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.5, 1e30, -1e-30, 3.0], np.float32),
+               np.array([1.0, np.nan, 0.0, -np.inf, np.inf, -0.5, 2.5, -1e30, 3.0, 0.5], np.float32)])
+NAN_CASES = [
+    ("aten::sum.IntList_out", [_M, [1]]), ("aten::mean.out", [_M, [1]]), ("aten::amax.out", [_M, [1]]),
+    ("aten::amin.out", [_M, [1]]), ("aten::argmax.out", [_M, 1]), ("aten::argmin.out", [_M, 1]),
+    ("aten::max.dim_max", [_M, 1]), ("aten::min.dim_min", [_M, 1]), ("aten::cumsum.out", [_M, 1]),
+    ("aten::_softmax.out", [_M, 1, False]), ("aten::_log_softmax.out", [_M, 1, False]),
+    ("aten::var.correction_out", [_M, [1], 1]), ("aten::sort.values_stable", [_M, True, 1, False]),
+    ("aten::sort.values_stable", [_M, True, 1, True]), ("aten::topk.values", [_M, 3, 1]),
+    ("aten::logsumexp.out", [_M, [1]]), ("aten::prod.int_out", [_M, 1]),
+    ("aten::max_pool2d_with_indices.out", [_M[None, None], [2, 2]]), ("aten::where.self_out", [_M > 0, _M, -_M]),
+]
+
+
+@pytest.mark.parametrize("name, args", NAN_CASES, ids=[f"{n.split('::')[1]}-{i}" for i, (n, _) in enumerate(NAN_CASES)])
+def test_reductions_propagate_nan_like_torch(name, args):
+    from kernel_cases import assert_close, run
+    ours, expected, _ = run(name, args)
+    assert_close(ours, expected)
