@@ -586,7 +586,7 @@ def _strip_header(text: str) -> str:
     for line in text.splitlines():
         if line.startswith(("target datalayout", "target triple")):
             continue
-        if "f0x" in line or "inf" in line or "nan" in line:
+        if "f0x" in line or "inf" in line or "nan" in line or "e+" in line or "e-" in line:
             line = _old_float_literals(line)
         out.append(line)
     return "\n".join(out) + "\n"
@@ -628,7 +628,28 @@ def _old_float_literals(line: str) -> str:
             bits = {"half": "H7E00", "bfloat": "R7FC0"}.get(kind, "7FF8000000000000")
         return "0x" + bits
 
-    return _SPECIAL_FLOAT.sub(special, line)
+    line = _SPECIAL_FLOAT.sub(special, line)
+
+    def decimal(m):
+        before = line[: m.start()]
+        kinds = {k: before.rfind(k) for k in ("half", "bfloat", "float", "double")}
+        kind = max(kinds, key=kinds.get)
+        if kinds[kind] < 0 or kind == "double":
+            return m.group(0)
+        value = float(m.group(0))
+        if kind == "float":  # LLVM 22 takes a decimal float only when exact; spell its bits as a double
+            single = struct.unpack("<f", struct.pack("<f", value))[0]
+            return "0x%016X" % struct.unpack("<Q", struct.pack("<d", single))[0]
+        if kind == "half":
+            return "0xH%04X" % struct.unpack("<H", np.float16(value).tobytes())[0]
+        bits = struct.unpack("<I", struct.pack("<f", value))[0]
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return "0xR%04X" % rounded
+
+    return _DECIMAL_FLOAT.sub(decimal, line)
+
+
+_DECIMAL_FLOAT = re.compile(r"(?<![\w%@.\"$])[-+]?\d+\.\d+e[-+]\d+")
 
 
 _SPECIAL_FLOAT = re.compile(r"(?<![\w%@.\"$-])([+-]?inf|[+-]?qnan|[+-]?nan)(?![\w.(])")

@@ -383,3 +383,17 @@ def test_expanded_exp_accuracy_and_special_values():
     assert (np.abs(got[normal] - want[normal]) / want[normal]).max() < 5e-7
     assert got[-6] == np.inf and got[-5] == 0.0 and np.isnan(got[-4]) and got[-3] == 1.0
     assert (got[x.numpy() < -87.5] == 0).all() and (got[x.numpy() > 88.73] == np.inf).all()
+
+
+class Dtypes(torch.nn.Module):
+    def forward(self, x, i):
+        return x > 0, x.argmax(-1), i * 3 + 1, torch.where(x > 0, x, 0.1 * x), x.to(torch.float16) * 2
+
+
+def test_bool_integer_and_half_results_are_exact():
+    x, i = torch.randn(4, 6), torch.randint(-5, 5, (4, 6), dtype=torch.int32)
+    program_ir, report = delegated(Dtypes(), (x, i))
+    assert report.partitions == 1 and not report.portable
+    got = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy(), i.numpy())
+    for g, w in zip(got, Dtypes()(x, i)):
+        assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
