@@ -17,35 +17,42 @@ from etc.runtime.kernels.registry import kernel, register_kernel
 # --------------------------------------------------------------------------- special functions
 
 
+# erf(a)/a (even, smooth, 2/sqrt(pi) at 0) as piecewise polynomials on [0, 6): Chebyshev
+# interpolants of math.erf, built once at import; beyond 6, erf is +-1 in double.
+_ERF_HI, _ERF_WIDTH, _ERF_DEG = 6.0, 0.25, 11
+
+
+def _erf_table():
+    import math
+
+    count = int(_ERF_HI / _ERF_WIDTH)
+    k = np.arange(_ERF_DEG + 1)
+    nodes = np.cos(np.pi * (k + 0.5) / (_ERF_DEG + 1))
+    rows = []
+    for i in range(count):
+        center, half = (i + 0.5) * _ERF_WIDTH, _ERF_WIDTH / 2
+        values = [math.erf(v) / v for v in center + half * nodes]
+        poly = np.polynomial.chebyshev.cheb2poly(np.polynomial.chebyshev.chebfit(nodes, values, _ERF_DEG))
+        rows.append(np.pad(poly, (0, _ERF_DEG + 1 - len(poly))))
+    return np.ascontiguousarray(np.array(rows).T), (np.arange(count) + 0.5) * _ERF_WIDTH
+
+
+_ERF_COEFS, _ERF_CENTERS = _erf_table()
+
+
 def erf(x: np.ndarray) -> np.ndarray:
-    """erf without scipy: Taylor series for |x| < 2.5, continued fraction for erfc beyond (float64)."""
+    """erf without scipy, to ~1e-15 relative: x * P_i(|x|) on 0.25-wide pieces (no masks, only gathers)."""
     x = np.asarray(x)
-    dtype = x.dtype
+    dtype = x.dtype if category(x.dtype) >= 2 else np.dtype(np.float64)
     xd = x.astype(np.float64)
-    a = np.abs(xd)
-    small = a < 2.5
-    res = np.empty_like(xd)
-    if small.any():
-        xs = xd[small]
-        x2 = xs * xs
-        term = xs.copy()
-        total = xs.copy()
-        for n in range(1, 60):
-            term = term * (-x2) / n
-            total = total + term / (2 * n + 1)
-        res[small] = total * (2.0 / np.sqrt(np.pi))
-    big = ~small
-    if big.any():
-        xb = a[big]
-        t = xb.copy()
-        for k in range(60, 0, -1):
-            t = xb + (k / 2.0) / t
-        with np.errstate(all="ignore"):
-            erfc = np.exp(-xb * xb) / np.sqrt(np.pi) / t
-        v = 1.0 - erfc
-        v = np.where(np.isnan(xb), np.nan, v)
-        res[big] = np.copysign(v, xd[big])
-    return res.astype(dtype if category(dtype) >= 2 else np.float64)
+    a = np.fmin(np.abs(xd), _ERF_HI - 1e-9)  # NaN -> any piece; x * P stays NaN
+    idx = (a * (1 / _ERF_WIDTH)).astype(np.intp)
+    t = (a - np.take(_ERF_CENTERS, idx)) * (2 / _ERF_WIDTH)
+    p = np.take(_ERF_COEFS[_ERF_DEG], idx)
+    for k in range(_ERF_DEG - 1, -1, -1):
+        p *= t
+        p += np.take(_ERF_COEFS[k], idx)
+    return np.where(np.abs(xd) >= _ERF_HI, np.sign(xd), xd * p).astype(dtype)
 
 
 def _sigmoid(x):

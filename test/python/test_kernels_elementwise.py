@@ -229,7 +229,9 @@ def test_erf_is_accurate_in_double():
     import math
     from etc.runtime.kernels.elementwise import erf
     x = np.linspace(-7, 7, 2001)
-    np.testing.assert_allclose(erf(x), [math.erf(v) for v in x], rtol=1e-13, atol=1e-15)
+    x = np.concatenate([x, [1e-300, -1e-10, 5.9999999, 6.0, -0.0]])
+    np.testing.assert_allclose(erf(x), [math.erf(v) for v in x], rtol=1e-14, atol=0)
+    assert np.isnan(erf(np.array([np.nan]))[0]) and erf(np.array([np.inf, -np.inf])).tolist() == [1.0, -1.0]
     _ = torch
 
 
