@@ -107,3 +107,15 @@ def test_blas_thread_count_can_be_read_and_set():
     finally:
         set_blas_threads(before)
     assert blas_threads() == before
+
+
+def test_view_copy_onto_its_own_input_storage_is_a_no_op():
+    storage = np.arange(12, dtype=np.float32)
+    x = storage.reshape(3, 4)
+    out = storage.reshape(2, 6)  # the planner placed the view's result on the input's bytes
+    res = get_kernel("aten::view_copy.out")(x, [2, 6], out)
+    assert res is out and res.tolist() == np.arange(12).reshape(2, 6).tolist()
+    # a permuted view of the same bytes is not the same value: it must really copy
+    storage2 = np.arange(6, dtype=np.float32)
+    res = get_kernel("aten::permute_copy.out")(storage2.reshape(2, 3), [1, 0], np.zeros((3, 2), np.float32))
+    assert res.tolist() == [[0, 3], [1, 4], [2, 5]]
