@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from etc.errors import ExecutionError
-from etc.runtime.kernels.common import BOOL, INT64, category, normalize_dim, to_dtype, write_out
+from etc.runtime.kernels.common import BOOL, INT64, apply_alpha, category, normalize_dim, to_dtype, write_out
 from etc.runtime.kernels.registry import kernel
 from etc.runtime.kernels.shape import slice_indices
 
@@ -280,8 +280,7 @@ def index_add_out(self, dim, index, source, alpha=1, out=None):
     res = self.copy()
     key = [slice(None)] * self.ndim
     key[axis] = index
-    src = source if alpha == 1 else source * alpha
-    np.add.at(res, tuple(key), to_dtype(src, res.dtype))
+    np.add.at(res, tuple(key), apply_alpha(to_dtype(source, res.dtype), alpha, res.dtype))  # alpha wraps as res.dtype
     return write_out(out, res)
 
 

@@ -717,12 +717,21 @@ def _linear_matrix(n_in, n_out, scale_factor, align_corners, dtype):
 
 
 def _bilinear(input, sizes, scales, align_corners):
-    acc = compute_dtype(float_type(input.dtype))
+    integral = category(input.dtype) < 2
+    acc = np.dtype(np.float64) if integral else compute_dtype(float_type(input.dtype))
     res = input.astype(acc, copy=False)
-    for i, (o, sc) in enumerate(zip(sizes, scales)):
+    passes = list(enumerate(zip(sizes, scales)))
+    if integral:
+        # uint8 images: ATen's separable kernel interpolates the width, rounds to the
+        # nearest integer, then the height, rounding again
+        passes.reverse()
+        info = np.iinfo(input.dtype)
+    for i, (o, sc) in passes:
         axis = input.ndim - 2 + i
         m = _linear_matrix(input.shape[axis], o, sc, align_corners, acc)
         res = np.moveaxis(np.tensordot(res, m, axes=([axis], [1])), -1, axis)
+        if integral:
+            res = np.clip(np.floor(res + 0.5), info.min, info.max)
     return res
 
 

@@ -89,3 +89,20 @@ def test_bool_scatter_reduce_min_max(reduce, include_self):
     index = rng.integers(0, 6, (4, 5))
     ours, expected, _ = run("aten::scatter_reduce.two_out", [x, 0, index, src, reduce, include_self])
     assert_close(ours, expected)
+
+
+def test_index_add_alpha_wraps_in_unsigned_dtypes():
+    rng = np.random.default_rng(2)
+    x, src = rng.integers(0, 200, (5, 4)).astype(np.uint8), rng.integers(0, 200, (3, 4)).astype(np.uint8)
+    ours, expected, _ = run("aten::index_add.out", [x, 0, np.array([4, 0, 4]), src, -1])
+    assert_close(ours, expected)
+
+
+@pytest.mark.parametrize("size,align_corners", [((130, 130), False), ((3, 3), True), ((23, 9), False)])
+def test_uint8_bilinear_upsampling_rounds_each_pass_as_aten(size, align_corners):
+    """ATen's uint8 kernel interpolates width then height, rounding after each; its fixed-point
+    weights may still move a rare element by one."""
+    x = np.random.default_rng(3).integers(0, 256, (1, 3, 270, 270) if size[0] == 130 else (2, 3, 10, 17)).astype(np.uint8)
+    ours, expected, _ = run("aten::upsample_bilinear2d.vec_out", [x, list(size), align_corners, None])
+    diff = np.abs(ours[0].astype(np.int64) - expected[0])
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
