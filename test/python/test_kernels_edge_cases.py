@@ -106,3 +106,32 @@ def test_uint8_bilinear_upsampling_rounds_each_pass_as_aten(size, align_corners)
     ours, expected, _ = run("aten::upsample_bilinear2d.vec_out", [x, list(size), align_corners, None])
     diff = np.abs(ours[0].astype(np.int64) - expected[0])
     assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+
+
+def _misc_cases():
+    rng = np.random.default_rng(4)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    idx = lambda high, *s: rng.integers(0, high, s)  # noqa: E731
+    return {
+        "index_put_impl_accumulate": ("aten::_index_put_impl.out",
+                                      [f(5, 4), [idx(5, 6), None], f(6, 4), True, False]),
+        "index_put_impl_replace": ("aten::_index_put_impl.out", [f(5, 4), [np.array([1, 3]), np.array([0, 2])],
+                                                                 f(2), False, False]),
+        "avg_pool1d": ("aten::avg_pool1d.out", [f(2, 3, 11), [3], [2], [1], True, False]),
+        "avg_pool1d_ceil": ("aten::avg_pool1d.out", [f(2, 3, 10), [4], [3], [0], False, True]),
+        "adaptive_avg_pool2d": ("aten::adaptive_avg_pool2d.out", [f(2, 3, 7, 9), [3, 4]]),
+        "adaptive_avg_pool3d": ("aten::_adaptive_avg_pool3d.out", [f(1, 2, 5, 6, 7), [2, 3, 4]]),
+        "adaptive_max_pool2d": ("aten::adaptive_max_pool2d.out", [f(2, 3, 7, 9), [3, 4]]),
+        "scatter_value_reduce_add": ("aten::scatter.value_reduce_out", [f(4, 5), 1, idx(5, 4, 3), 2.5, "add"]),
+        "scatter_value_reduce_mul": ("aten::scatter.value_reduce_out", [f(4, 5), 0, idx(4, 2, 5), -1.5, "multiply"]),
+        "cdist": ("aten::_cdist_forward.out", [f(2, 5, 3), f(2, 4, 3), 2.0, None]),
+        "cdist_p1": ("aten::_cdist_forward.out", [f(5, 3), f(4, 3), 1.0, None]),
+        "pdist": ("aten::_pdist_forward.out", [f(6, 3), 2.0]),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_misc_cases()))
+def test_less_common_kernels_against_torch(case):
+    name, args = _misc_cases()[case]
+    ours, expected, _ = run(name, args)
+    assert_close(ours, expected, rtol=1e-5, atol=1e-5)
