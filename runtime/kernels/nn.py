@@ -765,8 +765,7 @@ def _reflect(coord, lo2, hi2):
     return np.where(flips % 2 == 0, extra + mn, span - extra + mn)
 
 
-def _source_coord(coord, size, padding_mode, align_corners):
-    c = _unnormalize(coord, size, align_corners)
+def _pad_coord(c, size, padding_mode, align_corners):
     if padding_mode == 1:  # border
         c = np.clip(c, 0, size - 1)
     elif padding_mode == 2:  # reflection
@@ -775,14 +774,26 @@ def _source_coord(coord, size, padding_mode, align_corners):
     return c
 
 
+def _source_coord(coord, size, padding_mode, align_corners):
+    return _pad_coord(_unnormalize(coord, size, align_corners), size, padding_mode, align_corners)
+
+
+def _cubic_weights(t, a=-0.75):
+    """The 4 cubic-convolution weights (ATen's A = -0.75) for taps at -1, 0, 1, 2 from floor."""
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
 @kernel("aten::grid_sampler_2d.out")
 def grid_sampler_2d_out(input, grid, interpolation_mode, padding_mode, align_corners, out=None):
-    if interpolation_mode not in (0, 1):
-        raise ExecutionError(f"grid_sampler_2d: interpolation mode {interpolation_mode} (bicubic) is not supported")
+    if interpolation_mode not in (0, 1, 2):
+        raise ExecutionError(f"grid_sampler_2d: unknown interpolation mode {interpolation_mode}")
     n, c, h, w = input.shape
     acc = compute_dtype(float_type(input.dtype))
-    x = _source_coord(grid[..., 0].astype(acc), w, padding_mode, align_corners)
-    y = _source_coord(grid[..., 1].astype(acc), h, padding_mode, align_corners)
     inp = input.astype(acc, copy=False)
     batch = np.arange(n)[:, None, None]
 
@@ -791,6 +802,24 @@ def grid_sampler_2d_out(input, grid, interpolation_mode, padding_mode, align_cor
         cy, cx = np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)
         vals = inp[batch, :, cy, cx]  # (N, OH, OW, C)
         return vals * valid[..., None]
+
+    if interpolation_mode == 2:
+        # bicubic: 4x4 taps around the unpadded source point, each tap padded on its own
+        x = _unnormalize(grid[..., 0].astype(acc), w, align_corners)
+        y = _unnormalize(grid[..., 1].astype(acc), h, align_corners)
+        x0, y0 = np.floor(x), np.floor(y)
+        wx, wy = _cubic_weights(x - x0), _cubic_weights(y - y0)
+        res = 0
+        for i in range(4):
+            row = 0
+            ty = _pad_coord(y0 - 1 + i, h, padding_mode, align_corners)
+            for j in range(4):
+                tx = _pad_coord(x0 - 1 + j, w, padding_mode, align_corners)
+                row = row + sample(ty.astype(np.int64), tx.astype(np.int64)) * wx[j][..., None]
+            res = res + row * wy[i][..., None]
+        return write_out(out, np.moveaxis(res, -1, 1).astype(input.dtype))
+    x = _source_coord(grid[..., 0].astype(acc), w, padding_mode, align_corners)
+    y = _source_coord(grid[..., 1].astype(acc), h, padding_mode, align_corners)
 
     if interpolation_mode == 1:
         res = sample(np.round(y).astype(np.int64), np.round(x).astype(np.int64))

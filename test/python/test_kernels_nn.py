@@ -119,7 +119,7 @@ def _resize_cases():
             c.append(Case("aten::upsample_bilinear2d.vec_out",
                           lambda g, sh=shape, s=size, sc=scales, ac=ac: [g.t(sh), s, ac, sc], tag=f"{tag}-{ac}",
                           **TOL))
-    for mode in (0, 1):
+    for mode in (0, 1, 2):
         for pad in (0, 1, 2):
             for ac in (False, True):
                 c.append(Case("aten::grid_sampler_2d.out",
