@@ -121,6 +121,7 @@ def compile_module(module: ir.Module, *, strategy: str = "vector", target=None, 
     after = str(module)
     _run(module, BUFFERIZE, "bufferization")
     ks.remove_self_copies(module)
+    ks.forward_result_copies(module)
     scratch = codegen.plan_scratch(module)  # temporaries -> trailing arguments (no malloc)
     codegen.copies_to_linalg(module)
     _run(module, TO_LLVM, "lowering to LLVM")

@@ -730,3 +730,68 @@ def rewrite_window_ops(module: ir.Module, cfg: KernelConfig) -> list:
         if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value in names:
             op.operation.erase()
     return made
+
+
+def forward_result_copies(module: ir.Module) -> int:
+    """After bufferization: `memref.copy %alloc, %out` (a static, identity-layout alloc copied into an
+    out-param that nothing else touches) -> compute into %out directly. buffer-results-to-out-params
+    hoists such allocs itself only when no loop uses them; with tiled loop nests it copies instead.
+    (Safe because the out-param is never read by the caller before the call returns and aliases no
+    input.) Returns how many copies it removed."""
+    count = 0
+    for fn in _walk(module, ("func.func",)):
+        if not fn.regions[0].blocks:
+            continue
+        block = fn.regions[0].blocks[0]
+        args = set()
+        for a in block.arguments:
+            args.add(a)
+        for op in list(block.operations):
+            op = op.operation
+            if op.name != "memref.copy":
+                continue
+            src, dst = op.operands[0], op.operands[1]
+            if dst not in args or src.type != dst.type:
+                continue
+            owner = src.owner
+            if isinstance(owner, ir.Block):
+                continue
+            owner = owner if isinstance(owner, ir.Operation) else owner.operation
+            if owner.name != "memref.alloc" or owner.parent != fn or len(list(owner.operands)):
+                continue
+            if sum(1 for _ in dst.uses) != 1:
+                continue
+            t = ir.MemRefType(src.type)
+            if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
+                continue
+            # every use of the alloc must come before the copy (the copy is its last use)
+            later = False
+            seen = False
+            for other in block.operations:
+                if other.operation == op:
+                    seen = True
+                    continue
+                if seen and _uses_value(other.operation, src):
+                    later = True
+                    break
+            if later:
+                continue
+            op.erase()
+            src.replace_all_uses_with(dst)
+            owner.erase()
+            count += 1
+    return count
+
+
+def _uses_value(op, value) -> bool:
+    found = [False]
+
+    def visit(inner):
+        for v in inner.operands:
+            if v == value:
+                found[0] = True
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found[0]
