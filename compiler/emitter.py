@@ -231,6 +231,7 @@ class _MethodEmitter:
         self.instructions: list = []
         self.delegates: list = []
         self.const_values: dict = {}  # (kind, python value) -> EValue index, to share scalars
+        self.frames: list = []  # one FrameList per instruction: where in the user's code it came from
         # Buffers the method writes live in one extra arena (the last mem_id), each at
         # its own offset for the whole run, initialised from the mutable data segment.
         self.state_values: dict = {}  # global symbol -> EValue index
@@ -405,8 +406,20 @@ class _MethodEmitter:
             args.append(self._add(self.S.TensorList(items=result_indices)))
         else:
             args += out_args
-        self.instructions.append(self.S.Instruction(
-            instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args)))
+        self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args), op)
+
+    def instruction(self, instr_args, op) -> None:
+        """Append an instruction and its stack trace (the user's file:line of `op`), which
+        runtimes use to point a failure at the model's source."""
+        from etc.compiler.locations import location_name, source_position
+
+        self.instructions.append(self.S.Instruction(instr_args=instr_args))
+        position = source_position(op.location)
+        frames = []
+        if position is not None:
+            frames.append(self.S.Frame(filename=position.file, lineno=position.line,
+                                       name=location_name(op.location) or op.name, context=""))
+        self.frames.append(self.S.FrameList(items=frames))
 
     def _state(self, symbol: str, value, op) -> int:
         """The EValue of mutable buffer `symbol` (one per method), planned in the state arena."""
@@ -442,8 +455,7 @@ class _MethodEmitter:
             raise LoweringError("the value stored into a buffer is not defined by an emitted value",
                                 location=_where(op))
         args = [buffer, self.index[value], self.scalar(False), buffer, buffer]
-        self.instructions.append(self.S.Instruction(
-            instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args)))
+        self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args), op)
 
     def symbolic_size(self, op) -> None:
         """A size computed at run time (dynamic shapes): `tensor.dim` becomes
@@ -457,8 +469,7 @@ class _MethodEmitter:
         args = [self.index[v] if v in self.index else self._missing(v, op) for v in op.operands]
         result = self._add(self.S.Int(int_val=0))  # not shared: the kernel writes it
         self.index[op.results[0]] = result
-        self.instructions.append(self.S.Instruction(
-            instr_args=self.S.KernelCall(op_index=self.operator(kernel), args=args + [result])))
+        self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args + [result]), op)
 
     def _missing(self, value, op):
         raise LoweringError("an operand is not defined by an emitted value", location=_where(op))
@@ -479,8 +490,7 @@ class _MethodEmitter:
             id=backend_id,
             processed=S.BackendDelegateDataReference(location=S.DataLocation.SEGMENT, index=blob_index),
             compile_specs=specs))
-        self.instructions.append(S.Instruction(instr_args=S.DelegateCall(
-            delegate_index=len(self.delegates) - 1, args=inputs + outputs)))
+        self.instruction(S.DelegateCall(delegate_index=len(self.delegates) - 1, args=inputs + outputs), op)
 
     def emit(self):
         from torch_mlir import ir
@@ -529,7 +539,8 @@ class _MethodEmitter:
             values=self.values,
             inputs=inputs,
             outputs=outputs,
-            chains=[S.Chain(inputs=inputs, outputs=outputs, instructions=self.instructions, stacktrace=None)],
+            chains=[S.Chain(inputs=inputs, outputs=outputs, instructions=self.instructions,
+                            stacktrace=self.frames if any(f.items for f in self.frames) else None)],
             operators=self.operators,
             delegates=self.delegates,
             non_const_buffer_sizes=sizes,

@@ -88,3 +88,25 @@ def test_buffer_mutation_persists_across_calls():
     # A fresh load starts again from the buffer's initial value.
     (again,) = Runtime.get().load_program(program.buffer).load_method("forward").execute([np.ones(3, np.float32)])
     np.testing.assert_allclose(again, [2.0, 2.0, 2.0])
+
+
+def test_kernel_failure_points_at_the_users_line(monkeypatch):
+    """The emitter records each instruction's source position; the runtime names it in errors."""
+    from etc.errors import ExecutionError
+    from etc.runtime.kernels import registry
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            y = x * 3.0
+            return torch.sigmoid(y)  # the failing line
+
+    program = etc.to_edge(torch.export.export(Model(), (torch.ones(4),))).to_executorch()
+
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(registry._KERNELS, "aten::sigmoid.out", broken)
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    with pytest.raises(ExecutionError, match="boom") as info:
+        method.execute([np.ones(4, np.float32)])
+    assert "test_end_to_end.py" in str(info.value) and "the failing line" not in str(info.value.method)
