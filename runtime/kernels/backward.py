@@ -11,8 +11,8 @@ import numpy as np
 from etc.errors import ExecutionError
 from etc.runtime.kernels.common import INT64, write_out
 from etc.runtime.kernels.linalg import compute_dtype
-from etc.runtime.kernels.nn import (_adaptive_matrix, _avg_divisors, _expand, _pad_spatial, _pool_out_size,
-                                    col2im_nd, conv_nd, windows)
+from etc.runtime.kernels.nn import (_adaptive_matrix, _avg_divisors, _expand, _pad_spatial, col2im_nd, conv_nd,
+                                    windows)
 from etc.runtime.kernels.registry import kernel
 
 
@@ -182,5 +182,3 @@ def native_group_norm_backward_out(grad_out, input, mean, rstd, weight, N, C, Hx
         results[2] = write_out(out2, go.sum(axis=(0, 3)).reshape(c))
     return tuple(results)
 
-
-_ = _pool_out_size

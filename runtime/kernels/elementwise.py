@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from etc.errors import ExecutionError
-from etc.runtime.kernels.common import (BOOL, DEFAULT_FLOAT, apply_alpha, category, float_type, result_type,
+from etc.runtime.kernels.common import (BOOL, apply_alpha, category, float_type, result_type,
                                         to_dtype, write_out)
 from etc.runtime.kernels.registry import kernel, register_kernel
 
@@ -541,4 +541,3 @@ def masked_fill_tensor_out(self, mask, value, out=None):
 
 
 __all__ = ["erf", "divide"]
-_ = DEFAULT_FLOAT

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from etc.errors import ExecutionError
-from etc.runtime.kernels.common import (BOOL, category, dtype_arg, float_type, normalize_dim, result_type, sizes,
+from etc.runtime.kernels.common import (category, dtype_arg, float_type, normalize_dim, result_type, sizes,
                                         to_dtype, write_out)
 from etc.runtime.kernels.elementwise import erf
 from etc.runtime.kernels.linalg import compute_dtype, matmul
@@ -275,5 +275,3 @@ def erfc_out(self, out=None):
 
 
 
-
-_ = BOOL

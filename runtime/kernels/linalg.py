@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from etc.errors import ExecutionError
-from etc.runtime.kernels.common import BOOL, category, result_type, to_dtype, write_out
+from etc.runtime.kernels.common import BOOL, result_type, to_dtype, write_out
 from etc.runtime.kernels.registry import kernel
 
 
@@ -131,5 +131,3 @@ def pdist_forward_out(self, p=2, out=None):
         res = (d ** p).sum(-1) ** (1.0 / p)
     return write_out(out, res.astype(self.dtype))
 
-
-_ = category

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from etc.errors import ExecutionError
-from etc.runtime.kernels.common import (dtype_arg, normalize_dim, normalize_dims, result_type, sizes, to_dtype,
+from etc.runtime.kernels.common import (normalize_dim, normalize_dims, result_type, sizes, to_dtype,
                                         write_out)
 from etc.runtime.kernels.registry import kernel
 
@@ -391,5 +391,3 @@ def pixel_unshuffle_out(self, downscale_factor, out=None):
     x = x.transpose(*range(n), n, n + 2, n + 4, n + 1, n + 3)
     return write_out(out, x.reshape(*lead, c * r * r, h // r, w // r))
 
-
-_ = dtype_arg
