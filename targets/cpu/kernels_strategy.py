@@ -1,40 +1,42 @@
 """Codegen strategy for the heavy linalg ops of the `cpu` target (the `apply_codegen_strategy` hook).
 
-`codegen.apply_codegen_strategy` imports this module and calls
-`apply_codegen_strategy(module, target)` on linalg-on-tensors IR, after elementwise fusion
-and before bufferization. What it does, per op, with one transform-dialect script built here
-and run by the `transform-interpreter` pass:
+`codegen.apply_codegen_strategy` imports this module and calls `apply_codegen_strategy(module,
+target)` on linalg-on-tensors IR, after elementwise fusion and before bufferization. Each part is a
+transform-dialect script built here (text) and run by the `transform-interpreter` pass:
 
-  linalg.matmul / linalg.batch_matmul (static f32):
-      tile the elementwise consumer (bias, relu, residual add: the single user when it is an
-      all-parallel linalg.generic of the same shape) or the matmul itself by [MC, NC] with
-      scf.for, fuse the matmul and its init (fill / broadcast) into that loop nest,
-      tile the reduction by KC, then register-tile [MR, NR, 1] and vectorize
-      (masked, so sizes that are not multiples of the tiles work);
-      the MR x NR accumulator is hoisted out of the k loop (loop-carried vectors) and the
-      contraction becomes MR broadcast-FMAs of NR-wide vectors per k (`vector.fma`):
-      an 8 x 32 f32 microkernel on AVX-512 (16 zmm accumulators), 6 x 16 on AVX2, 8 x 8 on NEON.
-  linalg.conv_2d_nchw_fchw / conv_2d_nhwc_hwcf (incl. 1x1, strided, padded input):
-      im2col (`convert_conv2d_to_img2col`), then the matmul strategy on the resulting
-      contraction (NCHW: out[n, f, p] = W[f, k] col[n, k, p]; vectors along the output pixels).
-  everything else (depthwise convs, pooling, elementwise, dynamic shapes, non-f32):
-      `codegen.default_codegen_strategy` (generalize + loop interchange for LLVM's vectorizer).
+  depthwise convolutions, max/sum pooling (NCHW and NHWC, any stride/dilation; static f32):
+      rewritten as ONE elementwise linalg.generic over the KH*KW taps (each tap a strided slice of
+      the padded input shaped like the output; `math.fma` per tap), tiled to one output row and
+      vectorized along the contiguous output dim: ow (NCHW) or 4 pixels x 32 channels (NHWC).
+  contractions (matmul, batch_matmul, linear, conv_2d_nchw_fchw / nhwc_hwcf):
+      `targets/cpu/strategy.py` (another engineer's packed-B GEMM kernels) when it is importable;
+      this module's own phases otherwise, or with ETC_CPU_GEMM_STRATEGY=kernels:
+        convs (batch 1): im2col (`convert_conv2d_to_img2col`), batch dim folded away, leaving a
+        plain matmul-shaped generic; then every static f32 matmul-shaped op: tile the elementwise
+        consumer (bias/relu/residual: its single all-parallel user) by [MC, NC] with scf.for,
+        fuse the matmul and its fill/broadcast init into that nest, tile K by KC, register-tile
+        [MR, NR, 1] and vectorize with masks (any size); the MR x NR accumulator is hoisted out
+        of the k loop and the contraction becomes MR broadcast-FMAs of NR-wide vectors per k
+        (`vector.fma`): 8 x 32 f32 on AVX-512 (16 zmm accumulators), 6 x 16 AVX2, 8 x 8 NEON.
+  everything else (dynamic shapes, other element types, batch>1 convs, ...):
+      `codegen.default_codegen_strategy`.
 
-CONTRACT with the pipeline that calls this hook (codegen.py), after bufferization:
-  * vector ops must be lowered: the IR this strategy returns contains `vector.*` ops
-    (transfer_read/write with masks, fma, broadcast, ...). The pipeline must run
-    `VECTOR_LOWERING` (below) before `convert-*-to-llvm`, i.e.
-    `func.func(convert-vector-to-scf{full-unroll=true}, lower-affine), convert-vector-to-llvm`.
-    `lowers_vectors()` checks `codegen._to_llvm(64)` for it; when it is missing the hook
-    falls back to the default strategy (so the pipeline stays correct, only slower).
-  * `memref.copy %x, %x` (a slice copied onto itself, left by one-shot-bufferize for the
-    tiled loops' insert_slice) is a no-op; `remove_self_copies(module)` erases them
-    (otherwise `copies_to_linalg` turns them into loops that copy a tile onto itself).
-  * the code references no runtime library: no BLAS, no OpenMP, no malloc (temporaries are
-    static-shaped `memref.alloc`s the scratch planner can place).
+CONTRACT with the pipeline that calls this hook (codegen.py):
+  * after bufferization, vector ops must be lowered: run `VECTOR_LOWERING`
+    (`func.func(convert-vector-to-scf{full-unroll=true}, lower-affine), convert-vector-to-llvm`)
+    before `convert-scf-to-cf`/`convert-*-to-llvm`. `lowers_vectors()` looks for it in
+    `codegen._to_llvm(...)`; without it this hook only runs the default strategy (correct,
+    slower). Checked: test_cpu_target.py passes with the hook active once that is added.
+  * right after bufferization, `remove_self_copies(module)` (tiled insert_slices leave
+    `memref.copy %x, %x`) and `forward_result_copies(module)` (buffer-results-to-out-params
+    copies a loop-written result alloc into the out-param instead of hoisting it: a whole extra
+    pass over the output, which copies_to_linalg turns into a slow loop) are cheap and safe.
+  * no runtime library: no BLAS, no OpenMP, no malloc (temporaries are static-shaped
+    `memref.alloc`s for the scratch planner; a fused consumer only with cache blocks that divide
+    the output, so they stay static).
 
-`etc.targets.cpu.gemm` has a standalone path (linalg text -> this strategy -> bufferize ->
-LLVM -> llvmlite JIT, called through ctypes) used by tests and `tools/bench_gemm.py`.
+`etc.targets.cpu.gemm` is a standalone path (linalg text -> strategy -> bufferize -> LLVM ->
+llvmlite JIT -> ctypes) for tests (test_cpu_strategy_kernels.py) and tools/bench_kernels.py.
 """
 
 from __future__ import annotations
