@@ -45,7 +45,7 @@ def _spec_dict(compile_specs) -> dict:
 
 
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
-                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False):
+                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, unroll: bool = True):
     """An outlined edge function -> (blob bytes, debug info)."""
     from torch_mlir import ir
 
@@ -61,7 +61,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         timings["to_linalg_s"] = t1 - t0
         resolved = codegen.resolve_target(target, cpu=cpu, features=features)
         result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level,
-                                        keep_ir=keep_ir, threaded=int(num_threads) > 1)
+                                        keep_ir=keep_ir, threaded=int(num_threads) > 1, unroll=unroll)
         timings["codegen_s"] = time.perf_counter() - t1
     metadata = {
         "producer": "etc cpu target",
@@ -98,7 +98,8 @@ class CpuBackend(BackendDetails):
         data, debug = compile_function(
             func_op, constants, target=specs.get("target") or None, cpu=specs.get("cpu") or None,
             features=specs.get("features"), opt_level=int(specs.get("opt_level", 3)),
-            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1")
+            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1",
+            unroll=specs.get("unroll", "1") != "0")
         return PreprocessResult(processed_bytes=data, debug_info=debug)
 
 

@@ -465,7 +465,7 @@ def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, i
 
 def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str | None = None, *,
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False,
-                   threaded: bool = False) -> CodegenResult:
+                   threaded: bool = False, unroll: bool = True) -> CodegenResult:
     """linalg-on-tensors module (one func) -> object code.
 
     `arg_kinds`: (kind, name) for each function argument (input/constant); results become outputs.
@@ -484,7 +484,7 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str |
                             if not (line.startswith("declare") and f"@{BARRIER_FN}(" in line)) + "\n"
         llvm_ir += barrier_llvm_ir(index_bits)
     llvm_ir += entry_wrapper(inner, entry, n_slots, offsets[:-1], index_bits, threaded=threaded)
-    obj, optimized = emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner])
+    obj, optimized = emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner], unroll=unroll)
     return CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
                          llvm_ir=optimized if keep_ir else "", threaded=threaded)
 
@@ -678,7 +678,8 @@ def check_external_symbols(mod) -> None:
         raise LoweringError(f"cpu codegen: generated code calls unsupported external function(s) {', '.join(bad)}")
 
 
-def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=()) -> tuple[bytes, str]:
+def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=(),
+                unroll: bool = True) -> tuple[bytes, str]:
     import llvmlite.binding as llvm
 
     _init_llvm()
@@ -702,6 +703,7 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     pto.loop_vectorization = opt_level >= 2
     pto.slp_vectorization = opt_level >= 2
+    pto.loop_unrolling = unroll
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)

@@ -81,6 +81,18 @@ def vtensor_type(tensor_type) -> ir.Type:
     return ir.Type.parse(f"!torch.vtensor<[{dims}],{element}>")
 
 
+_SHARED_CONTEXT = None
+
+
+def shared_context() -> ir.Context:
+    """One torch-aware context for the target's own work (trial lowerings, re-imported delegate
+    functions): making a context loads etc's 1577-op dialects, about a second each time."""
+    global _SHARED_CONTEXT
+    if _SHARED_CONTEXT is None:
+        _SHARED_CONTEXT = make_context()
+    return _SHARED_CONTEXT
+
+
 def make_context() -> ir.Context:
     """A context with etc's dialects and torch-mlir's torch dialect (which also registers its passes)."""
     from torch_mlir.dialects import torch as torch_d
@@ -169,7 +181,7 @@ _REGISTERED_CACHE: dict = {}
 
 def _torch_registered(torch_name: str) -> bool:
     if torch_name not in _REGISTERED_CACHE:
-        with make_context() as ctx:
+        with shared_context() as ctx:
             _REGISTERED_CACHE[torch_name] = ctx.is_registered_operation(torch_op_name(torch_name))
     return _REGISTERED_CACHE[torch_name]
 
@@ -214,7 +226,7 @@ def _trial_lowering(op) -> tuple[bool, str]:
             f"({', '.join(str(v.type) for v in op.operands)}) -> ({all_types})\n"
             f"  return {rnames} : {rtypes}\n}}")
     try:
-        with make_context(), ir.Location.unknown():
+        with shared_context(), ir.Location.unknown():
             module = ir.Module.parse(text)
             fn = module.body.operations[0]
             lowered = lower_to_linalg(fn, {})
@@ -468,7 +480,7 @@ def import_for_lowering(func_op) -> tuple[ir.Context, ir.Operation]:
             if op.operation.name == "ml_program.global" and ir.StringAttr(op.attributes["sym_name"]).value in used:
                 texts.append(op.operation.get_asm(print_generic_op_form=True))
     texts.append(func_op.operation.get_asm(print_generic_op_form=True))
-    context = make_context()
+    context = shared_context()
     with context:
         module = ir.Module.parse("module {\n" + "\n".join(texts) + "\n}")
     fn = [op for op in module.body.operations if op.operation.name == "func.func"][-1]
