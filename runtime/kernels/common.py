@@ -234,3 +234,30 @@ def normalize_dims(dims: Iterable[int] | int | None, ndim: int, empty_means_all:
 
 def sizes(shape) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
+
+
+# --------------------------------------------------------------------------- bfloat16 bits
+
+# bfloat16 tensors as a runtime may hand them to kernels: uint16 bits, tagged in the dtype's
+# metadata. The registry computes kernels on such tensors in float32 and rounds the outs back.
+BFLOAT16 = np.dtype(np.uint16, metadata={"etc_scalar_type": "bfloat16"})
+
+
+def is_bfloat16(x) -> bool:
+    return type(x) is np.ndarray and x.dtype.metadata is not None and \
+        x.dtype.metadata.get("etc_scalar_type") == "bfloat16"
+
+
+def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """float32 values of bfloat16 data carried as uint16 bits (exact: bfloat16 is float32's top half)."""
+    bits = np.ascontiguousarray(bits, dtype=np.uint16)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """uint16 bits of the bfloat16 nearest to each float32 (ties to even; NaN stays a quiet NaN)."""
+    f = np.ascontiguousarray(values, dtype=np.float32)
+    u = f.view(np.uint32)
+    rounded = (u + (np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1)))) >> 16
+    nan = np.isnan(f)
+    return np.where(nan, (u >> 16) | np.uint32(0x0040), rounded).astype(np.uint16)

@@ -47,6 +47,10 @@ def _guarded(name: str, fn: Callable) -> Callable:
     def call(*args, **kwargs):
         try:
             with np.errstate(all="ignore"):
+                for a in args:  # (a plain loop: this runs on every kernel call)
+                    if (type(a) is np.ndarray and a.dtype.metadata is not None) or type(a) is list:
+                        if _has_bfloat16(a):
+                            return _call_in_float32(fn, args, kwargs)
                 return fn(*args, **kwargs)
         except EtcError as error:
             if isinstance(error, ExecutionError) and error.operator is None:
@@ -57,6 +61,45 @@ def _guarded(name: str, fn: Callable) -> Callable:
         except (ValueError, IndexError, TypeError, ArithmeticError, KeyError) as error:
             raise ExecutionError(f"{type(error).__name__}: {error}", operator=name) from error
     return call
+
+
+def _has_bfloat16(arg) -> bool:
+    from etc.runtime.kernels.common import is_bfloat16
+    if type(arg) is np.ndarray:
+        return arg.dtype.metadata is not None and is_bfloat16(arg)
+    if isinstance(arg, list):
+        return any(_has_bfloat16(a) for a in arg)
+    return False
+
+
+def _call_in_float32(fn, args, kwargs):
+    """Run `fn` with every bfloat16 tensor as float32; round the results back into their bfloat16 outs."""
+    from etc.runtime.kernels.common import bfloat16_to_float32, float32_to_bfloat16, is_bfloat16, resize_out
+
+    originals = []  # (float32 stand-in, bfloat16 original)
+
+    def convert(a):
+        if is_bfloat16(a):
+            f = bfloat16_to_float32(a).reshape(a.shape)
+            originals.append((f, a))
+            return f
+        if isinstance(a, list):
+            return [convert(x) for x in a]
+        return a
+
+    result = fn(*[convert(a) for a in args], **kwargs)
+
+    def back(r):
+        if isinstance(r, (list, tuple)):
+            return type(r)(back(x) for x in r)
+        if isinstance(r, np.ndarray):
+            for f, orig in originals:
+                if r.size and np.shares_memory(r, f):
+                    target = resize_out(orig, r.shape)
+                    np.copyto(target, float32_to_bfloat16(r).reshape(r.shape))
+                    return target
+        return r
+    return back(result)
 
 
 def register_kernel(name: str, fn: Callable) -> Callable:

@@ -119,3 +119,46 @@ def test_view_copy_onto_its_own_input_storage_is_a_no_op():
     storage2 = np.arange(6, dtype=np.float32)
     res = get_kernel("aten::permute_copy.out")(storage2.reshape(2, 3), [1, 0], np.zeros((3, 2), np.float32))
     assert res.tolist() == [[0, 3], [1, 4], [2, 5]]
+
+
+def test_bfloat16_bits_convert_like_torch():
+    import torch
+    from etc.runtime.kernels.common import bfloat16_to_float32, float32_to_bfloat16
+    x = np.concatenate([np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 1e3,
+                        np.array([np.inf, -np.inf, 0.0, -0.0, 1.00390625, 1.01171875, 3.4e38, 1e-40], np.float32)])
+    expected = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    bits = float32_to_bfloat16(x)
+    np.testing.assert_array_equal(bits, expected)
+    np.testing.assert_array_equal(bfloat16_to_float32(bits),
+                                  torch.from_numpy(expected.view(np.int16)).view(torch.bfloat16).float().numpy())
+    assert np.isnan(bfloat16_to_float32(float32_to_bfloat16(np.array([np.nan], np.float32))))[0]
+
+
+def test_bfloat16_tagged_tensors_compute_in_float32_and_round_back():
+    import torch
+    from etc.runtime.kernels.common import BFLOAT16, float32_to_bfloat16
+    rng = np.random.default_rng(0)
+    a32, b32 = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((4,)).astype(np.float32)
+    a, b = float32_to_bfloat16(a32).view(BFLOAT16), float32_to_bfloat16(b32).view(BFLOAT16)
+    ta, tb = (torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16) for x in (a, b))
+
+    def bits(t):
+        return t.view(torch.int16).numpy().view(np.uint16)
+
+    out = np.zeros((3, 4), BFLOAT16)
+    res = get_kernel("aten::add.out")(a, b, 1, out)
+    assert res is out and res.dtype.metadata == BFLOAT16.metadata
+    np.testing.assert_array_equal(res.view(np.uint16), bits(ta + tb))
+    # bfloat16 in, float32 out; float32 in, bfloat16 out; several outs; a smaller (dynamic) result
+    f = get_kernel("aten::_to_copy.out")(a, False, None, np.zeros((3, 4), np.float32))
+    np.testing.assert_array_equal(f, ta.float().numpy())
+    back = get_kernel("aten::_to_copy.out")(a32, False, None, np.zeros((3, 4), BFLOAT16))
+    np.testing.assert_array_equal(back.view(np.uint16), bits(torch.from_numpy(a32).to(torch.bfloat16)))
+    vals, idx = get_kernel("aten::max.dim_max")(a, 1, False, np.zeros(3, BFLOAT16), np.zeros(3, np.int64))
+    tv, ti = ta.max(dim=1)
+    np.testing.assert_array_equal(vals.view(np.uint16), bits(tv))
+    np.testing.assert_array_equal(idx, ti.numpy())
+    small = get_kernel("aten::sum.IntList_out")(a, [1], False, None, np.zeros(8, BFLOAT16))
+    assert small.shape == (3,)
+    np.testing.assert_allclose(small.view(np.uint16).astype(np.uint32) << 16, bits(ta.sum(1)).astype(np.uint32) << 16,
+                               atol=1 << 16)
