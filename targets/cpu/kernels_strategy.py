@@ -505,6 +505,59 @@ def run_transform(module: ir.Module, script: str) -> None:
                 del module.operation.attributes["transform.with_named_sequence"]
 
 
+def _restore(module: ir.Module, text: str) -> None:
+    """Put the module back as it was (its printed form) after a failed phase, keeping the func
+    ops themselves (callers hold handles to them): each func's body is replaced by the backup's."""
+    fresh = ir.Module.parse(text)
+    _KEEP.append(fresh)  # it owns the storage of the ops moved out of it
+    backups = {}
+    for op in fresh.body.operations:
+        if op.operation.name == "func.func":
+            backups[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
+    for op in list(module.body.operations):
+        op = op.operation
+        if op.name != "func.func":
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        if name not in backups:  # a helper this module added
+            op.erase()
+            continue
+        src = backups[name]
+        if len(op.regions[0].blocks) != 1 or len(src.regions[0].blocks) != 1:
+            raise LoweringError("cpu codegen: cannot restore a multi-block function after a failed strategy")
+        dst_block, src_block = op.regions[0].blocks[0], src.regions[0].blocks[0]
+        for a, b in zip(src_block.arguments, dst_block.arguments):
+            a.replace_all_uses_with(b)
+        for inner in reversed(list(dst_block.operations)):  # users before their producers
+            inner.operation.erase()
+        for inner in list(src_block.operations):
+            dst_block.append(inner.operation.detach_from_parent())
+
+
+_KEEP: list = []
+
+
+def run_phase(module: ir.Module, phase) -> int:
+    """Run one planning phase and its script; on any failure put the module back and return 0
+    (the ops it would have handled go to the default strategy), so a strategy bug costs speed,
+    not a compile."""
+    import warnings
+
+    backup = str(module)
+    try:
+        script, tagged = phase(module)
+        if tagged:
+            try:
+                run_transform(module, script)
+            finally:
+                _strip_tags(module)
+        return len(tagged)
+    except Exception as e:  # noqa: BLE001
+        warnings.warn(f"cpu kernel strategy: a phase failed, default strategy instead: {e}", RuntimeWarning)
+        _restore(module, backup)
+        return 0
+
+
 def _strip_tags(module: ir.Module) -> None:
     def visit(op):
         if _ID_ATTR in op.attributes:
@@ -522,14 +575,7 @@ def apply_kernel_strategy(module: ir.Module, target) -> int:
     handled = 0
     with module.context, ir.Location.unknown():
         for phase in (lambda m: plan_windows(m, cfg), plan_convolutions, lambda m: plan(m, cfg)):
-            script, tagged = phase(module)
-            if not tagged:
-                continue
-            try:
-                run_transform(module, script)
-            finally:
-                _strip_tags(module)
-            handled += len(tagged)
+            handled += run_phase(module, phase)
     return handled
 
 
@@ -546,12 +592,7 @@ def apply_codegen_strategy(module: ir.Module, target) -> None:
     cfg = config_for(target)
     if cfg is not None and lowers_vectors():
         with module.context, ir.Location.unknown():
-            script, tagged = plan_windows(module, cfg)
-            if tagged:
-                try:
-                    run_transform(module, script)
-                finally:
-                    _strip_tags(module)
+            run_phase(module, lambda m: plan_windows(m, cfg))
         if os.environ.get("ETC_CPU_GEMM_STRATEGY", "strategy") != "kernels":
             try:
                 from etc.targets.cpu import strategy as packed
@@ -566,12 +607,7 @@ def apply_codegen_strategy(module: ir.Module, target) -> None:
                 return  # (it runs the default strategy on what it leaves)
         with module.context, ir.Location.unknown():
             for phase in (plan_convolutions, lambda m: plan(m, cfg)):
-                script, tagged = phase(module)
-                if tagged:
-                    try:
-                        run_transform(module, script)
-                    finally:
-                        _strip_tags(module)
+                run_phase(module, phase)
     codegen.default_codegen_strategy(module, target)
 
 

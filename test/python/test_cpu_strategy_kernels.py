@@ -214,3 +214,31 @@ def test_hook_handles_windows_and_contractions(gemm_strategy, monkeypatch):
     ref = torch.nn.functional.conv2d(tx, torch.from_numpy(dw).unsqueeze(1), groups=16)
     ref = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(ref, torch.from_numpy(w)), 2, 2)
     close(kern(x, dw, w), ref.numpy())
+
+
+def test_failed_phase_restores_the_module(monkeypatch):
+    """A strategy failure costs speed, not the compile: the module is put back for the default."""
+    def boom(module, script):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(ks, "run_transform", boom)
+    with pytest.warns(RuntimeWarning, match="injected"):
+        kern = gemm.compile_linalg_text(gemm.conv_ir(1, 7, 10, 10, 7, 3, 3, stride=2, pad=1, depthwise=True))
+    x, wt = rand(1, 7, 10, 10), rand(7, 3, 3)
+    close(kern(x, wt), _torch_conv(x, wt, 2, 1, "nchw", True))
+    assert "vector." not in kern.mlir
+
+
+def test_restore_keeps_the_function_op(monkeypatch):
+    """codegen holds a handle to the func across the hook: a failed phase must not replace it."""
+    from torch_mlir import ir
+
+    monkeypatch.setattr(ks, "run_transform", lambda module, script: (_ for _ in ()).throw(RuntimeError("x")))
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(gemm.conv_ir(1, 7, 10, 10, 7, 3, 3, stride=1, pad=1, depthwise=True))
+        fn = module.body.operations[0]
+        before = str(module)
+        with pytest.warns(RuntimeWarning):
+            assert ks.apply_kernel_strategy(module, HOST) == 0
+        assert str(module) == before
+        assert fn.operation.verify() and len(list(module.body.operations)) == 1
