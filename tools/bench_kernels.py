@@ -246,6 +246,30 @@ def main(argv=None) -> int:
                 base = gflops(flops, lambda: kb(x, wt, out=[y]), max(3, args.repeats // 2))[0]
             rows.append((name, ours, tref, None, base, err))
 
+    if not args.no_convs:
+        for c, hw, stride, layout in ((32, 112, 1, "nchw"), (144, 56, 2, "nchw"), (32, 112, 1, "nhwc"),
+                                      (144, 56, 2, "nhwc")):
+            text = gemm.conv_ir(1, c, hw, hw, c, 3, 3, stride=stride, pad=1, layout=layout, depthwise=True)
+            x = rng.random((1, c, hw, hw) if layout == "nchw" else (1, hw, hw, c), dtype=np.float32)
+            wt = rng.random((c, 3, 3) if layout == "nchw" else (3, 3, c), dtype=np.float32)
+            k = gemm.compile_linalg_text(text)
+            kb = gemm.compile_linalg_text(text, strategy="default")
+            y = k(x, wt)
+            tx = torch.from_numpy(x) if layout == "nchw" else torch.from_numpy(x).permute(0, 3, 1, 2)
+            tw = torch.from_numpy(wt).unsqueeze(1) if layout == "nchw" else \
+                torch.from_numpy(wt).permute(2, 0, 1).unsqueeze(1)
+            ref = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=1, groups=c)
+            if layout == "nhwc":
+                ref = ref.permute(0, 2, 3, 1)
+            err = float((torch.from_numpy(y) - ref).abs().max() / max(1.0, float(ref.abs().max())))
+            flops = 2.0 * y.size * 9
+            ours = gflops(flops, lambda: k(x, wt, out=[y]), args.repeats)
+            tref = gflops(flops, lambda: torch.nn.functional.conv2d(tx, tw, stride=stride, padding=1, groups=c),
+                          args.repeats)[0]
+            base = gflops(flops, lambda: kb(x, wt, out=[y]), args.repeats)[0]
+            rows.append((f"depthwise 3x3 {c}ch @{hw} s{stride} ({layout})", ours, tref, None,
+                         base if args.baseline else None, err))
+
     print(f"CPU: {info['model']}; nominal peak {peak_nominal:.1f} GFLOP/s ({assumption}); "
           f"measured FMA peak {peak_measured:.1f} GFLOP/s (1 core, now)")
     print("GFLOP/s from thread CPU time (wall-clock in parentheses). BLAS references single-threaded: "
