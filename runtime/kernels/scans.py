@@ -135,8 +135,8 @@ def nan_to_num_out(self, nan=None, posinf=None, neginf=None, out=None):
 
 @kernel("aten::aminmax.out")
 def aminmax_out(self, dim=None, keepdim=False, min=None, max=None):
-    if self.size == 0:
-        raise ExecutionError("aminmax: cannot reduce an empty tensor")
+    if dim is None and self.size == 0 or dim is not None and self.ndim and self.shape[normalize_dim(dim, self.ndim)] == 0:
+        raise ExecutionError("aminmax: cannot reduce an empty dimension (no identity)")
     if dim is None:
         lo, hi = np.min(self), np.max(self)  # NaN propagates, as in ATen
         if keepdim:

@@ -63,3 +63,8 @@ def test_empty_and_zero_dim():
                        ("aten::nansum.out", [np.zeros((0, 4), np.float32), [0], False])]:
         ours, expected, _ = run(name, args)
         assert_close(ours, expected)
+
+
+def test_aminmax_over_a_full_dim_of_a_tensor_with_an_empty_one():
+    ours, expected, _ = run("aten::aminmax.out", [np.zeros((5, 0, 5), np.float32)], {"dim": 0, "keepdim": False})
+    assert_close(ours, expected)
