@@ -9,8 +9,10 @@ transform-dialect script built here (text) and run by the `transform-interpreter
       the padded input shaped like the output; `math.fma` per tap), tiled to one output row and
       vectorized along the contiguous output dim: ow (NCHW) or 4 pixels x 32 channels (NHWC).
   contractions (matmul, batch_matmul, linear, conv_2d_nchw_fchw / nhwc_hwcf):
-      `targets/cpu/strategy.py` (another engineer's packed-B GEMM kernels) when it is importable;
-      this module's own phases otherwise, or with ETC_CPU_GEMM_STRATEGY=kernels:
+      `targets/cpu/strategy.py` (another engineer's packed-B GEMM kernels) when it is importable,
+      after this module's im2col has turned NHWC convolutions into matmul-shaped generics (it
+      takes NCHW ones itself); this module's own phases otherwise, or with
+      ETC_CPU_GEMM_STRATEGY=kernels:
         convs (batch 1): im2col (`convert_conv2d_to_img2col`), batch dim folded away, leaving a
         plain matmul-shaped generic; then every static f32 matmul-shaped op: tile the elementwise
         consumer (bias/relu/residual: its single all-parallel user) by [MC, NC] with scf.for,
@@ -409,12 +411,13 @@ class _Tagger:
         return len(self.ops)
 
 
-def plan_convolutions(module: ir.Module) -> tuple[str, list]:
+def plan_convolutions(module: ir.Module, layouts=("nchw", "nhwc")) -> tuple[str, list]:
     """Phase 1: im2col for each static f32 batch-1 conv_2d_nchw_fchw / nhwc_hwcf; the batch dim is
     then folded away so that the contraction is a plain (f, p, k) / (p, f, k) matmul for phase 2."""
     s = _Script()
     tag = _Tagger()
-    for op in _walk(module, ("linalg.conv_2d_nchw_fchw", "linalg.conv_2d_nhwc_hwcf")):
+    names = {"nchw": "linalg.conv_2d_nchw_fchw", "nhwc": "linalg.conv_2d_nhwc_hwcf"}
+    for op in _walk(module, tuple(names[x] for x in layouts)):
         if not all(_static_f32(v) for v in list(op.operands) + list(op.results)) or not _unit_dilation(op):
             continue
         if ir.RankedTensorType(op.results[0].type).shape[0] != 1:
@@ -594,6 +597,10 @@ def apply_codegen_strategy(module: ir.Module, target) -> None:
         with module.context, ir.Location.unknown():
             run_phase(module, lambda m: plan_windows(m, cfg))
         if os.environ.get("ETC_CPU_GEMM_STRATEGY", "strategy") != "kernels":
+            # strategy.py takes NCHW convolutions itself; NHWC ones become matmul-shaped generics
+            # here first (im2col), which it recognizes.
+            with module.context, ir.Location.unknown():
+                run_phase(module, lambda m: plan_convolutions(m, ("nhwc",)))
             try:
                 from etc.targets.cpu import strategy as packed
                 apply = packed.apply_strategy

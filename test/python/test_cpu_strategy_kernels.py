@@ -245,3 +245,14 @@ def test_restore_keeps_the_function_op(monkeypatch):
             assert ks.apply_kernel_strategy(module, HOST) == 0
         assert str(module) == before
         assert fn.operation.verify() and len(list(module.body.operations)) == 1
+
+
+@pytest.mark.parametrize("gemm_strategy", ["strategy", "kernels"])
+def test_hook_nhwc_conv(gemm_strategy, monkeypatch):
+    monkeypatch.setattr(ks, "lowers_vectors", lambda: True)
+    monkeypatch.setenv("ETC_CPU_GEMM_STRATEGY", gemm_strategy)
+    text = gemm.conv_ir(1, 32, 16, 16, 64, 3, 3, stride=1, pad=1, layout="nhwc")
+    kern = gemm.compile_linalg_text(text, strategy="hook")
+    assert "vector.fma" in kern.mlir and "conv_2d" not in kern.mlir
+    x, wt = rand(1, 16, 16, 32), rand(3, 3, 32, 64)
+    close(kern(x, wt), _torch_conv(x, wt, 1, 1, "nhwc", False))
