@@ -18,6 +18,9 @@ EXCLUDED = {
     # complex results: the .pte ScalarType of complex (8-10) is not implemented by ExecuTorch either
     "aten::_fft_r2c": "complex output dtype (no .pte complex ScalarType)",
     "aten::_fft_c2r": "complex input dtype (no .pte complex ScalarType)",
+    # in-place storage resize: planned memory fixes every buffer; ExecuTorch resizes outputs
+    # itself (the interpreter's job, not a kernel's), and export never leaves it in a graph
+    "aten::resize_": "in-place storage resize: the runtime resizes planned tensors, no kernel",
 }
 
 
@@ -35,7 +38,11 @@ def core_out_variants() -> dict[str, str]:
     import torch
 
     result = {}
-    for name in dir(torch.ops.aten):
+    # every registered aten operator (dir(torch.ops.aten) only lists the packets touched so far,
+    # which made the Core list depend on what the process had imported before)
+    names = sorted({n.split("::", 1)[1].split(".", 1)[0] for n in torch._C._dispatch_get_all_op_names()
+                    if n.startswith("aten::")} | set(dir(torch.ops.aten)))
+    for name in names:
         try:
             packet = getattr(torch.ops.aten, name)
             overloads = packet.overloads()
@@ -82,6 +89,7 @@ _SPECIAL_OUT = {
     "aten::_local_scalar_dense.default": "aten::_local_scalar_dense.default",
     "aten::sym_size.int": "aten::sym_size.int",
     "aten::sym_numel.default": "aten::sym_numel.default",
+    "aten::sym_is_contiguous.default": "aten::sym_is_contiguous.default",
     "aten::sym_stride.int": "aten::sym_stride.int",
     "aten::sym_storage_offset.default": "aten::sym_storage_offset.default",
 }

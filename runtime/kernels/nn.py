@@ -400,6 +400,11 @@ def adaptive_avg_pool_nd(x, output_size, nd):
     return res.astype(x.dtype)
 
 
+@kernel("aten::adaptive_avg_pool1d.out")
+def adaptive_avg_pool1d_out(self, output_size, out=None):
+    return write_out(out, adaptive_avg_pool_nd(self, output_size, 1))
+
+
 @kernel("aten::_adaptive_avg_pool2d.out", "aten::adaptive_avg_pool2d.out")
 def adaptive_avg_pool2d_out(self, output_size, out=None):
     return write_out(out, adaptive_avg_pool_nd(self, output_size, 2))

@@ -352,6 +352,13 @@ def sym_numel(self):
     return int(self.size)
 
 
+@kernel("aten::sym_is_contiguous.default")
+def sym_is_contiguous(self, memory_format=None):
+    # runtime tensors are dense in their dim order; a strided numpy view passed in directly
+    # (tests, delegates) answers for itself
+    return bool(self.flags.c_contiguous or self.size <= 1)
+
+
 @kernel("aten::sym_stride.int")
 def sym_stride(self, dim):
     # a runtime tensor is contiguous: its strides are those of its shape
