@@ -40,9 +40,60 @@ def _erf_table():
 _ERF_COEFS, _ERF_CENTERS = _erf_table()
 
 
+def _erf32_rational():
+    """erf(x)/x ~ P(x^2)/Q(x^2) on [0, 4] (beyond, float32 erf is +-1): our own fit to math.erf,
+    linearized least squares reweighted by the denominator (Loeb), relative error ~4e-7."""
+    import math
+
+    n_p, n_q, m = 6, 5, 2000
+    x = np.maximum(4 * (0.5 - 0.5 * np.cos(np.pi * (np.arange(m) + 0.5) / m)), 1e-6)
+    u = x * x
+    f = np.array([math.erf(v) / v for v in x])
+    w = np.ones_like(u)
+    for _ in range(6):
+        a = np.concatenate([np.vander(u, n_p + 1, increasing=True),
+                            -f[:, None] * np.vander(u, n_q + 1, increasing=True)[:, 1:]], 1) * (w / f)[:, None]
+        coef = np.linalg.lstsq(a, w, rcond=None)[0]
+        p, q = coef[:n_p + 1], np.concatenate([[1.0], coef[n_p + 1:]])
+        w = 1 / np.abs(np.polyval(q[::-1], u))
+    return [np.float32(c) for c in p[::-1]], [np.float32(c) for c in q[::-1]]
+
+
+_ERF32_P, _ERF32_Q = _erf32_rational()
+_BLOCK = 8192  # elements per cache-resident block of the float32 path
+_ERF32_ONE = np.float32(3.92)
+
+
+def _erf32(x: np.ndarray) -> np.ndarray:
+    """float32 erf: x * P(x^2) / Q(x^2) on x clamped to [-4, 4], evaluated in float32 over
+    cache-sized blocks (each of the ~25 passes stays in L2), a few float32 ulps from ATen."""
+    flat = np.ascontiguousarray(x, np.float32).reshape(-1)
+    res = np.empty_like(flat)
+    four = np.float32(4)
+    for start in range(0, flat.size, _BLOCK):
+        xb = np.clip(flat[start:start + _BLOCK], -four, four)
+        u = xb * xb
+        num = np.full_like(u, _ERF32_P[0])
+        for c in _ERF32_P[1:]:
+            num *= u
+            num += c
+        den = np.full_like(u, _ERF32_Q[0])
+        for c in _ERF32_Q[1:]:
+            den *= u
+            den += c
+        num *= xb
+        num /= den
+        # from |x| = 3.92, float32 erf rounds to +-1 exactly (erfc < half an ulp of 1)
+        np.copyto(num, np.sign(xb), where=np.abs(xb) >= _ERF32_ONE)
+        np.clip(num, -1, 1, out=res[start:start + _BLOCK])  # (NaN passes through clip)
+    return res.reshape(np.shape(x))
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     """erf without scipy, to ~1e-15 relative: x * P_i(|x|) on 0.25-wide pieces (no masks, only gathers)."""
     x = np.asarray(x)
+    if x.dtype == np.float32:
+        return _erf32(x)
     dtype = x.dtype if category(x.dtype) >= 2 else np.dtype(np.float64)
     xd = x.astype(np.float64)
     a = np.fmin(np.abs(xd), _ERF_HI - 1e-9)  # NaN -> any piece; x * P stays NaN
