@@ -19,6 +19,7 @@ that many of the runtime's threads; the object still needs only libc/libm).
 from __future__ import annotations
 
 import time
+import warnings
 
 from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, CompileSpec, DelegationSpec,
                                      PartitionResult, PreprocessResult, Partition, group_cycle_free,
@@ -54,14 +55,26 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
     timings = {}
     t0 = time.perf_counter()
     context, fn = lower.import_for_lowering(func_op)
+    fallback = None
     with context, ir.Location.unknown():
-        lowered = lower.lower_to_linalg(fn, constants)
-        linalg_text = str(lowered.module) if keep_ir else ""
-        t1 = time.perf_counter()
-        timings["to_linalg_s"] = t1 - t0
         resolved = codegen.resolve_target(target, cpu=cpu, features=features)
-        result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level,
-                                        keep_ir=keep_ir, threaded=int(num_threads) > 1, unroll=unroll)
+        for strategy in ("hook", "default"):
+            lowered = lower.lower_to_linalg(fn, constants)
+            linalg_text = str(lowered.module) if keep_ir else ""
+            t1 = time.perf_counter()
+            timings["to_linalg_s"] = t1 - t0
+            try:
+                result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level,
+                                                keep_ir=keep_ir, threaded=int(num_threads) > 1, unroll=unroll,
+                                                strategy=strategy)
+                break
+            except Exception as e:  # noqa: BLE001 - a strategy bug must not fail the compile
+                if strategy == "default":
+                    raise
+                # The hook's strategy (kernels_strategy/strategy.py) failed on this function:
+                # compile it again with the default strategy, which every supported op passed.
+                fallback = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                warnings.warn(f"cpu target: codegen strategy failed ({fallback}); using the default strategy")
         timings["codegen_s"] = time.perf_counter() - t1
     metadata = {
         "producer": "etc cpu target",
@@ -82,6 +95,8 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
     debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
              "constant_bytes": sum(getattr(v, "nbytes", 0) for v in used.values()),
              "scratch_bytes": result.scratch_bytes, **timings}
+    if fallback:
+        debug["strategy_fallback"] = fallback
     if keep_ir:
         debug["linalg"] = linalg_text
         debug["llvm_ir"] = result.llvm_ir

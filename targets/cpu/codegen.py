@@ -300,7 +300,11 @@ BUFFERIZE = ("builtin.module(one-shot-bufferize{bufferize-function-boundaries "
 
 def _to_llvm(index_bits: int, loops: str = "convert-linalg-to-loops") -> str:
     ib = f"index-bitwidth={index_bits}"
-    return (f"builtin.module(func.func({loops}), lower-affine, canonicalize, convert-scf-to-cf, "
+    # Vector ops (the kernels strategy's register tiles) lower before scf/cf: VECTOR_LOWERING of
+    # kernels_strategy.py, which checks for convert-vector-to-llvm here before it vectorizes.
+    return (f"builtin.module(func.func({loops}), lower-affine, "
+            "func.func(convert-vector-to-scf{full-unroll=true}, lower-affine), convert-vector-to-llvm, "
+            "canonicalize, convert-scf-to-cf, "
             f"expand-strided-metadata, lower-affine, convert-math-to-llvm, convert-math-to-libm, "
             f"finalize-memref-to-llvm{{{ib}}}, convert-arith-to-llvm{{{ib}}}, convert-cf-to-llvm{{{ib}}}, "
             f"convert-func-to-llvm{{{ib} use-bare-ptr-memref-call-conv=1}}, convert-ub-to-llvm, reconcile-unrealized-casts, canonicalize)")
@@ -333,6 +337,20 @@ def bufferize(module: ir.Module) -> None:
         ro = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
         fn.attributes["arg_attrs"] = ir.ArrayAttr.get([ro] * n)
     run_passes(module, BUFFERIZE, "bufferization")
+
+
+def _strategy_cleanups(module: ir.Module) -> None:
+    """After bufferization, the kernels strategy's clean-ups (self copies left by tiled
+    insert_slices; result copies that should have been hoisted), when that module is present."""
+    try:
+        from etc.targets.cpu import kernels_strategy
+    except ImportError:
+        return
+    for name in ("remove_self_copies", "forward_result_copies"):
+        fn = getattr(kernels_strategy, name, None)
+        if fn is not None:
+            with module.context, ir.Location.unknown():
+                fn(module)
 
 
 def plan_scratch(module: ir.Module, alignment: int = 64) -> list[int]:
@@ -465,14 +483,15 @@ def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, i
 
 def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str | None = None, *,
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False,
-                   threaded: bool = False, unroll: bool = True) -> CodegenResult:
+                   threaded: bool = False, unroll: bool = True, strategy: str = "hook") -> CodegenResult:
     """linalg-on-tensors module (one func) -> object code.
 
     `arg_kinds`: (kind, name) for each function argument (input/constant); results become outputs.
     """
     target = resolve_target(target)
     inner = ir.StringAttr(_single_func(module).attributes["sym_name"]).value
-    args, n_slots, offsets, index_bits = lower_to_llvm_dialect(module, arg_kinds, target, threaded=threaded)
+    args, n_slots, offsets, index_bits = lower_to_llvm_dialect(module, arg_kinds, target, threaded=threaded,
+                                                                 strategy=strategy)
     scratch = offsets[-1] if offsets else 0
     from torch_mlir.dialects import llvm as llvm_d
 
@@ -489,7 +508,8 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str |
                          llvm_ir=optimized if keep_ir else "", threaded=threaded)
 
 
-def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threaded: bool = False):
+def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threaded: bool = False,
+                          strategy: str = "hook"):
     """The MLIR half of `compile_linalg`: returns (ArgSpecs, number of non-scratch buffers,
     scratch offsets + [total scratch bytes] (empty: none), index bits)."""
     fn = _single_func(module)
@@ -506,8 +526,12 @@ def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget,
     from etc.targets.cpu.fastmath import expand_exp
 
     expand_exp(module)
-    apply_codegen_strategy(module, target)
+    if strategy == "default":  # support trials, and the fallback when the hook's strategy fails
+        default_codegen_strategy(module, target)
+    else:
+        apply_codegen_strategy(module, target)
     bufferize(module)
+    _strategy_cleanups(module)
     offsets = plan_scratch(module)
     mark_noalias(fn)
     memrefs = _memref_shapes(fn)

@@ -170,7 +170,8 @@ def trial_function(func_op, constants: dict) -> tuple[bool, str]:
             lowered = lower_to_linalg(fn, constants)
             from etc.targets.cpu.codegen import CpuTarget, lower_to_llvm_dialect
 
-            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"))
+            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"),
+                                  strategy="default")
         return True, ""
     except Exception as e:  # noqa: BLE001
         return False, str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -232,7 +233,8 @@ def _trial_lowering(op) -> tuple[bool, str]:
             lowered = lower_to_linalg(fn, {})
             from etc.targets.cpu.codegen import CpuTarget, lower_to_llvm_dialect
 
-            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"))
+            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"),
+                                  strategy="default")
         result = (True, "")
     except Exception as e:  # noqa: BLE001 - any failure means "not supported", with the reason
         lines = [line for line in str(e).strip().splitlines() if line.strip()]

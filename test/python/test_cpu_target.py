@@ -397,3 +397,20 @@ def test_bool_integer_and_half_results_are_exact():
     got = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy(), i.numpy())
     for g, w in zip(got, Dtypes()(x, i)):
         assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
+
+
+def test_a_failing_codegen_strategy_falls_back_to_the_default():
+    from etc.targets.cpu import codegen
+
+    def broken(module, target):
+        raise RuntimeError("strategy bug")
+
+    codegen.set_codegen_strategy(broken)
+    try:
+        with pytest.warns(UserWarning, match="strategy bug"):
+            program_ir, report = delegated(MatMul(), (torch.randn(2, 4, 6), torch.randn(2, 6, 3)))
+    finally:
+        codegen.set_codegen_strategy(None)
+    a, b = np.random.default_rng(0).standard_normal((2, 4, 6), np.float32), \
+        np.random.default_rng(1).standard_normal((2, 6, 3), np.float32)
+    np.testing.assert_allclose(CompiledFunction(program_ir.delegate_blobs[0])(a, b), a @ b * 0.5 + 1.0, rtol=1e-5)
