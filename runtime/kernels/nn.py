@@ -294,24 +294,39 @@ def _lowest(dtype):
 def max_pool_nd(x, nd, kernel_size, stride, padding, dilation, ceil_mode, name):
     k, s, p, d = _pool_params(x, nd, kernel_size, stride, padding, dilation, name)
     win, outs = _pool_padded(x, nd, k, s, p, d, ceil_mode, _lowest(x.dtype))
-    flat = win.reshape(win.shape[:-nd] + (int(np.prod(k)),))
-    arg = np.argmax(flat, axis=-1)
-    if category(x.dtype) >= 2 and np.isnan(x).any():
-        # ATen's window scan takes every NaN it meets: the last NaN of a window wins
-        nan = np.isnan(flat)
-        last = flat.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1)
-        arg = np.where(nan.any(axis=-1), last, arg)
-    values = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
-    # input coordinates of the winners, flattened over the spatial dims
-    kpos = np.unravel_index(arg, k)
+    # scan the kernel positions as ATen does (one strided tap of every window per step, no
+    # window copy): a strictly larger value wins (ties keep the first), and every NaN met
+    # wins (the last NaN of a window)
+    taps = itertools.product(*[range(kk) for kk in k])
+    values = np.array(win[(Ellipsis,) + next(taps)])
+    arg_type = np.int16 if int(np.prod(k)) < 2 ** 15 else np.int32
+    arg = np.zeros(values.shape, arg_type)
+    step = np.empty_like(arg)
+    check_nan = category(x.dtype) >= 2
+    for i, pos in enumerate(taps, start=1):
+        v = win[(Ellipsis,) + pos]
+        better = v > values
+        if check_nan:
+            better |= np.isnan(v)
+        values = np.maximum(values, v)  # (NaN sticks, like the scan)
+        # positions only grow: the last update is the max of (i where updated) -- much faster
+        # than np.where or a masked copy
+        np.multiply(better, arg_type(i), out=step)
+        np.maximum(arg, step, out=arg)
+    # input coordinates of the winners, flattened over the spatial dims: the window's
+    # origin (broadcast over the output grid) plus the winning tap's offset (a tiny table)
     sizes = x.shape[-nd:]
-    flat_index = np.zeros(arg.shape, INT64)
+    flat_stride = [int(np.prod(sizes[i + 1:])) for i in range(nd)]
+    tap_offset = np.zeros(int(np.prod(k)), INT64)
+    for t, pos in enumerate(itertools.product(*[range(kk) for kk in k])):
+        tap_offset[t] = sum(pp * dd * fs for pp, dd, fs in zip(pos, d, flat_stride))
+    origin = np.zeros((1,) * nd, INT64)
     for i in range(nd):
-        shape = [1] * arg.ndim
-        shape[arg.ndim - nd + i] = outs[i]
-        base = (np.arange(outs[i]) * s[i] - p[i]).reshape(shape)
-        coord = base + kpos[i] * d[i]
-        flat_index = flat_index * sizes[i] + coord
+        shape = [1] * nd
+        shape[i] = outs[i]
+        origin = origin + ((np.arange(outs[i]) * s[i] - p[i]) * flat_stride[i]).reshape(shape)
+    flat_index = np.take(tap_offset, arg)
+    flat_index += origin
     return values, flat_index
 
 

@@ -162,3 +162,16 @@ def test_sym_is_contiguous():
     from etc.runtime.kernels import get_kernel
     assert get_kernel("aten::sym_is_contiguous.default")(np.zeros((2, 3)), None) is True
     assert get_kernel("aten::sym_is_contiguous.default")(np.zeros((2, 3)).T, None) is False
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("k,s,p,d,ceil", [([3, 3], [2, 2], [1, 1], [1, 1], False), ([2, 3], [1, 2], [0, 1], [2, 1], True),
+                                          ([3, 3], [3, 3], [0, 0], [1, 1], True)])
+def test_max_pool_indices_with_ties_and_nans(dtype, k, s, p, d, ceil):
+    """The tap scan: the first maximum of a window wins a tie, the last NaN wins over everything."""
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 3, (2, 3, 11, 10)).astype(dtype)  # many ties
+    if dtype == np.float32:
+        x[rng.random(x.shape) < 0.05] = np.nan
+    ours, expected, _ = run("aten::max_pool2d_with_indices.out", [x[..., ::-1], k, s, p, d, ceil])
+    assert_close(ours, expected)
