@@ -362,7 +362,12 @@ def avg_pool_nd(x, nd, kernel_size, stride, padding, ceil_mode, count_include_pa
     k, s, p, d = _pool_params(x, nd, kernel_size, stride, padding, None, name)
     acc = compute_dtype(x.dtype) if category(x.dtype) >= 2 else np.dtype(np.float64)
     win, outs = _pool_padded(x.astype(acc, copy=False), nd, k, s, p, d, ceil_mode, 0)
-    sums = win.sum(axis=tuple(range(-nd, 0)))
+    # one strided tap per kernel position, added in window order (summing the window view's
+    # small trailing axes directly is several times slower)
+    taps = itertools.product(*[range(kk) for kk in k])
+    sums = np.array(win[(Ellipsis,) + next(taps)])
+    for pos in taps:
+        sums += win[(Ellipsis,) + pos]
     if divisor_override:
         res = sums / acc.type(divisor_override)
     else:
