@@ -587,6 +587,12 @@ def softmax_out(self, dim, half_to_float=False, out=None):
         return write_out(out, x)
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isinf(m), 0, m)
+    if out.shape == x.shape and out.dtype == x.dtype and out.flags.c_contiguous and not np.may_share_memory(out, x):
+        # in place in the output: no temporaries, no final copy
+        np.subtract(x, m, out=out)
+        np.exp(out, out=out)
+        out /= out.sum(axis=axis, keepdims=True)
+        return out
     e = np.exp(x - m)
     return write_out(out, e / e.sum(axis=axis, keepdims=True))
 
