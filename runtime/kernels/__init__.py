@@ -39,7 +39,11 @@ Known differences from ATen (all covered by the tests' tolerances or documented 
   rounded once: a few half ulps from ATen, which rounds at other points;
 - ties in sort/topk (stable=False in ATen) come out in index order;
 - gelu(+inf) is +inf (ATen's vectorized CPU gelu gives NaN);
-- erf/erfinv are our own (no scipy): ~1e-15 relative in double;
+- erf/erfinv are our own (no scipy): ~1e-15 relative in double; float32 erf is a
+  rational fit evaluated in float32, within 4e-7 of ATen (so gelu for x << 0, where
+  1 + erf cancels, differs by ~1e-6 absolute);
+- uint8 bilinear upsampling rounds after each pass as ATen does, but ATen's fixed-point
+  weights can still move a rare pixel by one;
 - random ops (rand, randn, randperm, bernoulli, native_dropout in training) use numpy's
   generator: right distribution, not torch's bits;
 - float -> integer conversion of NaN/inf/out-of-range values is unspecified (as in C++).
