@@ -471,17 +471,20 @@ def native_layer_norm_out(input, normalized_shape, weight, bias, eps, out0=None,
     axes = tuple(range(input.ndim - k, input.ndim))
     if x.size:
         mean = x.mean(axis=axes, keepdims=True)
-        var = np.square(x - mean).mean(axis=axes, keepdims=True)
+        centered = x - mean
+        var = np.square(centered).mean(axis=axes, keepdims=True)
     else:
         mean = np.zeros(input.shape[:input.ndim - k] + (1,) * k, acc)
+        centered = x
         var = np.zeros_like(mean)
     rstd = 1 / np.sqrt(var + acc.type(eps))
-    y = (x - mean) * rstd
+    in_place = out0.shape == x.shape and out0.dtype == acc and out0.flags.c_contiguous
+    y = np.multiply(centered, rstd, out=out0 if in_place else None)  # (centered is our own temporary)
     if weight is not None:
-        y = y * weight.astype(acc, copy=False)
+        y *= weight.astype(acc, copy=False)
     if bias is not None:
-        y = y + bias.astype(acc, copy=False)
-    return write_out(out0, y), write_out(out1, mean), write_out(out2, rstd)
+        y += bias.astype(acc, copy=False)
+    return (y if in_place else write_out(out0, y)), write_out(out1, mean), write_out(out2, rstd)
 
 
 @kernel("aten::native_group_norm.out")
