@@ -215,6 +215,8 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
     """`to_backend`: outline the partitions and replace each by a `backend.delegate` call."""
     from torch_mlir import ir
 
+    from etc.dialects.backend import DELEGATE_SLOTS
+
     if not isinstance(partitioner, Partitioner):
         raise EtcError(f"to_backend expects a Partitioner, got {type(partitioner).__name__}")
     result = partitioner.partition(program_ir)
@@ -228,6 +230,13 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
             backend = _BACKENDS.get(partition.spec.backend_id)
             if backend is None:
                 raise LoweringError(f"no compile-time backend registered for '{partition.spec.backend_id}'")
+            inputs, outputs = partition_interface(partition)
+            if max(len(inputs), len(outputs)) > DELEGATE_SLOTS:
+                why = (f"its partition has {len(inputs)} inputs and {len(outputs)} outputs; "
+                       f"a delegate call takes at most {DELEGATE_SLOTS} of each")
+                for op in partition.ops:
+                    report.reasons.setdefault(op.name, why)
+                continue
             for op in partition.ops:
                 delegated_ops.add(op)
                 report.delegated[op.name] = report.delegated.get(op.name, 0) + 1
@@ -259,21 +268,7 @@ def outline(program_ir, partition: Partition, func_name: str):
     from torch_mlir.dialects import func as func_d
 
     ops = partition.ops
-    members = set(ops)
-    inputs, seen = [], set()
-    for op in ops:
-        for v in op.operands:
-            owner = v.owner
-            owner_op = None if isinstance(owner, ir.Block) else (owner.operation if hasattr(owner, "operation") else owner)
-            if (owner_op is None or owner_op not in members) and v not in seen:
-                seen.add(v)
-                inputs.append(v)
-    outputs = []
-    for op in ops:
-        for r in op.results:
-            if any(_user_op(u) not in members for u in r.uses):
-                outputs.append(r)
-
+    inputs, outputs = partition_interface(partition)
     module = program_ir.module
     with ir.InsertionPoint(module.body):
         ftype = ir.FunctionType.get([v.type for v in inputs], [v.type for v in outputs])
@@ -307,6 +302,25 @@ def outline(program_ir, partition: Partition, func_name: str):
     for op in reversed(ops):
         op.erase()
     return fn, call
+
+
+def partition_interface(partition: Partition):
+    """The partition's inputs (values defined outside it, in first-use order) and
+    outputs (its results used outside it): the delegate call's operands and results."""
+    from torch_mlir import ir
+
+    members = set(partition.ops)
+    inputs, seen = [], set()
+    for op in partition.ops:
+        for v in op.operands:
+            owner = v.owner
+            owner_op = None if isinstance(owner, ir.Block) else (owner.operation if hasattr(owner, "operation") else owner)
+            if (owner_op is None or owner_op not in members) and v not in seen:
+                seen.add(v)
+                inputs.append(v)
+    outputs = [r for op in partition.ops for r in op.results
+               if any(_user_op(u) not in members for u in r.uses)]
+    return inputs, outputs
 
 
 def _user_op(use):

@@ -212,6 +212,8 @@ class EdgeProgram:
         from etc.compiler.delegation import delegate
 
         report = delegate(self.program_ir, partitioner)
+        if self.config.verify:  # as after every pass: outlining must leave valid IR
+            self.program_ir.verify()
         self.delegation_reports.append(report)
         return self
 

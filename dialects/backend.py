@@ -1,7 +1,8 @@
 """The `backend` dialect: the executable form of a program after partitioning.
 
 - `backend.delegate`: a call into a backend's compiled blob. Its operands are
-  the partition's inputs, its results the partition's outputs; `callee` names
+  the partition's inputs, its results the partition's outputs (each in a
+  numbered optional slot, `input_<i>` / `output_<i>`, at most `DELEGATE_SLOTS`); `callee` names
   the outlined private function it was made from (kept in the module for
   debugging and re-lowering), `backend_id` the runtime backend that runs it,
   `compile_specs` a dictionary of string-valued options. The emitter adds
@@ -42,9 +43,16 @@ def _verify_delegate(op) -> bool:
     return True
 
 
-DELEGATE_FIELDS = [("inputs", irdl_base.VARIADIC_OPERAND), ("backend_id", irdl_base.ATTRIBUTE),
-                   ("callee", irdl_base.ATTRIBUTE), ("compile_specs", irdl_base.ATTRIBUTE),
-                   ("outputs", irdl_base.VARIADIC_RESULT)]
+# IRDL binds one type per variadic group, and a partition's inputs and outputs
+# have different shapes and dtypes: so they take numbered optional slots, as the
+# aten tensor lists do. `op.operands` / `op.results` are the inputs / outputs in order.
+DELEGATE_SLOTS = 64
+INPUT_SLOTS = [f"input_{i}" for i in range(DELEGATE_SLOTS)]
+OUTPUT_SLOTS = [f"output_{i}" for i in range(DELEGATE_SLOTS)]
+DELEGATE_FIELDS = ([(name, irdl_base.OPTIONAL_OPERAND) for name in INPUT_SLOTS]
+                   + [("backend_id", irdl_base.ATTRIBUTE), ("callee", irdl_base.ATTRIBUTE),
+                      ("compile_specs", irdl_base.ATTRIBUTE)]
+                   + [(name, irdl_base.OPTIONAL_RESULT) for name in OUTPUT_SLOTS])
 DelegateOp = irdl_base.define_op(Backend, "delegate", "DelegateOp", DELEGATE_FIELDS, pure=False,
                                  verifier=_verify_delegate)
 
@@ -56,7 +64,11 @@ def define_backend_op(op_name: str, class_name: str, fields, *, pure: bool = Tru
 
 def delegate(inputs, result_types, backend_id: str, callee: str, compile_specs: dict[str, str], *, loc=None):
     """Build a `backend.delegate` at the current insertion point."""
+    inputs, result_types = list(inputs), list(result_types)
+    if len(inputs) > DELEGATE_SLOTS or len(result_types) > DELEGATE_SLOTS:
+        raise ValueError(f"backend.delegate to '{callee}': {len(inputs)} inputs and {len(result_types)} outputs; "
+                         f"at most {DELEGATE_SLOTS} of each fit (split the partition)")
     specs = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in compile_specs.items()})
-    values = {"inputs": list(inputs), "backend_id": ir.StringAttr.get(backend_id),
-              "callee": ir.FlatSymbolRefAttr.get(callee), "compile_specs": specs, "outputs": list(result_types)}
+    values = {"backend_id": ir.StringAttr.get(backend_id), "callee": ir.FlatSymbolRefAttr.get(callee),
+              "compile_specs": specs, **dict(zip(INPUT_SLOTS, inputs)), **dict(zip(OUTPUT_SLOTS, result_types))}
     return irdl_base.create(DelegateOp, DELEGATE_FIELDS, values, loc=loc)

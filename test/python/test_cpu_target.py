@@ -414,3 +414,28 @@ def test_a_failing_codegen_strategy_falls_back_to_the_default():
     a, b = np.random.default_rng(0).standard_normal((2, 4, 6), np.float32), \
         np.random.default_rng(1).standard_normal((2, 6, 3), np.float32)
     np.testing.assert_allclose(CompiledFunction(program_ir.delegate_blobs[0])(a, b), a @ b * 0.5 + 1.0, rtol=1e-5)
+
+
+class MixedInterface(torch.nn.Module):
+    """A partition whose inputs and outputs differ in shape and dtype (cumsum stays portable)."""
+
+    def forward(self, x, idx):
+        a = torch.relu(x)
+        return torch.cumsum(a, 1), a.sum(1), idx * 2
+
+
+def test_delegate_with_mixed_input_and_output_types_verifies_and_runs():
+    import etc
+    from etc.runtime import Runtime
+
+    x, idx = torch.randn(3, 5), torch.arange(4)
+    edge = etc.to_edge(torch.export.export(MixedInterface(), (x, idx))).to_backend(CpuPartitioner())
+    edge.module.operation.verify()  # one type per variadic group would reject this call
+    calls = [op for fn in edge.module.body.operations if "sym_name" in fn.attributes
+             for op in fn.regions[0].blocks[0].operations if op.operation.name == "backend.delegate"]
+    types = {str(v.type) for call in calls for v in list(call.operands) + list(call.results)}
+    assert len(types) >= 3, types
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    got = method.execute([x.numpy(), idx.numpy()])
+    for g, want in zip(got, MixedInterface()(x, idx)):
+        np.testing.assert_allclose(g, want.numpy(), rtol=1e-5, atol=1e-6)

@@ -43,6 +43,6 @@ func.func @aten_missing_operand() {
 
 func.func @delegate_without_backend(%x: tensor<4xf32>) -> tensor<4xf32> {
   // expected-error @+1 {{'backend.delegate' needs a non-empty string 'backend_id'}}
-  %0 = "backend.delegate"(%x) {backend_id = "", callee = @f, compile_specs = {}, operandSegmentSizes = array<i32: 1>, resultSegmentSizes = array<i32: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  %0 = "backend.delegate"(%x) {backend_id = "", callee = @f, compile_specs = {}, operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
