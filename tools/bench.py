@@ -56,6 +56,18 @@ def _executorch_available() -> bool:
     return True
 
 
+def _executorch_threads(threads: int) -> int | None:
+    """Pin ExecuTorch's shared threadpool (XNNPACK's) to `threads`: the comparison is one
+    thread each. Returns the count it reports, or None when this build cannot say."""
+    try:
+        from executorch.extension.pybindings import portable_lib
+
+        portable_lib._unsafe_reset_threadpool(threads)
+        return int(portable_lib._threadpool_get_thread_count())
+    except Exception:  # noqa: BLE001 - older builds lack the hooks: reported as unknown
+        return None
+
+
 def _executorch_program(programs: dict, xnnpack: bool):
     from executorch.exir import to_edge, to_edge_transform_and_lower
 
@@ -74,9 +86,9 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
 
     import etc
     from etc.runtime import Runtime
-    from models.zoo import ZOO
+    from models.zoo import BENCH_ONLY, ZOO
 
-    zoo_model = ZOO[name]()
+    zoo_model = {**ZOO, **BENCH_ONLY}[name]()
     inputs = zoo_model.example_inputs
     np_inputs = [t.numpy() for t in inputs]
     row: dict = {"name": name, "is_cnn": zoo_model.is_cnn}
@@ -128,7 +140,7 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
     return row
 
 
-def render(rows: list[dict], with_executorch: bool, gemm_text: str) -> str:
+def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: int | None = None) -> str:
     lines = ["# Benchmarks", "",
              "Produced by `make bench` (`python -m etc.tools.bench`), every figure measured in the same run on",
              f"this machine ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
@@ -136,6 +148,9 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str) -> str:
              "ratios within this table only.", ""]
     if not with_executorch:
         lines += ["ExecuTorch columns: `executorch` is not installed in this environment (n/a).", ""]
+    else:
+        threads = "unknown (this build has no threadpool hook)" if et_threads is None else str(et_threads)
+        lines += [f"One thread each: etc cpu (num_threads=1), torch 1t, ExecuTorch's threadpool: {threads}.", ""]
     lines += ["## Latency", "",
               "| model | etc portable | etc cpu | torch 1t | torch 2t | ET portable | ET XNNPACK | etc cpu vs torch 1t | etc cpu vs ET XNNPACK |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -177,8 +192,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     from models.zoo import ZOO
 
-    names = args.models.split(",") if args.models else sorted(ZOO)
+    from models.zoo import BENCH_ONLY
+
+    names = args.models.split(",") if args.models else sorted(ZOO) + sorted(BENCH_ONLY)
     with_executorch = _executorch_available()
+    et_threads = _executorch_threads(1) if with_executorch else None
     rows = []
     for name in names:
         print(f"[bench] {name}", file=sys.stderr, flush=True)
@@ -191,7 +209,7 @@ def main(argv=None) -> int:
             gemm_text = run_gemm()
         except Exception as e:  # noqa: BLE001
             gemm_text = f"GEMM benchmark failed: {type(e).__name__}: {e}"
-    text = render(rows, with_executorch, gemm_text)
+    text = render(rows, with_executorch, gemm_text, et_threads)
     with open(args.output, "w") as f:
         f.write(text)
     print(text)

@@ -52,10 +52,17 @@ def _seeded(fn: Callable[[], ZooModel]) -> Callable[[], ZooModel]:
 
 
 ZOO: dict[str, Callable[[], ZooModel]] = {}
+# Models too large for CI's portable runs, measured by `make bench` only.
+BENCH_ONLY: dict[str, Callable[[], ZooModel]] = {}
 
 
 def register(fn):
     ZOO[fn.__name__] = _seeded(fn)
+    return fn
+
+
+def register_bench_only(fn):
+    BENCH_ONLY[fn.__name__] = _seeded(fn)
     return fn
 
 
@@ -220,6 +227,31 @@ class ResNet8(nn.Module):
 def resnet8():
     """ResNet-style residual blocks (ResNet-8, 32x32)."""
     return ZooModel("resnet8", _randomize_bn(ResNet8()), (torch.randn(1, 3, 32, 32),), is_cnn=True)
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 for 224x224 ImageNet images (the torchvision layout, written out)."""
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        widths, blocks, cin = (64, 128, 256, 512), [], 64
+        for i, width in enumerate(widths):
+            blocks += [BasicBlock(cin, width, 1 if i == 0 else 2), BasicBlock(width, width, 1)]
+            cin = width
+        self.stages = nn.Sequential(*blocks)
+        self.fc = nn.Linear(512, num_classes)
+
+    def forward(self, x):
+        x = self.stages(self.stem(x))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+@register_bench_only
+def resnet18():
+    """ResNet-18 at 224x224: the large-CNN point of the benchmarks (1.8 GFLOP)."""
+    return ZooModel("resnet18", _randomize_bn(ResNet18()), (torch.randn(1, 3, 224, 224),), is_cnn=True)
 
 
 # ------------------------------------------------------ keyword spotting

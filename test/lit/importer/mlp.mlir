@@ -8,8 +8,8 @@
 // CHECK-SAME: -> tensor<4x10xf32>
 // CHECK: %[[W:.+]] = ml_program.global_load_const @layers.0.weight : tensor<64x32xf32>
 // CHECK: %[[B:.+]] = ml_program.global_load_const @layers.0.bias : tensor<64xf32>
-// CHECK: "aten.linear"(%arg0, %[[W]], %[[B]]) {{.*}} -> tensor<4x64xf32> loc("linear"("{{.*}}zoo.py":70:13))
-// CHECK: "aten.relu"({{.*}} loc("relu"("{{.*}}zoo.py":72:17))
+// CHECK: "aten.linear"(%arg0, %[[W]], %[[B]]) {{.*}} -> tensor<4x64xf32> loc("linear"("{{.*}}zoo.py":77:13))
+// CHECK: "aten.relu"({{.*}} loc("relu"("{{.*}}zoo.py":79:17))
 // CHECK: return {{.*}} : tensor<4x10xf32>
 // CHECK-NOT: dense
 // CHECK: // constant layers.0.weight: float32 64x32 8192 bytes
