@@ -66,7 +66,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
             try:
                 result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level,
                                                 keep_ir=keep_ir, threaded=int(num_threads) > 1, unroll=unroll,
-                                                strategy=strategy)
+                                                strategy=strategy, constants=lowered.constants)
                 break
             except Exception as e:  # noqa: BLE001 - a strategy bug must not fail the compile
                 if strategy == "default":

@@ -483,15 +483,18 @@ def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, i
 
 def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str | None = None, *,
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False,
-                   threaded: bool = False, unroll: bool = True, strategy: str = "hook") -> CodegenResult:
+                   threaded: bool = False, unroll: bool = True, strategy: str = "hook",
+                   constants: dict | None = None) -> CodegenResult:
     """linalg-on-tensors module (one func) -> object code.
 
     `arg_kinds`: (kind, name) for each function argument (input/constant); results become outputs.
+    `constants`: the constant arguments' data, to pre-pack weights at compile time (the result's
+    constant args may then name packed arrays this call added to `constants`).
     """
     target = resolve_target(target)
     inner = ir.StringAttr(_single_func(module).attributes["sym_name"]).value
     args, n_slots, offsets, index_bits = lower_to_llvm_dialect(module, arg_kinds, target, threaded=threaded,
-                                                                 strategy=strategy)
+                                                                 strategy=strategy, constants=constants)
     scratch = offsets[-1] if offsets else 0
     from torch_mlir.dialects import llvm as llvm_d
 
@@ -509,19 +512,13 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str |
 
 
 def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threaded: bool = False,
-                          strategy: str = "hook"):
+                          strategy: str = "hook", constants: dict | None = None):
     """The MLIR half of `compile_linalg`: returns (ArgSpecs, number of non-scratch buffers,
-    scratch offsets + [total scratch bytes] (empty: none), index bits)."""
-    fn = _single_func(module)
-    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-    args = []
-    for (kind, name), t in zip(arg_kinds, ftype.inputs):
-        rt = ir.RankedTensorType(t)
-        args.append(ArgSpec(kind, numpy_dtype_of(rt.element_type), tuple(rt.shape), str(name)))
-    for i, t in enumerate(ftype.results):
-        rt = ir.RankedTensorType(t)
-        args.append(ArgSpec("output", numpy_dtype_of(rt.element_type), tuple(rt.shape), str(i)))
+    scratch offsets + [total scratch bytes] (empty: none), index bits).
 
+    With `constants` (fqn -> array for the "constant" arguments), layout chains on them are
+    evaluated now (prepack.py): the packed arrays are added to `constants` under new names."""
+    fn = _single_func(module)
     run_passes(module, FUSION, "elementwise fusion")
     from etc.targets.cpu.fastmath import expand_exp
 
@@ -530,6 +527,18 @@ def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget,
         default_codegen_strategy(module, target)
     else:
         apply_codegen_strategy(module, target)
+    if constants is not None:
+        from etc.targets.cpu.prepack import fold_constant_arguments
+
+        arg_kinds = fold_constant_arguments(module, arg_kinds, constants)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    args = []
+    for (kind, name), t in zip(arg_kinds, ftype.inputs):
+        rt = ir.RankedTensorType(t)
+        args.append(ArgSpec(kind, numpy_dtype_of(rt.element_type), tuple(rt.shape), str(name)))
+    for i, t in enumerate(ftype.results):
+        rt = ir.RankedTensorType(t)
+        args.append(ArgSpec("output", numpy_dtype_of(rt.element_type), tuple(rt.shape), str(i)))
     bufferize(module)
     _strategy_cleanups(module)
     offsets = plan_scratch(module)

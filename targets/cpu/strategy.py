@@ -26,7 +26,8 @@ Recognized: `linalg.matmul`, `linalg.batch_matmul`, matmul-like `linalg.generic`
 packed straight from the weight), `linalg.conv_2d_nchw_fchw` (any stride and
 dilation, padding already materialized) as filter[F, C*KH*KW] x
 im2col[C*KH*KW, OH*OW] per image (the im2col is an affine gather; 1x1 stride-1
-convolutions read the input in place), and unit-stride depthwise convolutions
+convolutions read the input in place), or transposed, im2col^T x filter^T, when the output
+has few pixels and many filters (`transpose_conv`), and unit-stride depthwise convolutions
 and poolings (NCHW), vectorized along the output row with the accumulator
 hoisted out of the window loops. Strided depthwise/pooling, other convolutions,
 non-f32 and dynamic shapes go to the default strategy.
@@ -101,6 +102,7 @@ class Gemm:
     c: object  # init value
     result_type: object
     conv: dict | None = None  # im2col/conv geometry
+    transposed: bool = False  # conv computed as C^T[P, F] = im2col^T x filter^T (see `transpose_conv`)
 
 
 def _maps(op) -> list:
@@ -418,6 +420,73 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, pack_a: int
     return head + "\n" + "\n".join(t.lines) + "\n}\n"
 
 
+def transpose_conv(g: Gemm, cfg: KernelConfig) -> bool:
+    """Compute this convolution as C^T[P, F] = im2col^T[P, K] x filter^T[K, F]?
+
+    Column panels are nr wide and zero padded: a late MobileNet layer (P = OH*OW = 9 output
+    pixels, F = 256 filters) would fill 9 of 64 lanes. Transposed, the filters run along the
+    vector (F padded to nr) and the pixels become rows (a peeled partial row block, not padded).
+    Chosen when the padded work shrinks by a quarter or more: the transposes of the im2col and
+    the output cost P*(K+F) moves against P*F*K FMAs."""
+    if g.conv is None:
+        return False
+    padded = g.M * (-(-g.N // cfg.nr) * cfg.nr)
+    padded_t = g.N * (-(-g.M // cfg.nr) * cfg.nr)
+    return padded_t * 5 <= padded * 4
+
+
+def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str) -> str:
+    """Text of `func.func private @name(filter, X, C) -> result` for a transposed convolution:
+    A = im2col^T [b, P, K] (read in place), B = filter [F, K] packed as in the "nk" layout,
+    C = C^T [b, P, F] padded to whole column panels. Same loop nest as `kernel_function`."""
+    nr, P, F, K, geo = cfg.nr, g.N, g.M, g.K, g.conv
+    Fp = -(-F // nr) * nr
+    NB = Fp // nr
+    t = _Text()
+    t.emit("%zero = arith.constant 0.0 : f32")
+    # A: the input as [b, K, P] (im2col, or the input itself for a direct 1x1), transposed.
+    if g.b_layout == "im2col":
+        col, _ = _im2col(t, "%B", g)
+    else:
+        col = _reshape(t, "collapse", "%B", [g.batch, geo["c"], geo["h"], geo["w"]], [g.batch, K, P],
+                       [[0], [1], [2, 3]])
+    a, _ = _transpose(t, col, [g.batch, K, P], [0, 2, 1])
+    # B: filter [F, C, KH, KW] -> [F, K] -> padded [Fp, K] -> panels [NB, K, nr].
+    w = _reshape(t, "collapse", "%A", [F, geo["c"], geo["kh"], geo["kw"]], [F, K], [[0], [1, 2, 3]])
+    w, _ = _pad(t, w, [F, K], [Fp - F, 0])
+    w = _reshape(t, "expand", w, [Fp, K], [NB, nr, K], [[0, 1], [2]])
+    b, _ = _transpose(t, w, [NB, nr, K], [0, 2, 1])
+    # C: [b, F, OH, OW] -> [b, F, P] -> [b, P, F] -> padded [b, P, Fp] -> [b, P, NB, nr].
+    c = _reshape(t, "collapse", "%C", [g.batch, F, geo["oh"], geo["ow"]], [g.batch, F, P], [[0], [1], [2, 3]])
+    c, _ = _transpose(t, c, [g.batch, F, P], [0, 2, 1])
+    c, _ = _pad(t, c, [g.batch, P, F], [0, 0, Fp - F])
+    c4 = _reshape(t, "expand", c, [g.batch, P, Fp], [g.batch, P, NB, nr], [[0], [1], [2, 3]])
+    c_type = _t([g.batch, P, NB, nr])
+    out = t.fresh("gemm")
+    dims = "b, jb, i, j, k"
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<({dims}) -> (b, i, k)>, "
+           f"affine_map<({dims}) -> (jb, k, j)>, affine_map<({dims}) -> (b, i, jb, j)>], "
+           f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} "
+           f"ins({a}, {b} : {_t([g.batch, P, K])}, {_t([NB, K, nr])}) outs({c4} : {c_type}) attrs = {{{tag}}} {{")
+    t.emit("^bb0(%x: f32, %y: f32, %acc: f32):")
+    t.emit("  %m = arith.mulf %x, %y fastmath<contract> : f32")
+    t.emit("  %s = arith.addf %acc, %m fastmath<contract> : f32")
+    t.emit("  linalg.yield %s : f32")
+    t.emit(f"}} -> {c_type}")
+    r = _reshape(t, "collapse", out, [g.batch, P, NB, nr], [g.batch, P, Fp], [[0], [1], [2, 3]])
+    if Fp != F:
+        s = t.fresh("s")
+        t.emit(f"{s} = tensor.extract_slice {r}[0, 0, 0] [{g.batch}, {P}, {F}] [1, 1, 1] "
+               f": {_t([g.batch, P, Fp])} to {_t([g.batch, P, F])}")
+        r = s
+    r, _ = _transpose(t, r, [g.batch, P, F], [0, 2, 1])
+    r_shape = list(ir.RankedTensorType(g.result_type).shape)
+    r = _reshape(t, "expand", r, [g.batch, F, P], r_shape, [[0], [1], [2, 3]])
+    t.emit(f"return {r} : {_t(r_shape)}")
+    head = f"func.func private @{name}(%A: {g.a.type}, %B: {g.b.type}, %C: {g.c.type}) -> {g.result_type} {{"
+    return head + "\n" + "\n".join(t.lines) + "\n}\n"
+
+
 def _should_pack(g: Gemm, cfg: KernelConfig) -> bool:
     """Pack B when its rows are a multiple of 2 KiB apart (the kc rows of a micro-panel would share
     few L1 sets) and the copy (N*K moves) is small against the work (M*N*K FMAs). Measured: packing
@@ -635,7 +704,8 @@ def worth_it(g: Gemm, cfg: KernelConfig, min_flops: int | None) -> bool:
     if min_flops == 0:
         return True
     limit = cfg.min_flops if min_flops is None else min_flops
-    return _flops(g) >= limit and g.M >= cfg.mr // 2 and g.N >= cfg.nr // 2
+    rows, cols = (g.N, g.M) if g.transposed else (g.M, g.N)
+    return _flops(g) >= limit and rows >= cfg.mr // 2 and cols >= cfg.nr // 2
 
 
 def pipeline_lowers_vectors() -> bool:
@@ -675,6 +745,8 @@ def apply_strategy(module: ir.Module, target, *, min_flops: int | None = None, v
 def _rewrite(module, cfg: KernelConfig, min_flops) -> list[str]:
     # Convolutions first (named ops), then generalize matmuls & co. and match generics.
     gemms = [g for g in (match_conv(op) for op in _collect(module, ("linalg.conv_2d_nchw_fchw",))) if g]
+    for g in gemms:
+        g.transposed = transpose_conv(g, cfg)
     chosen = [g for g in gemms if worth_it(g, cfg, min_flops)]
     tags = _rewrite_list(module, cfg, chosen, "c")
     _run(module, "builtin.module(func.func(linalg-generalize-named-ops))")
@@ -683,7 +755,8 @@ def _rewrite(module, cfg: KernelConfig, min_flops) -> list[str]:
     tags += _rewrite_list(module, cfg, more, "m")
     _run(module, "builtin.module(inline, symbol-dce, canonicalize, cse)")
     gs = chosen + more
-    return tags, [g.M for g in gs], [k_block(g.K, cfg) for g in gs], [a_rows(g, cfg) for g in gs]
+    return (tags, [g.N if g.transposed else g.M for g in gs], [k_block(g.K, cfg) for g in gs],
+            [0 if g.transposed else a_rows(g, cfg) for g in gs])
 
 
 _COUNTER = [0]
@@ -693,11 +766,14 @@ def _rewrite_list(module, cfg, gemms: list, kind: str) -> list[str]:
     from torch_mlir.dialects import func as func_d
 
     tags = []
-    for g in gemms:
+    for position, g in enumerate(gemms):
         _COUNTER[0] += 1
         name = f"etc_gemm_{kind}{_COUNTER[0]}"
         tag = f"etc.{name}"
-        text = kernel_function(g, cfg, name, tag, a_rows(g, cfg))
+        if g.transposed:
+            text = transposed_conv_kernel(g, cfg, name, tag)
+        else:
+            text = kernel_function(g, cfg, name, tag, a_rows(g, cfg))
         kernel = ir.Module.parse(text, module.context)
         fn = kernel.body.operations[0]
         fn.operation.detach_from_parent()
@@ -705,6 +781,12 @@ def _rewrite_list(module, cfg, gemms: list, kind: str) -> list[str]:
         with ir.InsertionPoint(g.op), g.op.location:
             call = func_d.CallOp([g.result_type], ir.FlatSymbolRefAttr.get(name), [g.a, g.b, g.c])
         g.op.results[0].replace_all_uses_with(call.results[0])
+        # A later contraction may read this one's result (MobileNetV2's projection 1x1 feeding
+        # the next expansion): point it at the call before the op, and its value, are freed.
+        for later in gemms[position + 1:]:
+            for field_name in ("a", "b", "c"):
+                if getattr(later, field_name) == g.op.results[0]:
+                    setattr(later, field_name, call.results[0])
         g.op.erase()
         tags.append(tag)
     return tags

@@ -7,6 +7,8 @@ zero-padded column panels and K blocks that do not divide K. Timing lives in
 tools/bench_gemm.py, never here.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -205,6 +207,74 @@ def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
                                           stride=stride, padding=pad, dilation=dil)
     assert out.shape == shape
     assert rel_error(out, expected.numpy()) < 1e-5
+
+
+@needs_simd
+@pytest.mark.parametrize("n,c,h,w,f,k,stride,pad", [
+    (1, 128, 3, 3, 256, 1, 1, 0),   # MobileNet's last 1x1: 9 pixels, 256 filters
+    (1, 64, 6, 6, 128, 3, 1, 1),    # 3x3 through the transposed im2col
+    (2, 16, 4, 4, 70, 1, 1, 0),     # batch 2, filters not a whole panel (padded, sliced back)
+    (1, 24, 7, 7, 100, 1, 2, 0),    # 1x1 stride 2: 16 pixels
+])
+def test_conv2d_with_few_pixels_runs_transposed(n, c, h, w, f, k, stride, pad):
+    """Few output pixels and many filters: C^T = im2col^T x filter^T keeps the vector lanes full."""
+    from torch_mlir import ir
+
+    text, shape = conv_text(n, c, h, w, f, k, stride, pad)
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        conv = next(op for op in strategy._collect(module, ("linalg.conv_2d_nchw_fchw",)))
+        assert strategy.transpose_conv(strategy.match_conv(conv), CFG)
+    fn = strategy.compile_standalone(text)
+    assert re.search(rf"llvm\.intr\.(fma|fmuladd).*vector<{CFG.nr}xf32>", fn.mlir_llvm)  # the GEMM microkernel
+    x, wt, b = rand(n, c, h, w), rand(f, c, k, k), rand(f)
+    (out,) = fn(x, wt, b)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b),
+                                          stride=stride, padding=pad)
+    assert out.shape == shape
+    assert rel_error(out, expected.numpy()) < 1e-5
+
+
+@needs_simd
+def test_chained_contractions_read_each_other_through_the_rewrite():
+    """conv -> conv and matmul -> matmul with nothing between (MobileNetV2's projection feeding the
+    next expansion): the second kernel must read the first one's call, not its freed op."""
+    conv = f"""
+func.func @chain(%x: {t([1, 16, 8, 8])}, %w1: {t([32, 16, 1, 1])}, %w2: {t([64, 32, 1, 1])}, %m: {t([64, 64])}) -> {t([64, 64])} {{
+  %z = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : {t([1, 32, 8, 8])}
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : {t([1, 32, 8, 8])}) -> {t([1, 32, 8, 8])}
+  %c1 = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}}
+      ins(%x, %w1 : {t([1, 16, 8, 8])}, {t([32, 16, 1, 1])}) outs(%f1 : {t([1, 32, 8, 8])}) -> {t([1, 32, 8, 8])}
+  %e2 = tensor.empty() : {t([1, 64, 8, 8])}
+  %f2 = linalg.fill ins(%z : f32) outs(%e2 : {t([1, 64, 8, 8])}) -> {t([1, 64, 8, 8])}
+  %c2 = linalg.conv_2d_nchw_fchw {{dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}}
+      ins(%c1, %w2 : {t([1, 32, 8, 8])}, {t([64, 32, 1, 1])}) outs(%f2 : {t([1, 64, 8, 8])}) -> {t([1, 64, 8, 8])}
+  %flat = tensor.collapse_shape %c2 [[0, 1], [2, 3]] : {t([1, 64, 8, 8])} into {t([64, 64])}
+  %e3 = tensor.empty() : {t([64, 64])}
+  %f3 = linalg.fill ins(%z : f32) outs(%e3 : {t([64, 64])}) -> {t([64, 64])}
+  %p1 = linalg.matmul ins(%flat, %m : {t([64, 64])}, {t([64, 64])}) outs(%f3 : {t([64, 64])}) -> {t([64, 64])}
+  %p2 = linalg.matmul ins(%p1, %m : {t([64, 64])}, {t([64, 64])}) outs(%f3 : {t([64, 64])}) -> {t([64, 64])}
+  return %p2 : {t([64, 64])}
+}}"""
+    fn = strategy.compile_standalone(conv)
+    x, w1, w2, m = rand(1, 16, 8, 8), rand(32, 16, 1, 1), rand(64, 32, 1, 1), rand(64, 64)
+    (out,) = fn(x, w1, w2, m)
+    c = torch.nn.functional.conv2d(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w1)),
+                                   torch.from_numpy(w2)).reshape(64, 64).numpy().astype(np.float64)
+    assert rel_error(out, c @ m @ m) < 1e-5
+
+
+def test_conv_transposes_only_when_padding_waste_shrinks():
+    cfg = strategy.KernelConfig(16, 6, 64, 128)
+
+    def gemm(f, pixels):
+        return strategy.Gemm(None, 1, f, pixels, 9, None, False, None, "im2col", True, None, None, conv={})
+
+    assert strategy.transpose_conv(gemm(256, 9), cfg)      # 9 of 64 lanes -> all of them
+    assert strategy.transpose_conv(gemm(128, 36), cfg)
+    assert not strategy.transpose_conv(gemm(100, 49), cfg)  # about even: no transposes
+    assert not strategy.transpose_conv(gemm(16, 2304), cfg)  # early layer: many pixels, few filters
 
 
 @needs_simd
