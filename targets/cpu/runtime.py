@@ -183,6 +183,15 @@ class CompiledFunction:
             raise BackendError(f"cpu delegate takes {len(self.inputs)} input(s) and {len(self.outputs)} "
                                f"output(s), got {len(inputs)} and {len(outputs)}")
         ptrs = self._slots()
+        local = self._local
+        # Steady state: the runtime passes the same planned-arena views every call, so the
+        # pointer array from last time is still right (an ndarray's data pointer never moves).
+        last = getattr(local, "last", None)
+        if last is not None and not self.threaded and len(inputs) == len(last[0]) \
+                and all(a is b for a, b in zip(inputs, last[0])) and all(a is b for a, b in zip(outputs, last[1])):
+            self._fn(ctypes.addressof(ptrs))
+            return
+        local.last = None
         keep = []
         ii = oi = 0
         for i, a in enumerate(self.args):
@@ -202,6 +211,8 @@ class CompiledFunction:
                 ptrs[i] = arr.ctypes.data
                 oi += 1
         if not self.threaded:
+            if all(a is b for a, b in zip(keep, inputs)):  # nothing was copied: safe to reuse
+                local.last = (tuple(inputs), tuple(outputs))
             self._fn(ctypes.addressof(ptrs))
             return
         n = self.num_threads
