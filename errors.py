@@ -40,6 +40,11 @@ class PassError(EtcError):
     """A pass failed, or a pass pipeline / pass option is invalid."""
 
 
+class InternalError(PassError):
+    """A bug in etc, not in the user's program: a pass raised something it never meant to.
+    Names the pass; the original exception is chained as `__cause__` for the bug report."""
+
+
 class LoweringError(EtcError):
     """An op that has no lowering on the chosen path (no edge form, no kernel, ...)."""
 

@@ -308,8 +308,19 @@ class Pipeline:
         return found
 
     def _run_python(self, op, step: Step) -> None:
+        from etc.errors import EtcError, InternalError
+
         for target in self._anchored(op, step.path):
-            step.python_pass.run(target)
+            try:
+                step.python_pass.run(target)
+            except EtcError:
+                raise
+            except Exception as exc:  # a bug in the pass: say which one, keep the cause
+                raise InternalError(
+                    f"pass '{step.element.name}' crashed: {type(exc).__name__}: {exc}",
+                    location=str(target.location),
+                    notes=["this is a bug in etc, not in your program: please report it with the input IR "
+                           "(etc-opt --mlir-print-ir-after-all shows the IR each pass received)"]) from exc
         self._after(op, step)
 
     def _after(self, op, step: Step) -> None:

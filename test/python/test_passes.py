@@ -331,3 +331,21 @@ def test_invalid_input_is_not_blamed_on_a_pass():
         run_pipeline(module, "etc-test-python-break", verify=False)
         with pytest.raises(VerificationError, match="invalid before the pipeline runs"):
             run_pipeline(module, "etc-dce")
+
+
+@register_pass
+class _Crash(Pass):
+    name = "etc-test-crash"
+    summary = "test: a pass with a bug"
+
+    def run(self, op):
+        return {}["missing"]
+
+
+def test_a_crashing_pass_is_named_as_an_internal_error(module):
+    from etc.errors import InternalError
+
+    with pytest.raises(InternalError, match=r"pass 'etc-test-crash' crashed: KeyError: 'missing'") as info:
+        run_pipeline(module, "builtin.module(cse, etc-test-crash)")
+    assert isinstance(info.value, PassError) and isinstance(info.value.__cause__, KeyError)
+    assert any("bug in etc" in note for note in info.value.notes)
