@@ -139,7 +139,8 @@ def default_codegen_strategy(module: ir.Module, target: CpuTarget) -> None:
     """The default: generalize named ops and put each reduction's loops outside the innermost
     parallel loop when that loop walks the output and an input contiguously (matmul i,j,k -> i,k,j;
     convolutions with the output column innermost), so that LLVM's loop vectorizer, at O3, gets
-    unit-stride loops without a floating-point reduction to reassociate."""
+    unit-stride loops without a floating-point reduction to reassociate. (After bufferization,
+    elementwise generics also merge their loops: see `lower_to_llvm_dialect`.)"""
     run_passes(module, "builtin.module(func.func(linalg-generalize-named-ops))", "generalizing named linalg ops")
     interchange_reductions_outward(module)
     allow_reduction_reassociation(module)
@@ -541,6 +542,11 @@ def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget,
         args.append(ArgSpec("output", numpy_dtype_of(rt.element_type), tuple(rt.shape), str(i)))
     bufferize(module)
     _strategy_cleanups(module)
+    # Elementwise loops over views of the planned buffers: merge the loops every operand walks
+    # contiguously, or LLVM unrolls a short innermost loop and vectorizes the next with gathers.
+    from etc.passes.collapse_elementwise_dims import collapse_elementwise_dims
+
+    collapse_elementwise_dims(module.operation, None)
     offsets = plan_scratch(module)
     mark_noalias(fn)
     memrefs = _memref_shapes(fn)

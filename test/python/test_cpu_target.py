@@ -456,3 +456,27 @@ def test_delegate_with_mixed_input_and_output_types_verifies_and_runs():
     got = method.execute([x.numpy(), idx.numpy()])
     for g, want in zip(got, MixedInterface()(x, idx)):
         np.testing.assert_allclose(g, want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+class BroadcastChain(torch.nn.Module):
+    """Elementwise ops over merged loops: per-channel bias, scalars, a strided slice, a transpose."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        y = torch.clamp((x + self.bias.view(1, 3, 1, 1)) * 0.5, 0.0, 6.0)
+        return y[:, :, 1:4, :] - 1.0, y.transpose(2, 3) * y.transpose(2, 3)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 3, 16, 16), (1, 3, 4, 1)])
+def test_elementwise_chains_with_broadcasts_match_torch(shape):
+    torch.manual_seed(0)
+    model, x = BroadcastChain().eval(), torch.randn(*shape) * 8
+    program_ir, report = delegated(model, (x,))
+    assert report.partitions == 1 and not report.portable, str(report)
+    got = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
+    with torch.no_grad():
+        for g, want in zip(got, model(x)):
+            np.testing.assert_allclose(g, want.numpy(), rtol=1e-6, atol=1e-6)
