@@ -115,6 +115,13 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
     except Exception as e:  # noqa: BLE001 - a failing target is reported in the table, not fatal
         row["etc_cpu"] = None
         row["cpu_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+    try:  # two threads: the delegate calibrates at load and may keep one (see targets/cpu/runtime.py)
+        cpu2_program = etc.to_edge(zoo_model.export()).to_backend(CpuPartitioner(num_threads=2)).to_executorch()
+        cpu2_method = Runtime.get().load_program(cpu2_program.buffer).load_method("forward")
+        row["etc_cpu_2t"] = _median_latency(lambda: cpu2_method.execute(np_inputs), runs=runs)
+    except Exception as e:  # noqa: BLE001
+        row["etc_cpu_2t"] = None
+        row["cpu_2t_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
 
     module = zoo_model.module
     for threads in (1, 2):
@@ -152,14 +159,19 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
         threads = "unknown (this build has no threadpool hook)" if et_threads is None else str(et_threads)
         lines += [f"One thread each: etc cpu (num_threads=1), torch 1t, ExecuTorch's threadpool: {threads}.", ""]
     lines += ["## Latency", "",
-              "| model | etc portable | etc cpu | torch 1t | torch 2t | ET portable | ET XNNPACK | etc cpu vs torch 1t | etc cpu vs ET XNNPACK |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| model | etc portable | etc cpu | etc cpu 2t | torch 1t | torch 2t | ET portable | ET XNNPACK "
+              "| etc cpu vs torch 1t | etc cpu vs ET XNNPACK | etc cpu 2t vs torch 2t |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['name']} | {_fmt_ms(r['etc_portable'])} | {_fmt_ms(r.get('etc_cpu'))} | {_fmt_ms(r['torch_1t'])} | "
+            f"| {r['name']} | {_fmt_ms(r['etc_portable'])} | {_fmt_ms(r.get('etc_cpu'))} | "
+            f"{_fmt_ms(r.get('etc_cpu_2t'))} | {_fmt_ms(r['torch_1t'])} | "
             f"{_fmt_ms(r['torch_2t'])} | {_fmt_ms(r.get('et_portable'))} | {_fmt_ms(r.get('et_xnnpack'))} | "
-            f"{_ratio(r.get('etc_cpu'), r['torch_1t'])} | {_ratio(r.get('etc_cpu'), r.get('et_xnnpack'))} |")
-    lines += ["", "Ratios are time over time: below 1.00x means etc is faster.", "",
+            f"{_ratio(r.get('etc_cpu'), r['torch_1t'])} | {_ratio(r.get('etc_cpu'), r.get('et_xnnpack'))} | "
+            f"{_ratio(r.get('etc_cpu_2t'), r['torch_2t'])} |")
+    lines += ["", "Ratios are time over time: below 1.00x means etc is faster. `etc cpu 2t` is "
+              "`CpuPartitioner(num_threads=2)`: each delegate times one and two threads when it loads and keeps "
+              "the faster, so small models stay on one.", "",
               "## Compile time, program size, planned memory", "",
               "| model | compile (s) | cpu compile (s) | .pte bytes | planned bytes | lower bound | planned / bound | ET planned bytes |",
               "|---|---|---|---|---|---|---|---|"]

@@ -13,7 +13,10 @@ runtime backend: checks the CPU, links with MCJIT, calls through ctypes).
 
 Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
 `features`, `opt_level` (0-3), `num_threads` (> 1: the threaded entry of parallel.py, run by
-that many of the runtime's threads; the object still needs only libc/libm).
+up to that many of the runtime's threads; the object still needs only libc/libm). At load the
+runtime times the delegate on one thread and on `num_threads` and keeps the faster (waking a
+thread costs tens of microseconds: small models stay on one); the runtime-side compile spec
+`calibrate_threads=0` turns that off.
 """
 
 from __future__ import annotations

@@ -564,9 +564,9 @@ def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget,
     drop_assertions(module)
     loops = "convert-linalg-to-loops"
     if threaded:
-        from etc.targets.cpu.parallel import partition_top_level_loops
+        from etc.targets.cpu.parallel import lower_with_thread_splits, partition_top_level_loops
 
-        run_passes(module, "builtin.module(func.func(convert-linalg-to-parallel-loops))", "parallel loops")
+        lower_with_thread_splits(module, fn)
         partition_top_level_loops(fn)
         loops = "canonicalize"
     run_passes(module, _to_llvm(index_bits, loops), "lowering to the LLVM dialect")

@@ -12,6 +12,9 @@ splits the work and synchronizes itself:
   one of its parallel dimensions (the first whose trip count is at least
   `nthreads`, else the longest), so a batch-1 convolution splits its output
   channels and a matmul its rows;
+- a top-level `scf.for` nest of the GEMM strategy runs on every thread, each taking
+  a chunk of the loop marked `etc.thread_split` (column panels: each writes its own
+  output columns through all K blocks, so no barrier is needed inside);
 - any other top-level op with effects (a loop that only reduces, a store) runs
   on thread 0 only;
 - after each of them all threads meet at a barrier (an atomic counter and a
@@ -77,28 +80,72 @@ def partition_top_level_loops(fn) -> int:
             decl.attributes["sym_visibility"] = ir.StringAttr.get("private")
 
         barriers = 0
-        for op in ops:
-            name = op.name
-            if name == "func.return" or name.startswith(_PURE_PREFIXES):
-                continue
-            if name == "scf.parallel":
-                _split_parallel(op, tid, nthreads)
-            else:
-                if len(op.results):
-                    raise LoweringError(f"cpu codegen: cannot run top-level '{name}' with results on one thread")
-                with ir.InsertionPoint(op):
-                    zero = arith.ConstantOp(index, 0).result
-                    is_first = arith.CmpIOp(arith.CmpIPredicate.eq, tid, zero).result
-                    guard = scf.IfOp(is_first)
-                with ir.InsertionPoint(guard.then_block):
-                    scf.YieldOp([])
-                op.move_before(guard.then_block.operations[0])
-                op = guard.operation
-            call_ip = _after(op)
-            with call_ip:
+
+        def barrier_after(op):
+            nonlocal barriers
+            with _after(op):
                 func_d.CallOp([], ir.FlatSymbolRefAttr.get(BARRIER_FN), [barrier, nthreads])
             barriers += 1
+
+        def run_on_thread_zero(run: list):
+            """Move `run` (consecutive top-level ops, in order) under one `if tid == 0`."""
+            inside = set(run)
+            for op in run:
+                for result in op.results:
+                    for use in result.uses:
+                        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                        if _top_level_ancestor(user, block) not in inside:
+                            raise LoweringError(f"cpu codegen: '{op.name}' runs on one thread but its result "
+                                                f"is used after it by '{user.name}'")
+            # At the run's last op: index math left in place between its ops stays above the guard.
+            with ir.InsertionPoint(run[-1]):
+                zero = arith.ConstantOp(index, 0).result
+                is_first = arith.CmpIOp(arith.CmpIPredicate.eq, tid, zero).result
+                guard = scf.IfOp(is_first)
+            with ir.InsertionPoint(guard.then_block):
+                terminator = scf.YieldOp([])
+            for op in run:
+                op.move_before(terminator)
+            barrier_after(guard.operation)
+
+        run: list = []
+        depends: set = set()  # values computed by the current run
+        for op in ops:
+            name = op.name
+            pure = name.startswith(_PURE_PREFIXES)
+            if name == "func.return":
+                break
+            if pure and not any(v in depends for v in op.operands):
+                continue  # every thread computes views, constants and index math
+            split = _thread_split_loop(op) if name == "scf.for" else None
+            if name == "scf.parallel" or split is not None:
+                if run:
+                    run_on_thread_zero(run)
+                    run, depends = [], set()
+                if split is not None:
+                    _split_for(split, tid, nthreads)
+                else:
+                    _split_parallel(op, tid, nthreads)
+                barrier_after(op)
+                continue
+            # Anything else (a reduction loop, the straight-line tail of a tile, a store) runs on
+            # thread 0, with the ops around it that use its results, under one guard and barrier.
+            run.append(op)
+            depends.update(op.results)
+        if run:
+            run_on_thread_zero(run)
     return barriers
+
+
+def _top_level_ancestor(op, block):
+    """The op of `block` that is or contains `op`."""
+    current = op
+    while current is not None and current.parent is not None:
+        parent_block = current.block if hasattr(current, "block") else None
+        if parent_block == block:
+            return current
+        current = current.parent
+    return current
 
 
 def _after(op):
@@ -108,6 +155,123 @@ def _after(op):
     ops = list(op.block.operations)
     i = [o.operation for o in ops].index(op)
     return ir.InsertionPoint(ops[i + 1])
+
+
+THREAD_SPLIT = "etc.thread_split"  # strategy.py marks its loop over independent column panels
+
+
+def lower_with_thread_splits(module, fn) -> int:
+    """Lower `fn`'s top-level linalg ops (memref form) to scf.for nests in their own loop order,
+    marking in each the loop the threads share: the first of its leading parallel loops with at
+    least 4 iterations (else the longest of them). Returns how many nests were marked.
+
+    (`convert-linalg-to-parallel-loops` would put every parallel loop outside the reductions,
+    undoing the default strategy's interchange: a convolution's innermost unit-stride column
+    loop ended up inside its reductions, and the threaded code ran 2.5x slower on one thread.)"""
+    from etc.targets.cpu.codegen import run_passes
+
+    run_passes(module, "builtin.module(func.func(linalg-generalize-named-ops))", "generalizing named linalg ops")
+    block = fn.regions[0].blocks[0]
+    lines, tagged = [], 0
+    with fn.context, ir.Location.unknown():
+        i64 = ir.IntegerType.get_signless(64)
+        for op in block.operations:
+            op = op.operation
+            if op.name != "linalg.generic":
+                continue
+            iterators = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+            trips = _loop_trips(op, len(iterators))
+            if not iterators or trips is None:
+                continue
+            leading = []
+            for d, it in enumerate(iterators):
+                if "parallel" not in it:
+                    break
+                leading.append(d)
+            long_enough = [d for d in leading if trips[d] >= 4]
+            candidates = long_enough[:1] or sorted((d for d in leading if trips[d] >= 2), key=lambda d: -trips[d])[:1]
+            if not candidates:
+                continue
+            op.attributes["etc.split_id"] = ir.IntegerAttr.get(i64, tagged)
+            n = len(iterators)
+            handles = ", ".join(["!transform.any_op"] * n)
+            lines += [f"    %o{tagged} = transform.structured.match attributes{{etc.split_id = {tagged} : i64}} in %root "
+                      f": (!transform.any_op) -> !transform.any_op",
+                      f"    %l{tagged} = transform.structured.convert_to_loops %o{tagged} "
+                      f": (!transform.any_op) -> !transform.any_op"]
+            if n == 1:
+                lines.append(f"    transform.annotate %l{tagged} \"{THREAD_SPLIT}\" : !transform.any_op")
+            else:
+                lines += [f"    %s{tagged}:{n} = transform.split_handle %l{tagged} : (!transform.any_op) -> ({handles})",
+                          f"    transform.annotate %s{tagged}#{candidates[0]} \"{THREAD_SPLIT}\" : !transform.any_op"]
+            tagged += 1
+    if lines:
+        from torch_mlir.dialects.transform import interpreter
+
+        script = ("module attributes {transform.with_named_sequence} {\n"
+                  "  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
+                  + "\n".join(lines) + "\n    transform.yield\n  }\n}\n")
+        with fn.context, ir.Location.unknown():
+            library = ir.Module.parse(script)
+            interpreter.apply_named_sequence(module.operation, library.body.operations[0], library)
+    run_passes(module, "builtin.module(func.func(convert-linalg-to-loops))", "loops")
+    return tagged
+
+
+def _loop_trips(op, n: int) -> list | None:
+    """Static trip count of each loop of a linalg.generic on static buffers, from its maps."""
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    trips = [None] * n
+    for amap, value in zip(maps, op.operands):
+        t = value.type
+        if not isinstance(t, (ir.MemRefType, ir.RankedTensorType)) or not t.has_static_shape:
+            continue
+        for i, expr in enumerate(amap.results):
+            if isinstance(expr, ir.AffineDimExpr) or _is_dim(expr):
+                d = ir.AffineDimExpr(expr).position
+                if trips[d] is None:
+                    trips[d] = list(t.shape)[i]
+    return None if any(t is None for t in trips) else trips
+
+
+def _is_dim(expr) -> bool:
+    try:
+        ir.AffineDimExpr(expr)
+        return True
+    except ValueError:
+        return False
+
+
+def _thread_split_loop(op):
+    """The `etc.thread_split` scf.for at or under top-level loop `op`, when every loop on the way
+    holds only pure ops besides the next loop (so all threads may run those loops, each doing its
+    chunk of the marked one), else None."""
+    current = op
+    while True:
+        if current.name != "scf.for" or len(current.results):
+            return None
+        if THREAD_SPLIT in current.attributes:
+            return current
+        inner = [o.operation for o in current.regions[0].blocks[0].operations
+                 if o.operation.name != "scf.yield" and not o.operation.name.startswith(_PURE_PREFIXES)]
+        if len(inner) != 1:
+            return None
+        current = inner[0]
+
+
+def _split_for(loop, tid, nthreads) -> None:
+    """Give this thread a contiguous chunk of the iterations of scf.for `loop`."""
+    from torch_mlir.dialects import arith
+
+    lb, ub, step = list(loop.operands)[:3]
+    with ir.InsertionPoint(loop), loop.location:
+        span = arith.SubIOp(ub, lb).result
+        per = arith.CeilDivSIOp(arith.CeilDivSIOp(span, step).result, nthreads).result
+        chunk = arith.MulIOp(per, step).result
+        start = arith.MinSIOp(arith.AddIOp(lb, arith.MulIOp(tid, chunk).result).result, ub).result
+        end = arith.MinSIOp(arith.AddIOp(start, chunk).result, ub).result
+    loop.operands[0] = start
+    loop.operands[1] = end
 
 
 def _split_parallel(op, tid, nthreads) -> None:

@@ -82,6 +82,9 @@ def kernel_config(target) -> KernelConfig | None:
     return None
 
 
+# The attribute marking the loop over column panels (see parallel.py).
+THREAD_SPLIT = "etc.thread_split"
+
 # ------------------------------------------------------------------ recognition
 
 
@@ -533,7 +536,10 @@ def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list, packe
         emit(f"%g{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}}} in %root : ({any_op}) -> {any_op}",
              f"%a{i}, %lb{i} = transform.structured.tile_using_for %g{i} tile_sizes {sizes(*b_)} : {tile}",
              f"%b{i}, %lc{i} = transform.structured.tile_using_for %a{i} tile_sizes {sizes(*kb)} : {tile}",
-             f"%c{i}, %lj{i} = transform.structured.tile_using_for %b{i} tile_sizes {sizes(*jb)} : {tile}")
+             f"%c{i}, %lj{i} = transform.structured.tile_using_for %b{i} tile_sizes {sizes(*jb)} : {tile}",
+             # Column panels are independent (each writes its own C columns, across all K blocks):
+             # the threaded entry gives each thread a chunk of them (parallel.py).
+             f"transform.annotate %lj{i} \"{THREAD_SPLIT}\" : {any_op}")
         if p:
             ib = list(z)
             ib[2] = 1

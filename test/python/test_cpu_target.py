@@ -376,13 +376,52 @@ def test_threaded_entry_matches_and_stays_self_contained():
     with torch.no_grad():
         want = model(x)
     for threads in ("2", "1", "3"):
-        fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads})
+        # calibrate_threads=0: run on all of them even where one thread would be faster
+        fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads, "calibrate_threads": "0"})
         assert fn.num_threads == int(threads)
         for _ in range(3):
             got = fn(x.numpy())
             for g, w in zip(got, want):
                 assert rel_error(g, w.numpy()) <= 1e-4, threads
         fn.close()
+
+
+class WideConvs(torch.nn.Module):
+    """Contractions with several column panels and K blocks (the GEMM loops the threads share),
+    a reduction, and an elementwise tail."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(16, 64, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(64, 96, 3, padding=1)
+        self.fc = torch.nn.Linear(96, 200)
+
+    def forward(self, x):
+        y = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(y.mean((2, 3))), y * 0.5
+
+
+def test_threads_share_the_gemm_panels_and_match_one_thread():
+    torch.manual_seed(0)
+    model, x = WideConvs().eval(), torch.randn(1, 16, 20, 20)
+    program_ir, _ = delegated(model, (x,), num_threads=2)
+    with torch.no_grad():
+        want = model(x)
+    fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": "2", "calibrate_threads": "0"})
+    for _ in range(20):  # a race between the threads would show as a wrong panel now and then
+        for g, w in zip(fn(x.numpy()), want):
+            assert rel_error(g, w.numpy()) <= 1e-4
+    fn.close()
+
+
+def test_thread_count_is_calibrated_at_load():
+    """Waking a second thread costs more than this whole delegate: it runs on one, and says so."""
+    torch.manual_seed(0)
+    program_ir, _ = delegated(LinearRelu(), (torch.randn(4, 32),), num_threads=2)
+    fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": "2"})
+    assert fn.num_threads == 2 and fn._threads_now == 1
+    assert any("threads: 1 of 2" in note for note in fn.notes)
+    fn.close()
 
 
 class Exp(torch.nn.Module):
