@@ -242,7 +242,7 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
                 report.delegated[op.name] = report.delegated.get(op.name, 0) + 1
             func_name = f"delegate_{partition.spec.backend_id}_{counter}"
             counter += 1
-            outlined, call = outline(program_ir, partition, func_name)
+            outlined, call = outline(program_ir, partition, func_name, interface=(inputs, outputs))
             processed = backend.preprocess(outlined, partition.spec.compile_specs, program_ir.constants)
             program_ir.delegate_blobs.append(bytes(processed.processed_bytes))
             call.attributes["etc.blob_index"] = ir.IntegerAttr.get(
@@ -262,13 +262,14 @@ def _existing_delegate_count(module) -> int:
                if op.operation.name == "func.func" and "delegate_" in str(op.attributes["sym_name"]))
 
 
-def outline(program_ir, partition: Partition, func_name: str):
-    """Move `partition.ops` into a private function; return (func op, backend.delegate op)."""
+def outline(program_ir, partition: Partition, func_name: str, interface=None):
+    """Move `partition.ops` into a private function; return (func op, backend.delegate op).
+    `interface`: the partition's (inputs, outputs) when the caller already has them."""
     from torch_mlir import ir
     from torch_mlir.dialects import func as func_d
 
     ops = partition.ops
-    inputs, outputs = partition_interface(partition)
+    inputs, outputs = interface or partition_interface(partition)
     module = program_ir.module
     with ir.InsertionPoint(module.body):
         ftype = ir.FunctionType.get([v.type for v in inputs], [v.type for v in outputs])

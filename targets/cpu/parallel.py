@@ -34,6 +34,7 @@ from torch_mlir import ir
 from etc.errors import LoweringError
 
 BARRIER_FN = "etc_cpu_barrier"
+THREAD_SPLIT = "etc.thread_split"  # strategy.py marks its loop over independent column panels
 
 # Top-level ops that are pure (views, constants, index math): every thread runs them.
 _PURE_PREFIXES = ("arith.", "affine.apply", "memref.expand_shape", "memref.collapse_shape", "memref.subview",
@@ -140,10 +141,7 @@ def partition_top_level_loops(fn) -> int:
 def _top_level_ancestor(op, block):
     """The op of `block` that is or contains `op`."""
     current = op
-    while current is not None and current.parent is not None:
-        parent_block = current.block if hasattr(current, "block") else None
-        if parent_block == block:
-            return current
+    while current.block != block:
         current = current.parent
     return current
 
@@ -155,9 +153,6 @@ def _after(op):
     ops = list(op.block.operations)
     i = [o.operation for o in ops].index(op)
     return ir.InsertionPoint(ops[i + 1])
-
-
-THREAD_SPLIT = "etc.thread_split"  # strategy.py marks its loop over independent column panels
 
 
 def lower_with_thread_splits(module, fn) -> int:
@@ -226,20 +221,14 @@ def _loop_trips(op, n: int) -> list | None:
         t = value.type
         if not isinstance(t, (ir.MemRefType, ir.RankedTensorType)) or not t.has_static_shape:
             continue
-        for i, expr in enumerate(amap.results):
-            if isinstance(expr, ir.AffineDimExpr) or _is_dim(expr):
+        for size, expr in zip(t.shape, amap.results):
+            try:
                 d = ir.AffineDimExpr(expr).position
-                if trips[d] is None:
-                    trips[d] = list(t.shape)[i]
+            except ValueError:
+                continue  # d0 * 2 + d1 and such: the loop's size comes from another operand
+            if trips[d] is None:
+                trips[d] = size
     return None if any(t is None for t in trips) else trips
-
-
-def _is_dim(expr) -> bool:
-    try:
-        ir.AffineDimExpr(expr)
-        return True
-    except ValueError:
-        return False
 
 
 def _thread_split_loop(op):
@@ -259,25 +248,30 @@ def _thread_split_loop(op):
         current = inner[0]
 
 
-def _split_for(loop, tid, nthreads) -> None:
-    """Give this thread a contiguous chunk of the iterations of scf.for `loop`."""
+def _chunk(lb, ub, step, tid, nthreads):
+    """(start, end) of this thread's contiguous share of `for i = lb to ub step step`, built at
+    the current insertion point."""
     from torch_mlir.dialects import arith
 
+    span = arith.SubIOp(ub, lb).result
+    per = arith.CeilDivSIOp(arith.CeilDivSIOp(span, step).result, nthreads).result
+    chunk = arith.MulIOp(per, step).result
+    start = arith.MinSIOp(arith.AddIOp(lb, arith.MulIOp(tid, chunk).result).result, ub).result
+    end = arith.MinSIOp(arith.AddIOp(start, chunk).result, ub).result
+    return start, end
+
+
+def _split_for(loop, tid, nthreads) -> None:
+    """Give this thread a contiguous chunk of the iterations of scf.for `loop`."""
     lb, ub, step = list(loop.operands)[:3]
     with ir.InsertionPoint(loop), loop.location:
-        span = arith.SubIOp(ub, lb).result
-        per = arith.CeilDivSIOp(arith.CeilDivSIOp(span, step).result, nthreads).result
-        chunk = arith.MulIOp(per, step).result
-        start = arith.MinSIOp(arith.AddIOp(lb, arith.MulIOp(tid, chunk).result).result, ub).result
-        end = arith.MinSIOp(arith.AddIOp(start, chunk).result, ub).result
+        start, end = _chunk(lb, ub, step, tid, nthreads)
     loop.operands[0] = start
     loop.operands[1] = end
 
 
 def _split_parallel(op, tid, nthreads) -> None:
     """Give this thread a contiguous chunk of one parallel dimension of `op`."""
-    from torch_mlir.dialects import arith
-
     n = len(op.regions[0].blocks[0].arguments)
     operands = list(op.operands)
     lbs, ubs, steps = operands[:n], operands[n:2 * n], operands[2 * n:3 * n]
@@ -288,14 +282,7 @@ def _split_parallel(op, tid, nthreads) -> None:
     # Chosen dim: the first long enough for typical thread counts (4), else the longest known.
     dim = next((d for d, t in enumerate(trips) if t >= 4), max(range(n), key=lambda d: trips[d]))
     with ir.InsertionPoint(op), op.location:
-        lb, ub, step = lbs[dim], ubs[dim], steps[dim]
-        span = arith.SubIOp(ub, lb).result
-        trips_v = arith.CeilDivSIOp(span, step).result
-        per = arith.CeilDivSIOp(trips_v, nthreads).result
-        chunk = arith.MulIOp(per, step).result
-        start = arith.AddIOp(lb, arith.MulIOp(tid, chunk).result).result
-        start = arith.MinSIOp(start, ub).result
-        end = arith.MinSIOp(arith.AddIOp(start, chunk).result, ub).result
+        start, end = _chunk(lbs[dim], ubs[dim], steps[dim], tid, nthreads)
     op.operands[dim] = start
     op.operands[n + dim] = end
 

@@ -124,6 +124,7 @@ class CompiledFunction:
         self._constants = {a["name"]: np.require(self.blob.constant(a["name"]), requirements="C")
                            for a in self.args if a["kind"] == "constant"}
         self._local = threading.local()
+        self._threads_now = self.num_threads  # how many threads a call uses (calibrated below)
         if self.num_threads > 1 and self.specs.get("calibrate_threads", "1") != "0":
             self._calibrate_threads()
 
@@ -211,7 +212,7 @@ class CompiledFunction:
         # Steady state: the runtime passes the same planned-arena views every call, so the
         # pointer array from last time is still right (an ndarray's data pointer never moves).
         last = getattr(local, "last", None)
-        if last is not None and not self.threaded and len(inputs) == len(last[0]) \
+        if last is not None and not self.threaded \
                 and all(a is b for a, b in zip(inputs, last[0])) and all(a is b for a, b in zip(outputs, last[1])):
             self._fn(ctypes.addressof(ptrs))
             return
@@ -239,7 +240,7 @@ class CompiledFunction:
                 local.last = (tuple(inputs), tuple(outputs))
             self._fn(ctypes.addressof(ptrs))
             return
-        n = getattr(self, "_threads_now", self.num_threads)
+        n = self._threads_now
         with self._call_lock:  # one parallel call at a time per handle: they share the barrier
             barrier = self._barrier.ctypes.data
             address = ctypes.addressof(ptrs)

@@ -51,6 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 from torch_mlir import ir
 
+from etc.targets.cpu.parallel import THREAD_SPLIT  # marks the loop over column panels
+
 # ------------------------------------------------------------------ configuration
 
 
@@ -81,9 +83,6 @@ def kernel_config(target) -> KernelConfig | None:
         return KernelConfig(4, 8, 12, 256)  # 24 of 32 q registers
     return None
 
-
-# The attribute marking the loop over column panels (see parallel.py).
-THREAD_SPLIT = "etc.thread_split"
 
 # ------------------------------------------------------------------ recognition
 
@@ -392,17 +391,7 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, pack_a: int
     c_type = _t(c_dims)
     if pack_a:
         c4 = _reshape(t, "expand", c4, [g.batch, Mp, NB, nr], c_dims, [[0], [1, 2], [3], [4]])
-    its = ", ".join(['"parallel"'] * (5 if pack_a else 4) + ['"reduction"'])
-    out = t.fresh("gemm")
-    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<({dims}) -> {amap}>, "
-           f"affine_map<({dims}) -> {bmap}>, affine_map<({dims}) -> {cmap}>], "
-           f"iterator_types = [{its}]}} "
-           f"ins({a}, {b} : {a_type}, {b_type}) outs({c4} : {c_type}) attrs = {{{tag}}} {{")
-    t.emit("^bb0(%x: f32, %y: f32, %acc: f32):")
-    t.emit("  %m = arith.mulf %x, %y fastmath<contract> : f32")
-    t.emit("  %s = arith.addf %acc, %m fastmath<contract> : f32")
-    t.emit("  linalg.yield %s : f32")
-    t.emit(f"}} -> {c_type}")
+    out = _mul_add_generic(t, dims, (amap, bmap, cmap), (a, b, c4), (a_type, b_type, c_type), tag)
     if pack_a:
         out = _reshape(t, "collapse", out, c_dims, [g.batch, Mp, NB, nr], [[0], [1, 2], [3], [4]])
 
@@ -421,6 +410,25 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, pack_a: int
     a0 = ir.RankedTensorType(g.a.type)
     head = (f"func.func private @{name}(%A: {a0}, %B: {g.b.type}, %C: {g.c.type}) -> {g.result_type} {{")
     return head + "\n" + "\n".join(t.lines) + "\n}\n"
+
+
+def _mul_add_generic(t: _Text, dims: str, maps: tuple, values: tuple, types: tuple, tag: str) -> str:
+    """Emit the GEMM kernel's contraction: C[cmap] += A[amap] * B[bmap] over `dims` (the last
+    one the reduction), tagged for the transform script; returns its result."""
+    (amap, bmap, cmap), (a, b, c), (a_type, b_type, c_type) = maps, values, types
+    n = len(dims.split(","))
+    its = ", ".join(['"parallel"'] * (n - 1) + ['"reduction"'])
+    out = t.fresh("gemm")
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<({dims}) -> {amap}>, "
+           f"affine_map<({dims}) -> {bmap}>, affine_map<({dims}) -> {cmap}>], "
+           f"iterator_types = [{its}]}} "
+           f"ins({a}, {b} : {a_type}, {b_type}) outs({c} : {c_type}) attrs = {{{tag}}} {{")
+    t.emit("^bb0(%x: f32, %y: f32, %acc: f32):")
+    t.emit("  %m = arith.mulf %x, %y fastmath<contract> : f32")
+    t.emit("  %s = arith.addf %acc, %m fastmath<contract> : f32")
+    t.emit("  linalg.yield %s : f32")
+    t.emit(f"}} -> {c_type}")
+    return out
 
 
 def transpose_conv(g: Gemm, cfg: KernelConfig) -> bool:
@@ -465,17 +473,8 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str) -> s
     c, _ = _pad(t, c, [g.batch, P, F], [0, 0, Fp - F])
     c4 = _reshape(t, "expand", c, [g.batch, P, Fp], [g.batch, P, NB, nr], [[0], [1], [2, 3]])
     c_type = _t([g.batch, P, NB, nr])
-    out = t.fresh("gemm")
-    dims = "b, jb, i, j, k"
-    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<({dims}) -> (b, i, k)>, "
-           f"affine_map<({dims}) -> (jb, k, j)>, affine_map<({dims}) -> (b, i, jb, j)>], "
-           f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\"]}} "
-           f"ins({a}, {b} : {_t([g.batch, P, K])}, {_t([NB, K, nr])}) outs({c4} : {c_type}) attrs = {{{tag}}} {{")
-    t.emit("^bb0(%x: f32, %y: f32, %acc: f32):")
-    t.emit("  %m = arith.mulf %x, %y fastmath<contract> : f32")
-    t.emit("  %s = arith.addf %acc, %m fastmath<contract> : f32")
-    t.emit("  linalg.yield %s : f32")
-    t.emit(f"}} -> {c_type}")
+    out = _mul_add_generic(t, "b, jb, i, j, k", ("(b, i, k)", "(jb, k, j)", "(b, i, jb, j)"), (a, b, c4),
+                           (_t([g.batch, P, K]), _t([NB, K, nr]), c_type), tag)
     r = _reshape(t, "collapse", out, [g.batch, P, NB, nr], [g.batch, P, Fp], [[0], [1], [2, 3]])
     if Fp != F:
         s = t.fresh("s")

@@ -3,7 +3,7 @@ the stock ExecuTorch runtime (`executorch.runtime`) and matches eager PyTorch,
 for every zoo model, and keeps a written buffer's state there.
 
 The other direction (ExecuTorch's portable programs on etc's runtime) is
-test_runtime_executorch.py. executorch is a test-only dependency: these tests
+test_interop_executorch_programs.py. executorch is a test-only dependency: these tests
 skip without it.
 """
 
