@@ -1,0 +1,750 @@
+"""etc-cpu-window-kernels: depthwise convolutions and poolings as register-blocked vector kernels.
+
+Runs on linalg on tensors (what torch-mlir produces): every static f32
+`linalg.depthwise_conv_2d_nchw_chw`, `linalg.pooling_nchw_max` and `linalg.pooling_nchw_sum`
+becomes a loop nest over (n, c, output rows, output column blocks) whose body is straight-line
+vector code, the KH*KW taps unrolled:
+
+  * vectors run along the output row (`lanes` f32 lanes; a last partial block uses the next
+    power of two, masked when that is wider than what is left);
+  * a column stride s reads s*lanes contiguous inputs and deinterleaves them with one
+    `vector.shuffle` (LLVM: a two-source permute), never a gather; the taps kw that share a
+    load (kw*dilation equal modulo s) share it;
+  * `rows` output rows are computed per step, so an input row loaded once feeds every output
+    row whose window covers it, and the accumulators stay in registers across all taps;
+  * the accumulator starts from the bias (a per-channel `linalg.broadcast` or broadcasting
+    generic), a `linalg.fill` value, or the first tap when the fill is the reduction's identity;
+  * a chain of single-use elementwise consumers (BN folded to scale+shift, ReLU6, the divide of
+    an average pool, a residual add) is applied to the accumulator before the one store.
+
+Loads that would run past the end of an input row and stores of a partial block are masked
+(`in_bounds = [false]`: LLVM masked loads/stores); everything else is unmasked. The result is
+scf.for loops carrying the output tensor, `vector.transfer_read/write` on tensors,
+`vector.shuffle`, `math.fma` and the consumers' arith/math ops on vectors: one-shot-bufferize
+writes in place, `convert-vector-to-llvm` lowers the rest; the only temporary is the output's
+`tensor.empty`.
+
+Every window op the pass sees gets `etc.cpu.path`: `"window"` on the outer loop of a kernel it
+built (with `etc.cpu.window` describing it), `"loops: <reason>"` on an op it left alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from etc.passes.pass_api import Pass, option, register_pass
+
+# op name -> kind, for the ops taken; the others are window ops reported as not taken.
+TAKEN = {
+    "linalg.depthwise_conv_2d_nchw_chw": "dw",
+    "linalg.pooling_nchw_max": "max",
+    "linalg.pooling_nchw_sum": "sum",
+}
+SEEN = (
+    "linalg.depthwise_conv_1d_ncw_cw", "linalg.depthwise_conv_1d_nwc_wc", "linalg.depthwise_conv_1d_nwc_wcm",
+    "linalg.depthwise_conv_2d_nhwc_hwc", "linalg.depthwise_conv_2d_nhwc_hwcm",
+    "linalg.depthwise_conv_2d_nhwc_hwc_q", "linalg.depthwise_conv_2d_nhwc_hwcm_q",
+    "linalg.depthwise_conv_3d_ncdhw_cdhw", "linalg.depthwise_conv_3d_ndhwc_dhwc",
+    "linalg.pooling_nchw_min", "linalg.pooling_nhwc_max", "linalg.pooling_nhwc_min", "linalg.pooling_nhwc_sum",
+    "linalg.pooling_nhwc_max_unsigned", "linalg.pooling_nhwc_min_unsigned",
+    "linalg.pooling_ncw_max", "linalg.pooling_ncw_sum", "linalg.pooling_nwc_max", "linalg.pooling_nwc_min",
+    "linalg.pooling_nwc_sum", "linalg.pooling_ndhwc_max", "linalg.pooling_ndhwc_min", "linalg.pooling_ndhwc_sum",
+)
+IDENTITY = {"dw": 0.0, "max": float("-inf"), "sum": 0.0}
+ELEMENTWISE_DIALECTS = ("arith.", "math.")
+
+
+class NotTaken(Exception):
+    """Why a window op stays with the default loops (the text goes into `etc.cpu.path`)."""
+
+
+# ------------------------------------------------------------------ analysis
+
+
+def _ir():
+    from torch_mlir import ir
+
+    return ir
+
+
+def _static_f32(value) -> list | None:
+    ir = _ir()
+    t = value.type
+    if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape or not isinstance(t.element_type, ir.F32Type):
+        return None
+    return list(t.shape)
+
+
+def _pair(op, name: str) -> list[int]:
+    ir = _ir()
+    if name not in op.attributes:
+        return [1, 1]
+    return [int(v) for v in ir.DenseIntElementsAttr(op.attributes[name])]
+
+
+def _maps(op) -> list:
+    ir = _ir()
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _map_dims(amap) -> list[int] | None:
+    ir = _ir()
+    dims = []
+    for expr in amap.results:
+        if not isinstance(expr, ir.AffineDimExpr):
+            return None
+        dims.append(ir.AffineDimExpr(expr).position)
+    return dims
+
+
+def _all_parallel(op, rank: int) -> bool:
+    ir = _ir()
+    its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    return len(its) == rank and all("parallel" in it for it in its)
+
+
+def _owner(value):
+    """The op defining `value`, or None for a block argument."""
+    ir = _ir()
+    if isinstance(value.owner, ir.Block):
+        return None
+    return value.owner
+
+
+def _float_constant(value) -> float | None:
+    ir = _ir()
+    owner = _owner(value)
+    if owner is None or owner.name != "arith.constant":
+        return None
+    attr = owner.attributes["value"]
+    if isinstance(attr, ir.FloatAttr) or isinstance(attr, ir.FloatAttr):
+        return ir.FloatAttr(attr).value
+    return None
+
+
+@dataclass
+class Init:
+    """Where the accumulator starts: `identity` (the first tap), `scalar` (an f32 value),
+    `chan` (a tensor<C> broadcast along n, h, w) or `tensor` (the outs tensor itself)."""
+
+    kind: str
+    value: object = None
+    producer: object = None  # the fill/broadcast op, erased when the kernel replaced its only user
+
+
+@dataclass
+class Operand:
+    """An extra operand of a fused consumer: `full` (same shape as the output, read per block),
+    `chan` (tensor<C>), `rank0` (tensor<>) or `scalar` (an SSA scalar captured by a body)."""
+
+    kind: str
+    value: object
+
+
+@dataclass
+class Window:
+    op: object
+    kind: str
+    x: object
+    w: object
+    init: Init
+    n: int
+    c: int
+    h: int
+    wd: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    oh: int
+    ow: int
+    chain: list = field(default_factory=list)  # fused elementwise consumers, in order
+    operands: list = field(default_factory=list)  # Operand list (function arguments after x, w, init)
+
+
+def _classify_init(value, kind: str, c: int) -> Init:
+    ir = _ir()
+    producer = _owner(value)
+    if producer is not None:
+        name = producer.name
+        if name == "linalg.fill":
+            scalar = producer.operands[0]
+            if isinstance(scalar.type, ir.F32Type):
+                constant = _float_constant(scalar)
+                if constant is not None and constant == IDENTITY[kind] and \
+                        (math.copysign(1, constant) == math.copysign(1, IDENTITY[kind])):
+                    return Init("identity", producer=producer)
+                return Init("scalar", scalar, producer)
+        if name == "linalg.broadcast":
+            src = producer.operands[0]
+            dims = [int(d) for d in ir.DenseI64ArrayAttr(producer.attributes["dimensions"])]
+            if dims == [0, 2, 3] and _static_f32(src) == [c]:
+                return Init("chan", src, producer)
+        if name == "linalg.generic" and len(producer.results) == 1 and len(producer.operands) == 2 \
+                and _all_parallel(producer, 4):
+            maps = _maps(producer)
+            block = producer.regions[0].blocks[0]
+            body = list(block.operations)
+            if _map_dims(maps[0]) == [1] and _static_f32(producer.operands[0]) == [c] and len(body) == 1 \
+                    and body[0].operands[0] == block.arguments[0] and _map_dims(maps[1]) == [0, 1, 2, 3]:
+                return Init("chan", producer.operands[0], producer)
+    return Init("tensor", value)
+
+
+def _uses(value) -> list:
+    return [(u.owner, u.operand_number) for u in value.uses]
+
+
+def _body_values(block) -> list:
+    """The values a (flat) body defines: its block arguments and its ops' results."""
+    values = list(block.arguments)
+    for inner in block.operations:
+        values += list(inner.results)
+    return values
+
+
+def _fusable_consumer(value, shape, block_of_root):
+    """The elementwise `linalg.generic` that is `value`'s only user, with its extra operands, or
+    None. It must be all-parallel over the output's 4 dims, read `value` once with the identity
+    map, not read its outs argument, and have a body of arith/math ops on scalars."""
+    ir = _ir()
+    uses = _uses(value)
+    if len(uses) != 1:
+        return None
+    user, number = uses[0]
+    if user.name != "linalg.generic" or len(user.results) != 1 or not _all_parallel(user, 4):
+        return None
+    if user.operation.block != block_of_root:
+        return None
+    n_in = len(user.operands) - 1
+    if number >= n_in or _static_f32(user.results[0]) != shape:
+        return None
+    maps = _maps(user)
+    if _map_dims(maps[-1]) != [0, 1, 2, 3] or _map_dims(maps[number]) != [0, 1, 2, 3]:
+        return None
+    block = user.regions[0].blocks[0]
+    if len(list(block.arguments[n_in].uses)) != 0:
+        return None
+    extras = {}
+    for i in range(n_in):
+        if i == number:
+            continue
+        operand, dims = user.operands[i], _map_dims(maps[i])
+        t = operand.type
+        if not isinstance(t, ir.RankedTensorType) or not isinstance(t.element_type, ir.F32Type) or dims is None:
+            return None
+        if operand == value:
+            return None
+        if dims == [0, 1, 2, 3] and _static_f32(operand) == shape:
+            extras[i] = Operand("full", operand)
+        elif dims == [1] and _static_f32(operand) == [shape[1]]:
+            extras[i] = Operand("chan", operand)
+        elif dims == [] and list(t.shape) == []:
+            extras[i] = Operand("rank0", operand)
+        else:
+            return None
+    body = list(block.operations)
+    for inner in body[:-1]:
+        name = inner.operation.name
+        if not name.startswith(ELEMENTWISE_DIALECTS) or len(inner.regions) or len(inner.results) != 1:
+            return None
+        for v in list(inner.operands) + list(inner.results):
+            if not (isinstance(v.type, ir.FloatType) or isinstance(v.type, ir.IntegerType)):
+                return None
+    inside = _body_values(block)
+    for inner in body:
+        for v in inner.operands:
+            if not any(v == known for known in inside):
+                extras[("captured", len(extras))] = Operand("scalar", v)
+                inside.append(v)
+    return user, number, extras
+
+
+# ------------------------------------------------------------------ code generation
+
+
+class _Text:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.counter = 0
+        self.constants: dict = {}
+        self.indent = 2
+
+    def fresh(self, stem: str = "v") -> str:
+        self.counter += 1
+        return f"%{stem}{self.counter}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append(" " * self.indent + line)
+
+    def index(self, value: int) -> str:
+        if value not in self.constants:
+            self.constants[value] = f"%c{value}".replace("-", "m")
+        return self.constants[value]
+
+
+def _vt(width: int, elem: str = "f32") -> str:
+    return f"vector<{width}x{elem}>"
+
+
+def _tt(shape: list) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + "f32>"
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _column_blocks(win: Window, lanes: int) -> tuple[int, list]:
+    """(number of full blocks that read and write in bounds: the loop, [static tail blocks
+    (start, width, read_in_bounds, write_in_bounds)])."""
+    def reads_in(start, width):  # the widest read of the block ends inside the input row
+        return start * win.sw + (win.kw - 1) * win.dw + width * win.sw <= win.wd
+
+    full = win.ow // lanes
+    safe = 0
+    while safe < full and reads_in(safe * lanes, lanes):
+        safe += 1
+    tails = [(b * lanes, lanes, reads_in(b * lanes, lanes), True) for b in range(safe, full)]
+    rest = win.ow - full * lanes
+    if rest:
+        width = _next_pow2(rest)
+        tails.append((full * lanes, width, reads_in(full * lanes, width), width == rest))
+    return safe, tails
+
+
+def _scalar_elem(type_) -> str:
+    """`f32` for f32 and for tensor<f32>."""
+    ir = _ir()
+    if isinstance(type_, ir.ShapedType):
+        return str(ir.ShapedType(type_).element_type)
+    return str(type_)
+
+
+class _Kernel:
+    """The text of one window kernel as a function, spliced in place of the op by the pass."""
+
+    def __init__(self, win: Window, lanes: int, rows: int):
+        self.win, self.lanes, self.rows = win, lanes, max(1, rows)
+        self.t = _Text()
+        self.out_t = _tt([win.n, win.c, win.oh, win.ow])
+        self.x_t = _tt([win.n, win.c, win.h, win.wd])
+
+    # -- per-channel values, for one vector width
+    def channel_values(self, widths: set) -> dict:
+        t, win = self.t, self.win
+        vals = {}
+        for width in sorted(widths):
+            if win.kind == "dw":
+                for i in range(win.kh):
+                    for j in range(win.kw):
+                        key = ("w", i, j)
+                        if key not in vals:
+                            s = t.fresh("ws")
+                            t.emit(f"{s} = tensor.extract %w[%ch, {t.index(i)}, {t.index(j)}] : {_tt([win.c, win.kh, win.kw])}")
+                            vals[key] = s
+                        v = t.fresh("wv")
+                        t.emit(f"{v} = vector.broadcast {vals[key]} : f32 to {_vt(width)}")
+                        vals[("w", i, j, width)] = v
+            if win.init.kind == "chan":
+                if "bias" not in vals:
+                    s = t.fresh("bs")
+                    t.emit(f"{s} = tensor.extract %init[%ch] : {_tt([win.c])}")
+                    vals["bias"] = s
+                v = t.fresh("bv")
+                t.emit(f"{v} = vector.broadcast {vals['bias']} : f32 to {_vt(width)}")
+                vals[("bias", width)] = v
+            for k, operand in enumerate(win.operands):
+                if operand.kind == "chan":
+                    if ("e", k) not in vals:
+                        s = t.fresh("es")
+                        t.emit(f"{s} = tensor.extract %e{k}[%ch] : {_tt([win.c])}")
+                        vals[("e", k)] = s
+                    v = t.fresh("ev")
+                    t.emit(f"{v} = vector.broadcast {vals[('e', k)]} : f32 to {_vt(width)}")
+                    vals[("e", k, width)] = v
+        return vals
+
+    def global_values(self, widths: set) -> dict:
+        t, win = self.t, self.win
+        vals = {}
+        for width in sorted(widths):
+            if win.init.kind == "scalar":
+                v = t.fresh("iv")
+                t.emit(f"{v} = vector.broadcast %init : f32 to {_vt(width)}")
+                vals[("init", width)] = v
+            for k, operand in enumerate(win.operands):
+                if operand.kind in ("rank0", "scalar"):
+                    if ("e", k) not in vals:
+                        if operand.kind == "rank0":
+                            s = t.fresh("es")
+                            t.emit(f"{s} = tensor.extract %e{k}[] : tensor<f32>")
+                        else:
+                            s = f"%e{k}"
+                        vals[("e", k)] = s
+                    elem = _scalar_elem(operand.value.type)
+                    v = t.fresh("ev")
+                    t.emit(f"{v} = vector.broadcast {vals[('e', k)]} : {elem} to {_vt(width, elem)}")
+                    vals[("e", k, width)] = v
+        return vals
+
+    # -- one block of `nrows` output rows x `width` columns
+    def block(self, out: str, oh: str, ow: str, nrows: int, width: int, read_ok: bool, write_ok: bool,
+              chan: dict, glob: dict) -> str:
+        t, win = self.t, self.win
+        s = win.sw
+        ih0 = t.fresh("ih")
+        t.emit(f"{ih0} = arith.muli {oh}, {t.index(win.sh)} : index")
+        iw0 = t.fresh("iw")
+        t.emit(f"{iw0} = arith.muli {ow}, {t.index(s)} : index")
+        loads, taps = {}, {}
+
+        def tap(d: int, j: int) -> str:
+            off = j * win.dw
+            base, phase = off - off % s, off % s
+            if (d, j) in taps:
+                return taps[(d, j)]
+            if (d, base) not in loads:
+                ih = t.fresh("r")
+                t.emit(f"{ih} = arith.addi {ih0}, {t.index(d)} : index")
+                iw = t.fresh("q")
+                t.emit(f"{iw} = arith.addi {iw0}, {t.index(base)} : index")
+                v = t.fresh("ld")
+                t.emit(f"{v} = vector.transfer_read %x[%nn, %ch, {ih}, {iw}], %pad "
+                       f"{{in_bounds = [{'true' if read_ok else 'false'}]}} : {self.x_t}, {_vt(width * s)}")
+                loads[(d, base)] = v
+            v = loads[(d, base)]
+            if s > 1:
+                lanes = ", ".join(str(phase + s * i) for i in range(width))
+                sv = t.fresh("tp")
+                t.emit(f"{sv} = vector.shuffle {v}, {v} [{lanes}] : {_vt(width * s)}, {_vt(width * s)}")
+                v = sv
+            taps[(d, j)] = v
+            return v
+
+        for r in range(nrows):
+            acc = None
+            oh_r = oh
+            if r:
+                oh_r = t.fresh("o")
+                t.emit(f"{oh_r} = arith.addi {oh}, {t.index(r)} : index")
+            if win.init.kind == "chan":
+                acc = chan[("bias", width)]
+            elif win.init.kind == "scalar":
+                acc = glob[("init", width)]
+            elif win.init.kind == "tensor":
+                acc = t.fresh("a")
+                t.emit(f"{acc} = vector.transfer_read %init[%nn, %ch, {oh_r}, {ow}], %pad "
+                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {_vt(width)}")
+            for i in range(win.kh):
+                for j in range(win.kw):
+                    v = tap(r * win.sh + i * win.dh, j)
+                    nxt = t.fresh("a")
+                    vt = _vt(width)
+                    if win.kind == "dw":
+                        wv = chan[("w", i, j, width)]
+                        if acc is None:
+                            t.emit(f"{nxt} = arith.mulf {v}, {wv} : {vt}")
+                        else:
+                            t.emit(f"{nxt} = math.fma {v}, {wv}, {acc} : {vt}")
+                    elif acc is None:
+                        nxt = v
+                    elif win.kind == "max":
+                        t.emit(f"{nxt} = arith.maximumf {acc}, {v} : {vt}")
+                    else:
+                        t.emit(f"{nxt} = arith.addf {acc}, {v} : {vt}")
+                    acc = nxt
+            acc = self.epilogue(acc, width, oh_r, ow, write_ok, chan, glob)
+            new = t.fresh("out")
+            t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_r}, {ow}] "
+                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {_vt(width)}, {self.out_t}")
+            out = new
+        return out
+
+    def epilogue(self, acc: str, width: int, oh: str, ow: str, write_ok: bool, chan: dict, glob: dict) -> str:
+        ir = _ir()
+        t, win = self.t, self.win
+        for user, number, extras in win.chain:
+            block = user.regions[0].blocks[0]
+            names = {}
+            n_in = len(user.operands) - 1
+            for i in range(n_in):
+                arg = block.arguments[i]
+                if i == number:
+                    names[arg] = acc
+                    continue
+                k = extras[i]
+                if k.kind == "full":
+                    v = t.fresh("f")
+                    t.emit(f"{v} = vector.transfer_read %e{k.index}[%nn, %ch, {oh}, {ow}], %pad "
+                           f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {_vt(width)}")
+                    names[arg] = v
+                elif k.kind == "chan":
+                    names[arg] = chan[("e", k.index, width)]
+                else:
+                    names[arg] = glob[("e", k.index, width)]
+            for key, k in extras.items():
+                if isinstance(key, tuple):
+                    names[k.value] = glob[("e", k.index, width)]
+            body = list(block.operations)
+            for inner in body[:-1]:
+                op = inner.operation
+                result = t.fresh("ep")
+                rtype = _vt(width, str(op.results[0].type))
+                if op.name == "arith.constant":
+                    attr = op.attributes["value"]
+                    elem = str(op.results[0].type)
+                    scalar = t.fresh("k")
+                    t.emit(f"{scalar} = arith.constant {attr}")
+                    t.emit(f"{result} = vector.broadcast {scalar} : {elem} to {rtype}")
+                else:
+                    operands = [names[v] for v in op.operands]
+                    types = [_vt(width, str(v.type)) for v in op.operands]
+                    attrs = ", ".join(f"{op.attributes[i].name} = {op.attributes[i].attr}"
+                                      for i in range(len(op.attributes)))
+                    attrs = f" {{{attrs}}}" if attrs else ""
+                    t.emit(f'{result} = "{op.name}"({", ".join(operands)}){attrs} : '
+                           f'({", ".join(types)}) -> {rtype}')
+                names[op.results[0]] = result
+            yielded = body[-1].operation.operands[0]
+            acc = names[yielded]
+            if not isinstance(yielded.type, ir.F32Type):
+                raise NotTaken("a consumer yields a non-f32 value")
+        return acc
+
+    # -- the whole function
+    def function(self, name: str) -> str:
+        t, win = self.t, self.win
+        lanes = min(self.lanes, _next_pow2(win.ow))
+        safe, tails = _column_blocks(win, lanes)
+        widths = {lanes} if safe else set()
+        widths |= {w for _, w, _, _ in tails}
+        args = [f"%x: {self.x_t}"]
+        if win.kind == "dw":
+            args.append(f"%w: {_tt([win.c, win.kh, win.kw])}")
+        if win.init.kind == "chan":
+            args.append(f"%init: {_tt([win.c])}")
+        elif win.init.kind == "scalar":
+            args.append("%init: f32")
+        elif win.init.kind == "tensor":
+            args.append(f"%init: {self.out_t}")
+        for k, operand in enumerate(win.operands):
+            args.append(f"%e{k}: {operand.value.type}")
+        body_start = len(t.lines)
+        t.emit("%pad = arith.constant 0.000000e+00 : f32")
+        t.emit(f"%empty = tensor.empty() : {self.out_t}")
+        glob = self.global_values(widths)
+        rows = min(self.rows, win.oh)
+        main_rows = win.oh - win.oh % rows
+        res = t.fresh("res")
+        t.emit(f"{res} = scf.for %nn = {t.index(0)} to {t.index(win.n)} step {t.index(1)} "
+               f"iter_args(%o0 = %empty) -> ({self.out_t}) {{")
+        t.indent += 2
+        rc = t.fresh("rc")
+        t.emit(f"{rc} = scf.for %ch = {t.index(0)} to {t.index(win.c)} step {t.index(1)} "
+               f"iter_args(%o1 = %o0) -> ({self.out_t}) {{")
+        t.indent += 2
+        chan = self.channel_values(widths)
+
+        def row_step(out: str, oh: str, nrows: int) -> str:
+            if safe > 1:
+                loop = t.fresh("rw")
+                iv, acc = t.fresh("ow"), t.fresh("oc")
+                t.emit(f"{loop} = scf.for {iv} = {t.index(0)} to {t.index(safe * lanes)} step {t.index(lanes)} "
+                       f"iter_args({acc} = {out}) -> ({self.out_t}) {{")
+                t.indent += 2
+                done = self.block(acc, oh, iv, nrows, lanes, True, True, chan, glob)
+                t.emit(f"scf.yield {done} : {self.out_t}")
+                t.indent -= 2
+                t.emit("}")
+                out = loop
+            elif safe == 1:
+                out = self.block(out, oh, t.index(0), nrows, lanes, True, True, chan, glob)
+            for start, width, read_ok, write_ok in tails:
+                out = self.block(out, oh, t.index(start), nrows, width, read_ok, write_ok, chan, glob)
+            return out
+
+        out = "%o1"
+        if main_rows:
+            loop = t.fresh("rh")
+            t.emit(f"{loop} = scf.for %oh = {t.index(0)} to {t.index(main_rows)} step {t.index(rows)} "
+                   f"iter_args(%o2 = {out}) -> ({self.out_t}) {{")
+            t.indent += 2
+            done = row_step("%o2", "%oh", rows)
+            t.emit(f"scf.yield {done} : {self.out_t}")
+            t.indent -= 2
+            t.emit("}")
+            out = loop
+        if win.oh % rows:
+            out = row_step(out, t.index(main_rows), win.oh % rows)
+        t.emit(f"scf.yield {out} : {self.out_t}")
+        t.indent -= 2
+        t.emit("}")
+        t.emit(f"scf.yield {rc} : {self.out_t}")
+        t.indent -= 2
+        t.emit("}")
+        t.emit(f"return {res} : {self.out_t}")
+        consts = [f"  {n} = arith.constant {v} : index" for v, n in sorted(self.t.constants.items())]
+        body = t.lines[body_start:]
+        return "\n".join([f"func.func private @{name}({', '.join(args)}) -> {self.out_t} {{", *consts, *body, "}"]) + "\n"
+
+
+# ------------------------------------------------------------------ the pass
+
+
+@register_pass
+class WindowKernels(Pass):
+    """Depthwise convolutions and poolings (NCHW, static f32, linalg on tensors) -> vector kernels
+    along the output row: taps unrolled, column strides deinterleaved from contiguous loads,
+    several output rows per step, the bias/fill as the accumulator's start and the single-use
+    elementwise consumers applied before the store. See the module docstring."""
+
+    name = "etc-cpu-window-kernels"
+    summary = "Rewrite NCHW depthwise convolutions and poolings into register-blocked vector kernels"
+
+    @dataclass
+    class Options:
+        lanes: int = option(16, help="f32 vector lanes (16 AVX-512, 8 AVX2, 4 NEON/SSE)")
+        rows: int = option(2, help="output rows computed per step (input rows loaded once for all of them)")
+        fuse_consumers: bool = option(True, help="apply single-use elementwise consumers before the store")
+        max_stride: int = option(4, help="largest column stride taken (a stride s loads s*lanes inputs per vector)")
+
+    def run(self, op) -> None:
+        ir = _ir()
+        if self.options.lanes < 1 or self.options.lanes & (self.options.lanes - 1):
+            raise self.error(f"{self.name}: lanes must be a power of two, got {self.options.lanes}", at=op)
+        found = []
+
+        def visit(inner):
+            if inner.name in TAKEN or inner.name in SEEN:
+                found.append(inner)
+            return ir.WalkResult.ADVANCE
+
+        op.walk(visit)
+        for window_op in found:
+            try:
+                win = self.analyze(window_op)
+            except NotTaken as reason:
+                window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
+                self.count("not taken")
+                continue
+            try:
+                self.rewrite(win)
+            except NotTaken as reason:
+                window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
+                self.count("not taken")
+                continue
+            except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
+                raise self.error(f"{self.name}: building the window kernel failed: {exc}", at=window_op) from exc
+            self.count("taken")
+
+    # -- what an op is
+    def analyze(self, op) -> Window:
+        ir = _ir()
+        if op.name not in TAKEN:
+            layout = "NHWC" if "nhwc" in op.name or "nwc" in op.name else "not 2-D NCHW"
+            raise NotTaken(f"{op.name.split('.', 1)[1]}: {layout} window ops are not handled")
+        kind = TAKEN[op.name]
+        if len(op.results) != 1:
+            raise NotTaken("a window op on buffers (no tensor result)")
+        x, w, init = op.operands[0], op.operands[1], op.operands[2]
+        xs, ys = _static_f32(x), _static_f32(op.results[0])
+        if xs is None or ys is None or _static_f32(init) is None:
+            raise NotTaken("not static f32 tensors")
+        if kind == "dw":
+            ws = _static_f32(w)
+            if ws is None or len(ws) != 3:
+                raise NotTaken("weights are not a static f32 tensor<CxKHxKW>")
+            kh, kw = ws[1], ws[2]
+        else:
+            kt = w.type
+            kh, kw = list(ir.ShapedType(kt).shape)
+        sh, sw = _pair(op, "strides")
+        dh, dw = _pair(op, "dilations")
+        n, c, h, wd = xs
+        _, _, oh, ow = ys
+        if sw > self.options.max_stride:
+            raise NotTaken(f"column stride {sw} > max-stride {self.options.max_stride}")
+        if min(oh, ow, kh, kw) < 1:
+            raise NotTaken("empty output or window")
+        win = Window(op, kind, x, w if kind == "dw" else None, _classify_init(init, kind, c),
+                     n, c, h, wd, kh, kw, sh, sw, dh, dw, oh, ow)
+        if self.options.fuse_consumers:
+            self.fuse_chain(win, ys)
+        return win
+
+    def fuse_chain(self, win: Window, shape: list) -> None:
+        value = win.op.results[0]
+        block = win.op.operation.block
+        index = {}
+        while True:
+            found = _fusable_consumer(value, shape, block)
+            if found is None:
+                break
+            user, number, extras = found
+            for key, operand in extras.items():
+                ident = (operand.kind, operand.value)
+                if ident not in index:
+                    index[ident] = len(win.operands)
+                    win.operands.append(operand)
+                operand.index = index[ident]
+            win.chain.append(found)
+            value = user.results[0]
+
+    # -- replacing it
+    def rewrite(self, win: Window) -> None:
+        ir = _ir()
+        op = win.op
+        kernel = _Kernel(win, self.options.lanes, self.options.rows)
+        text = kernel.function("__etc_window")  # may raise NotTaken before anything changed
+        context = op.context
+        holder = ir.Module.parse(text, context)
+        fn = holder.body.operations[0]
+        entry = fn.regions[0].blocks[0]
+        last = win.chain[-1][0] if win.chain else op
+        actual = [win.x]
+        if win.kind == "dw":
+            actual.append(win.w)
+        if win.init.kind != "identity":
+            actual.append(win.init.value)
+        actual += [o.value for o in win.operands]
+        anchor = last.operation
+        location = op.location
+        body_ops = list(entry.operations)
+        ret = body_ops[-1]
+        for inner in body_ops[:-1]:
+            inner.operation.move_before(anchor)
+        for arg, value in zip(entry.arguments, actual):
+            arg.replace_all_uses_with(value)
+        result = ret.operation.operands[0]
+        outer = result.owner
+
+        def relocate(inner):
+            inner.location = location
+            return ir.WalkResult.ADVANCE
+
+        for inner in body_ops[:-1]:
+            inner.operation.walk(relocate)
+        outer.attributes["etc.cpu.path"] = ir.StringAttr.get("window")
+        outer.attributes["etc.cpu.window"] = ir.StringAttr.get(self.describe(win))
+        last.results[0].replace_all_uses_with(result)
+        for user, _, _ in reversed(win.chain):
+            user.operation.erase()
+        producer = win.init.producer
+        op.operation.erase()
+        if producer is not None and all(len(list(r.uses)) == 0 for r in producer.results):
+            producer.operation.erase()
+
+    @staticmethod
+    def describe(win: Window) -> str:
+        what = {"dw": "depthwise", "max": "max pool", "sum": "sum pool"}[win.kind]
+        text = f"{what} {win.kh}x{win.kw} stride {win.sh}x{win.sw}"
+        if (win.dh, win.dw) != (1, 1):
+            text += f" dilation {win.dh}x{win.dw}"
+        text += f" on {win.n}x{win.c}x{win.h}x{win.wd} -> {win.oh}x{win.ow}"
+        if win.chain:
+            text += f", {len(win.chain)} consumer(s) fused"
+        return text
