@@ -1,0 +1,153 @@
+"""etc-cpu-window-kernels against torch: depthwise convolutions and poolings of every kernel size,
+stride, padding and odd spatial size the pass takes, with and without fused consumers, run
+through the pass and compiled to native code (cpu_jit), on random inputs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cpu_jit import compile_model, linalg_of, run_window_pass  # noqa: E402
+
+
+def _bn(c):
+    bn = nn.BatchNorm2d(c)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    return bn
+
+
+def check(model, shape, options="", atol=1e-5):
+    torch.manual_seed(0)
+    model = model.eval()
+    x = torch.randn(*shape)
+    fn, inputs, text = compile_model(model, x, options)
+    assert 'etc.cpu.path = "window"' in text, text
+    assert "loops:" not in text
+    with torch.no_grad():
+        want = model(x).numpy()
+    got = fn(*inputs)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=atol, rtol=1e-5)
+    return text
+
+
+DW = [  # (channels, kernel, stride, padding, dilation, H, W)
+    (2, 3, 1, 1, 1, 7, 7),      # (one channel is a plain convolution, not a depthwise op)
+    (3, 3, 2, 1, 1, 13, 17),
+    (96, 3, 2, 1, 1, 28, 28),
+    (8, 3, 1, 0, 1, 3, 3),      # 1x1 output
+    (8, 5, 1, 2, 1, 14, 14),
+    (5, 5, 2, 2, 1, 17, 13),
+    (4, 7, 1, 3, 1, 7, 7),
+    (6, 7, 2, 3, 1, 23, 19),
+    (8, 3, 1, 2, 2, 12, 40),    # dilation 2
+    (4, (1, 5), 1, (0, 2), 1, 9, 37),  # 1xk
+    (16, 3, 1, 1, 1, 56, 57),   # several full vectors and a tail
+]
+
+
+@pytest.mark.parametrize("c,k,s,p,d,h,w", DW)
+def test_depthwise(c, k, s, p, d, h, w):
+    check(nn.Conv2d(c, c, k, s, p, dilation=d, groups=c), (1, c, h, w))
+
+
+@pytest.mark.parametrize("c,k,s,p,d,h,w", DW[:6])
+def test_depthwise_bn_relu6(c, k, s, p, d, h, w):
+    text = check(nn.Sequential(nn.Conv2d(c, c, k, s, p, dilation=d, groups=c), _bn(c), nn.ReLU6()), (1, c, h, w))
+    assert "consumer(s) fused" in text
+
+
+def test_depthwise_no_bias_batch2():
+    check(nn.Conv2d(6, 6, 3, 2, 1, groups=6, bias=False), (2, 6, 15, 15))
+
+
+@pytest.mark.parametrize("rows,lanes", [(1, 16), (3, 8), (4, 4)])
+def test_options(rows, lanes):
+    check(nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.ReLU6()), (1, 8, 19, 23),
+          options=f"{{rows={rows} lanes={lanes}}}")
+
+
+POOL = [  # (kind, kernel, stride, padding, C, H, W)
+    ("max", 3, 2, 1, 64, 28, 28),
+    ("max", 3, 2, 0, 3, 13, 17),
+    ("max", 2, 2, 0, 1, 7, 7),
+    ("max", 3, 1, 1, 96, 14, 14),
+    ("max", 3, 2, 1, 4, 3, 3),      # 2x2 output from padding
+    ("avg", 3, 2, 1, 64, 28, 28),
+    ("avg", 2, 2, 0, 3, 13, 17),
+    ("avg", 3, 1, 1, 1, 7, 7),
+    ("avg", 2, 2, 0, 96, 14, 14),
+]
+
+
+@pytest.mark.parametrize("kind,k,s,p,c,h,w", POOL)
+def test_pool(kind, k, s, p, c, h, w):
+    model = nn.MaxPool2d(k, s, p) if kind == "max" else nn.AvgPool2d(k, s, p)
+    check(model, (1, c, h, w))
+
+
+def test_max_pool_then_relu6():
+    check(nn.Sequential(nn.MaxPool2d(3, 2, 1), nn.ReLU6()), (1, 8, 15, 15))
+
+
+def test_max_pool_nan_and_inf():
+    """maximumf semantics: a NaN in the window wins (as torch), -inf padding never does."""
+    torch.manual_seed(0)
+    model = nn.MaxPool2d(3, 2, 1).eval()
+    x = torch.randn(1, 3, 9, 9)
+    x[0, 0, 4, 4] = float("nan")
+    x[0, 1] = -float("inf")
+    fn, inputs, _ = compile_model(model, x)
+    got, want = fn(*inputs)[0], model(x).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want))
+
+
+def test_residual_consumer_is_fused():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dw = nn.Conv2d(8, 8, 3, 1, 1, groups=8)
+
+        def forward(self, x):
+            return torch.relu(self.dw(x) + x)
+
+    text = check(M(), (1, 8, 13, 21))
+    assert "consumer(s) fused" in text
+
+
+def test_not_taken_is_visible():
+    """A channels-multiplier convolution is not a depthwise_conv_2d_nchw_chw; an NHWC pooling
+    built by hand is reported with its reason."""
+    text = """
+    func.func @f(%x: tensor<1x6x6x4xf32>) -> tensor<1x3x3x4xf32> {
+      %k = tensor.empty() : tensor<2x2xf32>
+      %e = tensor.empty() : tensor<1x3x3x4xf32>
+      %r = linalg.pooling_nhwc_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+          ins(%x, %k : tensor<1x6x6x4xf32>, tensor<2x2xf32>) outs(%e : tensor<1x3x3x4xf32>) -> tensor<1x3x3x4xf32>
+      return %r : tensor<1x3x3x4xf32>
+    }"""
+    out = run_window_pass(text)
+    assert 'etc.cpu.path = "loops: pooling_nhwc_max: NHWC window ops are not handled"' in out
+
+
+def test_real_ir_form():
+    """What torch-mlir produces for a MobileNetV2 block: padded input, bias broadcast as the init,
+    ReLU6 as two generics: all of it becomes one kernel."""
+    model = nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, groups=8), _bn(8), nn.ReLU6())
+    text, _ = linalg_of(model, torch.randn(1, 8, 14, 14))
+    assert "linalg.depthwise_conv_2d_nchw_chw" in text
+    out = run_window_pass(text)
+    assert "linalg.depthwise_conv_2d_nchw_chw" not in out
+    assert "linalg.generic" not in out and "linalg.broadcast" not in out
+    assert "2 consumer(s) fused" in out
