@@ -247,6 +247,8 @@ def _fusable_consumer(value, shape, block_of_root):
         else:
             return None
     body = list(block.operations)
+    if len(body[-1].operands) != 1 or not isinstance(body[-1].operands[0].type, ir.F32Type):
+        return None
     for inner in body[:-1]:
         name = inner.operation.name
         if not name.startswith(ELEMENTWISE_DIALECTS) or len(inner.regions) or len(inner.results) != 1:
@@ -509,10 +511,7 @@ class _Kernel:
                     t.emit(f'{result} = "{op.name}"({", ".join(operands)}){attrs} : '
                            f'({", ".join(types)}) -> {rtype}')
                 names[op.results[0]] = result
-            yielded = body[-1].operation.operands[0]
-            acc = names[yielded]
-            if not isinstance(yielded.type, ir.F32Type):
-                raise NotTaken("a consumer yields a non-f32 value")
+            acc = names[body[-1].operation.operands[0]]
         return acc
 
     # -- the whole function
@@ -595,6 +594,15 @@ class _Kernel:
 # ------------------------------------------------------------------ the pass
 
 
+def _record(op, path: str, reason: str = "") -> None:
+    """The decision in the module's `etc.cpu.decisions` too, where the cpu pipeline keeps them."""
+    try:
+        from etc.targets.cpu import decisions
+    except ImportError:  # a tree without the decision log: the op attribute is the record
+        return
+    decisions.record(op, "window", path, reason)
+
+
 @register_pass
 class WindowKernels(Pass):
     """Depthwise convolutions and poolings (NCHW, static f32, linalg on tensors) -> vector kernels
@@ -627,16 +635,15 @@ class WindowKernels(Pass):
         for window_op in found:
             try:
                 win = self.analyze(window_op)
+                text = _Kernel(win, self.options.lanes, self.options.rows).function("__etc_window")
             except NotTaken as reason:
                 window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
+                _record(window_op, "loops", str(reason))
                 self.count("not taken")
                 continue
+            _record(window_op, "window")
             try:
-                self.rewrite(win)
-            except NotTaken as reason:
-                window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
-                self.count("not taken")
-                continue
+                self.rewrite(win, text)
             except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
                 raise self.error(f"{self.name}: building the window kernel failed: {exc}", at=window_op) from exc
             self.count("taken")
@@ -695,11 +702,10 @@ class WindowKernels(Pass):
             value = user.results[0]
 
     # -- replacing it
-    def rewrite(self, win: Window) -> None:
+    def rewrite(self, win: Window, text: str) -> None:
+        """Splice the kernel `text` (a function) in place of the op and its fused consumers."""
         ir = _ir()
         op = win.op
-        kernel = _Kernel(win, self.options.lanes, self.options.rows)
-        text = kernel.function("__etc_window")  # may raise NotTaken before anything changed
         context = op.context
         holder = ir.Module.parse(text, context)
         fn = holder.body.operations[0]

@@ -1,0 +1,142 @@
+// RUN: etc-opt %s --split-input-file --etc-cpu-window-kernels | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-window-kernels="lanes=8 rows=1" | filecheck %s --check-prefix=AVX2
+
+// MobileNetV2's stride-2 depthwise block as torch-mlir gives it (padded input, bias broadcast as
+// the init, BN folded, ReLU6 fused into one generic): one kernel. Channels, then output rows two
+// at a time, then 16-wide column blocks; each tap reads 32 contiguous inputs and keeps the even
+// lanes (kw = 1 reuses kw = 0's load: odd lanes); the bias is the accumulator's start; ReLU6
+// runs on the accumulator before the one store. The 56-wide row is 3 full blocks (a loop) and
+// an 8-wide block; every read stays inside the padded row, so nothing is masked.
+// CHECK: module attributes {etc.cpu.decisions = [{kind = "window", op = "linalg.depthwise_conv_2d_nchw_chw", path = "window"
+// CHECK-LABEL: func.func @dw3x3s2_relu6
+// CHECK-NOT: linalg.depthwise_conv_2d_nchw_chw
+// CHECK-NOT: linalg.broadcast
+// CHECK: scf.for %[[N:.*]] = %c0 to %c1 step %c1
+// CHECK: scf.for %[[C:.*]] = %c0 to %c96 step %c1
+// CHECK-COUNT-9: tensor.extract %arg1[%[[C]], %{{.*}}, %{{.*}}] : tensor<96x3x3xf32>
+// CHECK: tensor.extract %arg2[%[[C]]] : tensor<96xf32>
+// CHECK: scf.for %[[OH:.*]] = %c0 to %c56 step %c2
+// CHECK: scf.for %[[OW:.*]] = %c0 to %c48 step %c16
+// CHECK: %[[LD:.*]] = vector.transfer_read %padded[%[[N]], %[[C]], %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<1x96x114x114xf32>, vector<32xf32>
+// CHECK: %[[EVEN:.*]] = vector.shuffle %[[LD]], %[[LD]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30] : vector<32xf32>, vector<32xf32>
+// CHECK: math.fma %[[EVEN]], %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK: vector.shuffle %[[LD]], %[[LD]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
+// CHECK-COUNT-7: math.fma
+// CHECK: arith.cmpf ogt, %{{.*}} : vector<16xf32>
+// CHECK: arith.select
+// CHECK: arith.cmpf olt
+// CHECK: arith.select
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%[[N]], %[[C]], %[[OH]], %[[OW]]] {in_bounds = [true]} : vector<16xf32>, tensor<1x96x56x56xf32>
+// CHECK: scf.yield
+// CHECK: vector.transfer_read %padded{{.*}} {in_bounds = [true]} : tensor<1x96x114x114xf32>, vector<16xf32>
+// CHECK: vector.shuffle {{.*}} [0, 2, 4, 6, 8, 10, 12, 14] : vector<16xf32>, vector<16xf32>
+// CHECK: vector.transfer_write %{{.*}}[%[[N]], %[[C]], %[[OH]], %c48] {in_bounds = [true]} : vector<8xf32>
+// CHECK: } {etc.cpu.path = "window", etc.cpu.window = "depthwise 3x3 stride 2x2 on 1x96x114x114 -> 56x56, 1 consumer(s) fused"}
+// CHECK-NOT: linalg.generic
+// AVX2-LABEL: func.func @dw3x3s2_relu6
+// AVX2: scf.for %{{.*}} = %c0 to %c56 step %c8
+// AVX2: vector.transfer_read {{.*}} vector<16xf32>
+// AVX2: vector.shuffle {{.*}} [0, 2, 4, 6, 8, 10, 12, 14] : vector<16xf32>, vector<16xf32>
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#map1 = affine_map<(d0, d1, d2, d3) -> ()>
+func.func @dw3x3s2_relu6(%arg0: tensor<1x96x112x112xf32>, %arg1: tensor<96x3x3xf32>, %arg2: tensor<96xf32>) -> tensor<1x96x56x56xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %cst_0 = arith.constant dense<6.000000e+00> : tensor<f32>
+  %cst_1 = arith.constant dense<0.000000e+00> : tensor<f32>
+  %padded = tensor.pad %arg0 low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+    tensor.yield %cst : f32
+  } : tensor<1x96x112x112xf32> to tensor<1x96x114x114xf32>
+  %0 = tensor.empty() : tensor<1x96x56x56xf32>
+  %b = linalg.broadcast ins(%arg2 : tensor<96xf32>) outs(%0 : tensor<1x96x56x56xf32>) dimensions = [0, 2, 3]
+  %1 = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%padded, %arg1 : tensor<1x96x114x114xf32>, tensor<96x3x3xf32>) outs(%b : tensor<1x96x56x56xf32>) -> tensor<1x96x56x56xf32>
+  %2 = linalg.generic {indexing_maps = [#map, #map1, #map1, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1, %cst_1, %cst_0 : tensor<1x96x56x56xf32>, tensor<f32>, tensor<f32>) outs(%0 : tensor<1x96x56x56xf32>) {
+  ^bb0(%in: f32, %zero: f32, %six: f32, %out: f32):
+    %4 = arith.cmpf ogt, %in, %zero : f32
+    %5 = arith.select %4, %in, %zero : f32
+    %6 = arith.cmpf olt, %six, %5 : f32
+    %7 = arith.select %6, %six, %5 : f32
+    linalg.yield %7 : f32
+  } -> tensor<1x96x56x56xf32>
+  return %2 : tensor<1x96x56x56xf32>
+}
+
+// -----
+
+// Max pooling: -inf fill is the identity, so the first tap starts the running maximum
+// (maximumf: NaN wins, as in torch); stride-1 taps are plain unaligned loads; 7-wide rows
+// use 8-lane vectors with masked stores.
+// CHECK-LABEL: func.func @maxpool3x3s1
+// CHECK-NOT: linalg.fill
+// CHECK: scf.for
+// CHECK: scf.for
+// CHECK: %[[T0:.*]] = vector.transfer_read %arg0{{.*}} : tensor<2x3x9x9xf32>, vector<8xf32>
+// CHECK-NOT: vector.shuffle
+// CHECK: %[[T1:.*]] = vector.transfer_read %arg0
+// CHECK: arith.maximumf %[[T0]], %[[T1]] : vector<8xf32>
+// CHECK-COUNT-7: arith.maximumf
+// CHECK: vector.transfer_write {{.*}} : vector<8xf32>, tensor<2x3x7x7xf32>
+// CHECK: etc.cpu.path = "window"
+func.func @maxpool3x3s1(%x: tensor<2x3x9x9xf32>) -> tensor<2x3x7x7xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %0 = tensor.empty() : tensor<2x3x7x7xf32>
+  %1 = linalg.fill ins(%ninf : f32) outs(%0 : tensor<2x3x7x7xf32>) -> tensor<2x3x7x7xf32>
+  %k = tensor.empty() : tensor<3x3xf32>
+  %2 = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %k : tensor<2x3x9x9xf32>, tensor<3x3xf32>) outs(%1 : tensor<2x3x7x7xf32>) -> tensor<2x3x7x7xf32>
+  return %2 : tensor<2x3x7x7xf32>
+}
+
+// -----
+
+// Average pooling: the sum pool and its divide generic (a constant captured from outside the
+// body) are one kernel; the divisor is broadcast once.
+// CHECK-LABEL: func.func @avgpool2x2s2
+// CHECK: %[[NINE:.*]] = vector.broadcast %cst{{.*}} : f32 to vector<8xf32>
+// CHECK: scf.for
+// CHECK: arith.addf {{.*}} : vector<8xf32>
+// CHECK: arith.divf %{{.*}}, %[[NINE]] : vector<8xf32>
+// CHECK: vector.transfer_write
+// CHECK-NOT: linalg.generic
+func.func @avgpool2x2s2(%x: tensor<1x4x14x14xf32>) -> tensor<1x4x7x7xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %four = arith.constant 4.000000e+00 : f32
+  %0 = tensor.empty() : tensor<1x4x7x7xf32>
+  %1 = linalg.fill ins(%zero : f32) outs(%0 : tensor<1x4x7x7xf32>) -> tensor<1x4x7x7xf32>
+  %k = tensor.empty() : tensor<2x2xf32>
+  %2 = linalg.pooling_nchw_sum {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%x, %k : tensor<1x4x14x14xf32>, tensor<2x2xf32>) outs(%1 : tensor<1x4x7x7xf32>) -> tensor<1x4x7x7xf32>
+  %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%2 : tensor<1x4x7x7xf32>) outs(%0 : tensor<1x4x7x7xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %4 = arith.divf %in, %four : f32
+    linalg.yield %4 : f32
+  } -> tensor<1x4x7x7xf32>
+  return %3 : tensor<1x4x7x7xf32>
+}
+
+// -----
+
+// What the pass does not take is visible: an NHWC pooling keeps its op, with the reason; a
+// depthwise result used twice keeps its consumers (nothing fused), the op itself is taken.
+// CHECK: etc.cpu.decisions = [{kind = "window", op = "linalg.pooling_nhwc_max", path = "loops", reason = "pooling_nhwc_max: NHWC window ops are not handled"
+// CHECK-SAME: {kind = "window", op = "linalg.depthwise_conv_2d_nchw_chw", path = "window"
+// CHECK-LABEL: func.func @not_taken
+// CHECK: linalg.pooling_nhwc_max {{.*}}etc.cpu.path = "loops: pooling_nhwc_max: NHWC window ops are not handled"
+// CHECK-LABEL: func.func @two_users
+// CHECK: etc.cpu.path = "window", etc.cpu.window = "depthwise 3x3 stride 1x1 on 1x4x8x8 -> 6x6"}
+// CHECK: linalg.generic
+// CHECK: arith.negf
+func.func @not_taken(%x: tensor<1x6x6x4xf32>) -> tensor<1x3x3x4xf32> {
+  %k = tensor.empty() : tensor<2x2xf32>
+  %e = tensor.empty() : tensor<1x3x3x4xf32>
+  %r = linalg.pooling_nhwc_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%x, %k : tensor<1x6x6x4xf32>, tensor<2x2xf32>) outs(%e : tensor<1x3x3x4xf32>) -> tensor<1x3x3x4xf32>
+  return %r : tensor<1x3x3x4xf32>
+}
+func.func @two_users(%x: tensor<1x4x8x8xf32>, %w: tensor<4x3x3xf32>, %init: tensor<1x4x6x6xf32>) -> (tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>) {
+  %1 = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%x, %w : tensor<1x4x8x8xf32>, tensor<4x3x3xf32>) outs(%init : tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
+  %e = tensor.empty() : tensor<1x4x6x6xf32>
+  %2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1 : tensor<1x4x6x6xf32>) outs(%e : tensor<1x4x6x6xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %3 = arith.negf %in : f32
+    linalg.yield %3 : f32
+  } -> tensor<1x4x6x6xf32>
+  return %1, %2 : tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>
+}
