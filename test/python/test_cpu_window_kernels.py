@@ -148,6 +148,6 @@ def test_real_ir_form():
     text, _ = linalg_of(model, torch.randn(1, 8, 14, 14))
     assert "linalg.depthwise_conv_2d_nchw_chw" in text
     out = run_window_pass(text)
-    assert "linalg.depthwise_conv_2d_nchw_chw" not in out
+    assert "= linalg.depthwise_conv_2d_nchw_chw" not in out
     assert "linalg.generic" not in out and "linalg.broadcast" not in out
     assert "2 consumer(s) fused" in out
