@@ -11,6 +11,15 @@ architecture and OS, and every feature the code was compiled for
 list); otherwise `BackendError` names what is missing, instead of the process
 dying of an illegal instruction.
 
+Linking: on x86-64 Linux the runtime loads the ELF object itself
+(`load_elf_x86_64`): all its sections, its GOT and call stubs in one mapping,
+so the small code model's 32-bit displacements between code and constants
+always reach, however fragmented the process's address space is (MCJIT maps
+them separately and, when they land 2 GiB apart, LLVM aborts the process).
+Other hosts link with llvmlite's MCJIT, after `check_linkable` has turned what
+it would abort on (a symbol this process lacks, non-PIC or oversized code) into
+a BackendError.
+
 Per call: the argument pointer array is filled in place (ctypes) and the entry
 is called; ctypes releases the GIL during the call. No allocation in steady
 state: constants point into the blob, the scratch buffer is allocated once per
@@ -31,6 +40,7 @@ several Python threads still run concurrently, each with its own scratch.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 import numpy as np
@@ -45,11 +55,11 @@ _ENGINES: list = []  # keep every engine (and so its code) alive for the process
 
 
 def _llvm():
+    # Self-contained: the runtime needs no compiler module (nor MLIR) to link and run a blob.
     import llvmlite.binding as llvm
 
-    from etc.targets.cpu.codegen import _init_llvm
-
-    _init_llvm()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     return llvm
@@ -86,6 +96,246 @@ def check_host_compatible(metadata: dict) -> None:
             f"cpu delegate needs CPU feature(s) {', '.join('+' + m for m in missing)} that this CPU "
             f"({llvm.get_host_cpu_name()}) lacks; recompile for this CPU or with a baseline "
             "(compile spec cpu=generic / features=...)")
+
+
+# What MCJIT's ELF linker aborts the process on (report_fatal_error or an assertion) rather than
+# reporting: checked before linking, so a blob it cannot link is a BackendError instead.
+_SMALL_MODEL_LIMIT = 1 << 31  # 32-bit displacements between the sections of one object
+_ABSOLUTE_32 = {"x86_64": {10: "R_X86_64_32", 11: "R_X86_64_32S"}}  # need the object below 4 GiB
+_SHF_WRITE, _SHF_ALLOC, _SHF_EXECINSTR = 0x1, 0x2, 0x4
+_SHT_SYMTAB, _SHT_RELA, _SHT_NOBITS, _SHT_REL = 2, 4, 8, 9
+
+
+def _process_defines(name: str, llvm=None) -> int:
+    """The address MCJIT would resolve `name` to (0: none): the process's global symbols (dlsym on
+    the process), or a symbol added to LLVM explicitly."""
+    if llvm is not None and llvm.address_of_symbol(name):
+        return llvm.address_of_symbol(name)
+    try:
+        return ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value or 0
+    except (AttributeError, OSError):
+        return 0
+
+
+class _Elf:
+    """The parts of a 64-bit little-endian ELF relocatable object a loader needs."""
+
+    def __init__(self, data: bytes):
+        import struct
+
+        self.data = data
+        try:
+            self.machine = {62: "x86_64", 183: "aarch64"}.get(struct.unpack_from("<H", data, 18)[0], "other")
+            shoff = struct.unpack_from("<Q", data, 0x28)[0]
+            shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+            # (name, type, flags, addr, offset, size, link, info, align, entsize)
+            self.sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+            self.symbols = []  # (name, shndx, value)
+            self.relocations = []  # (target section, offset, type, symbol index, addend)
+            for _, sh_type, _, _, offset, size, link, info, _, entsize in self.sections:
+                if sh_type == _SHT_SYMTAB:
+                    strtab = self.sections[link][4]
+                    for k in range(size // (entsize or 24)):
+                        name_off, _, _, shndx, value = struct.unpack_from("<IBBHQ", data, offset + k * (entsize or 24))
+                        end = data.index(b"\0", strtab + name_off)
+                        self.symbols.append((data[strtab + name_off:end].decode("latin-1"), shndx, value))
+                elif sh_type in (_SHT_RELA, _SHT_REL):
+                    step = entsize or (24 if sh_type == _SHT_RELA else 16)
+                    for k in range(size // step):
+                        r_offset, r_info = struct.unpack_from("<QQ", data, offset + k * step)
+                        addend = struct.unpack_from("<q", data, offset + k * step + 16)[0] if sh_type == _SHT_RELA \
+                            else None
+                        self.relocations.append((info, r_offset, r_info & 0xFFFFFFFF, r_info >> 32, addend))
+        except (struct.error, IndexError, ValueError):
+            raise BackendError("cpu delegate: its object code is not a well-formed ELF file") from None
+
+    @staticmethod
+    def is_elf64le(data: bytes) -> bool:
+        return len(data) >= 64 and data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
+
+    def allocated(self) -> list[int]:
+        return [i for i, sec in enumerate(self.sections) if sec[2] & _SHF_ALLOC and sec[5] > 0]
+
+    def undefined(self) -> set:
+        return {name for name, shndx, _ in self.symbols if shndx == 0 and name}
+
+
+def elf_object_info(data: bytes) -> dict | None:
+    """A 64-bit little-endian ELF relocatable's undefined symbols, relocation types and loaded
+    bytes (its SHF_ALLOC sections, aligned); None for anything else (nothing is checked then)."""
+    if not _Elf.is_elf64le(data):
+        return None
+    elf = _Elf(data)
+    loaded = 0
+    for i in elf.allocated():
+        align = max(elf.sections[i][8], 1)
+        loaded = (loaded + align - 1) // align * align + elf.sections[i][5]
+    return {"machine": elf.machine, "undefined": elf.undefined(), "relocations": {r[2] for r in elf.relocations},
+            "loaded_bytes": loaded}
+
+
+def check_linkable(object_bytes: bytes, llvm=None) -> None:
+    """Raise BackendError for an object MCJIT would abort the process on: a symbol this process
+    does not define (LLVM: "Program used external function ... which could not be resolved"),
+    sections too big for 32-bit displacements, absolute 32-bit relocations (non-PIC code)."""
+    info = elf_object_info(object_bytes)
+    if info is None:
+        return
+    missing = sorted(name for name in info["undefined"] if not _process_defines(name, llvm))
+    if missing:
+        raise BackendError(f"cpu delegate: its object code calls {', '.join(missing)}, which this process "
+                           "does not define (the cpu target's code may use libc/libm only)")
+    if info["loaded_bytes"] >= _SMALL_MODEL_LIMIT:
+        raise BackendError(f"cpu delegate: its object code is {info['loaded_bytes']} bytes; the small code "
+                           f"model it is compiled for reaches {_SMALL_MODEL_LIMIT} bytes at most")
+    absolute = sorted(_ABSOLUTE_32.get(info["machine"], {}).get(t) for t in info["relocations"]
+                      if t in _ABSOLUTE_32.get(info["machine"], {}))
+    if absolute:
+        raise BackendError(f"cpu delegate: its object code has {', '.join(absolute)} relocations (not "
+                           "position-independent); recompile it with reloc=pic")
+
+
+# ------------------------------------------------------------- the x86-64 ELF loader
+_IMAGES: list = []  # (address, size) of every loaded image: code stays mapped for the process lifetime
+_PAGE = 4096
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return libc
+
+
+def load_elf_x86_64(object_bytes: bytes, entry: str) -> int:
+    """Load a relocatable x86-64 ELF object into one mapping and return `entry`'s address.
+
+    Why not MCJIT: its memory manager maps code, read-only data and the GOT of one object
+    separately, wherever mmap finds room, while the small code model reaches constants and
+    GOT entries with 32-bit displacements. In a big, fragmented process (after compiling a
+    ViT-B, say) those land more than 2 GiB apart and LLVM stops on `Assertion
+    isInt<32>(RealOffset)` (SIGABRT); without assertions it would link wrong code. (llvmlite's
+    own memory manager reserves one block, but asserts when the x86-64 linker adds its GOT.)
+    Here every section, the GOT and the call stubs are one mapping: every displacement is
+    within it. Anything unexpected is a BackendError.
+
+    Layout: [code sections | call stubs] [read-only sections | GOT] [writable sections], each
+    part page-aligned; code ends read+execute, read-only data read-only.
+    """
+    import struct
+
+    elf = _Elf(object_bytes)
+    secs = elf.sections
+    parts = {"code": [], "ro": [], "rw": []}
+    for i in elf.allocated():
+        flags = secs[i][2]
+        parts["code" if flags & _SHF_EXECINSTR else "rw" if flags & _SHF_WRITE else "ro"].append(i)
+    externals = sorted(elf.undefined())
+    where = {}  # section index -> offset in the image
+    offset = 0
+    bounds = {}
+    for part in ("code", "ro", "rw"):
+        start = offset
+        for i in parts[part]:
+            align = max(secs[i][8], 1)
+            offset = (offset + align - 1) // align * align
+            where[i] = offset
+            offset += secs[i][5]
+        if part == "code":
+            offset = (offset + 15) // 16 * 16
+            stubs = offset
+            offset += 16 * len(externals)
+        if part == "ro":
+            offset = (offset + 7) // 8 * 8
+            got = offset
+            offset += 8 * len(externals)
+        offset = (offset + _PAGE - 1) // _PAGE * _PAGE
+        bounds[part] = (start, offset)
+    size = max(offset, _PAGE)
+    if size >= _SMALL_MODEL_LIMIT:
+        raise BackendError(f"cpu delegate: its object code needs {size} bytes; the small code model it is "
+                           f"compiled for reaches {_SMALL_MODEL_LIMIT} bytes at most")
+    addresses = {}
+    for name in externals:
+        addresses[name] = _process_defines(name)
+        if not addresses[name]:
+            raise BackendError(f"cpu delegate: its object code calls {name}, which this process does not define "
+                               "(the cpu target's code may use libc/libm only)")
+    libc = _libc()
+    PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
+    base = libc.mmap(None, size, PROT_READ | PROT_WRITE, 0x02 | 0x20, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
+    if base in (None, ctypes.c_void_p(-1).value):
+        raise BackendError(f"cpu delegate: cannot map {size} bytes for its code (errno {ctypes.get_errno()})")
+    image = (ctypes.c_char * size).from_address(base)
+    try:
+        for i, off in where.items():
+            if secs[i][1] != _SHT_NOBITS:
+                image[off:off + secs[i][5]] = object_bytes[secs[i][4]:secs[i][4] + secs[i][5]]
+        got_of, stub_of = {}, {}
+        for k, name in enumerate(externals):
+            got_of[name] = base + got + 8 * k
+            stub_of[name] = base + stubs + 16 * k
+            struct.pack_into("<Q", image, got + 8 * k, addresses[name])
+            # jmp *disp32(%rip) to the GOT slot
+            struct.pack_into("<BBi", image, stubs + 16 * k, 0xFF, 0x25, got_of[name] - (stub_of[name] + 6))
+
+        def symbol_address(index):
+            name, shndx, value = elf.symbols[index]
+            if shndx == 0:
+                return addresses[name], name
+            if shndx == 0xFFF1:  # SHN_ABS
+                return value, name
+            if shndx not in where:
+                raise BackendError(f"cpu delegate: its object code refers to '{name}' in a section it does not load")
+            return base + where[shndx] + value, name
+
+        for target, r_offset, rtype, sym, addend in elf.relocations:
+            if target not in where or rtype == 0:
+                continue  # relocations of debug information (not loaded)
+            if addend is None:
+                raise BackendError("cpu delegate: REL relocations (without addends) are not supported on x86-64")
+            at = where[target] + r_offset
+            place = base + at
+            s, name = symbol_address(sym) if sym else (0, "")
+            if rtype == 1:  # R_X86_64_64: S + A
+                struct.pack_into("<Q", image, at, (s + addend) & (2 ** 64 - 1))
+                continue
+            if rtype == 24:  # R_X86_64_PC64: S + A - P
+                struct.pack_into("<q", image, at, s + addend - place)
+                continue
+            if rtype == 4 and name in stub_of:  # R_X86_64_PLT32 to an external function: its stub
+                value = stub_of[name] + addend - place
+            elif rtype in (2, 4):  # R_X86_64_PC32, PLT32 to a local function: S + A - P
+                value = s + addend - place
+            elif rtype in (9, 41, 42):  # GOTPCREL, GOTPCRELX, REX_GOTPCRELX: G + GOT + A - P
+                if name not in got_of:
+                    raise BackendError(f"cpu delegate: GOT relocation to local symbol '{name}' is not supported")
+                value = got_of[name] + addend - place
+            elif rtype in (10, 11):
+                raise BackendError("cpu delegate: its object code has absolute 32-bit relocations (not "
+                                   "position-independent); recompile it with reloc=pic")
+            else:
+                raise BackendError(f"cpu delegate: x86-64 relocation type {rtype} is not supported by the loader")
+            if not -(1 << 31) <= value < (1 << 31):
+                raise BackendError(f"cpu delegate: relocation to '{name}' out of 32-bit range ({value})")
+            struct.pack_into("<i", image, at, value)
+        address = 0
+        for name, shndx, value in elf.symbols:
+            if name == entry and shndx in where:
+                address = base + where[shndx] + value
+        if not address:
+            raise BackendError(f"cpu delegate: entry symbol '{entry}' not found in its object code")
+        for part, prot in (("code", PROT_READ | PROT_EXEC), ("ro", PROT_READ)):
+            lo, hi = bounds[part]
+            if hi > lo and libc.mprotect(base + lo, hi - lo, prot) != 0:
+                raise BackendError(f"cpu delegate: mprotect of its {part} failed (errno {ctypes.get_errno()})")
+    except BaseException:
+        libc.munmap(base, size)
+        raise
+    _IMAGES.append((base, size))
+    return address
 
 
 class CompiledFunction:
@@ -151,8 +401,13 @@ class CompiledFunction:
                               f"on one, {best[self.num_threads] * 1e6:.0f} us on {self.num_threads})")
 
     def _link(self, entry: str) -> int:
+        obj = self.blob.object_bytes
+        info = elf_object_info(obj)
+        if info is not None and info["machine"] == "x86_64" and sys.platform.startswith("linux"):
+            return load_elf_x86_64(obj, entry)  # see there: MCJIT aborts on far-apart sections
         llvm = _llvm()
         with _LLVM_LOCK:
+            check_linkable(obj, llvm)
             try:
                 target = llvm.Target.from_default_triple()
                 tm = target.create_target_machine(codemodel="default", reloc="pic")
