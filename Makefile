@@ -31,7 +31,16 @@ pytest: $(STAMP)
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv test/lit
 
-bench: $(STAMP)
+# Bench-only dependencies (tools/bench_models.py builds real models from transformers configs),
+# in their own stamp so that `make test` never needs them. transformers does not depend on
+# torch; torch is named again, at its exact version, so that no resolution can replace it.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) Makefile
+	$(PY) -m pip install -q torch==2.13.0 transformers==5.23.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0
+	touch $(BENCH_STAMP)
+
+bench: $(STAMP) $(BENCH_STAMP)
 	$(PY) -m etc.tools.bench
 
 clean:

@@ -7,7 +7,14 @@ ExecuTorch with XNNPACK; plus compile time, program size, planned memory
 against its lifetime lower bound and against ExecuTorch's planner. The machine
 is shared and noisy, so only ratios within this run mean anything.
 
-    python -m etc.tools.bench [--models a,b] [--runs N] [--output BENCHMARKS.md]
+Then two sections on what we did not tune for: the layer sweep (tools/bench_layers.py:
+the layer kinds of real CNNs and transformers at real sizes against torch and XNNPACK)
+and real models (tools/bench_models.py: transformers architectures with random weights,
+latency, numerics, compile time, and the geomean of etc cpu over ExecuTorch XNNPACK).
+Both run in child processes, so that a crash of the compiler under test is a row.
+
+    python -m etc.tools.bench [--sections zoo,layers,models] [--models a,b] [--layers a,b]
+                              [--real-models a,b] [--runs N] [--output BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -147,18 +154,24 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
     return row
 
 
-def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: int | None = None) -> str:
-    lines = ["# Benchmarks", "",
-             "Produced by `make bench` (`python -m etc.tools.bench`), every figure measured in the same run on",
-             f"this machine ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
-             "Latencies are medians in milliseconds after warm-up; the machine is shared and noisy, so compare",
-             "ratios within this table only.", ""]
+def _header() -> list[str]:
+    return ["# Benchmarks", "",
+            "Produced by `make bench` (`python -m etc.tools.bench`), every figure measured in the same run on",
+            f"this machine ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
+            "Latencies are medians in milliseconds after warm-up; the machine is shared and noisy, so compare",
+            "ratios within this table only.", ""]
+
+
+def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: int | None = None,
+           header: bool = True) -> str:
+    lines = _header() if header else []
+    lines += ["## Zoo", ""]
     if not with_executorch:
         lines += ["ExecuTorch columns: `executorch` is not installed in this environment (n/a).", ""]
     else:
         threads = "unknown (this build has no threadpool hook)" if et_threads is None else str(et_threads)
         lines += [f"One thread each: etc cpu (num_threads=1), torch 1t, ExecuTorch's threadpool: {threads}.", ""]
-    lines += ["## Latency", "",
+    lines += ["### Latency", "",
               "| model | etc portable | etc cpu | etc cpu 2t | torch 1t | torch 2t | ET portable | ET XNNPACK "
               "| etc cpu vs torch 1t | etc cpu vs ET XNNPACK | etc cpu 2t vs torch 2t |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -172,7 +185,7 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
     lines += ["", "Ratios are time over time: below 1.00x means etc is faster. `etc cpu 2t` is "
               "`CpuPartitioner(num_threads=2)`: each delegate times one and two threads when it loads and keeps "
               "the faster, so small models stay on one.", "",
-              "## Compile time, program size, planned memory", "",
+              "### Compile time, program size, planned memory", "",
               "| model | compile (s) | cpu compile (s) | .pte bytes | planned bytes | lower bound | planned / bound | ET planned bytes |",
               "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -182,50 +195,91 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
                      f"{r['lower_bound']} | {bound_ratio} | {r.get('et_planned', 'n/a')} |")
     errors = [(r["name"], k, v) for r in rows for k, v in r.items() if k.endswith("_error")]
     if errors:
-        lines += ["", "## Not measured", ""]
+        lines += ["", "### Not measured", ""]
         lines += [f"- {name} ({key[:-6]}): {msg}" for name, key, msg in errors]
     if gemm_text:
-        lines += ["", "## Generated GEMM", "", gemm_text]
+        lines += ["", "### Generated GEMM", "", gemm_text]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sections", default="zoo,layers,models",
+                        help="comma-separated parts to run: zoo, layers (layer sweep), models (real models)")
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
+    parser.add_argument("--layers", help="comma-separated layer-sweep names (default: all)")
+    parser.add_argument("--real-models", help="comma-separated real-model names (default: all)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--output", default="BENCHMARKS.md")
     parser.add_argument("--no-gemm", action="store_true")
     args = parser.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(sections) - {"zoo", "layers", "models"})
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}: choose among zoo, layers, models")
 
     warnings.filterwarnings("ignore")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
     import torch
 
     torch.set_num_threads(1)
-    from models.zoo import ZOO
-
-    from models.zoo import BENCH_ONLY
-
-    names = args.models.split(",") if args.models else sorted(ZOO) + sorted(BENCH_ONLY)
     with_executorch = _executorch_available()
     et_threads = _executorch_threads(1) if with_executorch else None
-    rows = []
-    for name in names:
-        print(f"[bench] {name}", file=sys.stderr, flush=True)
-        rows.append(bench_model(name, args.runs, with_executorch))
-    gemm_text = ""
-    if not args.no_gemm:
-        try:
-            from etc.tools.bench_gemm import run as run_gemm
+    parts = []
+    if "zoo" in sections:
+        from models.zoo import BENCH_ONLY, ZOO
 
-            gemm_text = run_gemm()
-        except Exception as e:  # noqa: BLE001
-            gemm_text = f"GEMM benchmark failed: {type(e).__name__}: {e}"
-    text = render(rows, with_executorch, gemm_text, et_threads)
+        names = args.models.split(",") if args.models else sorted(ZOO) + sorted(BENCH_ONLY)
+        rows = []
+        for name in names:
+            print(f"[bench] {name}", file=sys.stderr, flush=True)
+            rows.append(bench_model(name, args.runs, with_executorch))
+        gemm_text = ""
+        if not args.no_gemm:
+            try:
+                from etc.tools.bench_gemm import run as run_gemm
+
+                gemm_text = run_gemm()
+            except Exception as e:  # noqa: BLE001
+                gemm_text = f"GEMM benchmark failed: {type(e).__name__}: {e}"
+        parts.append(render(rows, with_executorch, gemm_text, et_threads, header=False))
+    if "layers" in sections:
+        parts.append(_section("Layer sweep", _layers_text, args))
+    if "models" in sections:
+        parts.append(_section("Real models", _models_text, args))
+    text = "\n".join(_header()) + "\n" + "\n".join(parts)
     with open(args.output, "w") as f:
         f.write(text)
     print(text)
     return 0
+
+
+def _layers_text(args) -> str:
+    from etc.tools.bench_layers import run
+
+    intro = ("Each layer kind real models have, with its real producer and consumer, at real sizes "
+             "(`python -m etc.tools.bench_layers --list`); etc cpu (`CpuPartitioner(num_threads=1)`), torch eager "
+             "(1 thread) and ExecuTorch + XNNPACK (1 thread), interleaved in one child process.\n\n")
+    return intro + run(args.layers.split(",") if args.layers else None, args.runs, isolate=True)
+
+
+def _models_text(args) -> str:
+    from etc.tools.bench_models import run
+
+    intro = ("Transformers architectures at their real sizes with random weights (`transformers` configs, no "
+             "downloads), one thread each, each model in its own child process (`python -m "
+             "etc.tools.bench_models`).\n\n")
+    return intro + run(args.real_models.split(",") if args.real_models else None, max(3, args.runs // 2))
+
+
+def _section(title: str, body, args) -> str:
+    """A section, or the reason it could not run (a missing bench-only dependency, a bug in the tool)."""
+    print(f"[bench] {title.lower()}", file=sys.stderr, flush=True)
+    try:
+        text = body(args)
+    except Exception as e:  # noqa: BLE001 - the other sections still get written
+        text = f"Not measured: {type(e).__name__}: {e}\n"
+    return f"## {title}\n\n{text}"
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ reported with GFLOP/s (compute-bound layers) or GB/s (memory-bound layers; a GEM
 row's GB/s counts its weight bytes, against the copy bandwidth measured once here).
 
 A backend that fails on a layer prints its error in that row; the sweep goes on. With
-`--isolate` each layer runs in a child process, so that a crash (a signal) is a row too.
+`--isolate` the layers run in a child process (a new one after a crash), so that a crash
+(a signal) or a hang is a row too.
 
 This module imports neither executorch nor transformers at import time: a test imports
 `LAYERS` and builds each entry.
@@ -356,41 +357,95 @@ def measure(name: str, runs: int = 20, budget_s: float = 2.0) -> dict:
         calls["xnnpack"] = call
     except Exception as e:  # noqa: BLE001
         row["xnnpack_error"] = _error(e)
-    times = {key: [] for key in calls}
+    cpu, wall = interleaved(calls, runs, budget_s, warmup=3)
+    for key in ("etc", "torch", "xnnpack"):
+        row[key] = cpu.get(key)
+        row[f"{key}_wall"] = wall.get(key)
+    return row
+
+
+def interleaved(calls: dict, runs: int, budget_s: float, warmup: int = 1) -> tuple[dict, dict]:
+    """Call each of `calls` in turn, `runs` rounds at least (more while within `budget_s`):
+    ({key: median CPU seconds of this thread}, {key: median wall seconds}).
+
+    With one thread, torch eager, XNNPACK (a one-thread pthreadpool runs on the caller) and
+    etc cpu (num_threads=1) all compute on the calling thread, so its CPU time is the work
+    done; wall time also counts the time slices other processes of a shared, oversubscribed
+    machine took in between (a call of a few ms preempted once doubles)."""
+    cpu = {key: [] for key in calls}
+    wall = {key: [] for key in calls}
     with torch.no_grad():
-        for fn in calls.values():  # warm-up
-            for _ in range(3):
+        for fn in calls.values():
+            for _ in range(warmup):
                 fn()
         deadline = time.perf_counter() + budget_s
         done = 0
         while done < runs or (done < 5 * runs and time.perf_counter() < deadline):
             for key, fn in calls.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.thread_time()
                 fn()
-                times[key].append(time.perf_counter() - start)
+                cpu[key].append(time.thread_time() - start_cpu)
+                wall[key].append(time.perf_counter() - start)
             done += 1
             if done >= runs and time.perf_counter() > deadline:
                 break
-    for key in ("etc", "torch", "xnnpack"):
-        row[key] = statistics.median(times[key]) if key in times else None
-    return row
+    return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()})
 
 
-def measure_isolated(name: str, runs: int, timeout_s: float = 600.0) -> dict:
-    """`measure` in a child process: a crash or a hang is reported in the row."""
-    cmd = [sys.executable, "-m", "etc.tools.bench_layers", "--only", name, "--runs", str(runs), "--json"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return {"name": name, "etc_error": f"timed out after {timeout_s:.0f} s", "etc": None,
-                "torch": None, "xnnpack": None}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            return json.loads(line)
-    why = f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else f"exit {proc.returncode}"
-    tail = proc.stderr.strip().splitlines()[-1:] or [""]
-    return {"name": name, "etc_error": f"{why} {tail[0][:100]}".strip(), "etc": None, "torch": None,
-            "xnnpack": None}
+def measure_in_children(names: list[str], runs: int, timeout_s: float = 600.0, log=sys.stderr) -> list[dict]:
+    """`measure` each layer in a child process (one child for all while none crashes): a crash
+    or a layer that takes longer than `timeout_s` is reported in its row, and a new child goes
+    on with the layers after it."""
+    import collections
+    import threading
+
+    rows, todo = [], list(names)
+    while todo:
+        cmd = [sys.executable, "-m", "etc.tools.bench_layers", "--only", ",".join(todo), "--runs", str(runs),
+               "--json"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stderr_tail = collections.deque(maxlen=5)  # drained as it comes, so the child never blocks on it
+        threading.Thread(target=stderr_tail.extend, args=(proc.stderr,), daemon=True).start()
+        timed_out = []
+        current = None
+
+        def kill():
+            timed_out.append(True)
+            proc.kill()
+
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            msg = json.loads(line)
+            timer.cancel()
+            if "start" in msg:
+                current = msg["start"]
+                print(f"[bench_layers] {current}", file=log, flush=True)
+                timer = threading.Timer(timeout_s, kill)
+                timer.start()
+            else:
+                rows.append(msg)
+                todo.remove(msg["name"])
+                current = None
+        timer.cancel()
+        code = proc.wait()
+        if current is None:
+            if todo:  # the child ended between layers without saying why: do not loop forever
+                rows += [{"name": n, "etc_error": f"not measured (child exit {code})"} for n in todo]
+            break
+        if timed_out:
+            why = f"timed out after {timeout_s:.0f} s"
+        elif code < 0:
+            why = f"crashed (signal {-code})"
+        else:
+            tail = [t.strip() for t in stderr_tail if t.strip()][-1:] or [""]
+            why = f"exit {code}: {tail[0][:100]}"
+        rows.append({"name": current, "etc_error": why, "etc": None, "torch": None, "xnnpack": None})
+        todo.remove(current)
+    order = {n: i for i, n in enumerate(names)}
+    return sorted(rows, key=lambda r: order[r["name"]])
 
 
 # ---------------------------------------------------------------- the table
@@ -431,7 +486,9 @@ def render(rows: list[dict], bandwidth: float | None = None) -> str:
                      f"{_ratio(r.get('etc'), r.get('torch'))} | {_ratio(r.get('etc'), r.get('xnnpack'))} | {unit} | "
                      f"{_rate(layer, r.get('etc'))} | {_rate(layer, r.get('torch'))} | "
                      f"{_rate(layer, r.get('xnnpack'))} | {'; '.join(notes)} |")
-    notes = ["", "One thread each, interleaved calls, medians. Ratios are time over time: below 1.00x etc is faster. "
+    notes = ["", "One thread each, interleaved calls, medians of the calling thread's CPU time (the machine is "
+             "shared: wall time would count other processes' time slices; the JSON rows of `--isolate` keep "
+             "both). Ratios are time over time: below 1.00x etc is faster. "
              "GFLOP/s counts a multiply-add as 2 flops (convolutions and matmuls only; BN, activations and "
              "softmax not counted); GB/s counts the bytes the layer must read and write once."]
     if bandwidth:
@@ -448,10 +505,12 @@ def run(only: list[str] | None = None, runs: int = 20, isolate: bool = False, lo
     if unknown:
         raise SystemExit(f"unknown layer(s) {unknown}; known: {', '.join(LAYERS)}")
     bandwidth = memory_bandwidth()
+    if isolate:
+        return render(measure_in_children(names, runs, log=log), bandwidth)
     rows = []
     for name in names:
         print(f"[bench_layers] {name}", file=log, flush=True)
-        rows.append(measure_isolated(name, runs) if isolate else measure(name, runs))
+        rows.append(measure(name, runs))
     return render(rows, bandwidth)
 
 
@@ -459,7 +518,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated layer names (default: all); --list to see them")
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--isolate", action="store_true", help="each layer in a child process")
+    parser.add_argument("--isolate", action="store_true",
+                        help="measure in a child process, a new one after a crash: a crash is a row")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one row, for --isolate
     args = parser.parse_args(argv)
@@ -472,8 +532,10 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     only = args.only.split(",") if args.only else None
-    if args.json:
-        print(json.dumps(measure(only[0], args.runs)), flush=True)
+    if args.json:  # the child of --isolate: one JSON line as each layer starts and one with its row
+        for name in only or list(LAYERS):
+            print(json.dumps({"start": name}), flush=True)
+            print(json.dumps(measure(name, args.runs)), flush=True)
         return 0
     print(run(only, args.runs, args.isolate))
     return 0

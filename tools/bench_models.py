@@ -1,0 +1,342 @@
+"""Real models: transformers architectures at their real sizes, random weights, no downloads.
+
+    python -m etc.tools.bench_models [--only name1,name2] [--runs N] [--timeout S]
+
+Each model is built from its `transformers` config (`XxxConfig(...)` -> `XxxModel` /
+`...ForImageClassification` / `...ForCausalLM`, `torch.manual_seed(0)`), in eval mode,
+wrapped to return one plain tensor and exported with `torch.export.export`. For each, in a
+child process with a timeout (so a crash or a hang of a compiler under test is a row, not
+the end of the run): etc's compile time (`to_edge` + `to_backend(CpuPartitioner())` +
+`to_executorch()`) against ExecuTorch's (`to_edge_transform_and_lower` with XNNPACK +
+`to_executorch()`), both after the same `torch.export`; the delegation summary; the max
+abs difference of etc's output against eager; and the median latency of etc cpu, torch
+eager and ExecuTorch + XNNPACK, one thread each, called in turn (interleaved), in CPU time
+of the calling thread (see `bench_layers.interleaved`).
+
+When the etc side crashes, the model is measured again without it, so its row still has
+torch and XNNPACK. Needs `transformers` (a bench-only dependency, see the Makefile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    what: str
+    build: Callable  # () -> (nn.Module returning one tensor, example inputs tuple)
+
+
+class _Plain:
+    """Wraps a transformers model so that forward returns its first output as a tensor."""
+
+    @staticmethod
+    def wrap(model, **kwargs):
+        import torch
+
+        class Plain(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x):
+                out = self.model(x, return_dict=False, **kwargs)
+                return out[0] if isinstance(out, (tuple, list)) else out
+
+        return Plain().eval()
+
+
+def _image(cls_name: str, config_name: str, size: int = 224, **config):
+    def build():
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        cfg = getattr(transformers, config_name)(**config)
+        model = getattr(transformers, cls_name)(cfg).eval()
+        return _Plain.wrap(model), (torch.randn(1, 3, size, size),)
+    return build
+
+
+def _text(cls_name: str, config_name: str, tokens: int, vocab: int, **config):
+    def build():
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        cfg = getattr(transformers, config_name)(vocab_size=vocab, **config)
+        model = getattr(transformers, cls_name)(cfg).eval()
+        return _Plain.wrap(model, use_cache=False), (torch.randint(0, vocab, (1, tokens)),)
+    return build
+
+
+MODELS: dict[str, Model] = {m.name: m for m in [
+    Model("mobilenet_v2", "MobileNetV2 1.0, 224, ImageNet head",
+          _image("MobileNetV2ForImageClassification", "MobileNetV2Config", 224, image_size=224, num_labels=1000)),
+    Model("efficientnet_b0", "EfficientNet-B0, 224",
+          _image("EfficientNetForImageClassification", "EfficientNetConfig", 224, image_size=224,
+                 width_coefficient=1.0, depth_coefficient=1.0, dropout_rate=0.2, num_labels=1000)),
+    Model("resnet50", "ResNet-50, 224",
+          _image("ResNetForImageClassification", "ResNetConfig", 224, num_labels=1000)),
+    Model("convnext_t", "ConvNeXt-T, 224",
+          _image("ConvNextForImageClassification", "ConvNextConfig", 224, num_labels=1000)),
+    Model("vit_b16", "ViT-B/16, 224",
+          _image("ViTForImageClassification", "ViTConfig", 224, num_labels=1000)),
+    Model("mobilevit_s", "MobileViT-S, 256",
+          _image("MobileViTForImageClassification", "MobileViTConfig", 256, image_size=256, num_labels=1000)),
+    Model("gpt2_2l", "GPT-2 (768 wide, 2 layers), 128 tokens, hidden states (no LM head)",
+          _text("GPT2Model", "GPT2Config", 128, 50257, n_layer=2)),
+    Model("bert_4l", "BERT-base width, 4 layers, 128 tokens, hidden states",
+          _text("BertModel", "BertConfig", 128, 30522, num_hidden_layers=4)),
+    Model("llama_15m", "Llama stories15M (dim 288, 6 layers, 6 heads, FFN 768), 32-token prefill, "
+          "logits, no KV cache",
+          _text("LlamaForCausalLM", "LlamaConfig", 32, 32000, hidden_size=288, num_hidden_layers=6,
+                num_attention_heads=6, num_key_value_heads=6, intermediate_size=768,
+                max_position_embeddings=256)),
+]}
+
+
+# ---------------------------------------------------------------- one model, in the child
+def _error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:120] if text else ''}"
+
+
+def _emit(**fields):
+    """One JSON line to the parent: what is known so far (a crash keeps what came before)."""
+    print(json.dumps(fields), flush=True)
+
+
+def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(1)
+    module, inputs = MODELS[name].build()
+    with torch.no_grad():
+        expected = module(*inputs)
+    scale = float(expected.abs().max())
+    _emit(name=name, ref_max=scale)
+    calls = {}
+    if "torch" in backends:
+        calls["torch"] = lambda: module(*inputs)
+
+    if "etc" in backends:
+        try:
+            import etc
+            from etc.runtime import Runtime
+            from etc.targets.cpu import CpuPartitioner
+
+            _emit(stage="etc compile")
+            ep = torch.export.export(module, inputs)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            edge = etc.to_edge(ep).to_backend(CpuPartitioner(num_threads=1))
+            etc_program = edge.to_executorch()
+            compile_s, compile_cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+            reports = edge.delegation_reports
+            portable = {}
+            for r in reports:
+                for op, n in r.portable.items():
+                    portable[op] = portable.get(op, 0) + n
+            _emit(etc_compile_s=compile_s, etc_compile_cpu_s=compile_cpu_s, etc_partitions=sum(r.partitions for r in reports),
+                  etc_delegated_ops=sum(sum(r.delegated.values()) for r in reports),
+                  etc_portable_ops=sum(portable.values()),
+                  etc_portable=", ".join(f"{op.removeprefix('edge.')} x{n}" for op, n in sorted(portable.items())))
+            _emit(stage="etc load")
+            method = Runtime.get().load_program(etc_program.buffer).load_method("forward")
+            _emit(stage="etc execute")
+            got = method.execute(list(inputs))[0]
+            _emit(etc_maxdiff=float((got - expected).abs().max()))
+            np_inputs = [t.numpy() for t in inputs]
+            calls["etc"] = lambda: etc_program and method.execute(np_inputs)
+        except Exception as e:  # noqa: BLE001 - reported in the row
+            _emit(etc_error=_error(e))
+
+    if "xnnpack" in backends:
+        try:
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+            from executorch.exir import to_edge_transform_and_lower
+            from executorch.runtime import Runtime as EtRuntime
+
+            from etc.tools.bench import _executorch_threads
+
+            _emit(stage="xnnpack compile", et_threads=_executorch_threads(1))
+            ep = torch.export.export(module, inputs)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            et_edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+            et_program = et_edge.to_executorch()
+            _emit(xnnpack_compile_s=time.perf_counter() - start,
+                  xnnpack_compile_cpu_s=time.process_time() - start_cpu)
+            _emit(stage="xnnpack load")
+            buffer = et_program.buffer  # the loaded program reads this memory: keep it alive
+            et_loaded = EtRuntime.get().load_program(buffer)
+            et_method = et_loaded.load_method("forward")
+            _emit(stage="xnnpack execute")
+            got = et_method.execute(list(inputs))[0]
+            _emit(xnnpack_maxdiff=float((got - expected).abs().max()))
+            keep = (buffer, et_loaded)
+            calls["xnnpack"] = lambda: keep and et_method.execute(list(inputs))
+        except Exception as e:  # noqa: BLE001
+            _emit(xnnpack_error=_error(e))
+
+    _emit(stage="timing " + ",".join(calls))
+    from etc.tools.bench_layers import interleaved
+
+    cpu, wall = interleaved(calls, runs, budget_s)
+    _emit(**cpu, **{f"{key}_wall": t for key, t in wall.items()}, stage="done")
+
+
+# ---------------------------------------------------------------- the parent
+def _child(name: str, runs: int, backends: list, timeout_s: float) -> tuple[dict, str | None]:
+    """(fields the child reported, None or why it ended early)."""
+    cmd = [sys.executable, "-m", "etc.tools.bench_models", "--child", name, "--runs", str(runs),
+           "--backends", ",".join(backends)]
+    row: dict = {}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        out, code = proc.stdout, proc.returncode
+        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:]
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code, tail = None, []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            row.update(json.loads(line))
+    if row.get("stage") == "done":
+        return row, None
+    where = row.get("stage", "building the model")
+    if code is None:
+        return row, f"timed out after {timeout_s:.0f} s in {where}"
+    if code < 0:
+        return row, f"crashed (signal {-code}) in {where}"
+    return row, f"exit {code} in {where}: {tail[0][:120] if tail else ''}"
+
+
+def measure_isolated(name: str, runs: int, timeout_s: float) -> dict:
+    backends = ["etc", "torch", "xnnpack"]
+    row, failure = _child(name, runs, backends, timeout_s)
+    row["name"] = name
+    if failure is None:
+        return row
+    stage = row.get("stage", "")
+    culprit = "etc" if stage.startswith(("etc", "timing")) else "xnnpack" if stage.startswith("xnnpack") else None
+    row[f"{culprit or 'etc'}_error"] = failure
+    if culprit is None:
+        return row
+    # measure the others without the backend that crashed
+    again, failure2 = _child(name, runs, [b for b in backends if b != culprit], timeout_s)
+    for key, value in again.items():
+        row.setdefault(key, value)
+        if key in ("torch", "xnnpack", "etc"):
+            row[key] = value
+    if failure2:
+        row["rerun_error"] = failure2
+    row.pop(culprit, None)
+    return row
+
+
+def _ms(t) -> str:
+    return "n/a" if t is None else f"{t * 1e3:.2f}"
+
+
+def _ratio(a, b) -> str:
+    return "n/a" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
+
+
+def _s(t) -> str:
+    return "n/a" if t is None else f"{t:.1f}"
+
+
+def geomean_etc_over_xnnpack(rows: list[dict]) -> tuple[float | None, int]:
+    ratios = [r["etc"] / r["xnnpack"] for r in rows if r.get("etc") and r.get("xnnpack")]
+    if not ratios:
+        return None, 0
+    return math.exp(sum(math.log(x) for x in ratios) / len(ratios)), len(ratios)
+
+
+def render(rows: list[dict]) -> str:
+    lines = ["| model | etc cpu ms | torch 1t ms | XNNPACK ms | etc/torch | etc/XNNPACK | etc max abs diff "
+             "| etc ops outside delegates |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        error = r.get("etc_error")
+        etc_ms = _ms(r.get("etc")) if r.get("etc") is not None else (
+            "n/a" if not error else error if error.startswith(("crashed", "timed out")) else
+            f"failed: {error.split(':')[0]} (below)")
+        diff = r.get("etc_maxdiff")
+        diff_text = "n/a" if diff is None else f"{diff:.2g} (of {r.get('ref_max', 0):.2g})"
+        outside = r.get("etc_portable_ops")
+        outside_text = "n/a" if outside is None else (
+            f"{outside} of {outside + r.get('etc_delegated_ops', 0)} ({r.get('etc_partitions', '?')} partition(s))")
+        lines.append(f"| {r['name']} | {etc_ms} | {_ms(r.get('torch'))} | {_ms(r.get('xnnpack'))} | "
+                     f"{_ratio(r.get('etc'), r.get('torch'))} | {_ratio(r.get('etc'), r.get('xnnpack'))} | "
+                     f"{diff_text} | {outside_text} |")
+    gm, n = geomean_etc_over_xnnpack(rows)
+    lines += ["", f"**Geomean etc cpu / ExecuTorch XNNPACK over the {n} model(s) both ran: "
+              f"{'n/a' if gm is None else f'{gm:.2f}x'}** (below 1.00x etc is faster)."]
+    lines += ["", "Compile time (seconds, after the same `torch.export`): etc is `to_edge` + "
+              "`to_backend(CpuPartitioner())` + `to_executorch()`; ExecuTorch is `to_edge_transform_and_lower` "
+              "(XNNPACK) + `to_executorch()`. Wall time, and the process's CPU time (what the shared machine's "
+              "load does not inflate).", "",
+              "| model | etc compile s | ExecuTorch compile s | etc CPU s | ExecuTorch CPU s | etc/ExecuTorch (CPU) |",
+              "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {_s(r.get('etc_compile_s'))} | {_s(r.get('xnnpack_compile_s'))} | "
+                     f"{_s(r.get('etc_compile_cpu_s'))} | {_s(r.get('xnnpack_compile_cpu_s'))} | "
+                     f"{_ratio(r.get('etc_compile_cpu_s'), r.get('xnnpack_compile_cpu_s'))} |")
+    portable = [(r["name"], r["etc_portable"]) for r in rows if r.get("etc_portable")]
+    if portable:
+        lines += ["", "Ops etc ran outside its cpu delegates (portable kernels), per model:", ""]
+        lines += [f"- {name}: {ops}" for name, ops in portable]
+    problems = [(r["name"], k[:-6], v) for r in rows for k, v in r.items() if k.endswith("_error")]
+    if problems:
+        lines += ["", "Failures:", ""]
+        lines += [f"- {name} ({who}): {msg}" for name, who, msg in problems]
+    lines += ["", "Models: " + "; ".join(f"`{m.name}` {m.what}" for m in MODELS.values() if
+                                          any(r["name"] == m.name for r in rows)) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def run(only: list[str] | None = None, runs: int = 10, timeout_s: float = 1200.0, log=sys.stderr) -> str:
+    names = only or list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; known: {', '.join(MODELS)}")
+    rows = []
+    for name in names:
+        print(f"[bench_models] {name}", file=log, flush=True)
+        start = time.perf_counter()
+        rows.append(measure_isolated(name, runs, timeout_s))
+        print(f"[bench_models] {name}: {time.perf_counter() - start:.0f} s "
+              f"{ {k: v for k, v in rows[-1].items() if k.endswith('_error')} or ''}", file=log, flush=True)
+    return render(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated model names (default: all): " + ", ".join(MODELS))
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per model and child")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--backends", default="etc,torch,xnnpack", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        measure(args.child, args.runs, set(args.backends.split(",")))
+        return 0
+    print(run(args.only.split(",") if args.only else None, args.runs, args.timeout))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
