@@ -77,6 +77,17 @@ def test_options(rows, lanes):
           options=f"{{rows={rows} lanes={lanes}}}")
 
 
+@pytest.mark.parametrize("k,s,p,lanes", [(7, 1, 3, 4), (5, 2, 2, 4), (3, 2, 1, 8), (7, 2, 3, 16)])
+def test_padding_across_blocks(k, s, p, lanes):
+    """Padding wider than a vector's reach: several border blocks shift in the pad value."""
+    check(nn.Sequential(nn.Conv2d(4, 4, k, s, p, groups=4), nn.ReLU()), (1, 4, 11, 29), options=f"{{lanes={lanes}}}")
+    check(nn.MaxPool2d(k, s, p), (1, 4, 11, 29), options=f"{{lanes={lanes}}}")
+
+
+def test_padding_kept_when_not_folded():
+    check(nn.Conv2d(4, 4, 3, 2, 1, groups=4), (1, 4, 13, 13), options="{fold-padding=false}")
+
+
 POOL = [  # (kind, kernel, stride, padding, C, H, W)
     ("max", 3, 2, 1, 64, 28, 28),
     ("max", 3, 2, 0, 3, 13, 17),
@@ -150,4 +161,5 @@ def test_real_ir_form():
     out = run_window_pass(text)
     assert "= linalg.depthwise_conv_2d_nchw_chw" not in out
     assert "linalg.generic" not in out and "linalg.broadcast" not in out
+    assert "tensor.pad" not in out  # the kernel reads the unpadded input
     assert "2 consumer(s) fused" in out

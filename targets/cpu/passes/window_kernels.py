@@ -161,6 +161,9 @@ class Window:
     dw: int
     oh: int
     ow: int
+    ph: int = 0  # low padding (rows, columns) of a tensor.pad folded into the kernel: x is its source
+    pw: int = 0
+    pad_op: object = None
     chain: list = field(default_factory=list)  # fused elementwise consumers, in order
     operands: list = field(default_factory=list)  # Operand list (function arguments after x, w, init)
 
@@ -300,22 +303,46 @@ def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def _column_blocks(win: Window, lanes: int) -> tuple[int, list]:
-    """(number of full blocks that read and write in bounds: the loop, [static tail blocks
-    (start, width, read_in_bounds, write_in_bounds)])."""
-    def reads_in(start, width):  # the widest read of the block ends inside the input row
-        return start * win.sw + (win.kw - 1) * win.dw + width * win.sw <= win.wd
+def _tap_offsets(win: Window) -> list:
+    """(kw, base, phase) per column tap: the tap reads source columns ow*sw + base + phase + sw*i,
+    from a load of sw*width inputs starting at ow*sw + base (taps with the same base share it)."""
+    out = []
+    for j in range(win.kw):
+        o = j * win.dw - win.pw
+        phase = o % win.sw
+        out.append((j, o - phase, phase))
+    return out
 
-    full = win.ow // lanes
-    safe = 0
-    while safe < full and reads_in(safe * lanes, lanes):
-        safe += 1
-    tails = [(b * lanes, lanes, reads_in(b * lanes, lanes), True) for b in range(safe, full)]
-    rest = win.ow - full * lanes
+
+def _column_blocks(win: Window, lanes: int) -> tuple[int, int, list]:
+    """Output column blocks: (first, last) block index of the loop over full blocks whose loads
+    all start at or after column 0 and end inside the source row, and the static blocks
+    [(start, width, write_in_bounds)] that come before and after it."""
+    bases = [base for _, base, _ in _tap_offsets(win)]
+
+    def loopable(start, width):
+        return (width == lanes and start * win.sw + min(bases) >= 0
+                and start * win.sw + max(bases) + width * win.sw <= win.wd)
+
+    blocks = [(b * lanes, lanes, True) for b in range(win.ow // lanes)]
+    rest = win.ow % lanes
     if rest:
         width = _next_pow2(rest)
-        tails.append((full * lanes, width, reads_in(full * lanes, width), width == rest))
-    return safe, tails
+        blocks.append((win.ow - rest, width, width == rest))
+    good = [i for i, (start, width, _) in enumerate(blocks) if loopable(start, width)]
+    if len(good) < 2:
+        return 0, 0, blocks
+    first, last = good[0], good[-1] + 1
+    return first, last, blocks[:first] + blocks[last:]
+
+
+def _interior_rows(win: Window) -> tuple[int, int]:
+    """[lo, hi): the output rows whose every tap row lies inside the source (no padding rows)."""
+    lo = -(-win.ph // win.sh)
+    hi = (win.h - 1 + win.ph - (win.kh - 1) * win.dh) // win.sh + 1
+    lo, hi = max(0, min(lo, win.oh)), max(0, min(hi, win.oh))
+    return (lo, hi) if hi > lo else (0, 0)
+
 
 
 def _scalar_elem(type_) -> str:
@@ -394,39 +421,61 @@ class _Kernel:
         return vals
 
     # -- one block of `nrows` output rows x `width` columns
-    def block(self, out: str, oh: str, ow: str, nrows: int, width: int, read_ok: bool, write_ok: bool,
-              chan: dict, glob: dict) -> str:
+    def block(self, out: str, oh: str, oh_value: int | None, ow: str, ow_value: int | None, nrows: int, width: int,
+              write_ok: bool, chan: dict, glob: dict) -> str:
+        """`oh`/`ow`: SSA index values; `*_value`: their value when static (border blocks, where
+        taps on padding rows are skipped and loads crossing the row's ends are masked/shifted)."""
         t, win = self.t, self.win
         s = win.sw
+        L = width * s
         ih0 = t.fresh("ih")
         t.emit(f"{ih0} = arith.muli {oh}, {t.index(win.sh)} : index")
         iw0 = t.fresh("iw")
         t.emit(f"{iw0} = arith.muli {ow}, {t.index(s)} : index")
         loads, taps = {}, {}
+        offsets = {j: (base, phase) for j, base, phase in _tap_offsets(win)}
+
+        def row_inside(d: int) -> bool:
+            if oh_value is None:
+                return True
+            row = oh_value * win.sh + d - win.ph
+            return 0 <= row < win.h
 
         def tap(d: int, j: int) -> str:
-            off = j * win.dw
-            base, phase = off - off % s, off % s
             if (d, j) in taps:
                 return taps[(d, j)]
+            base, phase = offsets[j]
+            start = None if ow_value is None else ow_value * s + base
             if (d, base) not in loads:
                 ih = t.fresh("r")
-                t.emit(f"{ih} = arith.addi {ih0}, {t.index(d)} : index")
-                iw = t.fresh("q")
-                t.emit(f"{iw} = arith.addi {iw0}, {t.index(base)} : index")
+                t.emit(f"{ih} = arith.addi {ih0}, {t.index(d - win.ph)} : index")
+                if start is not None and start < 0:
+                    iw = t.index(0)
+                    in_bounds = L <= win.wd
+                else:
+                    iw = t.fresh("q")
+                    t.emit(f"{iw} = arith.addi {iw0}, {t.index(base)} : index")
+                    in_bounds = start is None or start + L <= win.wd
                 v = t.fresh("ld")
                 t.emit(f"{v} = vector.transfer_read %x[%nn, %ch, {ih}, {iw}], %pad "
-                       f"{{in_bounds = [{'true' if read_ok else 'false'}]}} : {self.x_t}, {_vt(width * s)}")
+                       f"{{in_bounds = [{'true' if in_bounds else 'false'}]}} : {self.x_t}, {_vt(L)}")
                 loads[(d, base)] = v
             v = loads[(d, base)]
-            if s > 1:
+            if start is not None and start < 0:  # the load starts at column 0: shift, padding in front
+                lanes = [start + phase + s * i for i in range(width)]
+                lanes = ", ".join(str(q) if q >= 0 else str(L) for q in lanes)
+                sv = t.fresh("tp")
+                t.emit(f"{sv} = vector.shuffle {v}, {glob[('padv', L)]} [{lanes}] : {_vt(L)}, {_vt(L)}")
+                v = sv
+            elif s > 1:
                 lanes = ", ".join(str(phase + s * i) for i in range(width))
                 sv = t.fresh("tp")
-                t.emit(f"{sv} = vector.shuffle {v}, {v} [{lanes}] : {_vt(width * s)}, {_vt(width * s)}")
+                t.emit(f"{sv} = vector.shuffle {v}, {v} [{lanes}] : {_vt(L)}, {_vt(L)}")
                 v = sv
             taps[(d, j)] = v
             return v
 
+        vt = _vt(width)
         for r in range(nrows):
             acc = None
             oh_r = oh
@@ -440,12 +489,14 @@ class _Kernel:
             elif win.init.kind == "tensor":
                 acc = t.fresh("a")
                 t.emit(f"{acc} = vector.transfer_read %init[%nn, %ch, {oh_r}, {ow}], %pad "
-                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {_vt(width)}")
+                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vt}")
             for i in range(win.kh):
+                d = r * win.sh + i * win.dh
+                if not row_inside(d):
+                    continue  # a padding row: the pad value is the reduction's identity
                 for j in range(win.kw):
-                    v = tap(r * win.sh + i * win.dh, j)
+                    v = tap(d, j)
                     nxt = t.fresh("a")
-                    vt = _vt(width)
                     if win.kind == "dw":
                         wv = chan[("w", i, j, width)]
                         if acc is None:
@@ -459,10 +510,12 @@ class _Kernel:
                     else:
                         t.emit(f"{nxt} = arith.addf {acc}, {v} : {vt}")
                     acc = nxt
+            if acc is None:  # every tap row is padding
+                acc = glob[("padv", width)]
             acc = self.epilogue(acc, width, oh_r, ow, write_ok, chan, glob)
             new = t.fresh("out")
             t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_r}, {ow}] "
-                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {_vt(width)}, {self.out_t}")
+                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vt}, {self.out_t}")
             out = new
         return out
 
@@ -518,9 +571,9 @@ class _Kernel:
     def function(self, name: str) -> str:
         t, win = self.t, self.win
         lanes = min(self.lanes, _next_pow2(win.ow))
-        safe, tails = _column_blocks(win, lanes)
-        widths = {lanes} if safe else set()
-        widths |= {w for _, w, _, _ in tails}
+        first, last, static_blocks = _column_blocks(win, lanes)
+        widths = {lanes} if last > first else set()
+        widths |= {w for _, w, _ in static_blocks}
         args = [f"%x: {self.x_t}"]
         if win.kind == "dw":
             args.append(f"%w: {_tt([win.c, win.kh, win.kw])}")
@@ -533,11 +586,13 @@ class _Kernel:
         for k, operand in enumerate(win.operands):
             args.append(f"%e{k}: {operand.value.type}")
         body_start = len(t.lines)
-        t.emit("%pad = arith.constant 0.000000e+00 : f32")
+        t.emit(f"%pad = arith.constant {_f32(IDENTITY[win.kind])} : f32")
         t.emit(f"%empty = tensor.empty() : {self.out_t}")
         glob = self.global_values(widths)
-        rows = min(self.rows, win.oh)
-        main_rows = win.oh - win.oh % rows
+        for width in sorted(widths | {w * win.sw for w in widths}):
+            v = t.fresh("pv")
+            t.emit(f"{v} = vector.broadcast %pad : f32 to {_vt(width)}")
+            glob[("padv", width)] = v
         res = t.fresh("res")
         t.emit(f"{res} = scf.for %nn = {t.index(0)} to {t.index(win.n)} step {t.index(1)} "
                f"iter_args(%o0 = %empty) -> ({self.out_t}) {{")
@@ -548,37 +603,47 @@ class _Kernel:
         t.indent += 2
         chan = self.channel_values(widths)
 
-        def row_step(out: str, oh: str, nrows: int) -> str:
-            if safe > 1:
+        def row_step(out: str, oh: str, oh_value: int | None, nrows: int) -> str:
+            for start, width, write_ok in static_blocks:
+                if start >= first * lanes:
+                    break
+                out = self.block(out, oh, oh_value, t.index(start), start, nrows, width, write_ok, chan, glob)
+            if last > first:
                 loop = t.fresh("rw")
                 iv, acc = t.fresh("ow"), t.fresh("oc")
-                t.emit(f"{loop} = scf.for {iv} = {t.index(0)} to {t.index(safe * lanes)} step {t.index(lanes)} "
-                       f"iter_args({acc} = {out}) -> ({self.out_t}) {{")
+                t.emit(f"{loop} = scf.for {iv} = {t.index(first * lanes)} to {t.index(last * lanes)} "
+                       f"step {t.index(lanes)} iter_args({acc} = {out}) -> ({self.out_t}) {{")
                 t.indent += 2
-                done = self.block(acc, oh, iv, nrows, lanes, True, True, chan, glob)
+                done = self.block(acc, oh, oh_value, iv, None, nrows, lanes, True, chan, glob)
                 t.emit(f"scf.yield {done} : {self.out_t}")
                 t.indent -= 2
                 t.emit("}")
                 out = loop
-            elif safe == 1:
-                out = self.block(out, oh, t.index(0), nrows, lanes, True, True, chan, glob)
-            for start, width, read_ok, write_ok in tails:
-                out = self.block(out, oh, t.index(start), nrows, width, read_ok, write_ok, chan, glob)
+            for start, width, write_ok in static_blocks:
+                if start >= first * lanes:
+                    out = self.block(out, oh, oh_value, t.index(start), start, nrows, width, write_ok, chan, glob)
             return out
 
+        lo, hi = _interior_rows(win)
+        rows = max(1, min(self.rows, hi - lo))
+        main_end = lo + (hi - lo) // rows * rows
         out = "%o1"
-        if main_rows:
+        for oh in range(0, lo):  # top rows reading padding
+            out = row_step(out, t.index(oh), oh, 1)
+        if main_end > lo:
             loop = t.fresh("rh")
-            t.emit(f"{loop} = scf.for %oh = {t.index(0)} to {t.index(main_rows)} step {t.index(rows)} "
+            t.emit(f"{loop} = scf.for %oh = {t.index(lo)} to {t.index(main_end)} step {t.index(rows)} "
                    f"iter_args(%o2 = {out}) -> ({self.out_t}) {{")
             t.indent += 2
-            done = row_step("%o2", "%oh", rows)
+            done = row_step("%o2", "%oh", None, rows)
             t.emit(f"scf.yield {done} : {self.out_t}")
             t.indent -= 2
             t.emit("}")
             out = loop
-        if win.oh % rows:
-            out = row_step(out, t.index(main_rows), win.oh % rows)
+        if hi > main_end:
+            out = row_step(out, t.index(main_end), None, hi - main_end)
+        for oh in range(max(hi, lo), win.oh):  # bottom rows reading padding
+            out = row_step(out, t.index(oh), oh, 1)
         t.emit(f"scf.yield {out} : {self.out_t}")
         t.indent -= 2
         t.emit("}")
@@ -589,6 +654,12 @@ class _Kernel:
         consts = [f"  {n} = arith.constant {v} : index" for v, n in sorted(self.t.constants.items())]
         body = t.lines[body_start:]
         return "\n".join([f"func.func private @{name}({', '.join(args)}) -> {self.out_t} {{", *consts, *body, "}"]) + "\n"
+
+
+def _f32(value: float) -> str:
+    if value == float("-inf"):
+        return "0xFF800000"
+    return f"{value:e}"
 
 
 # ------------------------------------------------------------------ the pass
@@ -619,6 +690,7 @@ class WindowKernels(Pass):
         rows: int = option(2, help="output rows computed per step (input rows loaded once for all of them)")
         fuse_consumers: bool = option(True, help="apply single-use elementwise consumers before the store")
         max_stride: int = option(4, help="largest column stride taken (a stride s loads s*lanes inputs per vector)")
+        fold_padding: bool = option(True, help="read a tensor.pad's source, the padding handled in the kernel")
 
     def run(self, op) -> None:
         ir = _ir()
@@ -679,9 +751,36 @@ class WindowKernels(Pass):
             raise NotTaken("empty output or window")
         win = Window(op, kind, x, w if kind == "dw" else None, _classify_init(init, kind, c),
                      n, c, h, wd, kh, kw, sh, sw, dh, dw, oh, ow)
+        if self.options.fold_padding:
+            self.fold_padding(win)
         if self.options.fuse_consumers:
             self.fuse_chain(win, ys)
         return win
+
+    @staticmethod
+    def fold_padding(win: Window) -> None:
+        """Read the source of a `tensor.pad` (spatial, static, padding with the reduction's
+        identity: 0 for sums and convolutions, -inf for max) instead of a padded copy: taps on
+        padding rows are skipped, loads across a row's ends are masked or shifted in registers."""
+        ir = _ir()
+        pad = _owner(win.x)
+        if pad is None or pad.name != "tensor.pad" or len(pad.operands) != 1:
+            return
+        low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
+        high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
+        if len(low) != 4 or low[:2] != [0, 0] or high[:2] != [0, 0] or min(low + high) < 0:
+            return
+        yielded = list(pad.regions[0].blocks[0].operations)[-1].operands
+        value = _float_constant(yielded[0]) if len(yielded) == 1 else None
+        identity = IDENTITY[win.kind]
+        if value is None or value != identity:
+            return
+        source = _static_f32(pad.operands[0])
+        if source is None:
+            return
+        win.x, win.pad_op = pad.operands[0], pad
+        win.h, win.wd = source[2], source[3]
+        win.ph, win.pw = low[2], low[3]
 
     def fuse_chain(self, win: Window, shape: list) -> None:
         value = win.op.results[0]
@@ -739,10 +838,10 @@ class WindowKernels(Pass):
         last.results[0].replace_all_uses_with(result)
         for user, _, _ in reversed(win.chain):
             user.operation.erase()
-        producer = win.init.producer
         op.operation.erase()
-        if producer is not None and all(len(list(r.uses)) == 0 for r in producer.results):
-            producer.operation.erase()
+        for producer in (win.init.producer, win.pad_op):
+            if producer is not None and all(len(list(r.uses)) == 0 for r in producer.results):
+                producer.operation.erase()
 
     @staticmethod
     def describe(win: Window) -> str:
@@ -750,7 +849,10 @@ class WindowKernels(Pass):
         text = f"{what} {win.kh}x{win.kw} stride {win.sh}x{win.sw}"
         if (win.dh, win.dw) != (1, 1):
             text += f" dilation {win.dh}x{win.dw}"
-        text += f" on {win.n}x{win.c}x{win.h}x{win.wd} -> {win.oh}x{win.ow}"
+        text += f" on {win.n}x{win.c}x{win.h}x{win.wd}"
+        if win.pad_op is not None:
+            text += f" padded {win.ph},{win.pw}"
+        text += f" -> {win.oh}x{win.ow}"
         if win.chain:
             text += f", {len(win.chain)} consumer(s) fused"
         return text

@@ -2,41 +2,48 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-window-kernels="lanes=8 rows=1" | filecheck %s --check-prefix=AVX2
 
 // MobileNetV2's stride-2 depthwise block as torch-mlir gives it (padded input, bias broadcast as
-// the init, BN folded, ReLU6 fused into one generic): one kernel. Channels, then output rows two
-// at a time, then 16-wide column blocks; each tap reads 32 contiguous inputs and keeps the even
-// lanes (kw = 1 reuses kw = 0's load: odd lanes); the bias is the accumulator's start; ReLU6
-// runs on the accumulator before the one store. The 56-wide row is 3 full blocks (a loop) and
-// an 8-wide block; every read stays inside the padded row, so nothing is masked.
+// the init, BN folded, ReLU6 as one generic): one kernel, reading the unpadded input. Channels,
+// then output rows (two per step), then 16-wide column blocks; each tap reads 32 contiguous
+// inputs and keeps the odd or even lanes (taps kw = 1, 2 share one load); the bias starts the
+// accumulator; ReLU6 runs on it before the one store. Output row 0 reads the top padding row:
+// its kh = 0 taps are skipped; the first column block's kw = 0 tap is shifted right one lane,
+// the pad value in front. The 56-wide row is a static first block, a loop over the next two,
+// and an 8-wide last block, all reads inside the row (nothing masked).
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "window", op = "linalg.depthwise_conv_2d_nchw_chw", path = "window"
 // CHECK-LABEL: func.func @dw3x3s2_relu6
-// CHECK-NOT: linalg.depthwise_conv_2d_nchw_chw
+// CHECK-NOT: tensor.pad
 // CHECK-NOT: linalg.broadcast
 // CHECK: scf.for %[[N:.*]] = %c0 to %c1 step %c1
 // CHECK: scf.for %[[C:.*]] = %c0 to %c96 step %c1
 // CHECK-COUNT-9: tensor.extract %arg1[%[[C]], %{{.*}}, %{{.*}}] : tensor<96x3x3xf32>
 // CHECK: tensor.extract %arg2[%[[C]]] : tensor<96xf32>
-// CHECK: scf.for %[[OH:.*]] = %c0 to %c56 step %c2
-// CHECK: scf.for %[[OW:.*]] = %c0 to %c48 step %c16
-// CHECK: %[[LD:.*]] = vector.transfer_read %padded[%[[N]], %[[C]], %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<1x96x114x114xf32>, vector<32xf32>
-// CHECK: %[[EVEN:.*]] = vector.shuffle %[[LD]], %[[LD]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30] : vector<32xf32>, vector<32xf32>
-// CHECK: math.fma %[[EVEN]], %{{.*}}, %{{.*}} : vector<16xf32>
-// CHECK: vector.shuffle %[[LD]], %[[LD]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
-// CHECK-COUNT-7: math.fma
+// CHECK: %[[L0:.*]] = vector.transfer_read %arg0[%[[N]], %[[C]], %{{.*}}, %c0], %{{.*}} {in_bounds = [true]} : tensor<1x96x112x112xf32>, vector<32xf32>
+// CHECK: vector.shuffle %[[L0]], %{{.*}} [32, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29] : vector<32xf32>, vector<32xf32>
+// CHECK-COUNT-6: math.fma
+// CHECK-NOT: math.fma
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%[[N]], %[[C]], %c0, %c0] {in_bounds = [true]} : vector<16xf32>, tensor<1x96x56x56xf32>
+// CHECK: scf.for %[[OH:.*]] = %c1 to %c55 step %c2
+// CHECK: scf.for %[[OW:.*]] = %c16 to %c48 step %c16
+// CHECK: %[[A:.*]] = vector.transfer_read %arg0[%[[N]], %[[C]], %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<1x96x112x112xf32>, vector<32xf32>
+// CHECK: %[[AO:.*]] = vector.shuffle %[[A]], %[[A]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31] : vector<32xf32>, vector<32xf32>
+// CHECK: math.fma %[[AO]], %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK: %[[B:.*]] = vector.transfer_read %arg0
+// CHECK: vector.shuffle %[[B]], %[[B]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30]
+// CHECK: vector.shuffle %[[B]], %[[B]] [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31]
+// CHECK-COUNT-6: math.fma
 // CHECK: arith.cmpf ogt, %{{.*}} : vector<16xf32>
 // CHECK: arith.select
 // CHECK: arith.cmpf olt
 // CHECK: arith.select
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%[[N]], %[[C]], %[[OH]], %[[OW]]] {in_bounds = [true]} : vector<16xf32>, tensor<1x96x56x56xf32>
-// CHECK: scf.yield
-// CHECK: vector.transfer_read %padded{{.*}} {in_bounds = [true]} : tensor<1x96x114x114xf32>, vector<16xf32>
-// CHECK: vector.shuffle {{.*}} [0, 2, 4, 6, 8, 10, 12, 14] : vector<16xf32>, vector<16xf32>
 // CHECK: vector.transfer_write %{{.*}}[%[[N]], %[[C]], %[[OH]], %c48] {in_bounds = [true]} : vector<8xf32>
-// CHECK: } {etc.cpu.path = "window", etc.cpu.window = "depthwise 3x3 stride 2x2 on 1x96x114x114 -> 56x56, 1 consumer(s) fused"}
+// CHECK: } {etc.cpu.path = "window", etc.cpu.window = "depthwise 3x3 stride 2x2 on 1x96x112x112 padded 1,1 -> 56x56, 1 consumer(s) fused"}
 // CHECK-NOT: linalg.generic
 // AVX2-LABEL: func.func @dw3x3s2_relu6
-// AVX2: scf.for %{{.*}} = %c0 to %c56 step %c8
+// AVX2: scf.for %{{.*}} = %c1 to %c56 step %c1
+// AVX2: scf.for %{{.*}} = %c8 to %c56 step %c8
 // AVX2: vector.transfer_read {{.*}} vector<16xf32>
-// AVX2: vector.shuffle {{.*}} [0, 2, 4, 6, 8, 10, 12, 14] : vector<16xf32>, vector<16xf32>
+// AVX2: vector.shuffle {{.*}} [1, 3, 5, 7, 9, 11, 13, 15] : vector<16xf32>, vector<16xf32>
 #map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #map1 = affine_map<(d0, d1, d2, d3) -> ()>
 func.func @dw3x3s2_relu6(%arg0: tensor<1x96x112x112xf32>, %arg1: tensor<96x3x3xf32>, %arg2: tensor<96xf32>) -> tensor<1x96x56x56xf32> {
