@@ -58,7 +58,23 @@ ADAPTERS = {
         (0,)),
     # Shapes are static, so removing size-1 dims is a reshape to the result's shape.
     "aten::squeeze.dims": ("aten::reshape", {"self": "self", "shape": ("result_shape", 0)}, (0,)),
+    # torch-mlir has the op but no lowering for it; its resize lowering (one linalg.generic of four
+    # taps) sits behind __interpolate, which keeps the given scale factors for the coordinate map
+    # (ATen's rule when recompute_scale_factor is None), or the sizes' ratio when only sizes are given.
+    "aten::upsample_bilinear2d.vec": (
+        "aten::__interpolate.size_list_scale_list",
+        {"input": "input", "size": "output_size", "scale_factor": "scale_factors", "mode": ("const", "bilinear"),
+         "align_corners": "align_corners", "recompute_scale_factor": ("const", None),
+         "antialias": ("const", False)},
+        (0,)),
 }
+
+# Core ATen ops whose torch-mlir lowering does not reach our codegen (tm_tensor ops it cannot
+# bufferize) or that torch-mlir lacks: torch name -> function(_Emitter, decoded values, edge op)
+# returning the torch values of the op's results, built from ops torch-mlir lowers to linalg.
+# Shapes are static, so these expansions decide their op sequence at compile time. Filled in by
+# @_expansion below.
+EXPANSIONS: dict = {}
 
 # Builtin element type -> torch dtype in !torch.vtensor (torch's integers are signed).
 _TORCH_ELEMENT = {"i8": "si8", "i16": "si16", "i32": "si32", "i64": "si64", "ui8": "ui8", "i1": "i1",
@@ -154,6 +170,8 @@ def structural_check(op) -> tuple[bool, str]:
             return False, "dynamic shapes are not supported by the cpu target yet"
         if str(t.element_type) not in CPU_DTYPES:
             return False, f"element type {t.element_type} is not supported by the cpu target"
+    if info.torch_name in EXPANSIONS:
+        return True, ""
     if not op.context.is_registered_operation(torch_op_name(target_overload(info.torch_name))):
         # The program context may not have the torch dialect loaded; ask a torch-aware context.
         if not _torch_registered(target_overload(info.torch_name)):
@@ -307,6 +325,10 @@ class _TorchBuilder:
             items = [tensors[x] if x is not None else self.none() for x in v]
             etype = "vtensor" if all(x is not None for x in v) else "optional<vtensor>"
             return self.list(items, etype)
+        if base == "Tensor?[]":
+            # index.Tensor / index_put: torch-mlir's schema says !torch.list<optional<vtensor>> whether
+            # or not an entry is None.
+            return self.list([tensors[x] if x is not None else self.none() for x in v], "optional<vtensor>")
         if isinstance(v, ir.Value):
             raise LoweringError(f"symbolic value for '{arg.name}' is not supported by the cpu target")
         if base in ("int", "SymInt"):
@@ -410,6 +432,11 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
                         tensors[op.result] = const_args[sym]
                 elif op.name == "func.return":
                     func_d.ReturnOp([tensors[v] for v in op.operands])
+                elif op.name.startswith("edge.") and _schema_info(op).torch_name in EXPANSIONS:
+                    expand = EXPANSIONS[_schema_info(op).torch_name]
+                    results = expand(_Emitter(builder), _torch_values(decode_op(op), tensors), op)
+                    for old, repl in zip(op.results, results):
+                        tensors[old] = repl
                 elif op.name.startswith("edge."):
                     info = _schema_info(op)
                     target, arguments, values = _adapt(info, decode_op(op), op)
@@ -442,6 +469,279 @@ def _kept_results(info, op) -> list[int]:
             raise LoweringError(f"{info.torch_name}: result {i} is used, and the cpu target computes only "
                                 f"results {kept} of it (through {adapter[0]})")
     return kept
+
+
+# ------------------------------------------------------------ expansions
+_ELEMENT_DTYPE = {"i1": "bool", "i8": "int8", "ui8": "uint8", "i16": "int16", "i32": "int32", "i64": "int64",
+                  "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
+
+
+class _Same(dict):
+    """A `tensors` map for `_TorchBuilder.value` whose tensor arguments are already torch values."""
+
+    def __missing__(self, key):
+        return key
+
+
+class _Emitter:
+    """Builds torch ops for EXPANSIONS: `e("aten::slice.Tensor", {schema arg: value}, shape, element)`
+    (every schema argument given; tensors as torch values, element as in the builtin type: f32, i64, i1)."""
+
+    def __init__(self, builder: _TorchBuilder):
+        self.builder = builder
+
+    def __call__(self, torch_name: str, args: dict, shape, element: str) -> ir.Value:
+        from etc.dialects import op_info
+
+        info = op_info(torch_name)
+        missing = [a.name for a in info.arguments if a.name not in args]
+        if missing:
+            raise LoweringError(f"expansion: {torch_name} needs {missing}")
+        operands = [self.builder.value(a, args[a.name], _Same()) for a in info.arguments]
+        return ir.Operation.create(torch_op_name(torch_name), results=[self.type(shape, element)],
+                                   operands=operands).result
+
+    @staticmethod
+    def type(shape, element: str) -> ir.Type:
+        return ir.Type.parse(f"!torch.vtensor<[{','.join(str(d) for d in shape)}],{_TORCH_ELEMENT[element]}>")
+
+    def literal(self, array) -> ir.Value:
+        """A constant int64 tensor (index tensors computed at compile time)."""
+        import numpy as np
+
+        array = np.ascontiguousarray(array, dtype=np.int64)
+        attr = ir.DenseElementsAttr.get(array, type=ir.IntegerType.get_signed(64))
+        return ir.Operation.create("torch.vtensor.literal", results=[self.type(array.shape, "i64")],
+                                   attributes={"value": attr}).result
+
+    @staticmethod
+    def shape(x) -> list:
+        """The static shape of a !torch.vtensor value."""
+        dims = re.match(r"!torch\.vtensor<\[([^\]]*)\]", str(x.type)).group(1)
+        return [int(d) for d in dims.split(",")] if dims else []
+
+    @staticmethod
+    def element(x) -> str:
+        """The builtin element type name (f32, i64, i1) of a !torch.vtensor value."""
+        torch_element = re.match(r"!torch\.vtensor<\[[^\]]*\],(\w+)>", str(x.type)).group(1)
+        return {t: b for b, t in _TORCH_ELEMENT.items()}[torch_element]
+
+    def permute(self, x, dims):
+        if list(dims) == list(range(len(dims))):
+            return x
+        shape = self.shape(x)
+        return self("aten::permute", {"self": x, "dims": list(dims)}, [shape[d] for d in dims], self.element(x))
+
+    def view(self, x, shape, element):
+        if self.shape(x) == list(shape):
+            return x
+        return self("aten::view", {"self": x, "size": list(shape)}, shape, element)
+
+    def slice(self, x, shape, element, dim, start, end, step=1):
+        out = list(shape)
+        out[dim] = len(range(start, end, step))
+        if out == list(shape):
+            return x, out
+        return self("aten::slice.Tensor", {"self": x, "dim": dim, "start": start, "end": end, "step": step},
+                    out, element), out
+
+
+def _torch_values(values: dict, tensors: dict) -> dict:
+    """Decoded edge arguments with their tensors replaced by the torch values built for them."""
+    def convert(v):
+        if isinstance(v, ir.Value):
+            if v not in tensors:
+                raise LoweringError("symbolic sizes are not supported by the cpu target")
+            return tensors[v]
+        if isinstance(v, list):
+            return [convert(x) for x in v]
+        return v
+
+    return {k: convert(v) for k, v in values.items()}
+
+
+def _tensor_type(value) -> tuple[list, str]:
+    t = ir.RankedTensorType(value.type)
+    return list(t.shape), str(t.element_type)
+
+
+def _expansion(torch_name: str):
+    def register(fn):
+        EXPANSIONS[torch_name] = fn
+        return fn
+    return register
+
+
+@_expansion("aten::cumsum")
+def _expand_cumsum(e: _Emitter, v: dict, op) -> list:
+    """torch-mlir lowers cumsum to tm_tensor.scan, which our bufferization does not take: a
+    Hillis-Steele scan instead, ceil(log2 n) steps of x + (x shifted by 2^k along dim, zero-filled),
+    each a slice, a pad and an add that fuse into one loop nest (exact for integers; for floats each
+    output sums its prefix as a tree)."""
+    shape, element = _tensor_type(op.results[0])
+    _, in_element = _tensor_type(op.operands[0])
+    x = v["self"]
+    if in_element != element:  # cumsum of bool/int32 gives int64 (or `dtype`)
+        x = e("aten::to.dtype", {"self": x, "dtype": _ELEMENT_DTYPE[element], "non_blocking": False, "copy": False,
+                                 "memory_format": None}, shape, element)
+    rank = len(shape)
+    if rank == 0:
+        return [x]
+    dim = v["dim"] % rank
+    n = shape[dim]
+    zero = 0.0 if element.startswith(("f", "bf")) else 0
+    step = 1
+    while step < n:
+        head, _ = e.slice(x, shape, element, dim, 0, n - step)
+        pad = [0] * (2 * rank)
+        pad[2 * (rank - 1 - dim)] = step  # constant_pad_nd's pairs run from the last dim
+        shifted = e("aten::constant_pad_nd", {"self": head, "pad": pad, "value": zero}, shape, element)
+        x = e("aten::add.Tensor", {"self": x, "other": shifted, "alpha": 1}, shape, element)
+        step *= 2
+    return [x]
+
+
+def _strided_box(size, stride, offset, numel):
+    """as_strided(size, stride, offset) of a flat buffer as slices of a reshape, when its dims do not
+    overlap: the non-trivial dims sorted by stride (outermost first) must each fit inside the next
+    larger stride, which it divides. Returns (pad, view shape, slice ends, sorted dims) or None."""
+    dims = [d for d in range(len(size)) if size[d] > 1 and stride[d] > 0]
+    dims.sort(key=lambda d: -stride[d])
+    if not dims:
+        return None
+    for outer, inner in zip(dims, dims[1:]):
+        if stride[outer] % stride[inner] or size[inner] * stride[inner] > stride[outer]:
+            return None
+    extent = size[dims[0]] * stride[dims[0]]
+    shape = [size[dims[0]]] + [stride[a] // stride[b] for a, b in zip(dims, dims[1:])] + [stride[dims[-1]]]
+    ends = [size[d] for d in dims] + [1]
+    return max(0, offset + extent - numel), shape, ends, dims
+
+
+@_expansion("aten::as_strided")
+def _expand_as_strided(e: _Emitter, v: dict, op) -> list:
+    """as_strided reads the input's contiguous storage (the portable kernel's semantics). Static
+    sizes and strides make it a view chain (flatten, slice at the offset, reshape into a box,
+    slices, permute, broadcast) when its dims do not overlap, and a gather with a constant index
+    tensor otherwise (sliding windows)."""
+    import numpy as np
+
+    in_shape, element = _tensor_type(op.operands[0])
+    out_shape, _ = _tensor_type(op.results[0])
+    size, stride = list(v["size"]), list(v["stride"])
+    offset = v.get("storage_offset") or 0
+    numel = int(np.prod(in_shape)) if in_shape else 1
+    flat = e.view(v["self"], [numel], element)
+    box = _strided_box(size, stride, offset, numel) if numel else None
+    if box is None or int(np.prod(out_shape)) == 0:
+        index = np.full(size, offset, dtype=np.int64)
+        for d, (n, st) in enumerate(zip(size, stride)):
+            index = index + (np.arange(n) * st).reshape([n if i == d else 1 for i in range(len(size))])
+        gathered = e("aten::index_select", {"self": flat, "dim": 0, "index": e.literal(index.reshape(-1))},
+                     [index.size], element)
+        return [e.view(gathered, out_shape, element)]
+    pad, shape, ends, dims = box
+    length = numel
+    if pad:  # the box runs past the storage's end, where nothing is read
+        flat = e("aten::constant_pad_nd", {"self": flat, "pad": [0, pad], "value": 0}, [numel + pad], element)
+        length += pad
+    extent = int(np.prod(shape))
+    x, _ = e.slice(flat, [length], element, 0, offset, offset + extent)
+    x = e.view(x, shape, element)
+    for d, end in enumerate(ends):
+        x, shape = e.slice(x, shape, element, d, 0, end)
+    shape = [size[d] for d in dims]
+    x = e.view(x, shape, element)
+    order = sorted(range(len(dims)), key=lambda i: dims[i])  # back to the output's dim order
+    if order != list(range(len(dims))):
+        shape = [shape[i] for i in order]
+        x = e("aten::permute", {"self": x, "dims": order}, shape, element)
+    kept = [size[d] if d in dims else 1 for d in range(len(size))]
+    if kept != shape:
+        x = e.view(x, kept, element)
+    if kept != list(out_shape):  # stride-0 dims broadcast
+        x = e("aten::expand", {"self": x, "size": list(out_shape), "implicit": False}, out_shape, element)
+    return [x]
+
+
+@_expansion("aten::index_put")
+def _expand_index_put(e: _Emitter, v: dict, op) -> list:
+    """torch-mlir lowers index_put to tm_tensor.scatter, which our bufferization does not take. With
+    static shapes it is a one-hot select instead: the indexed dims are moved first and flattened
+    (P positions, R elements each), the index tensors linearized to K positions, and
+    eq[k, p] = (index[k] == p). accumulate: x + eq^T @ values; otherwise each position takes the
+    values row of the last k that names it (duplicates: the last write wins, as on ATen's CPU
+    kernel), or keeps x. KV-cache updates (cache[:, :, pos] = k) are this with K new positions."""
+    import numpy as np
+
+    shape, element = _tensor_type(op.results[0])
+    rank = len(shape)
+    indices = list(v["indices"]) + [None] * (rank - len(v["indices"]))
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if not dims:
+        return [v["self"]]
+    if any(e.element(indices[d]) == "i1" for d in dims):
+        raise LoweringError("index_put with a boolean mask index has a data-dependent shape")
+    rest = [d for d in range(rank) if d not in dims]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    bshape = list(np.broadcast_shapes(*[tuple(e.shape(indices[d])) for d in dims]))
+    p_sizes = [shape[d] for d in dims]
+    n_pos, n_rest, n_idx = int(np.prod(p_sizes)), int(np.prod([shape[d] for d in rest])), int(np.prod(bshape))
+    # The values, broadcast to x[indices]'s shape, with the index dims first: [K, R].
+    if adjacent:
+        sub = shape[:dims[0]] + bshape + shape[dims[-1] + 1:]
+        lead = list(range(dims[0], dims[0] + len(bshape)))
+        to_front = lead + [d for d in range(len(sub)) if d not in lead]
+    else:
+        sub = bshape + [shape[d] for d in rest]
+        to_front = list(range(len(sub)))
+    values = v["values"]
+    if e.shape(values) != sub:
+        values = e("aten::expand", {"self": values, "size": sub, "implicit": False}, sub, element)
+    values = e.view(e.permute(values, to_front), [n_idx, n_rest], element)
+    # Linear position of each index: sum_j (index_j mod size_j) * stride_j, broadcast to [K].
+    linear = None
+    stride = n_pos
+    for d in dims:
+        stride //= shape[d]
+        index = indices[d]
+        ishape = e.shape(index)
+        if e.element(index) != "i64":
+            index = e("aten::to.dtype", {"self": index, "dtype": "int64", "non_blocking": False, "copy": False,
+                                         "memory_format": None}, ishape, "i64")
+        index = e("aten::remainder.Scalar", {"self": index, "other": shape[d]}, ishape, "i64")  # -1 -> size-1
+        if stride != 1:
+            index = e("aten::mul.Scalar", {"self": index, "other": stride}, ishape, "i64")
+        if linear is None:
+            linear = index
+        else:
+            out = list(np.broadcast_shapes(tuple(e.shape(linear)), tuple(ishape)))
+            linear = e("aten::add.Tensor", {"self": linear, "other": index, "alpha": 1}, out, "i64")
+    if e.shape(linear) != bshape:
+        linear = e("aten::expand", {"self": linear, "size": bshape, "implicit": False}, bshape, "i64")
+    linear = e.view(linear, [n_idx, 1], "i64")
+    positions = e.literal(np.arange(n_pos).reshape(1, n_pos))
+    eq = e("aten::eq.Tensor", {"self": linear, "other": positions}, [n_idx, n_pos], "i1")  # [K, P]
+    x = e.view(e.permute(v["self"], dims + rest), [n_pos, n_rest], element)
+    if v["accumulate"]:
+        onehot = e("aten::to.dtype", {"self": e.permute(eq, [1, 0]), "dtype": _ELEMENT_DTYPE[element],
+                                      "non_blocking": False, "copy": False, "memory_format": None},
+                   [n_pos, n_idx], element)
+        added = e("aten::mm", {"self": onehot, "mat2": values}, [n_pos, n_rest], element)
+        out = e("aten::add.Tensor", {"self": x, "other": added, "alpha": 1}, [n_pos, n_rest], element)
+    else:
+        ks = e.literal(np.arange(n_idx).reshape(n_idx, 1))
+        minus1 = e.literal(np.full((1, 1), -1))
+        which = e("aten::where.self", {"condition": eq, "self": ks, "other": minus1}, [n_idx, n_pos], "i64")
+        last = e("aten::amax", {"self": which, "dim": [0], "keepdim": False}, [n_pos], "i64")  # last k, or -1
+        hit = e.view(e("aten::ge.Scalar", {"self": last, "other": 0}, [n_pos], "i1"), [n_pos, 1], "i1")
+        row = e("aten::clamp", {"self": last, "min": 0, "max": None}, [n_pos], "i64")
+        taken = e("aten::index_select", {"self": values, "dim": 0, "index": row}, [n_pos, n_rest], element)
+        out = e("aten::where.self", {"condition": hit, "self": taken, "other": x}, [n_pos, n_rest], element)
+    moved = [shape[d] for d in dims + rest]
+    out = e.view(out, moved, element)
+    inverse = sorted(range(rank), key=lambda i: (dims + rest)[i])
+    return [e.permute(out, inverse)]
 
 
 TORCH_TO_LINALG = ("builtin.module(torchdynamo-export-to-torch-backend-pipeline, "
