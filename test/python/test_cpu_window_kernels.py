@@ -163,3 +163,14 @@ def test_real_ir_form():
     assert "linalg.generic" not in out and "linalg.broadcast" not in out
     assert "tensor.pad" not in out  # the kernel reads the unpadded input
     assert "2 consumer(s) fused" in out
+
+
+@pytest.mark.parametrize("model,shape", [
+    (nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, groups=8), nn.BatchNorm2d(8), nn.ReLU6()), (1, 8, 21, 37)),
+    (nn.Conv2d(4, 4, 5, 1, 2, dilation=1, groups=4, bias=False), (2, 4, 16, 40)),
+    (nn.MaxPool2d(3, 2, 1), (1, 4, 19, 41)),
+    (nn.AvgPool2d(3, 1, 1), (1, 4, 19, 41)),
+])
+def test_kernel_row_loop(model, shape):
+    """unroll-taps=0: every interior block loops over the kernel rows (the path 7x7 takes)."""
+    check(model, shape, options="{unroll-taps=0 rows=3}")

@@ -356,8 +356,10 @@ def _scalar_elem(type_) -> str:
 class _Kernel:
     """The text of one window kernel as a function, spliced in place of the op by the pass."""
 
-    def __init__(self, win: Window, lanes: int, rows: int):
+    def __init__(self, win: Window, lanes: int, rows: int, unroll_taps: int = 1 << 30):
         self.win, self.lanes, self.rows = win, lanes, max(1, rows)
+        self.unroll_taps = unroll_taps
+        self.row_base = None  # inside a kernel-row loop: the first input row of this kernel row
         self.t = _Text()
         self.out_t = _tt([win.n, win.c, win.oh, win.ow])
         self.x_t = _tt([win.n, win.c, win.h, win.wd])
@@ -448,7 +450,7 @@ class _Kernel:
             start = None if ow_value is None else ow_value * s + base
             if (d, base) not in loads:
                 ih = t.fresh("r")
-                t.emit(f"{ih} = arith.addi {ih0}, {t.index(d - win.ph)} : index")
+                t.emit(f"{ih} = arith.addi {self.row_base or ih0}, {t.index(d - win.ph)} : index")
                 if start is not None and start < 0:
                     iw = t.index(0)
                     in_bounds = L <= win.wd
@@ -476,6 +478,8 @@ class _Kernel:
             return v
 
         vt = _vt(width)
+        if oh_value is None and win.kh > 1 and win.kh * win.kw > self.unroll_taps:
+            return self.block_kh_loop(out, oh, ow, nrows, width, write_ok, chan, glob, ih0, tap, loads, taps)
         for r in range(nrows):
             acc = None
             oh_r = oh
@@ -515,6 +519,75 @@ class _Kernel:
             acc = self.epilogue(acc, width, oh_r, ow, write_ok, chan, glob)
             new = t.fresh("out")
             t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_r}, {ow}] "
+                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vt}, {self.out_t}")
+            out = new
+        return out
+
+    def block_kh_loop(self, out, oh, ow, nrows, width, write_ok, chan, glob, ih0, tap, loads, taps) -> str:
+        """Large windows: the kernel rows are a loop (the KW taps of one row unrolled), its
+        weights read inside it: hoisted out of every loop, KH*KW weight vectors would not fit in
+        the registers (LLVM spills them, and the input rows kept for the next output row)."""
+        t, win = self.t, self.win
+        vt = _vt(width)
+        inits = []
+        oh_rs = []
+        for r in range(nrows):
+            oh_r = oh
+            if r:
+                oh_r = t.fresh("o")
+                t.emit(f"{oh_r} = arith.addi {oh}, {t.index(r)} : index")
+            oh_rs.append(oh_r)
+            if win.init.kind == "chan":
+                inits.append(chan[("bias", width)])
+            elif win.init.kind == "scalar":
+                inits.append(glob[("init", width)])
+            elif win.init.kind == "tensor":
+                a = t.fresh("a")
+                t.emit(f"{a} = vector.transfer_read %init[%nn, %ch, {oh_r}, {ow}], %pad "
+                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vt}")
+                inits.append(a)
+            else:
+                inits.append(glob[("padv", width)])
+        loop, kh = t.fresh("kl"), t.fresh("kh")
+        carried = [t.fresh("acc") for _ in range(nrows)]
+        t.emit(f"{loop}:{nrows} = scf.for {kh} = {t.index(0)} to {t.index(win.kh)} step {t.index(1)} iter_args("
+               + ", ".join(f"{c} = {i}" for c, i in zip(carried, inits)) + ") -> (" + ", ".join([vt] * nrows) + ") {")
+        t.indent += 2
+        row0 = t.fresh("kr")
+        t.emit(f"{row0} = arith.muli {kh}, {t.index(win.dh)} : index")
+        base_row = t.fresh("kb")
+        t.emit(f"{base_row} = arith.addi {ih0}, {row0} : index")
+        weights = {}
+        if win.kind == "dw":
+            for j in range(win.kw):
+                ws, wv = t.fresh("ws"), t.fresh("wv")
+                t.emit(f"{ws} = tensor.extract %w[%ch, {kh}, {t.index(j)}] : {_tt([win.c, win.kh, win.kw])}")
+                t.emit(f"{wv} = vector.broadcast {ws} : f32 to {vt}")
+                weights[j] = wv
+        accs = list(carried)
+        saved = (self.row_base, loads.copy(), taps.copy())
+        loads.clear()
+        taps.clear()
+        self.row_base = base_row
+        for r in range(nrows):
+            for j in range(win.kw):
+                v = tap(r * win.sh, j)
+                nxt = t.fresh("a")
+                if win.kind == "dw":
+                    t.emit(f"{nxt} = math.fma {v}, {weights[j]}, {accs[r]} : {vt}")
+                elif win.kind == "max":
+                    t.emit(f"{nxt} = arith.maximumf {accs[r]}, {v} : {vt}")
+                else:
+                    t.emit(f"{nxt} = arith.addf {accs[r]}, {v} : {vt}")
+                accs[r] = nxt
+        self.row_base = saved[0]
+        t.emit("scf.yield " + ", ".join(accs) + " : " + ", ".join([vt] * nrows))
+        t.indent -= 2
+        t.emit("}")
+        for r in range(nrows):
+            acc = self.epilogue(f"{loop}#{r}", width, oh_rs[r], ow, write_ok, chan, glob)
+            new = t.fresh("out")
+            t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_rs[r]}, {ow}] "
                    f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vt}, {self.out_t}")
             out = new
         return out
@@ -690,6 +763,7 @@ class WindowKernels(Pass):
         rows: int = option(2, help="output rows computed per step (input rows loaded once for all of them)")
         fuse_consumers: bool = option(True, help="apply single-use elementwise consumers before the store")
         max_stride: int = option(4, help="largest column stride taken (a stride s loads s*lanes inputs per vector)")
+        unroll_taps: int = option(25, help="windows with more taps loop over the kernel rows (weights read inside the loop)")
         fold_padding: bool = option(True, help="read a tensor.pad's source, the padding handled in the kernel")
 
     def run(self, op) -> None:
@@ -707,7 +781,8 @@ class WindowKernels(Pass):
         for window_op in found:
             try:
                 win = self.analyze(window_op)
-                text = _Kernel(win, self.options.lanes, self.options.rows).function("__etc_window")
+                text = _Kernel(win, self.options.lanes, self.options.rows,
+                               self.options.unroll_taps).function("__etc_window")
             except NotTaken as reason:
                 window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
                 _record(window_op, "loops", str(reason))
