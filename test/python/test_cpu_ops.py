@@ -286,6 +286,24 @@ def test_as_strided(name):
     check(AsStrided(size, stride, offset), (torch.randn(*shape),))
 
 
+class SwinPooler(torch.nn.Module):
+    """transformers' Swin pooler: AdaptiveAvgPool1d(1) over the tokens, whose decomposition ends in
+    an as_strided of [B, C, 1, 1] with strides (C, 1, C, C) (the real models' as_strided)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = torch.nn.AdaptiveAvgPool1d(1)
+
+    def forward(self, x):
+        return torch.flatten(self.pool(x.transpose(1, 2)), 1)
+
+
+@pytest.mark.parametrize("shape", [(1, 49, 24), (2, 7, 5), (1, 1, 3)])
+def test_swin_pooler(shape):
+    torch.manual_seed(0)
+    check(SwinPooler(), (torch.randn(*shape),))
+
+
 def test_as_strided_int():
     check(AsStrided((3, 4), (1, 3), 0), (torch.arange(12, dtype=torch.int32).reshape(4, 3),))
 

@@ -58,3 +58,18 @@ func.func private @delegate_cpu_3(%x: tensor<4x6xf32>) -> tensor<3x1x6xf32> {
   %r = "edge.as_strided"(%x) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, size = array<i64: 3, 1, 6>, storage_offset = 6 : i64, stride = array<i64: 0, 999, 1>} : (tensor<4x6xf32>) -> tensor<3x1x6xf32>
   return %r : tensor<3x1x6xf32>
 }
+
+// Swin's pooler (AdaptiveAvgPool1d decomposed): [1, 24, 1, 1] with strides (24, 1, 24, 24), the
+// input itself: views only, which fold away in linalg.
+// CHECK-LABEL: func.func @delegate_cpu_4
+// CHECK-NOT: torch.aten.slice.Tensor
+// CHECK-NOT: torch.aten.permute
+// CHECK-NOT: torch.aten.index_select
+// CHECK: return
+// LINALG-LABEL: func.func @delegate_cpu_4
+// LINALG-NOT: linalg.generic
+// LINALG: return
+func.func private @delegate_cpu_4(%x: tensor<1x24x1x1xf32>) -> tensor<1x24x1x1xf32> {
+  %r = "edge.as_strided"(%x) {operandSegmentSizes = array<i32: 1, 0, 0, 0>, size = array<i64: 1, 24, 1, 1>, storage_offset, stride = array<i64: 24, 1, 24, 24>} : (tensor<1x24x1x1xf32>) -> tensor<1x24x1x1xf32>
+  return %r : tensor<1x24x1x1xf32>
+}
