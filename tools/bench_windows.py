@@ -1,5 +1,7 @@
 """Depthwise convolutions and poolings at real sizes: etc-cpu-window-kernels vs torch vs
 ExecuTorch+XNNPACK, one thread each, medians in one run (the machine is shared: compare ratios).
+XNNPACK is timed twice: on the NCHW input (the delegate converts to NHWC and back around the one
+op) and on a channels-last input (no conversion: its kernel alone, as inside an NHWC subgraph).
 
     .venv/bin/python -m etc.tools.bench_windows [--options '{rows=2}'] [--no-xnnpack] [--filter dw]
 """
@@ -77,8 +79,9 @@ def main(argv=None) -> int:
         from etc.tools.bench import _executorch_threads
 
         _executorch_threads(1)
-    print("| op | etc ms | torch 1t ms | XNNPACK 1t ms | torch / etc | XNNPACK / etc | max abs err |")
-    print("|---|---|---|---|---|---|---|")
+    print("| op | etc ms | torch 1t ms | XNNPACK 1t ms | XNNPACK NHWC 1t ms | torch / etc | XNNPACK / etc "
+          "| XNNPACK NHWC / etc | max abs err |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, factory, shape in CASES:
         if args.filter not in name:
             continue
@@ -95,26 +98,30 @@ def main(argv=None) -> int:
             want = model(x).numpy()
         outs = [np.empty_like(want)]
         err = float(np.abs(fn(*inputs)[0] - want).max())
-        xnn = None
+        xnn = xnn_nhwc = None
         if not args.no_xnnpack:
             try:
                 method = xnnpack_method(model, x)
                 xnn = lambda: method.execute([x])  # noqa: E731
+                x_nhwc = x.contiguous(memory_format=torch.channels_last)
+                method_nhwc = xnnpack_method(model, x_nhwc)
+                xnn_nhwc = lambda: method_nhwc.execute([x_nhwc])  # noqa: E731
             except Exception as e:  # noqa: BLE001
                 print(f"XNNPACK failed on {name}: {e}", file=sys.stderr)
-        t_etc = t_torch = t_xnn = float("nan")
-        samples = {"etc": [], "torch": [], "xnn": []}
+        samples = {"etc": [], "torch": [], "xnn": [], "xnn_nhwc": []}
         with torch.no_grad():
             for _ in range(3):  # interleaved rounds, median of the medians
                 samples["etc"].append(median_ms(lambda: fn(*inputs, outputs=outs)))
                 samples["torch"].append(median_ms(lambda: model(x)))
                 if xnn:
                     samples["xnn"].append(median_ms(xnn))
+                    samples["xnn_nhwc"].append(median_ms(xnn_nhwc))
         t_etc = statistics.median(samples["etc"])
         t_torch = statistics.median(samples["torch"])
         t_xnn = statistics.median(samples["xnn"]) if samples["xnn"] else float("nan")
-        print(f"| {name} | {t_etc:.3f} | {t_torch:.3f} | {t_xnn:.3f} | {t_torch / t_etc:.2f} | "
-              f"{t_xnn / t_etc:.2f} | {err:.1e} |", flush=True)
+        t_nhwc = statistics.median(samples["xnn_nhwc"]) if samples["xnn_nhwc"] else float("nan")
+        print(f"| {name} | {t_etc:.3f} | {t_torch:.3f} | {t_xnn:.3f} | {t_nhwc:.3f} | {t_torch / t_etc:.2f} | "
+              f"{t_xnn / t_etc:.2f} | {t_nhwc / t_etc:.2f} | {err:.1e} |", flush=True)
     return 0
 
 
