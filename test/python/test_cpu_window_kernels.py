@@ -174,3 +174,15 @@ def test_real_ir_form():
 def test_kernel_row_loop(model, shape):
     """unroll-taps=0: every interior block loops over the kernel rows (the path 7x7 takes)."""
     check(model, shape, options="{unroll-taps=0 rows=3}")
+
+
+@pytest.mark.parametrize("model,shape", [
+    (nn.MaxPool2d(3, 2, 1, ceil_mode=True), (1, 4, 14, 14)),
+    (nn.AvgPool2d(3, 2, 1, count_include_pad=False), (1, 4, 14, 15)),  # divisor per position: not fused
+    (nn.AvgPool2d(3, 2, 1, ceil_mode=True), (1, 4, 14, 14)),
+    (nn.MaxPool2d((2, 3), (1, 2), (1, 1), dilation=(2, 1)), (1, 3, 12, 17)),
+    (nn.Conv2d(6, 6, (3, 1), (2, 1), (1, 0), groups=6), (1, 6, 12, 17)),
+    (nn.Conv2d(6, 6, 3, 3, 1, groups=6), (1, 6, 20, 25)),  # column stride 3
+])
+def test_pool_and_depthwise_variants(model, shape):
+    check(model, shape)
