@@ -14,7 +14,10 @@ decompositions and conversions to linalg/tensor/arith/math.
 
 `ADAPTERS` covers the Core ATen overloads torch-mlir has no op for, each as a
 rewrite onto an equivalent overload (argument renames and fixed extra values),
-again data rather than lowering code.
+again data rather than lowering code. `EXPANSIONS` covers the few whose torch-mlir
+lowering does not reach our codegen (tm_tensor scan/scatter, which it does not bufferize) or
+does not exist (as_strided): each a function emitting several torch ops that do lower, chosen
+at compile time from the static shapes (cumsum, as_strided, index_put).
 
 Constants become extra function arguments (kind "constant", in first-use
 order); the caller passes their bytes as buffers.
