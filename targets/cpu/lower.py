@@ -173,6 +173,12 @@ def structural_check(op) -> tuple[bool, str]:
             return False, "dynamic shapes are not supported by the cpu target yet"
         if str(t.element_type) not in CPU_DTYPES:
             return False, f"element type {t.element_type} is not supported by the cpu target"
+    # Codegen cannot compile a function with an empty result (the trial passes, the compile fails);
+    # an empty tensor costs nothing on the portable kernels. Unused empty results (a no_training
+    # batch norm's saved statistics) are fine.
+    live = list(op.operands) + [r for r in op.results if any(True for _ in r.uses)]
+    if any(0 in ir.RankedTensorType(v.type).shape for v in live):
+        return False, "zero-size tensors are left to the portable kernels"
     if info.torch_name in EXPANSIONS:
         return True, ""
     if not op.context.is_registered_operation(torch_op_name(target_overload(info.torch_name))):
@@ -573,6 +579,20 @@ def _expansion(torch_name: str):
         EXPANSIONS[torch_name] = fn
         return fn
     return register
+
+
+@_expansion("aten::index.Tensor")
+def _expand_index(e: _Emitter, v: dict, op) -> list:
+    """index.Tensor as is, its int32 index tensors widened to int64 first (torch-mlir's lowering
+    compares them with i64 bounds and fails to verify otherwise)."""
+    shape, element = _tensor_type(op.results[0])
+    indices = []
+    for index in v["indices"]:
+        if index is not None and e.element(index) != "i64" and e.element(index) != "i1":
+            index = e("aten::to.dtype", {"self": index, "dtype": "int64", "non_blocking": False, "copy": False,
+                                         "memory_format": None}, e.shape(index), "i64")
+        indices.append(index)
+    return [e("aten::index.Tensor", {"self": v["self"], "indices": indices}, shape, element)]
 
 
 @_expansion("aten::cumsum")

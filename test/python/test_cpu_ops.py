@@ -124,11 +124,13 @@ def test_swin_relative_position_bias(window, heads):
     check(RelativePositionBias(window, heads), (torch.randn(2, heads, n, n), torch.randn((2 * window - 1) ** 2, heads)))
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
 @pytest.mark.parametrize("shape", [(6, 5), (17, 1), (1, 33)])
-def test_index_with_broadcast_and_none(shape):
+def test_index_with_broadcast_and_none(shape, dtype):
     torch.manual_seed(0)
-    rows = torch.randint(0, shape[0], (3,))
-    cols = torch.randint(0, shape[1], (4,))
+    rows = torch.randint(0, shape[0], (3,), dtype=dtype)
+    cols = torch.randint(0, shape[1], (4,), dtype=dtype)
+    rows[0] = -1  # negative indices count from the end
     check(Index2d(), (torch.randn(*shape), rows, cols))
 
 
@@ -415,3 +417,21 @@ def test_index_put(accumulate, shape):
     if not accumulate:  # duplicates: ATen leaves the winner unspecified; give both the same values
         values[2] = values[1]
     check(IndexPut(accumulate), (x, rows, cols, values))
+
+
+class EmptySlice(torch.nn.Module):
+    def forward(self, x):
+        return x[:, :0] * 2.0, x + 1.0
+
+
+def test_zero_size_tensors_stay_portable_instead_of_failing_the_compile():
+    x = torch.randn(3, 4)
+    edge = etc.to_edge(torch.export.export(EmptySlice(), (x,))).to_backend(CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    assert report.partitions == 1 and report.delegated == {"edge.add_scalar": 1}, str(report)
+    assert "zero-size" in report.reasons["edge.mul_scalar"]
+    from etc.runtime import Runtime
+
+    empty, plus = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute([x.numpy()])
+    assert empty.shape == (3, 0)
+    np.testing.assert_allclose(plus, x.numpy() + 1.0)

@@ -22,3 +22,15 @@ func.func private @delegate_cpu_1(%x: tensor<4x5xf32>, %i: tensor<3xi64>) -> ten
   %r = "edge.index_tensor"(%x, %i) {indices_mask = array<i1: false, true>, operandSegmentSizes = array<i32: 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<4x5xf32>, tensor<3xi64>) -> tensor<4x3xf32>
   return %r : tensor<4x3xf32>
 }
+
+// int32 indices are widened to int64 first (torch-mlir's lowering compares them with i64 bounds).
+// CHECK-LABEL: func.func @delegate_cpu_2
+// CHECK: %[[W:.*]] = torch.aten.to.dtype %arg1, %int4, {{.*}} -> !torch.vtensor<[3],si64>
+// CHECK: %[[L2:.*]] = torch.prim.ListConstruct %[[W]] : (!torch.vtensor<[3],si64>) -> !torch.list<optional<vtensor>>
+// CHECK: torch.aten.index.Tensor %arg0, %[[L2]]
+// LINALG-LABEL: func.func @delegate_cpu_2
+// LINALG: arith.extsi
+func.func private @delegate_cpu_2(%x: tensor<4x5xf32>, %i: tensor<3xi32>) -> tensor<3x5xf32> {
+  %r = "edge.index_tensor"(%x, %i) {indices_mask = array<i1: true>, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (tensor<4x5xf32>, tensor<3xi32>) -> tensor<3x5xf32>
+  return %r : tensor<3x5xf32>
+}
