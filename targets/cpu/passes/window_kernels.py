@@ -51,6 +51,7 @@ SEEN = (
     "linalg.pooling_ncw_max", "linalg.pooling_ncw_sum", "linalg.pooling_nwc_max", "linalg.pooling_nwc_min",
     "linalg.pooling_nwc_sum", "linalg.pooling_ndhwc_max", "linalg.pooling_ndhwc_min", "linalg.pooling_ndhwc_sum",
 )
+THREAD_SPLIT = "etc.thread_split"  # the loop a threaded entry splits across its threads (parallel.py)
 IDENTITY = {"dw": 0.0, "max": float("-inf"), "sum": 0.0}
 ELEMENTWISE_DIALECTS = ("arith.", "math.")
 
@@ -719,7 +720,7 @@ class _Kernel:
             out = row_step(out, t.index(oh), oh, 1)
         t.emit(f"scf.yield {out} : {self.out_t}")
         t.indent -= 2
-        t.emit("}")
+        t.emit(f"}} {{{THREAD_SPLIT}}}")  # channels are independent: threads take chunks of them
         t.emit(f"scf.yield {rc} : {self.out_t}")
         t.indent -= 2
         t.emit("}")

@@ -37,6 +37,8 @@
 // CHECK: arith.select
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%[[N]], %[[C]], %[[OH]], %[[OW]]] {in_bounds = [true]} : vector<16xf32>, tensor<1x96x56x56xf32>
 // CHECK: vector.transfer_write %{{.*}}[%[[N]], %[[C]], %[[OH]], %c48] {in_bounds = [true]} : vector<8xf32>
+// Channels are independent: a threaded entry gives each thread a chunk of them.
+// CHECK: } {etc.thread_split}
 // CHECK: } {etc.cpu.path = "window", etc.cpu.window = "depthwise 3x3 stride 2x2 on 1x96x112x112 padded 1,1 -> 56x56, 1 consumer(s) fused"}
 // CHECK-NOT: linalg.generic
 // AVX2-LABEL: func.func @dw3x3s2_relu6
