@@ -56,6 +56,9 @@ class PartitionResult:
 class PreprocessResult:
     processed_bytes: bytes
     debug_info: dict = field(default_factory=dict)
+    # Lines for the delegation report: what the backend decided inside the partition (the cpu
+    # target: the path each contraction, window op and reduction took, and why).
+    report_lines: list = field(default_factory=list)
 
 
 class BackendDetails:
@@ -198,6 +201,7 @@ class DelegationReport:
     portable: dict = field(default_factory=dict)  # op name -> count
     reasons: dict = field(default_factory=dict)  # op name -> why it was not delegated
     partitions: int = 0
+    backend_lines: dict = field(default_factory=dict)  # delegate function name -> the backend's report lines
 
     def __str__(self) -> str:
         lines = [f"delegation to {', '.join(sorted(self.backend_ids)) or '(none)'}: "
@@ -208,6 +212,10 @@ class DelegationReport:
         for name, count in sorted(self.portable.items()):
             why = self.reasons.get(name, "not in a partition")
             lines.append(f"  portable   {name} x{count}: {why}")
+        for delegate_name, backend_lines in self.backend_lines.items():
+            if backend_lines:
+                lines.append(f"  inside {delegate_name}:")
+                lines.extend(f"    {line}" for line in backend_lines)
         return "\n".join(lines)
 
 
@@ -245,6 +253,7 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
             outlined, call = outline(program_ir, partition, func_name, interface=(inputs, outputs))
             processed = backend.preprocess(outlined, partition.spec.compile_specs, program_ir.constants)
             program_ir.delegate_blobs.append(bytes(processed.processed_bytes))
+            report.backend_lines[func_name] = list(processed.report_lines)
             call.attributes["etc.blob_index"] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), len(program_ir.delegate_blobs) - 1)
             report.backend_ids.add(partition.spec.backend_id)

@@ -79,8 +79,9 @@ def _collapsed_memref_type(new_shape, element, layout, reassociation):
 
     strides, offset, identity, space, sizes = layout
     for group in reassociation:
-        for a, b in zip(group, group[1:]):
-            if sizes[a] != 1 and strides[a] != strides[b] * sizes[b]:
+        kept = [d for d in group if sizes[d] != 1]  # a unit dim's stride is free, not its neighbours'
+        for a, b in zip(kept, kept[1:]):
+            if strides[a] != strides[b] * sizes[b]:
                 return None
     if identity:
         return ir.MemRefType.get(new_shape, element, memory_space=space)

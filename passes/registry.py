@@ -1,8 +1,9 @@
 """The registry of etc's Python passes: name -> `Pass` subclass.
 
 `@register_pass` adds a class; `get_pass(name)` and `all_passes()` first import
-every module of `etc.passes` (except `INFRASTRUCTURE_MODULES`), so that looking
-a pass up never depends on what happened to be imported before.
+every module of the packages in `PASS_PACKAGES` (`etc.passes`, and each target's
+`passes` package, such as `etc.targets.cpu.passes`) except `INFRASTRUCTURE_MODULES`,
+so that looking a pass up never depends on what happened to be imported before.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from etc.errors import PassError
 # imported on the first lookup, so a new pass only needs `@register_pass` in its own file.
 INFRASTRUCTURE_MODULES = frozenset({"pass_api", "registry", "pipeline", "memory_planning_algorithms",
                                     "constant_table"})
+
+# Packages whose every module may register passes: the target-independent ones, then each
+# target's back end (its pipeline is made of these, so etc-opt can run any prefix of it).
+PASS_PACKAGES = ("etc.passes", "etc.targets.cpu.passes")
 
 _PASSES: dict[str, type] = {}
 _loaded = False
@@ -41,11 +46,11 @@ def _load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        import etc.passes as package
-
-        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-            if not info.name.startswith("_") and info.name not in INFRASTRUCTURE_MODULES:
-                importlib.import_module(f"etc.passes.{info.name}")
+        for package_name in PASS_PACKAGES:
+            package = importlib.import_module(package_name)
+            for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+                if not info.name.startswith("_") and info.name not in INFRASTRUCTURE_MODULES:
+                    importlib.import_module(f"{package_name}.{info.name}")
 
 
 def all_passes() -> dict[str, type]:

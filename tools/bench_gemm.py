@@ -1,10 +1,11 @@
-"""GEMM/convolution throughput of the cpu target's strategy (targets/cpu/strategy.py).
+"""GEMM/convolution throughput of the cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/gemm.py).
 
     python -m etc.tools.bench_gemm [--runs N] [--quick]
 
 For matmul M=N=K in {256, 512, 1024}, a ResNet 3x3 64->64 convolution at 56x56 and a
-MobileNet 1x1 32->64 convolution at 48x48: median GFLOP/s of the generated code (the
-strategy, and the default loop strategy for contrast), against
+MobileNet 1x1 32->64 convolution at 48x48: median GFLOP/s of the code the cpu pipeline
+generates (the GEMM kernel, and plain loops for contrast: the kernel's min-flops set past
+the shape's), against
 
   * the single-core FP32 peak: f32 lanes x FMA pipes x 2 flops x clock. Nominal from
     /proc/cpuinfo's clock (a VM reports its TSC clock, not the boost clock), and measured
@@ -91,12 +92,12 @@ def measured_peak_gflops(width: int, chains: int = 24, iterations: int = 1 << 20
     """Best of a few runs of the FMA-chain loop (the best run is the least disturbed by neighbours)."""
     import llvmlite.binding as llvm
 
-    from etc.targets.cpu import codegen
+    from etc.targets.cpu.isa import init_llvm, resolve_target
 
-    codegen._init_llvm()
+    init_llvm()
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    target = codegen.resolve_target(None)
+    target = resolve_target(None)
     tm = llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
                                                                       opt=2)
     mod = llvm.parse_assembly(peak_loop_ir(width, chains))
@@ -192,11 +193,12 @@ def cases(quick: bool = False) -> list[dict]:
 
 
 def run(runs: int = 10, quick: bool = False) -> str:
-    from etc.targets.cpu import codegen, strategy
+    from etc.targets.cpu.isa import isa_for, resolve_target
+    from etc.targets.cpu.pipeline import compile_linalg_text
 
-    target = codegen.resolve_target(None)
-    cfg = strategy.kernel_config(target)
-    width = cfg.vector_width if cfg else 4
+    target = resolve_target(None)
+    isa = isa_for(target)
+    width = isa.lanes if isa.vectorizes else 4
     mhz = cpu_mhz()
     nominal = width * FMA_UNITS * 2 * mhz / 1e3 if mhz else None
     measured = measured_peak_gflops(width)
@@ -207,15 +209,15 @@ def run(runs: int = 10, quick: bool = False) -> str:
     rows = []
     try:
         for case in cases(quick):
-            compiled = strategy.compile_standalone(case["text"], target=target, min_flops=None)
-            outs = [np.empty(s, np.float32) for s in compiled.out_shapes]
-            t_s = _median_seconds(lambda: compiled(*case["inputs"], outputs=outs), runs)
+            compiled = compile_linalg_text(case["text"], target=target)
+            outs = [np.empty(o["shape"], np.float32) for o in compiled.outputs]
+            t_s = _median_seconds(lambda: compiled.run(list(case["inputs"]), outs), runs)
             got = outs[0].copy()
             t_d = None
             if case["default"]:
-                plain = strategy.compile_standalone(case["text"], target=target, strategy=False)
-                outs_d = [np.empty(s, np.float32) for s in plain.out_shapes]
-                t_d = _median_seconds(lambda: plain(*case["inputs"], outputs=outs_d), max(3, runs // 3))
+                plain = compile_linalg_text(case["text"], target=target, gemm_min_flops=1 << 62)
+                outs_d = [np.empty(o["shape"], np.float32) for o in plain.outputs]
+                t_d = _median_seconds(lambda: plain.run(list(case["inputs"]), outs_d), max(3, runs // 3))
                 scale = max(1.0, float(np.abs(outs_d[0]).max()))
                 assert float(np.abs(got - outs_d[0]).max()) / scale < 1e-4, f"{case['name']}: results differ"
             a, b = case["gemm"]
@@ -227,8 +229,8 @@ def run(runs: int = 10, quick: bool = False) -> str:
     gf = lambda c, t: c["flops"] / t[1] / 1e9  # noqa: E731 - CPU time
     gw = lambda c, t: c["flops"] / t[0] / 1e9  # noqa: E731 - wall clock
     lines = [
-        f"Host: {target.cpu} ({target.triple}); strategy tile {cfg.mr}x{cfg.nr} f32, kc={cfg.kc} "
-        f"({width} lanes)." if cfg else f"Host: {target.cpu}: no SIMD strategy (default loops).",
+        f"Host: {target.cpu} ({target.triple}); GEMM kernel tile {isa.gemm_mr}x{isa.gemm_nr} f32, "
+        f"kc={isa.gemm_kc} ({width} lanes)." if isa.vectorizes else f"Host: {target.cpu}: no vector unit (plain loops).",
         f"Single-core FP32 peak: measured {measured:.0f} GFLOP/s (24 independent {width}-lane FMA chains, best of 7)"
         + (f"; nominal {nominal:.0f} GFLOP/s = {width} lanes x {FMA_UNITS} FMA units x 2 x {mhz / 1e3:.2f} GHz "
            "(/proc/cpuinfo; a VM reports its base/TSC clock, boost makes the measured peak higher)" if nominal else "")
@@ -240,8 +242,8 @@ def run(runs: int = 10, quick: bool = False) -> str:
         "oversubscribed: calls longer than a time slice get preempted, which inflates wall time; the wall-clock "
         "figure is shown too). Compare ratios within this table.",
         "",
-        "| shape | etc strategy GFLOP/s (wall) | % of measured peak | % of nominal peak | default loops GFLOP/s "
-        "| numpy GFLOP/s (wall) | strategy / numpy |",
+        "| shape | etc GEMM kernel GFLOP/s (wall) | % of measured peak | % of nominal peak | plain loops GFLOP/s "
+        "| numpy GFLOP/s (wall) | kernel / numpy |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for case, t_s, t_d, t_np in rows:

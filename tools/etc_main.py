@@ -179,12 +179,35 @@ def cmd_inspect(args) -> int:
         print(f"  operators ({len(ops)}): {', '.join(ops)}")
         for d in plan.delegates:
             print(f"  delegate: backend '{d.id}'")
+            for line in _delegate_report(pte, d):
+                print(f"    {line}")
         sizes = list(plan.non_const_buffer_sizes)
         for mem_id, size in enumerate(sizes[1:], start=1):
             print(f"  planned memory mem_id {mem_id}: {size} bytes")
         n = sum(len(c.instructions) for c in plan.chains)
         print(f"  instructions: {n}")
     return 0
+
+
+def _delegate_report(pte, delegate) -> list[str]:
+    """What a delegate's backend recorded about its code (cpu: the path of each heavy op)."""
+    from etc.schema.program import DataLocation
+
+    ref = delegate.processed
+    if delegate.id != "cpu" or ref is None:
+        return []
+    data = pte.delegate_segments[ref.index] if ref.location == DataLocation.SEGMENT else \
+        pte.program.backend_delegate_data[ref.index].data
+    from etc.targets.cpu import blob
+    from etc.targets.cpu.decisions import Decision, summarize
+
+    try:
+        metadata = blob.deserialize(bytes(data)).metadata
+    except blob.BlobFormatError as e:
+        return [f"(blob not readable: {e})"]
+    lines = [f"{metadata.get('triple', '?')} ({metadata.get('cpu', '?')}), entry {metadata.get('entry_abi', 'flat')}, "
+             f"scratch {metadata.get('scratch_bytes', 0)} bytes"]
+    return lines + summarize([Decision.from_json(d) for d in metadata.get("decisions", [])])
 
 
 # -------------------------------------------------------------------- main

@@ -6,10 +6,12 @@
     edge = etc.to_edge(ep).to_backend(CpuPartitioner(target="cortex-m7"))   # thumbv7em-none-eabihf
 
 Stages (one module each): `lower.py` (edge -> torch dialect, data-driven from the
-op schemas, then torch-mlir's pipelines to linalg), `codegen.py` (fusion, the
-`apply_codegen_strategy` hook, bufferization onto caller buffers, LLVM, llvmlite
-object emission), `blob.py` (the delegate blob format), `runtime.py` (the
-runtime backend: checks the CPU, links with MCJIT, calls through ctypes).
+op schemas, then torch-mlir's pipelines to linalg), `pipeline.py` (`cpu_pipeline`: the
+registered passes of `passes/` and upstream ones, from linalg on tensors to the LLVM
+dialect, sizes from the ISA table in `isa.py`), `codegen.py` (LLVM IR and llvmlite
+object emission), `blob.py` (the delegate blob format), `runtime.py` (the runtime
+backend: checks the CPU, links with MCJIT, calls through ctypes). `decisions.py`: the
+path each contraction, window op and reduction took, shown in the delegation report.
 
 Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
 `features`, `opt_level` (0-3), `num_threads` (> 1: the threaded entry of parallel.py, run by
@@ -22,7 +24,6 @@ thread costs tens of microseconds: small models stay on one); the runtime-side c
 from __future__ import annotations
 
 import time
-import warnings
 
 from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, CompileSpec, DelegationSpec,
                                      PartitionResult, PreprocessResult, Partition, group_cycle_free,
@@ -50,35 +51,23 @@ def _spec_dict(compile_specs) -> dict:
 
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
                      opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, unroll: bool = True):
-    """An outlined edge function -> (blob bytes, debug info)."""
+    """An outlined edge function -> (blob bytes, debug info): lower.py to linalg, then
+    `pipeline.compile_linalg` (the cpu pass pipeline, LLVM, object code)."""
     from torch_mlir import ir
 
-    from etc.targets.cpu import blob, codegen, lower
+    from etc.targets.cpu import blob, decisions, lower
+    from etc.targets.cpu.isa import resolve_target
+    from etc.targets.cpu.pipeline import compile_linalg
 
-    timings = {}
     t0 = time.perf_counter()
     context, fn = lower.import_for_lowering(func_op)
-    fallback = None
     with context, ir.Location.unknown():
-        resolved = codegen.resolve_target(target, cpu=cpu, features=features)
-        for strategy in ("hook", "default"):
-            lowered = lower.lower_to_linalg(fn, constants)
-            linalg_text = str(lowered.module) if keep_ir else ""
-            t1 = time.perf_counter()
-            timings["to_linalg_s"] = t1 - t0
-            try:
-                result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level,
-                                                keep_ir=keep_ir, threaded=int(num_threads) > 1, unroll=unroll,
-                                                strategy=strategy, constants=lowered.constants)
-                break
-            except Exception as e:  # noqa: BLE001 - a strategy bug must not fail the compile
-                if strategy == "default":
-                    raise
-                # The hook's strategy (kernels_strategy/strategy.py) failed on this function:
-                # compile it again with the default strategy, which every supported op passed.
-                fallback = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                warnings.warn(f"cpu target: codegen strategy failed ({fallback}); using the default strategy")
-        timings["codegen_s"] = time.perf_counter() - t1
+        resolved = resolve_target(target, cpu=cpu, features=features)
+        lowered = lower.lower_to_linalg(fn, constants)
+        linalg_text = str(lowered.module) if keep_ir else ""
+        t1 = time.perf_counter()
+        result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
+                                threads=int(num_threads), unroll=unroll, constants=lowered.constants)
     metadata = {
         "producer": "etc cpu target",
         "triple": resolved.triple,
@@ -92,14 +81,15 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         # "flat": void entry(void **args); "threaded": void entry(void **args, intptr tid, intptr nthreads,
         # int32_t barrier[2]), called from nthreads threads at once (see parallel.py).
         "entry_abi": "threaded" if result.threaded else "flat",
+        # The path each heavy op took (decisions.py): `etc inspect` prints them.
+        "decisions": [d.to_json() for d in result.decisions],
     }
     used = {a.name: lowered.constants[a.name] for a in result.args if a.kind == "constant"}
     data = blob.serialize(metadata, result.object_bytes, used)
     debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
              "constant_bytes": sum(getattr(v, "nbytes", 0) for v in used.values()),
-             "scratch_bytes": result.scratch_bytes, **timings}
-    if fallback:
-        debug["strategy_fallback"] = fallback
+             "scratch_bytes": result.scratch_bytes, "to_linalg_s": t1 - t0, **result.stats,
+             "decisions": result.decisions, "decision_summary": decisions.summarize(result.decisions)}
     if keep_ir:
         debug["linalg"] = linalg_text
         debug["llvm_ir"] = result.llvm_ir
@@ -118,7 +108,7 @@ class CpuBackend(BackendDetails):
             features=specs.get("features"), opt_level=int(specs.get("opt_level", 3)),
             num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1",
             unroll=specs.get("unroll", "1") != "0")
-        return PreprocessResult(processed_bytes=data, debug_info=debug)
+        return PreprocessResult(processed_bytes=data, debug_info=debug, report_lines=debug["decision_summary"])
 
 
 register_backend_details(CpuBackend())

@@ -1,17 +1,9 @@
-"""linalg-on-tensors -> object code for one CPU (the back half of the `cpu` target).
+"""LLVM dialect -> LLVM IR -> object code for one CPU (the last step of the `cpu` target).
 
-    fuse elementwise ops, canonicalize
-    f32 exp -> vectorizable arithmetic (fastmath.py)
-    apply_codegen_strategy(module, target)     # hook: tiling/packing/vectorization (kernels_strategy.py);
-        default: generalize, move reductions outside the unit-stride output loop,
-        reassociate innermost reductions
-    one-shot-bufferize (function boundaries, identity layouts, arguments read-only)
-    buffer-results-to-out-params (static result buffers hoisted: results are written in place)
-    scratch planning: every remaining static `memref.alloc` becomes its own argument, passed
-        by the entry as `scratch + offset` (the object never calls malloc; the runtime owns the memory)
-    linalg -> loops (or parallel loops split per thread, parallel.py) -> cf -> LLVM dialect -> LLVM IR
-    + the entry `void <entry>(void **args)` (args in `ArgSpec` order)
-    llvmlite: O3 for the target machine, object file (ELF for the triples we test)
+`pipeline.cpu_pipeline` takes linalg on tensors down to the LLVM dialect; this module
+translates that to LLVM IR, adds the entry wrapper, and has llvmlite optimize it (O3 for the
+target machine: loop and SLP vectorization) and emit an object file (ELF for the triples we
+test).
 
 ABI: the entry takes one array of data pointers, in this order: inputs, constants,
 outputs, then (when `scratch_bytes > 0`) the scratch buffer. All shapes are static
@@ -32,74 +24,7 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-
-# ------------------------------------------------------------------ targets
-
-
-@dataclass(frozen=True)
-class CpuTarget:
-    """What to generate code for: an LLVM triple, a CPU name and feature string."""
-
-    triple: str
-    cpu: str = "generic"
-    features: str = ""  # "+avx2,+fma" (LLVM syntax)
-    name: str = ""
-
-    @property
-    def pointer_bits(self) -> int:
-        arch = self.triple.split("-", 1)[0]
-        return 32 if arch.startswith(("thumb", "arm", "riscv32", "i386", "i686")) else 64
-
-    @property
-    def required_features(self) -> list[str]:
-        """The '+feature' entries: what a CPU must have to run this code."""
-        return [f[1:] for f in self.features.split(",") if f.startswith("+")]
-
-
-def host_target() -> CpuTarget:
-    import llvmlite.binding as llvm
-
-    _init_llvm()
-    features = llvm.get_host_cpu_features().flatten()
-    return CpuTarget(triple=llvm.get_process_triple(), cpu=llvm.get_host_cpu_name(), features=features, name="host")
-
-
-PRESETS = {
-    "aarch64": CpuTarget("aarch64-unknown-linux-gnu", "cortex-a76", "+neon,+fp-armv8", "aarch64"),
-    "aarch64-linux-gnu": CpuTarget("aarch64-linux-gnu", "generic", "+neon", "aarch64-linux-gnu"),
-    "cortex-m7": CpuTarget("thumbv7em-none-eabihf", "cortex-m7", "", "cortex-m7"),
-    "x86-64-v3": CpuTarget("x86_64-unknown-linux-gnu", "haswell", "+avx2,+fma,+f16c", "x86-64-v3"),
-}
-
-
-def resolve_target(spec: str | CpuTarget | None = None, *, cpu: str | None = None,
-                   features: str | None = None) -> CpuTarget:
-    """'host' (default), a preset name, a CpuTarget, or an LLVM triple (with optional cpu/features)."""
-    if isinstance(spec, CpuTarget):
-        target = spec
-    elif spec in (None, "", "host"):
-        target = host_target()
-    elif spec in PRESETS:
-        target = PRESETS[spec]
-    else:
-        target = CpuTarget(triple=spec, cpu="generic", features="", name=spec)
-    if cpu is not None or features is not None:
-        target = CpuTarget(target.triple, cpu or target.cpu, target.features if features is None else features,
-                           target.name)
-    return target
-
-
-_LLVM_READY = False
-
-
-def _init_llvm() -> None:
-    global _LLVM_READY
-    if not _LLVM_READY:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        _LLVM_READY = True
+from etc.targets.cpu.isa import CpuTarget, init_llvm
 
 
 # --------------------------------------------------------------- arguments
@@ -123,194 +48,6 @@ class ArgSpec:
         return ArgSpec(d["kind"], d["dtype"], tuple(d["shape"]), d.get("name", ""))
 
 
-_NUMPY_OF_ELEMENT = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "uint16", "i64": "int64",
-                     "i32": "int32", "i16": "int16", "i8": "int8", "ui8": "uint8", "i1": "bool"}
-
-
-def numpy_dtype_of(element_type) -> str:
-    text = str(element_type)
-    if text not in _NUMPY_OF_ELEMENT:
-        raise LoweringError(f"element type {text} has no buffer form on the cpu target")
-    return _NUMPY_OF_ELEMENT[text]
-
-
-# ----------------------------------------------------------------- strategy
-def default_codegen_strategy(module: ir.Module, target: CpuTarget) -> None:
-    """The default: generalize named ops and put each reduction's loops outside the innermost
-    parallel loop when that loop walks the output and an input contiguously (matmul i,j,k -> i,k,j;
-    convolutions with the output column innermost), so that LLVM's loop vectorizer, at O3, gets
-    unit-stride loops without a floating-point reduction to reassociate. (After bufferization,
-    elementwise generics also merge their loops: see `lower_to_llvm_dialect`.)"""
-    run_passes(module, "builtin.module(func.func(linalg-generalize-named-ops))", "generalizing named linalg ops")
-    interchange_reductions_outward(module)
-    allow_reduction_reassociation(module)
-
-
-REASSOCIABLE = ("arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf")
-
-
-def allow_reduction_reassociation(module: ir.Module) -> int:
-    """Mark the float arithmetic of reductions over the innermost loop `reassoc contract`, so that
-    LLVM may vectorize the sum (split into lanes) and fuse multiply-adds, as BLAS and torch do.
-    (Not for loop nests whose innermost loop is parallel: there the vectorizer already has
-    its loop, and reassociation let it pick worse ones: a 64-channel conv ran 6x slower.)
-    Changes results in the last bits only; elementwise code keeps strict IEEE semantics."""
-    changed = 0
-    with module.context:
-        flags = ir.Attribute.parse("#arith.fastmath<reassoc,contract>")
-        generics = []
-
-        def collect(op):
-            if op.name == "linalg.generic" and _iterator_kinds(op)[-1:] == ["reduction"]:
-                generics.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(collect)
-        for g in generics:
-            for inner in g.regions[0].blocks[0].operations:
-                if inner.operation.name in REASSOCIABLE:
-                    inner.operation.attributes["fastmath"] = flags
-                    changed += 1
-    return changed
-
-
-def interchange_reductions_outward(module: ir.Module) -> int:
-    """Permute loops of `linalg.generic` ops as described in `default_codegen_strategy`; returns how many."""
-    generics = []
-
-    def collect(op):
-        if op.name == "linalg.generic":
-            generics.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    changed = 0
-    with module.context:
-        for op in generics:
-            perm = _reduction_outward_permutation(op)
-            if perm is not None:
-                _interchange(op, perm)
-                changed += 1
-    return changed
-
-
-def _iterator_kinds(op) -> list[str]:
-    kinds = []
-    for a in ir.ArrayAttr(op.attributes["iterator_types"]):
-        m = re.search(r"parallel|reduction|window", str(a))
-        kinds.append(m.group(0) if m else str(a))
-    return kinds
-
-
-def _reduction_outward_permutation(op):
-    kinds = _iterator_kinds(op)
-    if "reduction" not in kinds or any(k not in ("parallel", "reduction") for k in kinds):
-        return None
-    uses_index = []
-
-    def find_index(inner):
-        if inner.name == "linalg.index":
-            uses_index.append(inner)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(find_index)
-    if uses_index:
-        return None
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    n_outputs = len(op.results) if len(op.results) else _count_outputs(op)
-    out_map = maps[-1]
-    if len(out_map.results) == 0 or n_outputs != 1:
-        return None
-    last = out_map.results[-1]
-    if not isinstance(last, ir.AffineDimExpr):
-        return None
-    inner = ir.AffineDimExpr(last).position
-    if kinds[inner] != "parallel":
-        return None
-    if not any(len(m.results) and f"d{inner}" in _dims_of(m.results[-1]) for m in maps[:-1]):
-        return None
-    parallel = [d for d, k in enumerate(kinds) if k == "parallel" and d != inner]
-    reductions = [d for d, k in enumerate(kinds) if k == "reduction"]
-    perm = parallel + reductions + [inner]
-    return None if perm == list(range(len(kinds))) else perm
-
-
-def _count_outputs(op) -> int:
-    sizes = op.attributes["operandSegmentSizes"] if "operandSegmentSizes" in op.attributes else None
-    return list(ir.DenseI32ArrayAttr(sizes))[1] if sizes is not None else 1
-
-
-def _dims_of(expr) -> set:
-    return set(re.findall(r"d\d+", str(expr)))
-
-
-def _interchange(op, perm: list[int]) -> None:
-    """New loop p iterates old dim perm[p]: every map becomes map o (d' -> d'[inverse])."""
-    n = len(perm)
-    inverse = [0] * n
-    for p, d in enumerate(perm):
-        inverse[d] = p
-    substitution = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(inverse[i]) for i in range(n)])
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    new_maps = [ir.AffineMap.get(n, m.n_symbols, [e.compose(substitution) for e in m.results]) for m in maps]
-    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
-    iterators = list(ir.ArrayAttr(op.attributes["iterator_types"]))
-    op.attributes["iterator_types"] = ir.ArrayAttr.get([iterators[d] for d in perm])
-    if "linalg.memoized_indexing_maps" in op.attributes:  # the named op's maps, stale now
-        del op.attributes["linalg.memoized_indexing_maps"]
-
-
-_STRATEGY = None
-
-
-def set_codegen_strategy(fn) -> None:
-    """Install `fn(module, target)` (run on linalg-on-tensors, after fusion, before bufferization)."""
-    global _STRATEGY
-    _STRATEGY = fn
-
-
-def apply_codegen_strategy(module: ir.Module, target: CpuTarget) -> None:
-    """The hook for matmul/conv strategies: `targets/cpu/kernels_strategy.py` may provide
-    `apply_codegen_strategy(module, target)`; otherwise the default."""
-    fn = _STRATEGY
-    if fn is None:
-        try:
-            from etc.targets.cpu import kernels_strategy  # noqa: F401 - optional, another engineer's module
-            fn = getattr(kernels_strategy, "apply_codegen_strategy", None)
-        except ImportError:
-            fn = None
-    (fn or default_codegen_strategy)(module, target)
-
-
-# ------------------------------------------------------------------ pipeline
-def run_passes(module: ir.Module, pipeline: str, what: str) -> None:
-    from torch_mlir.passmanager import PassManager
-
-    try:
-        pm = PassManager.parse(pipeline, context=module.context)
-        pm.run(module.operation)
-    except Exception as e:  # noqa: BLE001
-        raise LoweringError(f"cpu codegen: {what} failed: {e}") from None
-
-
-FUSION = "builtin.module(func.func(linalg-fuse-elementwise-ops, canonicalize, cse))"
-BUFFERIZE = ("builtin.module(one-shot-bufferize{bufferize-function-boundaries "
-             "function-boundary-type-conversion=identity-layout-map}, "
-             "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}, canonicalize, cse)")
-
-
-def _to_llvm(index_bits: int, loops: str = "convert-linalg-to-loops") -> str:
-    ib = f"index-bitwidth={index_bits}"
-    # Vector ops (the kernels strategy's register tiles) lower before scf/cf: VECTOR_LOWERING of
-    # kernels_strategy.py, which checks for convert-vector-to-llvm here before it vectorizes.
-    return (f"builtin.module(func.func({loops}), lower-affine, "
-            "func.func(convert-vector-to-scf{full-unroll=true}, lower-affine), convert-vector-to-llvm, "
-            "canonicalize, convert-scf-to-cf, "
-            f"expand-strided-metadata, lower-affine, convert-math-to-llvm, convert-math-to-libm, "
-            f"finalize-memref-to-llvm{{{ib}}}, convert-arith-to-llvm{{{ib}}}, convert-cf-to-llvm{{{ib}}}, "
-            f"convert-func-to-llvm{{{ib} use-bare-ptr-memref-call-conv=1}}, convert-ub-to-llvm, reconcile-unrealized-casts, canonicalize)")
-
-
 @dataclass
 class CodegenResult:
     object_bytes: bytes
@@ -320,138 +57,16 @@ class CodegenResult:
     scratch_bytes: int = 0
     llvm_ir: str = ""
     threaded: bool = False  # entry(args, tid, nthreads, barrier) rather than entry(args)
+    decisions: list = field(default_factory=list)  # decisions.Decision per heavy op
     stats: dict = field(default_factory=dict)
 
 
-def _single_func(module: ir.Module):
-    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
-    if len(funcs) != 1:
-        raise LoweringError(f"cpu codegen expects one function, got {len(funcs)}")
-    return funcs[0]
-
-
-def bufferize(module: ir.Module) -> None:
-    """Tensors -> memrefs; inputs and constants read-only, results become trailing out-params."""
-    fn = _single_func(module)
-    with module.context:
-        n = len(fn.regions[0].blocks[0].arguments)
-        ro = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
-        fn.attributes["arg_attrs"] = ir.ArrayAttr.get([ro] * n)
-    run_passes(module, BUFFERIZE, "bufferization")
-
-
-def _strategy_cleanups(module: ir.Module) -> None:
-    """After bufferization, the kernels strategy's clean-ups (self copies left by tiled
-    insert_slices; result copies that should have been hoisted), when that module is present."""
-    try:
-        from etc.targets.cpu import kernels_strategy
-    except ImportError:
-        return
-    for name in ("remove_self_copies", "forward_result_copies"):
-        fn = getattr(kernels_strategy, name, None)
-        if fn is not None:
-            with module.context, ir.Location.unknown():
-                fn(module)
-
-
-def plan_scratch(module: ir.Module, alignment: int = 64) -> list[int]:
-    """Replace each static `memref.alloc` by a new trailing function argument; returns their byte
-    offsets inside one scratch buffer (the entry wrapper passes `scratch + offset` for each).
-
-    One argument per buffer, rather than views of one scratch argument, keeps every buffer a
-    distinct `noalias` pointer for LLVM: with views of a shared base it could not prove that a
-    store into one buffer leaves another unchanged, and kept per-row statistics (layer norm's
-    mean and rstd) inside the innermost loop, scalar. No lifetime reuse yet (that would break
-    `noalias`): the offsets add up. The last entry of the list is the total size.
-    """
-    fn = _single_func(module)
-    allocs = []
-
-    def collect(op):
-        if op.name == "memref.alloc":
-            allocs.append(op)
-        return ir.WalkResult.ADVANCE
-
-    fn.operation.walk(collect)
-    if not allocs:
-        return []
-    offsets = []
-    total = 0
-    for op in allocs:
-        t = ir.MemRefType(op.result.type)
-        if not t.has_static_shape or list(op.operands):
-            raise LoweringError("cpu codegen: a dynamically sized intermediate buffer is not supported")
-        if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
-            raise LoweringError(f"cpu codegen: intermediate buffer with layout {t.layout}")
-        nbytes = int(np.prod(t.shape, dtype=np.int64)) * _element_bytes(t.element_type)
-        total = (total + alignment - 1) // alignment * alignment
-        offsets.append(total)
-        total += max(nbytes, 1)
-    total = (total + alignment - 1) // alignment * alignment
-    with module.context, ir.Location.unknown():
-        block = fn.regions[0].blocks[0]
-        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-        new_inputs = list(ftype.inputs)
-        for op in allocs:
-            arg = block.add_argument(op.result.type, ir.Location.unknown())
-            new_inputs.append(op.result.type)
-            op.result.replace_all_uses_with(arg)
-            op.erase()
-        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(new_inputs, list(ftype.results)))
-    deallocs = []
-
-    def collect_dealloc(op):
-        if op.name == "memref.dealloc":
-            deallocs.append(op)
-        return ir.WalkResult.ADVANCE
-
-    fn.operation.walk(collect_dealloc)
-    for op in deallocs:
-        op.erase()
-    return offsets + [total]
-
-
-def mark_noalias(fn) -> None:
-    """Every entry buffer is distinct from every other one the code writes (the runtime guarantees it:
-    outputs and scratch never overlap inputs), so LLVM may vectorize without runtime alias checks."""
-    with fn.context:
-        n = len(fn.regions[0].blocks[0].arguments)
-        attr = ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get()})
-        fn.attributes["arg_attrs"] = ir.ArrayAttr.get([attr] * n)
-
-
-def copies_to_linalg(module: ir.Module) -> int:
-    """`memref.copy` -> `linalg.copy`: with strided operands the LLVM lowering of memref.copy calls
-    MLIR's C runtime (`memrefCopy`), which the object must not depend on; linalg.copy becomes loops."""
-    from torch_mlir.dialects import linalg
-
-    copies = []
-
-    def collect(op):
-        if op.name == "memref.copy":
-            copies.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    with module.context:
-        for op in copies:
-            with ir.InsertionPoint(op), op.location:
-                linalg.copy(op.operands[0], outs=[op.operands[1]])
-            op.erase()
-    return len(copies)
-
-
-def _element_bytes(element_type) -> int:
-    text = str(element_type)
-    if text == "i1":
-        return 1
-    width = element_type.width if isinstance(element_type, ir.IntegerType) else \
-        {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[text]
-    return max(1, width // 8)
-
-
-def _memref_shapes(fn) -> list:
-    return [ir.MemRefType(a.type) for a in fn.regions[0].blocks[0].arguments]
+def check_llvm_dialect(module: ir.Module) -> None:
+    """After the pipeline: only LLVM-dialect ops, calling only libc/libm."""
+    leftover = _non_llvm_ops(module)
+    if leftover:
+        raise LoweringError(f"cpu codegen: ops left after lowering to LLVM: {', '.join(sorted(leftover))}")
+    _check_declarations(module)
 
 
 def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, index_bits: int, *,
@@ -482,117 +97,6 @@ def entry_wrapper(inner: str, entry: str, n_slots: int, scratch_offsets: list, i
     return "\n".join(lines) + "\n"
 
 
-def compile_linalg(module: ir.Module, arg_kinds: list, target: CpuTarget | str | None = None, *,
-                   entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False,
-                   threaded: bool = False, unroll: bool = True, strategy: str = "hook",
-                   constants: dict | None = None) -> CodegenResult:
-    """linalg-on-tensors module (one func) -> object code.
-
-    `arg_kinds`: (kind, name) for each function argument (input/constant); results become outputs.
-    `constants`: the constant arguments' data, to pre-pack weights at compile time (the result's
-    constant args may then name packed arrays this call added to `constants`).
-    """
-    target = resolve_target(target)
-    inner = ir.StringAttr(_single_func(module).attributes["sym_name"]).value
-    args, n_slots, offsets, index_bits = lower_to_llvm_dialect(module, arg_kinds, target, threaded=threaded,
-                                                                 strategy=strategy, constants=constants)
-    scratch = offsets[-1] if offsets else 0
-    from torch_mlir.dialects import llvm as llvm_d
-
-    from etc.targets.cpu.parallel import BARRIER_FN, barrier_llvm_ir
-
-    llvm_ir = _strip_header(llvm_d.translate_module_to_llvmir(module.operation))
-    if threaded:
-        llvm_ir = "\n".join(line for line in llvm_ir.splitlines()
-                            if not (line.startswith("declare") and f"@{BARRIER_FN}(" in line)) + "\n"
-        llvm_ir += barrier_llvm_ir(index_bits)
-    llvm_ir += entry_wrapper(inner, entry, n_slots, offsets[:-1], index_bits, threaded=threaded)
-    obj, optimized = emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner], unroll=unroll)
-    return CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
-                         llvm_ir=optimized if keep_ir else "", threaded=threaded)
-
-
-def lower_to_llvm_dialect(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threaded: bool = False,
-                          strategy: str = "hook", constants: dict | None = None):
-    """The MLIR half of `compile_linalg`: returns (ArgSpecs, number of non-scratch buffers,
-    scratch offsets + [total scratch bytes] (empty: none), index bits).
-
-    With `constants` (fqn -> array for the "constant" arguments), layout chains on them are
-    evaluated now (prepack.py): the packed arrays are added to `constants` under new names."""
-    fn = _single_func(module)
-    run_passes(module, FUSION, "elementwise fusion")
-    from etc.targets.cpu.fastmath import expand_exp
-
-    expand_exp(module)
-    if strategy == "default":  # support trials, and the fallback when the hook's strategy fails
-        default_codegen_strategy(module, target)
-    else:
-        apply_codegen_strategy(module, target)
-    if constants is not None:
-        from etc.targets.cpu.prepack import fold_constant_arguments
-
-        arg_kinds = fold_constant_arguments(module, arg_kinds, constants)
-    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-    args = []
-    for (kind, name), t in zip(arg_kinds, ftype.inputs):
-        rt = ir.RankedTensorType(t)
-        args.append(ArgSpec(kind, numpy_dtype_of(rt.element_type), tuple(rt.shape), str(name)))
-    for i, t in enumerate(ftype.results):
-        rt = ir.RankedTensorType(t)
-        args.append(ArgSpec("output", numpy_dtype_of(rt.element_type), tuple(rt.shape), str(i)))
-    bufferize(module)
-    _strategy_cleanups(module)
-    # Elementwise loops over views of the planned buffers: merge the loops every operand walks
-    # contiguously, or LLVM unrolls a short innermost loop and vectorizes the next with gathers.
-    from etc.passes.collapse_elementwise_dims import collapse_elementwise_dims
-
-    collapse_elementwise_dims(module.operation, None)
-    offsets = plan_scratch(module)
-    mark_noalias(fn)
-    memrefs = _memref_shapes(fn)
-    n_slots = len(args)
-    if len(memrefs) != n_slots + max(0, len(offsets) - 1):
-        raise LoweringError(f"cpu codegen: entry has {len(memrefs)} buffers, expected {n_slots} and "
-                            f"{max(0, len(offsets) - 1)} scratch buffers")
-    if offsets:
-        args.append(ArgSpec("scratch", "uint8", (offsets[-1],), "scratch"))
-    for spec, t in zip(args[:n_slots], memrefs):
-        if tuple(t.shape) != spec.shape:
-            raise LoweringError(f"cpu codegen: buffer {spec.kind} {spec.name} has shape {t.shape}, expected {spec.shape}")
-    index_bits = 32 if target.pointer_bits == 32 else 64
-    copies_to_linalg(module)
-    drop_assertions(module)
-    loops = "convert-linalg-to-loops"
-    if threaded:
-        from etc.targets.cpu.parallel import lower_with_thread_splits, partition_top_level_loops
-
-        lower_with_thread_splits(module, fn)
-        partition_top_level_loops(fn)
-        loops = "canonicalize"
-    run_passes(module, _to_llvm(index_bits, loops), "lowering to the LLVM dialect")
-    leftover = _non_llvm_ops(module)
-    if leftover:
-        raise LoweringError(f"cpu codegen: ops left after lowering to LLVM: {', '.join(sorted(leftover))}")
-    _check_declarations(module)
-    return args, n_slots, offsets, index_bits
-
-
-def drop_assertions(module: ir.Module) -> int:
-    """Remove `cf.assert`s (torch-mlir's shape and index checks): with static shapes they hold by
-    construction, and lowered they call puts/abort, which a self-contained object cannot."""
-    asserts = []
-
-    def collect(op):
-        if op.name == "cf.assert":
-            asserts.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(collect)
-    for op in asserts:
-        op.erase()
-    return len(asserts)
-
-
 def _check_declarations(module: ir.Module) -> None:
     """External functions of the LLVM-dialect module must be libc/libm (see ALLOWED_EXTERNALS)."""
     bad = []
@@ -618,7 +122,7 @@ def _non_llvm_ops(module: ir.Module) -> set:
     return names
 
 
-def _strip_header(text: str) -> str:
+def strip_header(text: str) -> str:
     """Drop MLIR's datalayout/triple lines (the target machine sets them) and rewrite
     float literals into the syntax of llvmlite's older LLVM."""
     out = []
@@ -721,7 +225,7 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
                 unroll: bool = True) -> tuple[bytes, str]:
     import llvmlite.binding as llvm
 
-    _init_llvm()
+    init_llvm()
     try:
         llvm_target = llvm.Target.from_triple(target.triple)
     except RuntimeError as e:

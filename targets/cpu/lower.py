@@ -195,13 +195,19 @@ def trial_function(func_op, constants: dict) -> tuple[bool, str]:
         context, fn = import_for_lowering(func_op)
         with context, ir.Location.unknown():
             lowered = lower_to_linalg(fn, constants)
-            from etc.targets.cpu.codegen import CpuTarget, lower_to_llvm_dialect
-
-            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"),
-                                  strategy="default")
+            _trial_pipeline(lowered)
         return True, ""
     except Exception as e:  # noqa: BLE001
         return False, str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _trial_pipeline(lowered) -> None:
+    """Run the cpu pipeline to the LLVM dialect for a baseline x86-64 (no vector unit in the ISA
+    table: the trial checks that every op lowers, cheaply, without building GEMM or window kernels)."""
+    from etc.targets.cpu.isa import CpuTarget
+    from etc.targets.cpu.pipeline import run_cpu_pipeline
+
+    run_cpu_pipeline(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"))
 
 
 _REGISTERED_CACHE: dict = {}
@@ -258,10 +264,7 @@ def _trial_lowering(op) -> tuple[bool, str]:
             module = ir.Module.parse(text)
             fn = module.body.operations[0]
             lowered = lower_to_linalg(fn, {})
-            from etc.targets.cpu.codegen import CpuTarget, lower_to_llvm_dialect
-
-            lower_to_llvm_dialect(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"),
-                                  strategy="default")
+            _trial_pipeline(lowered)
         result = (True, "")
     except Exception as e:  # noqa: BLE001 - any failure means "not supported", with the reason
         lines = [line for line in str(e).strip().splitlines() if line.strip()]
@@ -690,11 +693,13 @@ def _expand_as_strided(e: _Emitter, v: dict, op) -> list:
 @_expansion("aten::index_put")
 def _expand_index_put(e: _Emitter, v: dict, op) -> list:
     """torch-mlir lowers index_put to tm_tensor.scatter, which our bufferization does not take. With
-    static shapes it is a one-hot select instead: the indexed dims are moved first and flattened
-    (P positions, R elements each), the index tensors linearized to K positions, and
-    eq[k, p] = (index[k] == p). accumulate: x + eq^T @ values; otherwise each position takes the
-    values row of the last k that names it (duplicates: the last write wins, as on ATen's CPU
-    kernel), or keeps x. KV-cache updates (cache[:, :, pos] = k) are this with K new positions."""
+    static shapes it is a one-hot select instead. x is viewed as [pre, P, post] with its P indexed
+    positions in the middle (adjacent indexed dims need no copy for that; others are permuted to
+    the front), the values as [pre, K, post] (K = the index tensors' broadcast size), and the index
+    tensors linearized to eq[k, p] = (index[k] == p). accumulate: x + eq^T @ values; otherwise
+    each position takes the values of the last k that names it (duplicates: the last write wins,
+    as on ATen's CPU kernel), or keeps x. A KV-cache update (cache[:, :, pos] = k) is one select
+    over the cache in its own layout."""
     import numpy as np
 
     shape, element = _tensor_type(op.results[0])
@@ -708,20 +713,19 @@ def _expand_index_put(e: _Emitter, v: dict, op) -> list:
     rest = [d for d in range(rank) if d not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     bshape = list(np.broadcast_shapes(*[tuple(e.shape(indices[d])) for d in dims]))
-    p_sizes = [shape[d] for d in dims]
-    n_pos, n_rest, n_idx = int(np.prod(p_sizes)), int(np.prod([shape[d] for d in rest])), int(np.prod(bshape))
-    # The values, broadcast to x[indices]'s shape, with the index dims first: [K, R].
-    if adjacent:
+    n_pos, n_idx = int(np.prod([shape[d] for d in dims])), int(np.prod(bshape))
+    if adjacent:  # x[indices] keeps the index dims where the indexed dims were
+        pre, post = int(np.prod(shape[:dims[0]])), int(np.prod(shape[dims[-1] + 1:]))
         sub = shape[:dims[0]] + bshape + shape[dims[-1] + 1:]
-        lead = list(range(dims[0], dims[0] + len(bshape)))
-        to_front = lead + [d for d in range(len(sub)) if d not in lead]
-    else:
+        x = e.view(v["self"], [pre, n_pos, post], element)
+    else:  # x[indices] puts them first
+        pre, post = 1, int(np.prod([shape[d] for d in rest]))
         sub = bshape + [shape[d] for d in rest]
-        to_front = list(range(len(sub)))
+        x = e.view(e.permute(v["self"], dims + rest), [1, n_pos, post], element)
     values = v["values"]
     if e.shape(values) != sub:
         values = e("aten::expand", {"self": values, "size": sub, "implicit": False}, sub, element)
-    values = e.view(e.permute(values, to_front), [n_idx, n_rest], element)
+    values = e.view(values, [pre, n_idx, post], element)
     # Linear position of each index: sum_j (index_j mod size_j) * stride_j, broadcast to [K].
     linear = None
     stride = n_pos
@@ -745,26 +749,26 @@ def _expand_index_put(e: _Emitter, v: dict, op) -> list:
     linear = e.view(linear, [n_idx, 1], "i64")
     positions = e.literal(np.arange(n_pos).reshape(1, n_pos))
     eq = e("aten::eq.Tensor", {"self": linear, "other": positions}, [n_idx, n_pos], "i1")  # [K, P]
-    x = e.view(e.permute(v["self"], dims + rest), [n_pos, n_rest], element)
+    out_shape = [pre, n_pos, post]
     if v["accumulate"]:
         onehot = e("aten::to.dtype", {"self": e.permute(eq, [1, 0]), "dtype": _ELEMENT_DTYPE[element],
                                       "non_blocking": False, "copy": False, "memory_format": None},
                    [n_pos, n_idx], element)
-        added = e("aten::mm", {"self": onehot, "mat2": values}, [n_pos, n_rest], element)
-        out = e("aten::add.Tensor", {"self": x, "other": added, "alpha": 1}, [n_pos, n_rest], element)
+        added = e("aten::matmul", {"self": onehot, "other": values}, out_shape, element)
+        out = e("aten::add.Tensor", {"self": x, "other": added, "alpha": 1}, out_shape, element)
     else:
         ks = e.literal(np.arange(n_idx).reshape(n_idx, 1))
         minus1 = e.literal(np.full((1, 1), -1))
         which = e("aten::where.self", {"condition": eq, "self": ks, "other": minus1}, [n_idx, n_pos], "i64")
         last = e("aten::amax", {"self": which, "dim": [0], "keepdim": False}, [n_pos], "i64")  # last k, or -1
-        hit = e.view(e("aten::ge.Scalar", {"self": last, "other": 0}, [n_pos], "i1"), [n_pos, 1], "i1")
+        hit = e.view(e("aten::ge.Scalar", {"self": last, "other": 0}, [n_pos], "i1"), [1, n_pos, 1], "i1")
         row = e("aten::clamp", {"self": last, "min": 0, "max": None}, [n_pos], "i64")
-        taken = e("aten::index_select", {"self": values, "dim": 0, "index": row}, [n_pos, n_rest], element)
-        out = e("aten::where.self", {"condition": hit, "self": taken, "other": x}, [n_pos, n_rest], element)
-    moved = [shape[d] for d in dims + rest]
-    out = e.view(out, moved, element)
-    inverse = sorted(range(rank), key=lambda i: (dims + rest)[i])
-    return [e.permute(out, inverse)]
+        taken = e("aten::index_select", {"self": values, "dim": 1, "index": row}, out_shape, element)
+        out = e("aten::where.self", {"condition": hit, "self": taken, "other": x}, out_shape, element)
+    if adjacent:
+        return [e.view(out, shape, element)]
+    out = e.view(out, [shape[d] for d in dims + rest], element)
+    return [e.permute(out, sorted(range(rank), key=lambda i: (dims + rest)[i]))]
 
 
 TORCH_TO_LINALG = ("builtin.module(torchdynamo-export-to-torch-backend-pipeline, "
@@ -815,7 +819,7 @@ def import_for_lowering(func_op) -> tuple[ir.Context, ir.Operation]:
 
 
 # ------------------------------------------------------------------ driver
-STAGES = ("torch", "linalg", "memref", "llvm-ir")
+STAGES = ("torch", "linalg", "llvm-ir")
 
 
 def main(argv=None) -> int:
@@ -824,8 +828,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m etc.targets.cpu.lower", description=__doc__.split("\n")[0])
     parser.add_argument("file")
     parser.add_argument("--stage", choices=STAGES, default="linalg",
-                        help="torch: edge mapped onto torch ops; linalg: after torch-mlir's pipelines; "
-                             "memref: fused and bufferized onto the entry's buffers; llvm-ir: optimized LLVM IR")
+                        help="torch: edge mapped onto torch ops; linalg: after torch-mlir's pipelines (the cpu "
+                             "pipeline's input: run its passes with etc-opt); llvm-ir: optimized LLVM IR")
     parser.add_argument("--target", default="host", help="host, a preset (aarch64, cortex-m7) or an LLVM triple")
     args = parser.parse_args(argv)
     text = sys.stdin.read() if args.file == "-" else open(args.file).read()
@@ -844,7 +848,8 @@ def main(argv=None) -> int:
 
 
 def _run_stage(fn, constants: dict, stage: str, target: str) -> str:
-    from etc.targets.cpu import codegen
+    from etc.targets.cpu.isa import resolve_target
+    from etc.targets.cpu.pipeline import compile_linalg, cpu_pipeline
 
     if stage == "torch":
         lowered = edge_to_torch(fn, constants)
@@ -853,17 +858,11 @@ def _run_stage(fn, constants: dict, stage: str, target: str) -> str:
     header = f"// arguments: {lowered.arguments}\n"
     if stage == "linalg":
         return header + str(lowered.module)
-    resolved = codegen.resolve_target(target)
-    if stage == "memref":
-        codegen.run_passes(lowered.module, codegen.FUSION, "elementwise fusion")
-        codegen.apply_codegen_strategy(lowered.module, resolved)
-        codegen.bufferize(lowered.module)
-        offsets = codegen.plan_scratch(lowered.module)
-        return header + f"// scratch bytes: {offsets[-1] if offsets else 0}, buffers at {offsets[:-1]}\n{lowered.module}"
-    result = codegen.compile_linalg(lowered.module, lowered.arguments, resolved, keep_ir=True)
+    resolved = resolve_target(target)
+    result = compile_linalg(lowered.module, lowered.arguments, resolved, keep_ir=True)
     layout = ", ".join(f"{a.kind}:{a.dtype}{list(a.shape)}" for a in result.args)
-    return f"// target: {resolved.triple} ({resolved.cpu})\n// entry {result.entry}(args): {layout}\n" + \
-        result.llvm_ir
+    return (f"// target: {resolved.triple} ({resolved.cpu})\n// pipeline: {cpu_pipeline(resolved)}\n"
+            f"// entry {result.entry}(args): {layout}\n" + result.llvm_ir)
 
 
 def _zero_constants(module) -> dict:

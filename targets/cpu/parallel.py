@@ -34,7 +34,7 @@ from torch_mlir import ir
 from etc.errors import LoweringError
 
 BARRIER_FN = "etc_cpu_barrier"
-THREAD_SPLIT = "etc.thread_split"  # strategy.py marks its loop over independent column panels
+THREAD_SPLIT = "etc.thread_split"  # the GEMM kernels mark their loop over independent column panels
 
 # Top-level ops that are pure (views, constants, index math): every thread runs them.
 _PURE_PREFIXES = ("arith.", "affine.apply", "memref.expand_shape", "memref.collapse_shape", "memref.subview",
@@ -163,9 +163,13 @@ def lower_with_thread_splits(module, fn) -> int:
     (`convert-linalg-to-parallel-loops` would put every parallel loop outside the reductions,
     undoing the default strategy's interchange: a convolution's innermost unit-stride column
     loop ended up inside its reductions, and the threaded code ran 2.5x slower on one thread.)"""
-    from etc.targets.cpu.codegen import run_passes
+    from torch_mlir.passmanager import PassManager
 
-    run_passes(module, "builtin.module(func.func(linalg-generalize-named-ops))", "generalizing named linalg ops")
+    def run_passes(op, pipeline):
+        PassManager.parse(pipeline, context=op.context).run(op)
+
+    module = module.operation if hasattr(module, "operation") else module
+    run_passes(module, "builtin.module(func.func(linalg-generalize-named-ops))")
     block = fn.regions[0].blocks[0]
     lines, tagged = [], 0
     with fn.context, ir.Location.unknown():
@@ -208,8 +212,8 @@ def lower_with_thread_splits(module, fn) -> int:
                   + "\n".join(lines) + "\n    transform.yield\n  }\n}\n")
         with fn.context, ir.Location.unknown():
             library = ir.Module.parse(script)
-            interpreter.apply_named_sequence(module.operation, library.body.operations[0], library)
-    run_passes(module, "builtin.module(func.func(convert-linalg-to-loops))", "loops")
+            interpreter.apply_named_sequence(module, library.body.operations[0], library)
+    run_passes(module, "builtin.module(func.func(convert-linalg-to-loops))")
     return tagged
 
 

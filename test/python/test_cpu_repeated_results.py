@@ -12,9 +12,8 @@ The smallest reproducer is `(x + 1, x + 1.0)`: two edge ops (Scalar 1 vs 1.0) th
 the same linalg op. The compile runs in a child process, so the crash fails this test instead
 of killing pytest.
 
-The fix belongs to the cpu back end's bufferization (codegen.py `bufferize`; `cpu_pipeline`
-in the pipeline rewrite): before `buffer-results-to-out-params`, give every repeated result a
-buffer of its own (`memref.alloc` + `memref.copy`). Until then this test is a strict xfail.
+The fix is the cpu pipeline's `etc-cpu-distinct-results`: before `buffer-results-to-out-params`,
+every repeated result gets a buffer of its own (`memref.alloc` + `memref.copy`).
 """
 
 from __future__ import annotations
@@ -53,9 +52,6 @@ _CHILD = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="issue 9: buffer-results-to-out-params{hoist-static-allocs} erases a "
-                                       "repeated result's alloc twice (SIGSEGV); the fix belongs in the cpu "
-                                       "back end's bufferization (codegen.py / pipeline.py)")
 def test_value_returned_twice_by_a_delegate_compiles_and_runs(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(_CHILD)

@@ -455,21 +455,17 @@ def test_bool_integer_and_half_results_are_exact():
         assert g.dtype == w.numpy().dtype and np.array_equal(g, w.numpy())
 
 
-def test_a_failing_codegen_strategy_falls_back_to_the_default():
-    from etc.targets.cpu import codegen
+def test_a_failing_pass_of_the_cpu_pipeline_is_an_error_naming_it(monkeypatch):
+    """No silent fallback: a GEMM kernel that cannot be built fails the compile, naming the pass."""
+    from etc.errors import EtcError
+    from etc.targets.cpu import gemm
 
-    def broken(module, target):
-        raise RuntimeError("strategy bug")
+    def broken(*args, **kwargs):
+        raise RuntimeError("kernel bug")
 
-    codegen.set_codegen_strategy(broken)
-    try:
-        with pytest.warns(UserWarning, match="strategy bug"):
-            program_ir, report = delegated(MatMul(), (torch.randn(2, 4, 6), torch.randn(2, 6, 3)))
-    finally:
-        codegen.set_codegen_strategy(None)
-    a, b = np.random.default_rng(0).standard_normal((2, 4, 6), np.float32), \
-        np.random.default_rng(1).standard_normal((2, 6, 3), np.float32)
-    np.testing.assert_allclose(CompiledFunction(program_ir.delegate_blobs[0])(a, b), a @ b * 0.5 + 1.0, rtol=1e-5)
+    monkeypatch.setattr(gemm, "_rewrite_list", broken)
+    with pytest.raises(EtcError, match="etc-cpu-gemm-kernels.*kernel bug"):
+        delegated(MatMul(), (torch.randn(2, 48, 64), torch.randn(2, 64, 96)))
 
 
 class MixedInterface(torch.nn.Module):

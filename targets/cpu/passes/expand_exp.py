@@ -1,4 +1,4 @@
-"""Vectorizable replacements for libm calls in generated loops.
+"""etc-cpu-expand-exp: Vectorizable replacements for libm calls in generated loops.
 
 LLVM turns `math.exp` into one `expf` call per element, which stops the loop
 vectorizer: softmax, sigmoid, SiLU and attention spend their time there. Here
@@ -18,14 +18,17 @@ import math as pymath
 
 from torch_mlir import ir
 
+from etc.passes.pass_api import function_pass
+
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693145751953125  # ln(2) split so that k * LN2_HI is exact for |k| < 2^11
 LN2_LO = 1.4286068203094172e-06
 LOW, HIGH = -87.5, 88.72283935546875
 
 
-def expand_exp(module: ir.Module) -> int:
-    """Replace every f32 `math.exp` (scalar or vector) in `module`; returns how many."""
+@function_pass("etc-cpu-expand-exp", "f32 math.exp -> vectorizable polynomial arithmetic (no libm call per element)")
+def expand_exp(module, options=None) -> int:
+    """Replace every scalar f32 `math.exp` under `module` (the loops LLVM vectorizes); returns how many."""
     exps = []
 
     def collect(op):
@@ -33,7 +36,7 @@ def expand_exp(module: ir.Module) -> int:
             exps.append(op)
         return ir.WalkResult.ADVANCE
 
-    module.operation.walk(collect)
+    module.walk(collect)
     with module.context:
         for op in exps:
             with ir.InsertionPoint(op), op.location:

@@ -1,7 +1,8 @@
-"""The cpu target's matmul/convolution strategy (targets/cpu/strategy.py): correctness only.
+"""The cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/gemm.py) and window kernels
+through the whole cpu pipeline: correctness only.
 
-Each case is linalg-on-tensors text as torch-mlir produces it, compiled twice through the
-standalone path (strategy -> bufferize -> LLVM -> llvmlite JIT): results are checked
+Each case is linalg-on-tensors text as torch-mlir produces it, compiled through the cpu
+pipeline (`pipeline.compile_linalg_text`: passes -> LLVM -> object -> runtime): results are checked
 against numpy/torch. Odd sizes (1, 7, 33, 100) exercise the peeled partial row block,
 zero-padded column panels and K blocks that do not divide K. Timing lives in
 tools/bench_gemm.py, never here.
@@ -13,11 +14,41 @@ import numpy as np
 import pytest
 import torch
 
-from etc.targets.cpu import codegen, strategy
+from etc.targets.cpu import gemm as strategy
+from etc.targets.cpu.isa import PRESETS, CpuTarget, isa_for, resolve_target
+from etc.targets.cpu.pipeline import compile_linalg_text, run_cpu_pipeline
 
-HOST = codegen.resolve_target(None)
-CFG = strategy.kernel_config(HOST)
+HOST = resolve_target(None)
+ISA = isa_for(HOST)
+CFG = strategy.KernelConfig(ISA.lanes, ISA.gemm_mr, ISA.gemm_nr, ISA.gemm_kc) if ISA.vectorizes else None
 needs_simd = pytest.mark.skipif(CFG is None, reason="host has no SIMD FMA configuration")
+
+
+def compile_standalone(text, *, min_flops=None, target=None):
+    """A callable returning the list of outputs (and `.decisions`)."""
+    fn = compile_linalg_text(text, target=target, gemm_min_flops=min_flops)
+
+    def call(*inputs):
+        out = fn(*inputs)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    call.decisions = fn.decisions
+    return call
+
+
+def lowered(text, target=HOST, min_flops=None) -> str:
+    """The LLVM-dialect module the cpu pipeline makes of `text` (every argument an input)."""
+    from torch_mlir import ir
+
+    from etc.targets.cpu.lower import shared_context
+
+    with shared_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        fn = [op for op in module.body.operations if op.operation.name == "func.func"][0]
+        n = len(fn.regions[0].blocks[0].arguments)
+        run_cpu_pipeline(module, [("input", str(i)) for i in range(n)], target, verify=True,
+                         gemm_min_flops=min_flops)
+        return str(module)
 
 
 def rel_error(actual, expected) -> float:
@@ -150,30 +181,18 @@ ODD = [1, 7, 33, 100]
 @pytest.mark.parametrize("m,k,n", [(1, 7, 33), (7, 33, 100), (33, 100, 1), (100, 1, 7), (100, 33, 7), (7, 100, 100),
                                    (33, 33, 33), (100, 100, 100), (64, 256, 128), (13, 300, 70)])
 def test_matmul_odd_sizes(m, k, n):
-    fn = strategy.compile_standalone(matmul_text(m, k, n), min_flops=0)
+    fn = compile_standalone(matmul_text(m, k, n), min_flops=0)
     a, b = rand(m, k), rand(k, n)
     (out,) = fn(a, b)
     assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
 
 
-@needs_simd
-@pytest.mark.parametrize("m,k,n", [(100, 64, 70), (96, 80, 64)])
-def test_matmul_packed_a(m, k, n, monkeypatch):
-    """The packed-A variant (micro-panels [M/mr, K, mr]; off by default): padded rows and exact ones."""
-    import dataclasses
 
-    packed = dataclasses.replace(CFG, pack_a_min_k=1)
-    monkeypatch.setattr(strategy, "kernel_config", lambda target: packed)
-    fn = strategy.compile_standalone(matmul_text(m, k, n), min_flops=0)
-    a, b = rand(m, k), rand(k, n)
-    (out,) = fn(a, b)
-    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
-    assert "etc_gemm" not in fn.mlir_llvm
 
 
 @needs_simd
 def test_batch_matmul():
-    fn = strategy.compile_standalone(batch_matmul_text(3, 7, 33, 100), min_flops=0)
+    fn = compile_standalone(batch_matmul_text(3, 7, 33, 100), min_flops=0)
     a, b = rand(3, 7, 33), rand(3, 33, 100)
     (out,) = fn(a, b)
     assert rel_error(out, np.matmul(a.astype(np.float64), b)) < 1e-5
@@ -182,7 +201,7 @@ def test_batch_matmul():
 @needs_simd
 @pytest.mark.parametrize("m,k,n", [(1, 33, 100), (7, 100, 33), (100, 64, 70)])
 def test_linear_relu_transposed_weight(m, k, n):
-    fn = strategy.compile_standalone(linear_relu_text(m, k, n), min_flops=0)
+    fn = compile_standalone(linear_relu_text(m, k, n), min_flops=0)
     x, w, b = rand(m, k), rand(n, k), rand(n)
     (out,) = fn(x, w, b)
     expected = torch.relu(torch.nn.functional.linear(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)))
@@ -200,7 +219,7 @@ def test_linear_relu_transposed_weight(m, k, n):
 ])
 def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
     text, shape = conv_text(n, c, h, w, f, k, stride, pad, dil)
-    fn = strategy.compile_standalone(text, min_flops=0)
+    fn = compile_standalone(text, min_flops=0)
     x, wt, b = rand(n, c, h, w), rand(f, c, k, k), rand(f)
     (out,) = fn(x, wt, b)
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b),
@@ -218,15 +237,9 @@ def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
 ])
 def test_conv2d_with_few_pixels_runs_transposed(n, c, h, w, f, k, stride, pad):
     """Few output pixels and many filters: C^T = im2col^T x filter^T keeps the vector lanes full."""
-    from torch_mlir import ir
-
     text, shape = conv_text(n, c, h, w, f, k, stride, pad)
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(text)
-        conv = next(op for op in strategy._collect(module, ("linalg.conv_2d_nchw_fchw",)))
-        assert strategy.transpose_conv(strategy.match_conv(conv), CFG)
-    fn = strategy.compile_standalone(text)
-    assert re.search(rf"llvm\.intr\.(fma|fmuladd).*vector<{CFG.nr}xf32>", fn.mlir_llvm)  # the GEMM microkernel
+    fn = compile_standalone(text)
+    assert [d.path for d in fn.decisions if d.kind == "convolution"] == ["gemm-transposed"]
     x, wt, b = rand(n, c, h, w), rand(f, c, k, k), rand(f)
     (out,) = fn(x, wt, b)
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b),
@@ -257,7 +270,7 @@ func.func @chain(%x: {t([1, 16, 8, 8])}, %w1: {t([32, 16, 1, 1])}, %w2: {t([64, 
   %p2 = linalg.matmul ins(%p1, %m : {t([64, 64])}, {t([64, 64])}) outs(%f3 : {t([64, 64])}) -> {t([64, 64])}
   return %p2 : {t([64, 64])}
 }}"""
-    fn = strategy.compile_standalone(conv)
+    fn = compile_standalone(conv)
     x, w1, w2, m = rand(1, 16, 8, 8), rand(32, 16, 1, 1), rand(64, 32, 1, 1), rand(64, 64)
     (out,) = fn(x, w1, w2, m)
     c = torch.nn.functional.conv2d(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w1)),
@@ -282,7 +295,7 @@ def test_conv_transposes_only_when_padding_waste_shrinks():
                                                   (1, 100, 7, 7, 3, 1, 1), (1, 16, 20, 20, 5, 2, 2)])
 def test_depthwise(n, c, h, w, k, stride, pad):
     text, shape = depthwise_text(n, c, h, w, k, stride, pad)
-    fn = strategy.compile_standalone(text, min_flops=0)
+    fn = compile_standalone(text, min_flops=0)
     x, wt, b = rand(n, c, h, w), rand(c, k, k), rand(c)
     (out,) = fn(x, wt, b)
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt[:, None]), torch.from_numpy(b),
@@ -295,7 +308,7 @@ def test_depthwise(n, c, h, w, k, stride, pad):
 @pytest.mark.parametrize("n,c,h,w,k,stride", [(1, 7, 33, 33, 2, 2), (2, 33, 17, 17, 3, 2), (1, 100, 7, 7, 3, 1)])
 def test_maxpool(n, c, h, w, k, stride):
     text, shape = maxpool_text(n, c, h, w, k, stride)
-    fn = strategy.compile_standalone(text, min_flops=0)
+    fn = compile_standalone(text, min_flops=0)
     x = rand(n, c, h, w)
     (out,) = fn(x)
     expected = torch.nn.functional.max_pool2d(torch.from_numpy(x), k, stride)
@@ -305,89 +318,61 @@ def test_maxpool(n, c, h, w, k, stride):
 
 @needs_simd
 def test_matmul_becomes_vector_fma_microkernel():
-    """The strategy, not LLVM's vectorizer, makes the FMA: vector.fma on nr-wide vectors, lowered to
-    llvm.intr.fmuladd on vector<nr x f32> in the LLVM dialect; the unstrategized path has none."""
-    import re
-
-    fn = strategy.compile_standalone(matmul_text(64, 64, 64), min_flops=0)
-    width = CFG.nr
-    fmas = re.findall(r"llvm\.intr\.(?:fma|fmuladd)\b.*", fn.mlir_llvm)
-    assert fmas and all(f"vector<{width}xf32>" in line for line in fmas)
-    assert re.search(rf"@llvm\.(fma|fmuladd)\.v{width}f32", fn.llvm_ir)
-    plain = strategy.compile_standalone(matmul_text(64, 64, 64), strategy=False)
-    assert not re.search(r"llvm\.intr\.(fma|fmuladd)", plain.mlir_llvm)
+    """The GEMM kernel, not LLVM's vectorizer, makes the FMA: vector.fma on nr-wide vectors, lowered to
+    llvm.intr.fmuladd on vector<nr x f32> in the LLVM dialect."""
+    text = lowered(matmul_text(64, 64, 64), min_flops=0)
+    fmas = re.findall(r"llvm\.intr\.(?:fma|fmuladd)\b.*", text)
+    assert fmas and all(f"vector<{CFG.nr}xf32>" in line for line in fmas)
+    assert 'path = "gemm"' in text
 
 
 @needs_simd
-def test_small_contractions_stay_with_the_default():
-    from torch_mlir import ir
-
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(matmul_text(4, 8, 8))
-        strategy.apply_strategy(module, HOST, vectors_lowered=True)
-        assert "vector.fma" not in str(module)
-        module = ir.Module.parse(matmul_text(64, 64, 64))
-        strategy.apply_strategy(module, HOST, vectors_lowered=True)
-        text = str(module)
-        assert "vector.fma" in text and "etc_gemm" not in text  # kernel inlined, named functions gone
+def test_small_contractions_are_a_recorded_decision():
+    text = lowered(matmul_text(4, 8, 8))
+    assert "vector<64xf32>" not in text and 'path = "gemv"' not in text
+    assert re.search(r'path = "small", reason = "\d+ flops, below', text), text
+    text = lowered(matmul_text(64, 64, 64))
+    assert 'path = "gemm"' in text and "etc_gemm" not in text  # kernel inlined, named functions gone
 
 
-def test_kernel_configs_per_target():
-    avx512 = strategy.kernel_config(codegen.CpuTarget("x86_64-unknown-linux-gnu", "znver4", "+avx2,+fma,+avx512f"))
-    assert (avx512.vector_width, avx512.mr, avx512.nr) == (16, 6, 64)
-    avx2 = strategy.kernel_config(codegen.PRESETS["x86-64-v3"])
-    assert avx2.vector_width == 8 and avx2.nr % 8 == 0
-    neon = strategy.kernel_config(codegen.PRESETS["aarch64"])
-    assert neon.vector_width == 4 and neon.nr % 4 == 0
-    assert strategy.kernel_config(codegen.PRESETS["cortex-m7"]) is None
+def test_isa_table_per_target():
+    avx512 = isa_for(CpuTarget("x86_64-unknown-linux-gnu", "znver4", "+avx2,+fma,+avx512f"))
+    assert (avx512.lanes, avx512.gemm_mr, avx512.gemm_nr) == (16, 6, 64)
+    avx2 = isa_for(PRESETS["x86-64-v3"])
+    assert avx2.lanes == 8 and avx2.gemm_nr % 8 == 0
+    neon = isa_for(PRESETS["aarch64"])
+    assert neon.lanes == 4 and neon.gemm_nr % 4 == 0
+    assert not isa_for(PRESETS["cortex-m7"]).vectorizes
 
 
 def test_cross_targets_lower_to_llvm_dialect():
-    """The NEON tile (8 x 12) and the no-SIMD fallback (Cortex-M) produce LLVM-dialect code too."""
-    from torch_mlir import ir
-
+    """The NEON tile (8 x 12) and the no-SIMD target (Cortex-M: plain loops, a recorded decision)
+    produce LLVM-dialect code too."""
     for preset in ("aarch64", "cortex-m7"):
-        with ir.Context(), ir.Location.unknown():
-            module = ir.Module.parse(matmul_text(33, 40, 50))
-            strategy.apply_strategy(module, codegen.PRESETS[preset], min_flops=0, vectors_lowered=True)
-            strategy._run(module, strategy.BUFFERIZE)
-            codegen.copies_to_linalg(module)
-            strategy._run(module, strategy.lowering_pipeline())
-            text = str(module)
-            assert "llvm.func" in text and "memrefCopy" not in text
-            assert ("llvm.intr.fmuladd" in text and "vector<12xf32>" in text) == (preset == "aarch64")
+        text = lowered(matmul_text(33, 40, 50), PRESETS[preset], min_flops=0)
+        assert "llvm.func" in text and "memrefCopy" not in text
+        assert ("llvm.intr.fmuladd" in text and "vector<12xf32>" in text) == (preset == "aarch64")
+        assert ('reason = "the target has no vector unit' in text) == (preset == "cortex-m7")
 
 
-def test_falls_back_to_the_default_when_the_pipeline_does_not_lower_vectors():
-    from torch_mlir import ir
 
-    with ir.Context(), ir.Location.unknown():
-        module = ir.Module.parse(matmul_text(64, 64, 64))
-        strategy.apply_strategy(module, HOST, vectors_lowered=False)
-        assert "vector." not in str(module) and "etc_gemm" not in str(module)
 
 
 @needs_simd
 def test_depthwise_and_pooling_vectorize_along_the_output_row():
-    """Unit-stride depthwise convolutions and poolings become vector code along OW (the partial row
-    peeled); strided ones stay with the default loops."""
-    from torch_mlir import ir
-
-    for text, vectorized in ((depthwise_text(1, 8, 20, 20, 3, 1, 1)[0], True),
-                             (maxpool_text(1, 8, 20, 20, 2, 1)[0], True),
-                             (depthwise_text(1, 8, 20, 20, 3, 2, 1)[0], False)):
-        with ir.Context(), ir.Location.unknown():
-            module = ir.Module.parse(text)
-            strategy.apply_strategy(module, HOST, vectors_lowered=True)
-            body = str(module)
-            assert (f"vector<{CFG.vector_width}xf32>" in body) == vectorized, body
+    """Depthwise convolutions and poolings, unit stride or strided, become vector code along OW."""
+    for text in (depthwise_text(1, 8, 20, 20, 3, 1, 1)[0], maxpool_text(1, 8, 20, 20, 2, 1)[0],
+                 depthwise_text(1, 8, 20, 20, 3, 2, 1)[0]):
+        body = lowered(text)
+        assert f"vector<{ISA.lanes}xf32>" in body, body
 
 
 @pytest.mark.skipif("+avx2" not in HOST.features or "+fma" not in HOST.features, reason="needs AVX2+FMA")
 def test_avx2_tile_runs_on_this_host():
     """The x86-64-v3 preset (6 x 16 tile on ymm registers), compiled for and run on this CPU."""
-    fn = strategy.compile_standalone(matmul_text(100, 70, 33), target="x86-64-v3")
+    fn = compile_standalone(matmul_text(100, 70, 33), target="x86-64-v3")
     a, b = rand(100, 70), rand(70, 33)
     (out,) = fn(a, b)
     assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
-    assert "vector<16xf32>" in fn.mlir_llvm and "vector<64xf32>" not in fn.mlir_llvm
+    text = lowered(matmul_text(100, 70, 33), PRESETS["x86-64-v3"])
+    assert "vector<16xf32>" in text and "vector<64xf32>" not in text

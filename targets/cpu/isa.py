@@ -1,0 +1,134 @@
+"""What the cpu target generates code for: the target (triple, CPU, features) and its ISA table.
+
+`resolve_target(spec)` turns "host", a preset name or an LLVM triple into a `CpuTarget`;
+`isa_for(target)` gives the one `Isa` row every pass of the cpu pipeline reads its sizes from
+(vector lanes, the GEMM register tile, the window kernels' vector width). There is no other
+table: a pass that needs a size takes it as an option and `cpu_pipeline` fills the options
+from this row, so `etc-opt` can run the same pass with other sizes.
+
+The tiles were chosen by measurement (tools/bench_gemm.py; BENCHMARKS.md "Generated GEMM"):
+on AVX-512 a 6 x 64 f32 accumulator (24 of the 32 zmm registers) with B packed in 64-wide
+column panels and K blocks of 128 reaches 83-90% of the measured single-core peak; an 8 x 32
+tile (16 accumulators) measured 10-25% slower on the same shapes and is gone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """What to generate code for: an LLVM triple, a CPU name and feature string."""
+
+    triple: str
+    cpu: str = "generic"
+    features: str = ""  # "+avx2,+fma" (LLVM syntax)
+    name: str = ""
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-", 1)[0]
+
+    @property
+    def pointer_bits(self) -> int:
+        return 32 if self.arch.startswith(("thumb", "arm", "riscv32", "i386", "i686")) else 64
+
+    @property
+    def index_bits(self) -> int:
+        return 32 if self.pointer_bits == 32 else 64
+
+    @property
+    def required_features(self) -> list[str]:
+        """The '+feature' entries: what a CPU must have to run this code."""
+        return [f[1:] for f in self.features.split(",") if f.startswith("+")]
+
+
+@dataclass(frozen=True)
+class Isa:
+    """The sizes the cpu pipeline's passes use on one kind of CPU (all f32 element counts).
+
+    `gemm_mr` x `gemm_nr` is the register tile of the GEMM microkernel (nr a multiple of the lanes),
+    `gemm_kc` its K block (the kc x nr micro-panel of B stays in L1); `window_width` is how many
+    output columns one step of a depthwise/pooling kernel computes. `lanes == 1` means no SIMD
+    unit worth tiling for: contractions and windows then run as plain loops (a decision the
+    delegation report shows)."""
+
+    name: str
+    lanes: int
+    gemm_mr: int = 0
+    gemm_nr: int = 0
+    gemm_kc: int = 0
+    window_width: int = 0
+
+    @property
+    def vectorizes(self) -> bool:
+        return self.lanes > 1 and self.gemm_nr > 0
+
+
+# One row per vector ISA; `isa_for` picks the widest the target's features allow.
+ISA_TABLE = {
+    "avx512": Isa("avx512", lanes=16, gemm_mr=6, gemm_nr=64, gemm_kc=128, window_width=32),
+    "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=256, window_width=16),
+    "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, window_width=8),
+    "scalar": Isa("scalar", lanes=1),
+}
+
+
+def isa_for(target: CpuTarget) -> Isa:
+    features = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    if target.arch in ("x86_64", "amd64"):
+        if "avx512f" in features:
+            return ISA_TABLE["avx512"]
+        if {"avx2", "fma"} <= features:
+            return ISA_TABLE["avx2"]
+        return ISA_TABLE["scalar"]
+    if target.arch in ("aarch64", "arm64"):
+        return ISA_TABLE["neon"]
+    return ISA_TABLE["scalar"]
+
+
+def host_target() -> CpuTarget:
+    import llvmlite.binding as llvm
+
+    init_llvm()
+    features = llvm.get_host_cpu_features().flatten()
+    return CpuTarget(triple=llvm.get_process_triple(), cpu=llvm.get_host_cpu_name(), features=features, name="host")
+
+
+PRESETS = {
+    "aarch64": CpuTarget("aarch64-unknown-linux-gnu", "cortex-a76", "+neon,+fp-armv8", "aarch64"),
+    "aarch64-linux-gnu": CpuTarget("aarch64-linux-gnu", "generic", "+neon", "aarch64-linux-gnu"),
+    "cortex-m7": CpuTarget("thumbv7em-none-eabihf", "cortex-m7", "", "cortex-m7"),
+    "x86-64-v3": CpuTarget("x86_64-unknown-linux-gnu", "haswell", "+avx2,+fma,+f16c", "x86-64-v3"),
+}
+
+
+def resolve_target(spec: "str | CpuTarget | None" = None, *, cpu: str | None = None,
+                   features: str | None = None) -> CpuTarget:
+    """'host' (default), a preset name, a CpuTarget, or an LLVM triple (with optional cpu/features)."""
+    if isinstance(spec, CpuTarget):
+        target = spec
+    elif spec in (None, "", "host"):
+        target = host_target()
+    elif spec in PRESETS:
+        target = PRESETS[spec]
+    else:
+        target = CpuTarget(triple=spec, cpu="generic", features="", name=spec)
+    if cpu is not None or features is not None:
+        target = CpuTarget(target.triple, cpu or target.cpu, target.features if features is None else features,
+                           target.name)
+    return target
+
+
+_LLVM_READY = False
+
+
+def init_llvm() -> None:
+    global _LLVM_READY
+    if not _LLVM_READY:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _LLVM_READY = True

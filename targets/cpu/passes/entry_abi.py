@@ -1,0 +1,88 @@
+"""etc-cpu-entry-abi: the entry's argument list, as the blob and the runtime will call it, written on the module.
+
+After bufferization and scratch planning the entry function takes one buffer per input,
+constant, output (the out-params bufferization added, unlabelled until now) and scratch
+buffer. This pass labels the outputs (`etc.cpu.arg = "output:<i>"`), marks every argument
+`llvm.noalias` (the runtime never passes overlapping buffers: outputs and scratch never
+overlap inputs, so LLVM vectorizes without alias checks), and writes the ABI the blob
+header records as the module attribute
+
+    etc.cpu.abi = [{kind = "input", name = "0", dtype = "float32", shape = array<i64: 1, 3>}, ...]
+
+(`pack` too, for constants packed at blob-build time), and the scratch buffer's size as
+`etc.cpu.scratch_bytes` (0 without scratch). It survives the lowering to the LLVM
+dialect, which is where the cpu target reads it back.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from etc.errors import PassError
+from etc.passes.pass_api import function_pass
+from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs
+
+ABI_ATTR = "etc.cpu.abi"
+
+_NUMPY_OF_ELEMENT = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "uint16", "i64": "int64",
+                     "i32": "int32", "i16": "int16", "i8": "int8", "ui8": "uint8", "i1": "bool"}
+
+
+def numpy_dtype_of(element_type) -> str:
+    text = str(element_type)
+    if text not in _NUMPY_OF_ELEMENT:
+        raise PassError(f"element type {text} has no buffer form on the cpu target")
+    return _NUMPY_OF_ELEMENT[text]
+
+
+@function_pass("etc-cpu-entry-abi", "Label the entry's output buffers, mark all noalias, record the ABI on the module")
+def entry_abi(module, options=None) -> int:
+    from etc.targets.cpu.passes.plan_scratch import SCRATCH_ATTR
+    from etc.targets.cpu.passes.prepack_constants import PACK_ATTR
+
+    fn = entry_function(module)
+    attrs = arg_attrs(fn)
+    block = fn.regions[0].blocks[0]
+    outputs = 0
+    entries = []
+    with fn.context:
+        for i, (arg, a) in enumerate(zip(block.arguments, attrs)):
+            label = arg_label(a)
+            if label is None:
+                label = ("output", str(outputs))
+                a[ARG_ATTR] = ir.StringAttr.get(f"output:{outputs}")
+                outputs += 1
+            if not isinstance(arg.type, ir.MemRefType):
+                raise PassError(f"etc-cpu-entry-abi: argument {i} is {arg.type}, not a buffer (run after bufferization)")
+            t = ir.MemRefType(arg.type)
+            kind, name = label
+            shape = list(t.shape) if kind != "scratch" else [int(name)]
+            entry = {"kind": ir.StringAttr.get(kind), "name": ir.StringAttr.get(name if kind != "scratch" else "scratch"),
+                     "dtype": ir.StringAttr.get(numpy_dtype_of(t.element_type) if kind != "scratch" else "uint8"),
+                     "shape": ir.DenseI64ArrayAttr.get(shape)}
+            if PACK_ATTR in a:
+                entry["pack"] = a[PACK_ATTR]
+            entries.append(ir.DictAttr.get(entry))
+            a.pop("bufferization.writable", None)
+            a.pop(PACK_ATTR, None)
+            a["llvm.noalias"] = ir.UnitAttr.get()
+        set_arg_attrs(fn, attrs)
+        module.attributes[ABI_ATTR] = ir.ArrayAttr.get(entries)
+        scratch = fn.attributes[SCRATCH_ATTR] if SCRATCH_ATTR in fn.attributes else \
+            ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)
+        module.attributes[SCRATCH_ATTR] = scratch
+    return len(entries)
+
+
+def read_abi(module) -> list[dict]:
+    """The `etc.cpu.abi` entries as plain dicts (kind, name, dtype, shape, pack?)."""
+    op = module.operation if hasattr(module, "operation") else module
+    out = []
+    for entry in ir.ArrayAttr(op.attributes[ABI_ATTR]):
+        d = ir.DictAttr(entry)
+        item = {k: ir.StringAttr(d[k]).value for k in ("kind", "name", "dtype")}
+        item["shape"] = tuple(ir.DenseI64ArrayAttr(d["shape"]))
+        if "pack" in d:
+            item["pack"] = ir.StringAttr(d["pack"]).value
+        out.append(item)
+    return out

@@ -1,0 +1,103 @@
+"""etc-cpu-forward-result-copies: results computed straight into the caller's buffers, self copies gone.
+
+After bufferization, `buffer-results-to-out-params` copies a result that loops wrote into
+a temporary (`memref.alloc`) into the out-parameter instead of hoisting the alloc, when
+tiled loop nests use it: a whole extra pass over the output. This pass computes into the
+out-parameter directly when the alloc is static, identity-layout, and the copy is its last
+use and the out-parameter's only one (safe: the caller never reads an output before the
+call returns, and outputs alias no input). It also erases `memref.copy %x, %x`, which tiled
+`tensor.insert_slice`s leave behind.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from etc.passes.pass_api import function_pass
+from etc.targets.cpu.passes._util import walk
+
+
+@function_pass("etc-cpu-forward-result-copies",
+               "After bufferization: write results into the out-params directly; erase self copies")
+def forward_result_copies_pass(module, options=None) -> int:
+    return remove_self_copies(module) + forward_result_copies(module)
+
+
+def remove_self_copies(module: ir.Module) -> int:
+    """Erase `memref.copy %x, %x` (bufferized insert_slice of a slice into itself)."""
+    dead = []
+
+    def visit(op):
+        if op.name in ("memref.copy", "linalg.copy") and len(op.operands) == 2 and op.operands[0] == op.operands[1]:
+            dead.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in dead:
+        op.erase()
+    return len(dead)
+
+
+def forward_result_copies(module: ir.Module) -> int:
+    """After bufferization: `memref.copy %alloc, %out` (a static, identity-layout alloc copied into an
+    out-param that nothing else touches) -> compute into %out directly. buffer-results-to-out-params
+    hoists such allocs itself only when no loop uses them; with tiled loop nests it copies instead.
+    (Safe because the out-param is never read by the caller before the call returns and aliases no
+    input.) Returns how many copies it removed."""
+    count = 0
+    for fn in walk(module, ("func.func",)):
+        if not fn.regions[0].blocks:
+            continue
+        block = fn.regions[0].blocks[0]
+        args = set()
+        for a in block.arguments:
+            args.add(a)
+        for op in list(block.operations):
+            op = op.operation
+            if op.name != "memref.copy":
+                continue
+            src, dst = op.operands[0], op.operands[1]
+            if dst not in args or src.type != dst.type:
+                continue
+            owner = src.owner
+            if isinstance(owner, ir.Block):
+                continue
+            owner = owner if isinstance(owner, ir.Operation) else owner.operation
+            if owner.name != "memref.alloc" or owner.parent != fn or len(list(owner.operands)):
+                continue
+            if sum(1 for _ in dst.uses) != 1:
+                continue
+            t = ir.MemRefType(src.type)
+            if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
+                continue
+            # every use of the alloc must come before the copy (the copy is its last use)
+            later = False
+            seen = False
+            for other in block.operations:
+                if other.operation == op:
+                    seen = True
+                    continue
+                if seen and _uses_value(other.operation, src):
+                    later = True
+                    break
+            if later:
+                continue
+            op.erase()
+            src.replace_all_uses_with(dst)
+            owner.erase()
+            count += 1
+    return count
+
+
+def _uses_value(op, value) -> bool:
+    found = [False]
+
+    def visit(inner):
+        for v in inner.operands:
+            if v == value:
+                found[0] = True
+                return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found[0]

@@ -1,0 +1,141 @@
+"""etc-cpu-gemm-kernels: every contraction becomes a packed, register-tiled GEMM kernel, or a recorded decision.
+
+The root of a dispatch region. It runs before elementwise fusion, so that no producer
+(a norm, a gather, a dequantization) is fused into a contraction's operands, which turned
+the Llama head's GEMM into one scalar loop nest 25x slower than the same Linear alone:
+once this pass has run, the contraction is loops over vector FMAs that fusion cannot enter.
+
+For each `linalg.conv_2d_nchw_fchw` and each matmul-like contraction (named matmuls are
+generalized first), in order:
+  * taken: the kernel of `etc.targets.cpu.gemm` (B packed in nr-wide column panels, K blocked
+    by about kc, an mr x nr accumulator in registers; transposed for convolutions with few
+    output pixels), tiled and vectorized by its transform script;
+  * not taken: left as it is, with the reason (`small`, `gemv` or `loops: <why>`).
+Each is a decision in the module's `etc.cpu.decisions`. Other convolution layouts are
+recorded as `loops` with their name. A failure while rewriting is an error, never a fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from etc.passes.pass_api import Pass, option, register_pass
+from etc.targets.cpu import decisions, gemm
+from etc.targets.cpu.passes._util import entry_function, run_upstream, walk
+
+# Convolutions the kernel does not take (depthwise ones are the window pass's).
+_OTHER_CONVOLUTIONS = ("linalg.conv_1d_ncw_fcw", "linalg.conv_1d_nwc_wcf", "linalg.conv_2d_nhwc_hwcf",
+                       "linalg.conv_2d_nhwc_fhwc", "linalg.conv_2d_ngchw_fgchw", "linalg.conv_2d_ngchw_gfchw",
+                       "linalg.conv_3d_ncdhw_fcdhw", "linalg.conv_3d_ndhwc_dhwcf", "linalg.conv_2d")
+
+
+_NAMED_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.batch_reduce_matmul", "linalg.matvec",
+                       "linalg.vecmat", "linalg.batch_matvec", "linalg.batch_vecmat", "linalg.dot", "linalg.contract",
+                       "linalg.mmt4d", "linalg.batch_mmt4d")
+
+
+@register_pass
+class GemmKernels(Pass):
+    """Rewrite contractions into packed GEMM kernels (see the module docstring)."""
+
+    name = "etc-cpu-gemm-kernels"
+    summary = "Contractions and convolutions -> packed, register-tiled GEMM kernels (roots of dispatch regions)"
+
+    @dataclass
+    class Options:
+        lanes: int = option(16, help="f32 lanes of a vector register")
+        mr: int = option(6, help="rows of the register tile")
+        nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
+        kc: int = option(128, help="K block (the kc x nr B panel stays in L1)")
+        min_flops: int = option(2 * 32 * 32 * 32, help="smaller contractions stay plain loops; 0 takes every one")
+
+    def run(self, module_op) -> None:
+        o = self.options
+        if o.nr % o.lanes or o.mr < 1 or o.kc < 1:
+            raise self.error(f"{self.name}: nr={o.nr} must be a multiple of lanes={o.lanes}, mr and kc positive")
+        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, min_flops=o.min_flops)
+        entry = entry_function(module_op)
+        with module_op.context, ir.Location.unknown():
+            if o.lanes == 1:
+                self._no_vector_unit(module_op)
+                return
+            chosen = []
+            for op in walk(module_op, ("linalg.conv_2d_nchw_fchw",)):
+                g = gemm.match_conv(op)
+                if g is None:
+                    decisions.record(op, "convolution", "loops", "not static f32")
+                    continue
+                g.transposed = gemm.transpose_conv(g, cfg)
+                chosen += self._decide(op, "convolution", g, cfg)
+            for op in walk(module_op, _OTHER_CONVOLUTIONS):
+                decisions.record(op, "convolution", "loops", f"{op.name} has no GEMM kernel")
+            tags = self._rewrite(module_op, cfg, chosen, "c")
+            self._generalize_contractions(module_op)
+            chosen = []
+            for op in walk(entry, ("linalg.generic",)):  # not the kernels just added (private functions)
+                if not gemm.is_contraction(op):
+                    continue
+                g, why = gemm.match_generic(op)
+                if g is None:
+                    decisions.record(op, "contraction", "loops", why)
+                    continue
+                chosen += self._decide(op, "contraction", g, cfg)
+            more = self._rewrite(module_op, cfg, chosen, "m")
+            if not (tags or more):
+                return
+            run_upstream(module_op, "builtin.module(inline, symbol-dce, canonicalize, cse)", "inlining GEMM kernels",
+                         self.error)
+            gs = [g for _, g in tags + more]
+            script = gemm.transform_script([t for t, _ in tags + more], cfg,
+                                           [g.N if g.transposed else g.M for g in gs],
+                                           [gemm.k_block(g.K, cfg) for g in gs],
+                                           [0 if g.transposed else gemm.a_rows(g, cfg) for g in gs])
+            try:
+                gemm._apply_script(module_op, script)
+            except Exception as e:  # noqa: BLE001 - the interpreter reports through a generic exception
+                raise self.error(f"{self.name}: tiling the GEMM kernels failed: {e}") from None
+            run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)
+            self.count("kernels", len(gs))
+
+    def _no_vector_unit(self, module_op) -> None:
+        why = "the target has no vector unit the GEMM kernel is written for"
+        for op in walk(module_op, ("linalg.conv_2d_nchw_fchw",) + _OTHER_CONVOLUTIONS):
+            decisions.record(op, "convolution", "loops", why)
+        self._generalize_contractions(module_op)
+        for op in walk(module_op, ("linalg.generic",)):
+            if gemm.is_contraction(op):
+                decisions.record(op, "contraction", "loops", why)
+
+    def _generalize_contractions(self, module_op) -> None:
+        """Named matmul-family ops -> linalg.generic (what `gemm.match_generic` reads); other
+        named ops (windows, poolings) stay named for the passes that match them by name."""
+        if not walk(module_op, _NAMED_CONTRACTIONS):
+            return
+        names = ", ".join(f'"{n}"' for n in _NAMED_CONTRACTIONS)
+        script = ("module attributes {transform.with_named_sequence} {\n"
+                  "  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
+                  f"    %ops = transform.structured.match ops{{[{names}]}} in %root "
+                  ": (!transform.any_op) -> !transform.any_op\n"
+                  "    %g = transform.structured.generalize %ops : (!transform.any_op) -> !transform.any_op\n"
+                  "    transform.yield\n  }\n}\n")
+        try:
+            gemm._apply_script(module_op, script)
+        except Exception as e:  # noqa: BLE001
+            raise self.error(f"{self.name}: generalizing named contractions failed: {e}") from None
+
+    def _decide(self, op, kind: str, g, cfg) -> list:
+        skip = gemm.skip_reason(g, cfg, self.options.min_flops)
+        if skip is not None:
+            decisions.record(op, kind, *skip)
+            return []
+        decisions.record(op, kind, "gemm-transposed" if g.transposed else "gemm")
+        return [g]
+
+    def _rewrite(self, module_op, cfg, gemms: list, kind: str) -> list:
+        try:
+            tags = gemm._rewrite_list(module_op, cfg, gemms, kind)
+        except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug: say so
+            raise self.error(f"{self.name}: building a GEMM kernel failed: {e}") from None
+        return list(zip(tags, gemms))

@@ -1,0 +1,77 @@
+"""etc-cpu-plan-scratch: every intermediate buffer becomes an entry argument inside one scratch buffer.
+
+The object never calls malloc (the runtime owns all memory): each static `memref.alloc`
+left after bufferization becomes a new trailing argument of the entry function, labelled
+`etc.cpu.arg = "scratch:<byte offset>"`; the entry wrapper passes `scratch + offset` for
+it, and the blob asks the runtime for one scratch buffer of `etc.cpu.scratch_bytes` (an
+attribute on the function). One argument per buffer, rather than views of one scratch
+argument, keeps every buffer a distinct `noalias` pointer for LLVM: with views of a shared
+base it could not prove that a store into one buffer leaves another unchanged, and kept
+per-row statistics (layer norm's mean and rstd) inside the innermost loop, scalar. No
+lifetime reuse yet (that would break `noalias`): the offsets add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from torch_mlir import ir
+
+from etc.passes.pass_api import Pass, option, register_pass
+from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type, \
+    walk
+
+SCRATCH_ATTR = "etc.cpu.scratch_bytes"
+
+
+@register_pass
+class PlanScratch(Pass):
+    """Static allocations -> scratch arguments at aligned offsets (see the module docstring)."""
+
+    name = "etc-cpu-plan-scratch"
+    summary = "Static memref.allocs -> entry arguments at offsets inside one runtime-owned scratch buffer"
+
+    @dataclass
+    class Options:
+        alignment: int = option(64, help="byte alignment of each buffer")
+
+    def run(self, module_op) -> None:
+        align = self.options.alignment
+        fn = entry_function(module_op)
+        if align < 1 or align & (align - 1):
+            raise self.error(f"{self.name}: alignment must be a power of two, got {align}", at=fn)
+        allocs = walk(fn, ("memref.alloc",))
+        total = 0
+        with fn.context, ir.Location.unknown():
+            attrs = arg_attrs(fn)
+            block = fn.regions[0].blocks[0]
+            for op in allocs:
+                t = ir.MemRefType(op.result.type)
+                if not t.has_static_shape or list(op.operands):
+                    raise self.error("a dynamically sized intermediate buffer is not supported", at=op)
+                if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
+                    raise self.error(f"intermediate buffer with layout {t.layout}", at=op)
+                nbytes = int(np.prod(t.shape, dtype=np.int64)) * element_bytes(t.element_type)
+                total = (total + align - 1) // align * align
+                arg = block.add_argument(op.result.type, ir.Location.unknown())
+                attrs.append({ARG_ATTR: ir.StringAttr.get(f"scratch:{total}")})
+                op.result.replace_all_uses_with(arg)
+                op.erase()
+                total += max(nbytes, 1)
+            for op in walk(fn, ("memref.dealloc",)):
+                op.erase()
+            total = (total + align - 1) // align * align
+            update_function_type(fn)
+            set_arg_attrs(fn, attrs)
+            fn.attributes[SCRATCH_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), total)
+        self.count("scratch buffers", len(allocs))
+
+
+def element_bytes(element_type) -> int:
+    text = str(element_type)
+    if text == "i1":
+        return 1
+    width = element_type.width if isinstance(element_type, ir.IntegerType) else \
+        {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[text]
+    return max(1, width // 8)

@@ -1,0 +1,29 @@
+"""etc-cpu-split-threads: the entry's loop nests shared by the runtime's threads (the threaded ABI).
+
+The object stays self-contained (no OpenMP, no pthreads calls): the runtime calls the same
+entry from `nthreads` threads, each with its index, and the code splits the work itself
+(`etc.targets.cpu.parallel`): every top-level linalg op is lowered to loops in its own
+order with one loop marked `etc.thread_split` (the GEMM kernels mark their column panels),
+each thread runs a chunk of the marked loop, single-thread work runs under `tid == 0`, and
+a barrier follows each nest. Adds the arguments (barrier, tid, nthreads) the entry wrapper
+passes. Replaces `convert-linalg-to-loops` in a threaded pipeline.
+"""
+
+from __future__ import annotations
+
+from etc.passes.pass_api import function_pass
+from etc.targets.cpu.passes._util import entry_function
+
+
+@function_pass("etc-cpu-split-threads", "Lower to loops shared by nthreads callers of one entry (threaded ABI)")
+def split_threads(module, options=None) -> int:
+    from torch_mlir import ir
+
+    from etc.targets.cpu.parallel import lower_with_thread_splits, partition_top_level_loops
+
+    fn = entry_function(module)
+    with module.context, ir.Location.unknown():
+        lower_with_thread_splits(module, fn)
+        barriers = partition_top_level_loops(fn)
+        fn.attributes["etc.cpu.threaded"] = ir.UnitAttr.get()
+    return barriers

@@ -1,0 +1,202 @@
+"""The cpu target's back end: one pass pipeline from linalg on tensors to the LLVM dialect.
+
+    cpu_pipeline(target, threads=1)   # the pipeline string (etc-opt runs any prefix of it)
+    compile_linalg(module, arg_kinds, target, ...) -> CodegenResult   # pipeline + LLVM -> object
+
+Input contract (what `lower.lower_to_linalg` produces and `label_arguments` marks): a module
+with one public `func.func` on static tensors whose arguments carry
+`etc.cpu.arg = "input:<i>" | "constant:<fqn>"` and `bufferization.writable = false`.
+Between steps, everything travels on the IR: the path each heavy op took
+(`etc.cpu.decisions` on the module), weights packed at blob-build time (`etc.cpu.pack` on the
+entry's arguments), the scratch plan (`etc.cpu.arg = "scratch:<offset>"`,
+`etc.cpu.scratch_bytes`) and the entry's ABI (`etc.cpu.abi` on the module).
+"""
+
+from __future__ import annotations
+
+import time
+
+from torch_mlir import ir
+
+from etc.errors import LoweringError
+from etc.targets.cpu.isa import CpuTarget, isa_for, resolve_target
+
+
+def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | None = None) -> str:
+    """The pass pipeline for `target`, its sizes from the ISA table (isa.py); `gemm_min_flops=0`
+    makes the GEMM kernel take every contraction (tests of odd sizes)."""
+    isa = isa_for(target)
+    ib = f"index-bitwidth={target.index_bits}"
+    loops = "etc-cpu-split-threads" if threads > 1 else "func.func(convert-linalg-to-loops)"
+    # A target without a vector unit (Cortex-M) records every contraction as plain loops and has
+    # no window kernels (they are vector code).
+    windows = [f"etc-cpu-window-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
+    steps = [
+        # Roots of dispatch regions, before fusion can put a producer into their operands.
+        f"etc-cpu-gemm-kernels{{lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} "
+        f"kc={isa.gemm_kc or 1}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",
+        "func.func(linalg-fuse-elementwise-ops, canonicalize, cse)",
+        # Window ops are named ops fusion leaves alone; their fused consumer becomes the epilogue.
+        *windows,
+        "etc-cpu-expand-exp",
+        "etc-cpu-prepack-constants",
+        "etc-cpu-default-loops",
+        # Tensors -> the caller's buffers.
+        "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
+        "etc-cpu-distinct-results",
+        "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
+        "canonicalize", "cse",
+        "etc-cpu-forward-result-copies",
+        "etc-collapse-elementwise-dims",
+        "etc-cpu-plan-scratch{alignment=64}",
+        "etc-cpu-entry-abi",
+        "etc-cpu-copies-to-linalg",
+        "etc-cpu-drop-assertions",
+        # Loops, then the LLVM dialect (vector ops lower before scf and cf).
+        loops,
+        "lower-affine", "func.func(convert-vector-to-scf{full-unroll=true}, lower-affine)", "convert-vector-to-llvm",
+        "canonicalize", "convert-scf-to-cf", "expand-strided-metadata", "lower-affine",
+        "convert-math-to-llvm", "convert-math-to-libm",
+        f"finalize-memref-to-llvm{{{ib}}}", f"convert-arith-to-llvm{{{ib}}}", f"convert-cf-to-llvm{{{ib}}}",
+        f"convert-func-to-llvm{{{ib} use-bare-ptr-memref-call-conv=1}}", "convert-ub-to-llvm",
+        "reconcile-unrealized-casts", "canonicalize",
+    ]
+    return "builtin.module(" + ", ".join(steps) + ")"
+
+
+def label_arguments(fn, arg_kinds: list) -> None:
+    """Mark the entry's arguments with the pipeline's input contract (kind:name, read-only)."""
+    from etc.targets.cpu.passes._util import ARG_ATTR, set_arg_attrs
+
+    with fn.context:
+        set_arg_attrs(fn, [{ARG_ATTR: ir.StringAttr.get(f"{kind}:{name}"),
+                            "bufferization.writable": ir.BoolAttr.get(False)} for kind, name in arg_kinds])
+
+
+def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threads: int = 1,
+                     verify: bool = False, gemm_min_flops: int | None = None) -> None:
+    """Label the arguments and run `cpu_pipeline` on `module` (in place, down to the LLVM dialect).
+
+    The pipeline verifies the module after it; `verify=True` verifies after every pass (the
+    tests do; a large model pays seconds for it)."""
+    from etc.passes.pipeline import run_pipeline
+    from etc.targets.cpu.passes._util import entry_function
+
+    label_arguments(entry_function(module.operation), arg_kinds)
+    run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops), verify=verify)
+    if not module.operation.verify():
+        raise LoweringError("cpu codegen: the pipeline left an invalid module")
+
+
+def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str | None" = None, *,
+                   entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False, threads: int = 1,
+                   unroll: bool = True, constants: dict | None = None, verify: bool = False,
+                   gemm_min_flops: int | None = None):
+    """linalg-on-tensors module (one public func) -> `codegen.CodegenResult` (object code + ABI).
+
+    `arg_kinds`: (kind, name) of each function argument ("input"/"constant"); results become
+    outputs. `constants`: the constant arguments' data; packed constants the pipeline asked
+    for (`etc.cpu.pack`) are evaluated and added to it."""
+    from torch_mlir.dialects import llvm as llvm_d
+
+    from etc.targets.cpu import codegen, decisions
+    from etc.targets.cpu.parallel import BARRIER_FN, barrier_llvm_ir
+    from etc.targets.cpu.passes._util import entry_function
+    from etc.targets.cpu.passes.entry_abi import read_abi
+    from etc.targets.cpu.passes.prepack_constants import evaluate_pack
+
+    target = resolve_target(target)
+    t0 = time.perf_counter()
+    inner = ir.StringAttr(entry_function(module.operation).attributes["sym_name"]).value
+    run_cpu_pipeline(module, arg_kinds, target, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops)
+    t1 = time.perf_counter()
+    codegen.check_llvm_dialect(module)
+    abi = read_abi(module)
+    args, offsets = [], []
+    for a in abi:
+        if a["kind"] == "scratch":
+            offsets.append(int(a["shape"][0]))
+            continue
+        if a.get("pack") and constants is not None:
+            source = a["name"].rsplit("#packed", 1)[0]
+            if a["name"] not in constants:
+                constants[a["name"]] = evaluate_pack(a["pack"], constants[source])
+        args.append(codegen.ArgSpec(a["kind"], a["dtype"], tuple(a["shape"]), a["name"]))
+    scratch = ir.IntegerAttr(module.operation.attributes["etc.cpu.scratch_bytes"]).value
+    if offsets:
+        args.append(codegen.ArgSpec("scratch", "uint8", (scratch,), "scratch"))
+    threaded = threads > 1
+    llvm_ir = codegen.strip_header(llvm_d.translate_module_to_llvmir(module.operation))
+    if threaded:
+        llvm_ir = "\n".join(line for line in llvm_ir.splitlines()
+                            if not (line.startswith("declare") and f"@{BARRIER_FN}(" in line)) + "\n"
+        llvm_ir += barrier_llvm_ir(target.index_bits)
+    n_slots = len(args) - (1 if offsets else 0)
+    llvm_ir += codegen.entry_wrapper(inner, entry, n_slots, offsets, target.index_bits, threaded=threaded)
+    obj, optimized = codegen.emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner], unroll=unroll)
+    return codegen.CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
+                                 llvm_ir=optimized if keep_ir else "", threaded=threaded,
+                                 decisions=decisions.read(module),
+                                 stats={"pipeline_s": t1 - t0, "llvm_s": time.perf_counter() - t1})
+
+
+def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: int = 3,
+                        gemm_min_flops: int | None = None):
+    """linalg-on-tensors text (one public func, every argument an input) -> a callable
+    `runtime.CompiledFunction` (f(*arrays) -> outputs): the whole cpu pipeline, for tests and tools."""
+    from etc.targets.cpu import blob, runtime
+    from etc.targets.cpu.lower import shared_context
+
+    target = resolve_target(target)
+    with shared_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        from etc.targets.cpu.passes._util import entry_function
+
+        fn = entry_function(module.operation)
+        n = len(fn.regions[0].blocks[0].arguments)
+        result = compile_linalg(module, [("input", str(i)) for i in range(n)], target, opt_level=opt_level,
+                                threads=threads, verify=True, gemm_min_flops=gemm_min_flops)
+    metadata = {"producer": "etc cpu target", "triple": target.triple, "cpu": target.cpu,
+                "features": target.features, "required_features": target.required_features, "entry": result.entry,
+                "args": [a.to_json() for a in result.args], "scratch_bytes": result.scratch_bytes,
+                "num_threads": threads, "entry_abi": "threaded" if result.threaded else "flat",
+                "decisions": [d.to_json() for d in result.decisions]}
+    function = runtime.CompiledFunction(blob.serialize(metadata, result.object_bytes, {}))
+    function.decisions = result.decisions
+    return function
+
+
+def main(argv=None) -> int:
+    """`python -m etc.targets.cpu.pipeline [--target T] [--threads N] [--run FILE]`: print the cpu
+    pipeline for a target (paste it, or any prefix of it, into `etc-opt --pass-pipeline=...`),
+    or run it on a linalg-on-tensors file whose entry arguments carry `etc.cpu.arg` labels."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m etc.targets.cpu.pipeline", description=main.__doc__.split("\n")[0])
+    parser.add_argument("--target", default="host", help="host, a preset (x86-64-v3, aarch64, cortex-m7) or a triple")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--run", metavar="FILE", help="run the pipeline on FILE ('-': stdin) and print the result")
+    args = parser.parse_args(argv)
+    target = resolve_target(args.target)
+    if not args.run:
+        print(cpu_pipeline(target, threads=args.threads))
+        return 0
+    from etc.errors import EtcError
+    from etc.passes.pipeline import run_pipeline
+    from etc.targets.cpu.lower import shared_context
+
+    text = sys.stdin.read() if args.run == "-" else open(args.run).read()
+    try:
+        with shared_context(), ir.Location.unknown():
+            module = ir.Module.parse(text)
+            run_pipeline(module, cpu_pipeline(target, threads=args.threads))
+            print(module)
+    except (EtcError, ir.MLIRError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

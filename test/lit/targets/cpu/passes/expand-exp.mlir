@@ -1,0 +1,19 @@
+// RUN: etc-opt %s --etc-cpu-expand-exp | filecheck %s
+
+// Scalar f32 exp becomes Cody-Waite range reduction, a degree-6 polynomial and exponent-bit
+// scaling: no libm call, so the loops LLVM vectorizes around it stay vectorizable. Vector and
+// f64 exps are left alone.
+// CHECK-LABEL: func.func @exps
+// CHECK-NOT: math.exp %{{.*}} : f32
+// CHECK: math.roundeven %{{.*}} : f32
+// CHECK-COUNT-8: math.fma
+// CHECK: arith.bitcast %{{.*}} : i32 to f32
+// CHECK: arith.cmpf uno
+// CHECK: math.exp %{{.*}} : vector<16xf32>
+// CHECK: math.exp %{{.*}} : f64
+func.func @exps(%x: f32, %v: vector<16xf32>, %d: f64) -> (f32, vector<16xf32>, f64) {
+  %a = math.exp %x : f32
+  %b = math.exp %v : vector<16xf32>
+  %c = math.exp %d : f64
+  return %a, %b, %c : f32, vector<16xf32>, f64
+}

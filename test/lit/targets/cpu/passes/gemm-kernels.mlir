@@ -1,0 +1,71 @@
+// RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels="lanes=1" | filecheck %s --check-prefix=SCALAR
+
+// A contraction becomes the packed kernel: B seen as 64-wide column panels, a 6x64
+// accumulator carried through the k loop as vector FMAs, the decision on the module.
+// CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm", where = "{{.*}}gemm-kernels.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
+// CHECK-LABEL: func.func @mm
+// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2]] output_shape [96, 2, 64]
+// CHECK: scf.for
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
+// CHECK-COUNT-6: vector.fma {{.*}} : vector<64xf32>
+// CHECK-NOT: linalg.matmul
+// SCALAR: {kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no vector unit the GEMM kernel is written for"
+// SCALAR-NOT: vector.fma
+func.func @mm(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> tensor<64x128xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x128xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<64x128xf32>) -> tensor<64x128xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<64x96xf32>, tensor<96x128xf32>) outs(%c : tensor<64x128xf32>) -> tensor<64x128xf32>
+  return %r : tensor<64x128xf32>
+}
+
+// -----
+
+// Too small to pay for packing, a single output row (a GEMV), and a producer fused into the
+// contraction's body: each stays as it is, with the reason on the module.
+// CHECK: path = "small", reason = "4096 flops, below the 65536 that pay for packing"
+// CHECK: path = "gemv", reason = "1 row(s) of output: a matrix-vector product, memory bound"
+// CHECK: path = "loops", reason = "its body is more than a multiply-add (fused producer or epilogue)"
+// CHECK-LABEL: func.func @not_taken
+// CHECK-COUNT-3: linalg.generic
+// CHECK-NOT: vector.fma
+#mk = affine_map<(m, n, k) -> (m, k)>
+#kn = affine_map<(m, n, k) -> (k, n)>
+#mn = affine_map<(m, n, k) -> (m, n)>
+func.func @not_taken(%a: tensor<8x16xf32>, %b: tensor<16x16xf32>, %v: tensor<1x288xf32>, %w: tensor<288x512xf32>) -> (tensor<8x16xf32>, tensor<1x512xf32>, tensor<8x16xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x16xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %small = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x16xf32>) outs(%c : tensor<8x16xf32>) -> tensor<8x16xf32>
+  %e1 = tensor.empty() : tensor<1x512xf32>
+  %c1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<1x512xf32>) -> tensor<1x512xf32>
+  %gemv = linalg.matmul ins(%v, %w : tensor<1x288xf32>, tensor<288x512xf32>) outs(%c1 : tensor<1x512xf32>) -> tensor<1x512xf32>
+  %fused = linalg.generic {indexing_maps = [#mk, #kn, #mn], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%a, %b : tensor<8x16xf32>, tensor<16x16xf32>) outs(%c : tensor<8x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %s = math.rsqrt %x : f32
+    %m = arith.mulf %s, %y : f32
+    %r = arith.addf %acc, %m : f32
+    linalg.yield %r : f32
+  } -> tensor<8x16xf32>
+  return %small, %gemv, %fused : tensor<8x16xf32>, tensor<1x512xf32>, tensor<8x16xf32>
+}
+
+// -----
+
+// A convolution becomes filter x im2col in the kernel; the kernel's own contraction (in the
+// private function added and inlined) is not a second decision.
+// CHECK: module attributes {etc.cpu.decisions = [{kind = "convolution", op = "linalg.conv_2d_nchw_fchw", path = "gemm", where = "{{[^"]*}}"}]}
+// CHECK-LABEL: func.func @conv
+// CHECK-NOT: linalg.conv_2d_nchw_fchw
+// CHECK: vector.fma {{.*}} : vector<64xf32>
+// CHECK-NOT: func.func private
+func.func @conv(%x: tensor<1x16x10x10xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x32x8x8xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<1x32x8x8xf32>) -> tensor<1x32x8x8xf32>
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%x, %w : tensor<1x16x10x10xf32>, tensor<32x16x3x3xf32>) outs(%f : tensor<1x32x8x8xf32>) -> tensor<1x32x8x8xf32>
+  return %c : tensor<1x32x8x8xf32>
+}

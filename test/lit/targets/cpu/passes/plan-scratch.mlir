@@ -1,0 +1,27 @@
+// RUN: etc-opt %s --split-input-file --etc-cpu-plan-scratch | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-plan-scratch=alignment=128 | filecheck %s --check-prefix=A128
+// RUN: etc-opt %s --split-input-file --verify-diagnostics --etc-cpu-plan-scratch=alignment=3
+
+// Each static alloc becomes a trailing argument at an aligned offset inside one scratch
+// buffer (40 + 24 bytes at 64-byte alignment: offsets 0 and 64, 128 bytes in all); its
+// dealloc goes.
+// CHECK-LABEL: func.func @f
+// CHECK-SAME: %[[T0:[a-z0-9]+]]: memref<10xf32> {etc.cpu.arg = "scratch:0"}
+// CHECK-SAME: %[[T1:[a-z0-9]+]]: memref<3xi64> {etc.cpu.arg = "scratch:64"}
+// CHECK-SAME: etc.cpu.scratch_bytes = 128 : i64
+// CHECK-NOT: memref.alloc
+// CHECK-NOT: memref.dealloc
+// CHECK: linalg.fill ins(%{{.*}} : f32) outs(%[[T0]] : memref<10xf32>)
+// A128: etc.cpu.arg = "scratch:128"
+// A128-SAME: etc.cpu.scratch_bytes = 256 : i64
+// expected-error@+1 {{etc-cpu-plan-scratch: alignment must be a power of two, got 3}}
+func.func @f(%out: memref<10xf32> {etc.cpu.arg = "output:0"}) {
+  %z = arith.constant 0.0 : f32
+  %a = memref.alloc() : memref<10xf32>
+  %b = memref.alloc() : memref<3xi64>
+  linalg.fill ins(%z : f32) outs(%a : memref<10xf32>)
+  memref.copy %a, %out : memref<10xf32> to memref<10xf32>
+  memref.dealloc %a : memref<10xf32>
+  memref.dealloc %b : memref<3xi64>
+  return
+}
