@@ -1,31 +1,39 @@
 """etc-cpu-window-kernels: depthwise convolutions and poolings as register-blocked vector kernels.
 
-Runs on linalg on tensors (what torch-mlir produces): every static f32
-`linalg.depthwise_conv_2d_nchw_chw`, `linalg.pooling_nchw_max` and `linalg.pooling_nchw_sum`
-becomes a loop nest over (n, c, output rows, output column blocks) whose body is straight-line
-vector code, the KH*KW taps unrolled:
+Runs on linalg on tensors (what torch-mlir produces, before or after
+`linalg-fuse-elementwise-ops`): every static f32 `linalg.depthwise_conv_2d_nchw_chw`,
+`linalg.pooling_nchw_max` and `linalg.pooling_nchw_sum` becomes a loop nest over (n, channels,
+output rows, output column blocks) whose body is straight-line vector code:
 
   * vectors run along the output row (`lanes` f32 lanes; a last partial block uses the next
-    power of two, masked when that is wider than what is left);
+    power of two, its store masked when that is wider than what is left);
   * a column stride s reads s*lanes contiguous inputs and deinterleaves them with one
-    `vector.shuffle` (LLVM: a two-source permute), never a gather; the taps kw that share a
-    load (kw*dilation equal modulo s) share it;
-  * `rows` output rows are computed per step, so an input row loaded once feeds every output
-    row whose window covers it, and the accumulators stay in registers across all taps;
+    `vector.shuffle` (LLVM: a two-source permute), never a gather; taps whose offsets are equal
+    modulo s share the load (3x3 stride 2: two loads per kernel row, three shuffles);
+  * the KH*KW taps are unrolled and `rows` output rows are computed per step, so an input row
+    loaded once feeds every output row whose window covers it and the accumulators stay in
+    registers; windows with more than `unroll-taps` taps (7x7) loop over the kernel rows
+    instead, their weights read inside that loop (hoisted, 49 weight vectors spill);
+  * the input's `tensor.pad` (spatial, padding with the reduction's identity: 0, or -inf for
+    max) is folded: the kernel reads the unpadded tensor, skips taps on padding rows in the
+    static border rows, masks loads past a row's end (the transfer's padding value is the pad
+    value) and shifts the first block's loads right in registers, the pad value in front;
   * the accumulator starts from the bias (a per-channel `linalg.broadcast` or broadcasting
-    generic), a `linalg.fill` value, or the first tap when the fill is the reduction's identity;
+    generic), a `linalg.fill` value, the outs tensor, or the first tap when the fill is the
+    reduction's identity;
   * a chain of single-use elementwise consumers (BN folded to scale+shift, ReLU6, the divide of
     an average pool, a residual add) is applied to the accumulator before the one store.
 
-Loads that would run past the end of an input row and stores of a partial block are masked
-(`in_bounds = [false]`: LLVM masked loads/stores); everything else is unmasked. The result is
-scf.for loops carrying the output tensor, `vector.transfer_read/write` on tensors,
-`vector.shuffle`, `math.fma` and the consumers' arith/math ops on vectors: one-shot-bufferize
-writes in place, `convert-vector-to-llvm` lowers the rest; the only temporary is the output's
-`tensor.empty`.
+The result is scf.for loops carrying the output tensor, `vector.transfer_read/write` on
+tensors, `vector.shuffle`, `math.fma` and the consumers' arith/math ops on vectors: one-shot-
+bufferize writes in place, `convert-vector-to-llvm` lowers the rest; the only temporary is the
+output's `tensor.empty`. The channel loop carries `etc.thread_split` (channels are independent).
 
-Every window op the pass sees gets `etc.cpu.path`: `"window"` on the outer loop of a kernel it
-built (with `etc.cpu.window` describing it), `"loops: <reason>"` on an op it left alone.
+Every window op the pass sees is a decision: `etc.cpu.path = "window"` on the outer loop of a
+kernel it built (with `etc.cpu.window` describing it), `"loops: <reason>"` on an op it left
+alone, and the same in the module's `etc.cpu.decisions` (targets/cpu/decisions.py). Not taken:
+NHWC and 1-D/3-D window ops, min pooling, channel multipliers (not a depthwise_conv_2d_nchw_chw),
+dynamic shapes, other element types, column strides above `max-stride`.
 """
 
 from __future__ import annotations
