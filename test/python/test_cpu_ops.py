@@ -394,6 +394,15 @@ class IndexPut(torch.nn.Module):
         return a, b
 
 
+class IndexPutApart(torch.nn.Module):
+    """Indexed dims that are not adjacent (x[i, :, j] = v): x[indices] puts the index dims first."""
+
+    def forward(self, x, i, j, values):
+        y = x * 1.0
+        y[i, :, j] = values
+        return y
+
+
 @pytest.mark.parametrize("copy", [False, True])
 @pytest.mark.parametrize("new", [1, 3])
 def test_kv_cache_update(copy, new):
@@ -417,6 +426,12 @@ def test_index_put(accumulate, shape):
     if not accumulate:  # duplicates: ATen leaves the winner unspecified; give both the same values
         values[2] = values[1]
     check(IndexPut(accumulate), (x, rows, cols, values))
+
+
+def test_index_put_with_dims_apart():
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5)
+    check(IndexPutApart(), (x, torch.tensor([0, 3]), torch.tensor([4, -1]), torch.randn(2, 3)))
 
 
 class EmptySlice(torch.nn.Module):
