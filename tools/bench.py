@@ -247,7 +247,8 @@ def main(argv=None) -> int:
         parts.append(_section("Layer sweep", _layers_text, args))
     if "models" in sections:
         parts.append(_section("Real models", _models_text, args))
-    text = "\n".join(_header()) + "\n" + "\n".join(parts)
+    summary = [line for part in parts for line in part.splitlines() if line.startswith("**Geomean")]
+    text = "\n".join(_header() + [f"{line} See Real models.\n" for line in summary]) + "\n" + "\n".join(parts)
     with open(args.output, "w") as f:
         f.write(text)
     print(text)
