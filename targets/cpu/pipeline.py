@@ -31,14 +31,16 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     # A target without a vector unit (Cortex-M) records every contraction as plain loops and has
     # no window kernels (they are vector code).
     windows = [f"etc-cpu-window-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
+    tile = f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1}"
     steps = [
-        # Roots of dispatch regions, before fusion can put a producer into their operands.
-        f"etc-cpu-gemm-kernels{{lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} "
-        f"kc={isa.gemm_kc or 1}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",
-        "func.func(linalg-fuse-elementwise-ops, canonicalize, cse)",
+        # Roots of dispatch regions, before fusion can put a producer into their operands: each
+        # contraction becomes a call to its kernel, which fusion cannot enter, then is inlined and tiled.
+        f"etc-cpu-gemm-kernels{{{tile}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",
+        "etc-cpu-fuse-elementwise",
+        f"etc-cpu-tile-gemm-kernels{{{tile}}}",
         # Window ops are named ops fusion leaves alone; their fused consumer becomes the epilogue.
         *windows,
-        "etc-cpu-expand-exp",
+        "etc-cpu-expand-math",
         "etc-cpu-prepack-constants",
         "etc-cpu-default-loops",
         # Tensors -> the caller's buffers.

@@ -441,6 +441,23 @@ def test_expanded_exp_accuracy_and_special_values():
     assert (got[x.numpy() < -87.5] == 0).all() and (got[x.numpy() > 88.73] == np.inf).all()
 
 
+class Gelu(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.gelu(x), torch.erf(x)
+
+
+def test_expanded_erf_and_exact_gelu_match_torch():
+    """GELU's erf runs as the rational fit of etc-cpu-expand-math, not one erff call per element."""
+    x = torch.cat([torch.linspace(-8, 8, 4001),
+                   torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 3.92, -3.91])])
+    program_ir, report = delegated(Gelu(), (x,))
+    gelu, erf = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
+    assert np.nanmax(np.abs(erf - torch.erf(x).numpy())) <= 4e-7
+    assert np.nanmax(np.abs(gelu - torch.nn.functional.gelu(x).numpy())) <= 1e-6
+    assert erf[-7] == 1.0 and erf[-6] == -1.0 and np.isnan(erf[-5]) and np.isnan(gelu[-5])
+    assert erf[-4] == 0.0 and np.signbit(erf[-3])
+
+
 class Dtypes(torch.nn.Module):
     def forward(self, x, i):
         return x > 0, x.argmax(-1), i * 3 + 1, torch.where(x > 0, x, 0.1 * x), x.to(torch.float16) * 2

@@ -1,15 +1,18 @@
-"""etc-cpu-gemm-kernels: every contraction becomes a packed, register-tiled GEMM kernel, or a recorded decision.
+"""etc-cpu-gemm-kernels: every contraction becomes a call to a packed GEMM kernel, or a recorded decision.
 
 The root of a dispatch region. It runs before elementwise fusion, so that no producer
 (a norm, a gather, a dequantization) is fused into a contraction's operands, which turned
 the Llama head's GEMM into one scalar loop nest 25x slower than the same Linear alone:
-once this pass has run, the contraction is loops over vector FMAs that fusion cannot enter.
+once this pass has run, the contraction is a `func.call` to a private kernel function that
+`etc-cpu-fuse-elementwise` (the entry function only) cannot enter; `etc-cpu-tile-gemm-kernels`
+inlines and tiles the kernels after fusion.
 
 For each `linalg.conv_2d_nchw_fchw` and each matmul-like contraction (named matmuls are
 generalized first), in order:
-  * taken: the kernel of `etc.targets.cpu.gemm` (B packed in nr-wide column panels, K blocked
-    by about kc, an mr x nr accumulator in registers; transposed for convolutions with few
-    output pixels), tiled and vectorized by its transform script;
+  * taken: a private function with the kernel of `etc.targets.cpu.gemm` (B packed in nr-wide
+    column panels, K blocked by about kc, an mr x nr accumulator in registers; transposed for
+    convolutions with few output pixels), its contraction tagged with how to tile it
+    (`etc.cpu.gemm_tile = array<i64: rows, kc, A panel rows>`);
   * not taken: left as it is, with the reason (`small`, `gemv` or `loops: <why>`).
 Each is a decision in the module's `etc.cpu.decisions`. Other convolution layouts are
 recorded as `loops` with their name. A failure while rewriting is an error, never a fallback.
@@ -30,6 +33,9 @@ _OTHER_CONVOLUTIONS = ("linalg.conv_1d_ncw_fcw", "linalg.conv_1d_nwc_wcf", "lina
                        "linalg.conv_2d_nhwc_fhwc", "linalg.conv_2d_ngchw_fgchw", "linalg.conv_2d_ngchw_gfchw",
                        "linalg.conv_3d_ncdhw_fcdhw", "linalg.conv_3d_ndhwc_dhwcf", "linalg.conv_2d")
 
+
+# On each kernel's contraction (inside its private function): rows, K block, A panel height.
+TILE_ATTR = "etc.cpu.gemm_tile"
 
 _NAMED_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.batch_reduce_matmul", "linalg.matvec",
                        "linalg.vecmat", "linalg.batch_matvec", "linalg.batch_vecmat", "linalg.dot", "linalg.contract",
@@ -83,21 +89,11 @@ class GemmKernels(Pass):
                     continue
                 chosen += self._decide(op, "contraction", g, cfg)
             more = self._rewrite(module_op, cfg, chosen, "m")
-            if not (tags or more):
-                return
-            run_upstream(module_op, "builtin.module(inline, symbol-dce, canonicalize, cse)", "inlining GEMM kernels",
-                         self.error)
-            gs = [g for _, g in tags + more]
-            script = gemm.transform_script([t for t, _ in tags + more], cfg,
-                                           [g.N if g.transposed else g.M for g in gs],
-                                           [gemm.k_block(g.K, cfg) for g in gs],
-                                           [0 if g.transposed else gemm.a_rows(g, cfg) for g in gs])
-            try:
-                gemm._apply_script(module_op, script)
-            except Exception as e:  # noqa: BLE001 - the interpreter reports through a generic exception
-                raise self.error(f"{self.name}: tiling the GEMM kernels failed: {e}") from None
-            run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)
-            self.count("kernels", len(gs))
+            for tag, g in tags + more:  # what etc-cpu-tile-gemm-kernels needs to tile each kernel
+                (kernel,) = [op for op in walk(module_op, ("linalg.generic",)) if tag in op.attributes]
+                kernel.attributes[TILE_ATTR] = ir.DenseI64ArrayAttr.get(
+                    [g.N if g.transposed else g.M, gemm.k_block(g.K, cfg), 0 if g.transposed else gemm.a_rows(g, cfg)])
+            self.count("kernels", len(tags) + len(more))
 
     def _no_vector_unit(self, module_op) -> None:
         why = "the target has no vector unit the GEMM kernel is written for"

@@ -748,12 +748,43 @@ def _f32(value: float) -> str:
 
 
 def _record(op, path: str, reason: str = "") -> None:
-    """The decision in the module's `etc.cpu.decisions` too, where the cpu pipeline keeps them."""
-    try:
-        from etc.targets.cpu import decisions
-    except ImportError:  # a tree without the decision log: the op attribute is the record
-        return
+    """The decision in the module's `etc.cpu.decisions`, where the cpu pipeline keeps them."""
+    from etc.targets.cpu import decisions
+
     decisions.record(op, "window", path, reason)
+
+
+def _global_pool_text(op, kind: str) -> str | None:
+    """A pooling whose one window covers its whole unpadded input plane (a global pool: KWS's
+    average over the feature map, `adaptive_avg_pool2d(x, 1)` lowered as a pool) as a function
+    reducing each contiguous plane: `tensor<NxCxHxW>` seen as `NxCx(H*W)`, a row reduction
+    (vectorized along the plane by the default loops), expanded back to `NxCx1x1`. None when
+    `op` is not such a pool."""
+    ir = _ir()
+    xs, ys = _static_f32(op.operands[0]), _static_f32(op.results[0])
+    if xs is None or ys is None or len(xs) != 4 or ys[2:] != [1, 1] or kind == "dw":
+        return None
+    kh, kw = list(ir.ShapedType(op.operands[1].type).shape)
+    if [kh, kw] != xs[2:] or _pair(op, "dilations") != [1, 1]:
+        return None
+    n, c, h, w = xs
+    x_t = f"tensor<{n}x{c}x{h}x{w}xf32>"
+    r_t, y_t, p_t = f"tensor<{n}x{c}xf32>", f"tensor<{n}x{c}x1x1xf32>", f"tensor<{n}x{c}x{h * w}xf32>"
+    combine = "arith.maximumf %v, %acc" if kind == "max" else "arith.addf %v, %acc"
+    return "\n".join([
+        f"func.func private @__etc_global_pool(%x: {x_t}, %init: {y_t}) -> {y_t} {{",
+        f"  %plane = tensor.collapse_shape %x [[0], [1], [2, 3]] : {x_t} into {p_t}",
+        f"  %acc0 = tensor.collapse_shape %init [[0], [1, 2, 3]] : {y_t} into {r_t}",
+        "  %r = linalg.generic {indexing_maps = [affine_map<(n, c, p) -> (n, c, p)>, affine_map<(n, c, p) -> (n, c)>],"
+        ' iterator_types = ["parallel", "parallel", "reduction"]}',
+        f"      ins(%plane : {p_t}) outs(%acc0 : {r_t}) {{",
+        "  ^bb0(%v: f32, %acc: f32):",
+        f"    %s = {combine} : f32",
+        "    linalg.yield %s : f32",
+        f"  }} -> {r_t}",
+        f"  %y = tensor.expand_shape %r [[0], [1, 2, 3]] output_shape [{n}, {c}, 1, 1] : {r_t} into {y_t}",
+        f"  return %y : {y_t}",
+        "}"])
 
 
 @register_pass
@@ -788,6 +819,8 @@ class WindowKernels(Pass):
 
         op.walk(visit)
         for window_op in found:
+            if window_op.name in TAKEN and self.rewrite_global_pool(window_op):
+                continue
             try:
                 win = self.analyze(window_op)
                 text = _Kernel(win, self.options.lanes, self.options.rows,
@@ -803,6 +836,25 @@ class WindowKernels(Pass):
             except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
                 raise self.error(f"{self.name}: building the window kernel failed: {exc}", at=window_op) from exc
             self.count("taken")
+
+    def rewrite_global_pool(self, op) -> bool:
+        """A whole-plane pooling becomes a row reduction (`_global_pool_text`); True when it did."""
+        ir = _ir()
+        text = _global_pool_text(op, TAKEN[op.name])
+        if text is None:
+            return False
+        _record(op, "row-reduction")
+        holder = ir.Module.parse(text, op.context)
+        entry = holder.body.operations[0].regions[0].blocks[0]
+        body_ops = list(entry.operations)
+        for inner in body_ops[:-1]:
+            inner.operation.move_before(op)
+        entry.arguments[0].replace_all_uses_with(op.operands[0])
+        entry.arguments[1].replace_all_uses_with(op.operands[2])
+        op.results[0].replace_all_uses_with(body_ops[-1].operation.operands[0])
+        op.erase()
+        self.count("global pools")
+        return True
 
     # -- what an op is
     def analyze(self, op) -> Window:

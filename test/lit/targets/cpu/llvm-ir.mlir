@@ -9,7 +9,7 @@
 // CHECK: target triple = "x86_64-unknown-linux-gnu"
 // CHECK: define void @etc_cpu_entry(ptr
 // CHECK: fmul <8 x float>
-// exp is expanded into vectorizable arithmetic (etc-cpu-expand-exp), not one expf call per element.
+// exp is expanded into vectorizable arithmetic (etc-cpu-expand-math), not one expf call per element.
 // CHECK: // entry etc_cpu_entry(args): input:float32[4, 16], output:float32[4, 16]
 // CHECK: define void @etc_cpu_entry(ptr
 // CHECK-NOT: @expf

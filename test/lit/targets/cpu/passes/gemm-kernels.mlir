@@ -1,15 +1,17 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels | filecheck %s
 // RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels="lanes=1" | filecheck %s --check-prefix=SCALAR
 
-// A contraction becomes the packed kernel: B seen as 64-wide column panels, a 6x64
-// accumulator carried through the k loop as vector FMAs, the decision on the module.
+// A contraction becomes a call to its packed kernel (a private function fusion cannot enter):
+// B seen as 64-wide column panels, the contraction tagged with how to tile it (64 rows, the
+// whole K of 96 as one block, A read in place); the decision on the module.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm", where = "{{.*}}gemm-kernels.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
 // CHECK-LABEL: func.func @mm
-// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2]] output_shape [96, 2, 64]
-// CHECK: scf.for
-// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
-// CHECK-COUNT-6: vector.fma {{.*}} : vector<64xf32>
 // CHECK-NOT: linalg.matmul
+// CHECK: %[[R:.*]] = call @[[KERNEL:etc_gemm_m[0-9]+]](%arg0, %arg1, %{{.*}})
+// CHECK: return %[[R]]
+// CHECK: func.func private @[[KERNEL]]
+// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2]] output_shape [96, 2, 64]
+// CHECK: linalg.generic {{.*}} attrs = {etc.cpu.gemm_tile = array<i64: 64, 96, 0>, etc.etc_gemm_m{{[0-9]+}}}
 // SCALAR: {kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no vector unit the GEMM kernel is written for"
 // SCALAR-NOT: vector.fma
 func.func @mm(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> tensor<64x128xf32> {
@@ -59,8 +61,10 @@ func.func @not_taken(%a: tensor<8x16xf32>, %b: tensor<16x16xf32>, %v: tensor<1x2
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "convolution", op = "linalg.conv_2d_nchw_fchw", path = "gemm", where = "{{[^"]*}}"}]}
 // CHECK-LABEL: func.func @conv
 // CHECK-NOT: linalg.conv_2d_nchw_fchw
-// CHECK: vector.fma {{.*}} : vector<64xf32>
-// CHECK-NOT: func.func private
+// CHECK: call @etc_gemm_c
+// CHECK: func.func private @etc_gemm_c
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%arg1
+// CHECK: etc.cpu.gemm_tile = array<i64: 32, 144, 0>
 func.func @conv(%x: tensor<1x16x10x10xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<1x32x8x8xf32>

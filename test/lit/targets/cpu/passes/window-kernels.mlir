@@ -149,3 +149,23 @@ func.func @two_users(%x: tensor<1x4x8x8xf32>, %w: tensor<4x3x3xf32>, %init: tens
   } -> tensor<1x4x6x6xf32>
   return %1, %2 : tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>
 }
+
+// -----
+
+// A pooling whose one window is the whole unpadded plane (KWS's average over the feature map)
+// is a reduction of each contiguous plane: collapsed to NxCx(H*W), reduced along the last loop.
+// CHECK-LABEL: func.func @global_avg_pool
+// CHECK-NOT: linalg.pooling_nchw_sum
+// CHECK: tensor.collapse_shape %{{.*}} {{\[\[}}0], [1], [2, 3]] : tensor<1x64x25x5xf32> into tensor<1x64x125xf32>
+// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK: arith.addf
+// CHECK: tensor.expand_shape {{.*}} into tensor<1x64x1x1xf32>
+func.func @global_avg_pool(%x: tensor<1x64x25x5xf32>) -> tensor<1x64x1x1xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x64x1x1xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x64x1x1xf32>) -> tensor<1x64x1x1xf32>
+  %k = tensor.empty() : tensor<25x5xf32>
+  %r = linalg.pooling_nchw_sum {dilations = dense<1> : vector<2xi64>, strides = dense<[25, 5]> : vector<2xi64>}
+      ins(%x, %k : tensor<1x64x25x5xf32>, tensor<25x5xf32>) outs(%init : tensor<1x64x1x1xf32>) -> tensor<1x64x1x1xf32>
+  return %r : tensor<1x64x1x1xf32>
+}

@@ -1,8 +1,8 @@
-"""etc-cpu-expand-exp: Vectorizable replacements for libm calls in generated loops.
+"""etc-cpu-expand-math: vectorizable replacements for the libm calls of generated loops (exp, erf).
 
-LLVM turns `math.exp` into one `expf` call per element, which stops the loop
-vectorizer: softmax, sigmoid, SiLU and attention spend their time there. Here
-`math.exp` on f32 becomes straight-line arithmetic that vectorizes:
+LLVM turns `math.exp` and `math.erf` into one `expf`/`erff` call per element, which stops
+the loop vectorizer: softmax, sigmoid, SiLU, attention and GELU spend their time there.
+Here scalar f32 `math.exp` becomes straight-line arithmetic that vectorizes:
 
     exp(x) = 2^k * p(r),  k = roundeven(x * log2(e)),  r = x - k*ln2 (two-constant Cody-Waite)
 
@@ -10,6 +10,10 @@ with p the degree-6 Taylor polynomial on |r| <= ln2/2 (relative error about
 1e-7, ~1 ulp) and 2^k built in two halves from exponent bits, so that
 k in [-126, 128] never overflows an exponent field. Inputs below -87.5 give 0,
 above 88.72 give +inf, NaN gives NaN, as libm does.
+
+and scalar f32 `math.erf` becomes x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (the
+rational fit the portable kernel uses, relative error ~4e-7), +-1 from |x| >= 3.92 where
+float32 erf rounds to +-1 exactly, NaN kept.
 """
 
 from __future__ import annotations
@@ -26,24 +30,50 @@ LN2_LO = 1.4286068203094172e-06
 LOW, HIGH = -87.5, 88.72283935546875
 
 
-@function_pass("etc-cpu-expand-exp", "f32 math.exp -> vectorizable polynomial arithmetic (no libm call per element)")
-def expand_exp(module, options=None) -> int:
-    """Replace every scalar f32 `math.exp` under `module` (the loops LLVM vectorizes); returns how many."""
-    exps = []
+@function_pass("etc-cpu-expand-math", "f32 math.exp/math.erf -> vectorizable arithmetic (no libm call per element)")
+def expand_math(module, options=None) -> int:
+    """Replace every scalar f32 `math.exp` and `math.erf` under `module` (the loops LLVM
+    vectorizes); returns how many."""
+    expansions = {"math.exp": _exp_f32, "math.erf": _erf_f32}
+    found = []
 
     def collect(op):
-        if op.name == "math.exp" and str(op.result.type) == "f32":
-            exps.append(op)
+        if op.name in expansions and str(op.result.type) == "f32":
+            found.append(op)
         return ir.WalkResult.ADVANCE
 
     module.walk(collect)
     with module.context:
-        for op in exps:
+        for op in found:
             with ir.InsertionPoint(op), op.location:
-                new = _exp_f32(op.operands[0])
+                new = expansions[op.name](op.operands[0])
             op.result.replace_all_uses_with(new)
             op.erase()
-    return len(exps)
+    return len(found)
+
+
+def _erf_f32(x):
+    from torch_mlir.dialects import arith, math
+
+    from etc.runtime.kernels.elementwise import _ERF32_P, _ERF32_Q  # one fit for both paths
+
+    f32 = ir.F32Type.get()
+
+    def c(v):
+        return arith.ConstantOp(f32, float(v)).result
+
+    clamped = arith.MinimumFOp(arith.MaximumFOp(x, c(-4.0)).result, c(4.0)).result
+    u = arith.MulFOp(clamped, clamped).result
+
+    def horner(coefficients):
+        acc = c(coefficients[0])
+        for coefficient in coefficients[1:]:
+            acc = math.FmaOp(acc, u, c(coefficient)).result
+        return acc
+
+    ratio = arith.DivFOp(arith.MulFOp(clamped, horner(_ERF32_P)).result, horner(_ERF32_Q)).result
+    saturated = arith.CmpFOp(arith.CmpFPredicate.OGE, math.AbsFOp(x).result, c(3.92)).result
+    return arith.SelectOp(saturated, math.CopySignOp(c(1.0), x).result, ratio).result
 
 
 def _exp_f32(x):

@@ -1,6 +1,6 @@
-// RUN: etc-opt %s --etc-cpu-expand-exp | filecheck %s
+// RUN: etc-opt %s --etc-cpu-expand-math | filecheck %s
 
-// Scalar f32 exp becomes Cody-Waite range reduction, a degree-6 polynomial and exponent-bit
+// Scalar f32 exp (and erf, below) becomes Cody-Waite range reduction, a degree-6 polynomial and exponent-bit
 // scaling: no libm call, so the loops LLVM vectorizes around it stay vectorizable. Vector and
 // f64 exps are left alone.
 // CHECK-LABEL: func.func @exps
@@ -16,4 +16,16 @@ func.func @exps(%x: f32, %v: vector<16xf32>, %d: f64) -> (f32, vector<16xf32>, f
   %b = math.exp %v : vector<16xf32>
   %c = math.exp %d : f64
   return %a, %b, %c : f32, vector<16xf32>, f64
+}
+
+// CHECK-LABEL: func.func @erfs
+// CHECK-NOT: math.erf %{{.*}} : f32
+// CHECK: arith.divf
+// CHECK: math.copysign
+// CHECK: arith.select
+// CHECK: math.erf %{{.*}} : f64
+func.func @erfs(%x: f32, %d: f64) -> (f32, f64) {
+  %a = math.erf %x : f32
+  %b = math.erf %d : f64
+  return %a, %b : f32, f64
 }
