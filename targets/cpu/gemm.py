@@ -208,13 +208,35 @@ def match_generic(op) -> "tuple[Gemm | None, str]":
         layout = "kn"
         src = _transpose_source(b_val) if not b_b else None
         if src is not None:
+            transposed_operand = list(op.operands).index(b_val)
             b_val, layout = src, "nk"
     elif rhs[-2:] == [d_n, d_k]:
         layout = "nk"
     else:
         return None, "B is indexed neither (k, n) nor (n, k)"
-    return Gemm(op, batch, M, N, K, a_val, bool(a_b), b_val, layout, bool(b_b), op.operands[2],
-                op.results[0].type), ""
+    g = Gemm(op, batch, M, N, K, a_val, bool(a_b), b_val, layout, bool(b_b), op.operands[2], op.results[0].type)
+    if layout == "nk" and rhs[-2:] == [d_k, d_n]:
+        g.b_through_transpose = transposed_operand
+    return g, ""
+
+
+def read_b_in_place(g: Gemm) -> bool:
+    """For a contraction left as loops whose B is a transposed weight (a Linear's W^T[k, n]):
+    read W[n, k] itself, the B operand's map turned to (.., n, k), so that the default loop
+    order keeps k innermost (a contiguous dot product per output, W streamed once) instead of
+    walking the whole output row once per k over a transposed copy. True when it changed."""
+    index = getattr(g, "b_through_transpose", None)
+    if index is None:
+        return False
+    op = g.op
+    maps = _maps(op)
+    amap = maps[index]
+    results = list(amap.results)
+    results[-2], results[-1] = results[-1], results[-2]
+    maps[index] = ir.AffineMap.get(amap.n_dims, amap.n_symbols, results)
+    op.operands[index] = g.b
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
+    return True
 
 
 def match_conv(op) -> Gemm | None:

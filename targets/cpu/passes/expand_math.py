@@ -2,7 +2,8 @@
 
 LLVM turns `math.exp` and `math.erf` into one `expf`/`erff` call per element, which stops
 the loop vectorizer: softmax, sigmoid, SiLU, attention and GELU spend their time there.
-Here scalar f32 `math.exp` becomes straight-line arithmetic that vectorizes:
+Here f32 `math.exp` (scalar, or a vector the window kernels' epilogues compute) becomes
+straight-line arithmetic that vectorizes:
 
     exp(x) = 2^k * p(r),  k = roundeven(x * log2(e)),  r = x - k*ln2 (two-constant Cody-Waite)
 
@@ -11,7 +12,7 @@ with p the degree-6 Taylor polynomial on |r| <= ln2/2 (relative error about
 k in [-126, 128] never overflows an exponent field. Inputs below -87.5 give 0,
 above 88.72 give +inf, NaN gives NaN, as libm does.
 
-and scalar f32 `math.erf` becomes x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (the
+and f32 `math.erf` becomes x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (the
 rational fit the portable kernel uses, relative error ~4e-7), +-1 from |x| >= 3.92 where
 float32 erf rounds to +-1 exactly, NaN kept.
 """
@@ -32,13 +33,14 @@ LOW, HIGH = -87.5, 88.72283935546875
 
 @function_pass("etc-cpu-expand-math", "f32 math.exp/math.erf -> vectorizable arithmetic (no libm call per element)")
 def expand_math(module, options=None) -> int:
-    """Replace every scalar f32 `math.exp` and `math.erf` under `module` (the loops LLVM
-    vectorizes); returns how many."""
+    """Replace every f32 `math.exp` and `math.erf` under `module`, scalar (the loops LLVM
+    vectorizes) or vector (the window kernels' SiLU/GELU epilogues, which LLVM would
+    otherwise scalarize into one libm call per lane); returns how many."""
     expansions = {"math.exp": _exp_f32, "math.erf": _erf_f32}
     found = []
 
     def collect(op):
-        if op.name in expansions and str(op.result.type) == "f32":
+        if op.name in expansions and _is_f32(op.result.type):
             found.append(op)
         return ir.WalkResult.ADVANCE
 
@@ -52,15 +54,39 @@ def expand_math(module, options=None) -> int:
     return len(found)
 
 
+def _is_f32(t) -> bool:
+    """f32, or a fixed-size vector of f32."""
+    if isinstance(t, ir.VectorType):
+        return str(ir.VectorType(t).element_type) == "f32" and not any(ir.VectorType(t).scalable_dims)
+    return str(t) == "f32"
+
+
+def _like(t, element):
+    """`element` (a scalar type) in the shape of `t` (a scalar or vector type)."""
+    return ir.VectorType.get(ir.VectorType(t).shape, element) if isinstance(t, ir.VectorType) else element
+
+
+def _constant(t, value):
+    """A constant of type `t` (scalar or vector: a splat)."""
+    from torch_mlir.dialects import arith
+
+    if isinstance(t, ir.VectorType):
+        element = ir.VectorType(t).element_type
+        scalar = ir.FloatAttr.get(element, float(value)) if isinstance(element, ir.F32Type) else \
+            ir.IntegerAttr.get(element, int(value))
+        return arith.ConstantOp(t, ir.DenseElementsAttr.get_splat(t, scalar)).result
+    return arith.ConstantOp(t, float(value) if isinstance(t, ir.F32Type) else int(value)).result
+
+
 def _erf_f32(x):
     from torch_mlir.dialects import arith, math
 
     from etc.runtime.kernels.elementwise import _ERF32_P, _ERF32_Q  # one fit for both paths
 
-    f32 = ir.F32Type.get()
+    f32 = _like(x.type, ir.F32Type.get())
 
     def c(v):
-        return arith.ConstantOp(f32, float(v)).result
+        return _constant(f32, v)
 
     clamped = arith.MinimumFOp(arith.MaximumFOp(x, c(-4.0)).result, c(4.0)).result
     u = arith.MulFOp(clamped, clamped).result
@@ -79,14 +105,14 @@ def _erf_f32(x):
 def _exp_f32(x):
     from torch_mlir.dialects import arith, math
 
-    f32 = ir.F32Type.get()
-    i32 = ir.IntegerType.get_signless(32)
+    f32 = _like(x.type, ir.F32Type.get())
+    i32 = _like(x.type, ir.IntegerType.get_signless(32))
 
     def c(v):
-        return arith.ConstantOp(f32, float(v)).result
+        return _constant(f32, v)
 
     def ci(v):
-        return arith.ConstantOp(i32, int(v)).result
+        return _constant(i32, v)
 
     clamped = arith.MinimumFOp(arith.MaximumFOp(x, c(LOW)).result, c(HIGH)).result
     k = math.RoundEvenOp(arith.MulFOp(clamped, c(LOG2E)).result).result

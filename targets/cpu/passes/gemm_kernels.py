@@ -125,6 +125,8 @@ class GemmKernels(Pass):
         skip = gemm.skip_reason(g, cfg, self.options.min_flops)
         if skip is not None:
             decisions.record(op, kind, *skip)
+            if skip[0] == "gemv":
+                gemm.read_b_in_place(g)
             return []
         decisions.record(op, kind, "gemm-transposed" if g.transposed else "gemm")
         return [g]

@@ -1,15 +1,17 @@
 // RUN: etc-opt %s --etc-cpu-expand-math | filecheck %s
 
-// Scalar f32 exp (and erf, below) becomes Cody-Waite range reduction, a degree-6 polynomial and exponent-bit
-// scaling: no libm call, so the loops LLVM vectorizes around it stay vectorizable. Vector and
-// f64 exps are left alone.
+// f32 exp (and erf, below), scalar or vector, becomes Cody-Waite range reduction, a degree-6
+// polynomial and exponent-bit scaling: no libm call, so the loops LLVM vectorizes around it stay
+// vectorizable and a vector exp is not split into one expf per lane. f64 exps are left alone.
 // CHECK-LABEL: func.func @exps
 // CHECK-NOT: math.exp %{{.*}} : f32
 // CHECK: math.roundeven %{{.*}} : f32
 // CHECK-COUNT-8: math.fma
 // CHECK: arith.bitcast %{{.*}} : i32 to f32
 // CHECK: arith.cmpf uno
-// CHECK: math.exp %{{.*}} : vector<16xf32>
+// CHECK-NOT: math.exp %{{.*}} : vector<16xf32>
+// CHECK: math.roundeven %{{.*}} : vector<16xf32>
+// CHECK: arith.bitcast %{{.*}} : vector<16xi32> to vector<16xf32>
 // CHECK: math.exp %{{.*}} : f64
 func.func @exps(%x: f32, %v: vector<16xf32>, %d: f64) -> (f32, vector<16xf32>, f64) {
   %a = math.exp %x : f32

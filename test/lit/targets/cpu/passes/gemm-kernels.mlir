@@ -73,3 +73,29 @@ func.func @conv(%x: tensor<1x16x10x10xf32>, %w: tensor<32x16x3x3xf32>) -> tensor
       ins(%x, %w : tensor<1x16x10x10xf32>, tensor<32x16x3x3xf32>) outs(%f : tensor<1x32x8x8xf32>) -> tensor<1x32x8x8xf32>
   return %c : tensor<1x32x8x8xf32>
 }
+
+// -----
+
+// A one-token Linear (a GEMV, left as loops) reads its weight W[n, k] in place instead of
+// through the transpose torch-mlir put in front of it: the default loops then keep k innermost,
+// a contiguous dot product per output, the weight streamed once.
+// CHECK-DAG: #[[A:.*]] = affine_map<(d0, d1, d2) -> (d0, d2)>
+// CHECK-DAG: #[[W:.*]] = affine_map<(d0, d1, d2) -> (d1, d2)>
+// CHECK: path = "gemv"
+// CHECK-LABEL: func.func @decode
+// CHECK-SAME: (%[[X:.*]]: tensor<1x288xf32>, %[[WEIGHT:.*]]: tensor<32000x288xf32>)
+// CHECK: linalg.generic {indexing_maps = [#[[A]], #[[W]], #{{.*}}], iterator_types = ["parallel", "parallel", "reduction"]} ins(%[[X]], %[[WEIGHT]] : tensor<1x288xf32>, tensor<32000x288xf32>)
+#t_in = affine_map<(n, k) -> (n, k)>
+#t_out = affine_map<(n, k) -> (k, n)>
+func.func @decode(%x: tensor<1x288xf32>, %w: tensor<32000x288xf32>) -> tensor<1x32000xf32> {
+  %z = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<288x32000xf32>
+  %wt = linalg.generic {indexing_maps = [#t_in, #t_out], iterator_types = ["parallel", "parallel"]} ins(%w : tensor<32000x288xf32>) outs(%et : tensor<288x32000xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  } -> tensor<288x32000xf32>
+  %e = tensor.empty() : tensor<1x32000xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<1x32000xf32>) -> tensor<1x32000xf32>
+  %r = linalg.matmul ins(%x, %wt : tensor<1x288xf32>, tensor<288x32000xf32>) outs(%c : tensor<1x32000xf32>) -> tensor<1x32000xf32>
+  return %r : tensor<1x32000xf32>
+}
