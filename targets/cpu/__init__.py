@@ -50,7 +50,7 @@ def _spec_dict(compile_specs) -> dict:
 
 
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
-                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, unroll: bool = True):
+                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False):
     """An outlined edge function -> (blob bytes, debug info): lower.py to linalg, then
     `pipeline.compile_linalg` (the cpu pass pipeline, LLVM, object code)."""
     from torch_mlir import ir
@@ -67,7 +67,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         linalg_text = str(lowered.module) if keep_ir else ""
         t1 = time.perf_counter()
         result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
-                                threads=int(num_threads), unroll=unroll, constants=lowered.constants)
+                                threads=int(num_threads), constants=lowered.constants)
     metadata = {
         "producer": "etc cpu target",
         "triple": resolved.triple,
@@ -106,8 +106,7 @@ class CpuBackend(BackendDetails):
         data, debug = compile_function(
             func_op, constants, target=specs.get("target") or None, cpu=specs.get("cpu") or None,
             features=specs.get("features"), opt_level=int(specs.get("opt_level", 3)),
-            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1",
-            unroll=specs.get("unroll", "1") != "0")
+            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1")
         return PreprocessResult(processed_bytes=data, debug_info=debug, report_lines=debug["decision_summary"])
 
 

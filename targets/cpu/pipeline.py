@@ -92,7 +92,7 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
 
 def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str | None" = None, *,
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False, threads: int = 1,
-                   unroll: bool = True, constants: dict | None = None, verify: bool = False,
+                   constants: dict | None = None, verify: bool = False,
                    gemm_min_flops: int | None = None):
     """linalg-on-tensors module (one public func) -> `codegen.CodegenResult` (object code + ABI).
 
@@ -135,7 +135,7 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
         llvm_ir += barrier_llvm_ir(target.index_bits)
     n_slots = len(args) - (1 if offsets else 0)
     llvm_ir += codegen.entry_wrapper(inner, entry, n_slots, offsets, target.index_bits, threaded=threaded)
-    obj, optimized = codegen.emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner], unroll=unroll)
+    obj, optimized = codegen.emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner])
     return codegen.CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
                                  llvm_ir=optimized if keep_ir else "", threaded=threaded,
                                  decisions=decisions.read(module),
