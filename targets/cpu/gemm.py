@@ -49,7 +49,6 @@ class KernelConfig:
     nr: int
     kc: int
     min_flops: int = 2 * 32 * 32 * 32  # smaller contractions run as plain loops (a recorded decision)
-    pack_a_min_k: int = 0  # pack A into micro-panels when K >= this (0: never; see `a_rows`)
 
 
 # ------------------------------------------------------------------ recognition
@@ -329,26 +328,14 @@ def _im2col(t: _Text, x: str, g: Gemm) -> tuple[str, list]:
     return _reshape(t, "collapse", out, shape, [g.batch, g.K, g.N], [[0], [1, 2, 3], [4, 5]]), [g.batch, g.K, g.N]
 
 
-def a_rows(g: Gemm, cfg: KernelConfig) -> int:
-    """0: A is read in place (row blocks of cfg.mr, the partial one peeled); else the row count of
-    A's packed micro-panels [M/mr, K, mr] (one contiguous stream per micro-kernel instead of mr
-    rows a page apart). Off by default: measured in CPU time on Zen 5 at M=N=K=1024 and
-    512x1024x512 it is within 3% of in-place A, and it costs an M*K copy. The micro-panel height
-    divides M when it can (no padded copy of C)."""
-    if not cfg.pack_a_min_k or g.M < 64 or g.K < cfg.pack_a_min_k:
-        return 0
-    for mr in (cfg.mr, cfg.mr - 2, cfg.mr + 2):
-        if mr >= 2 and g.M % mr == 0:
-            return mr
-    return cfg.mr
+def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str) -> str:
+    """Text of `func.func private @name(A, B, C) -> result` computing `g` in the packed form.
 
-
-def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, pack_a: int = 0) -> str:
-    """Text of `func.func private @name(A, B, C) -> result` computing `g` in the packed form
-    (`pack_a`: micro-panel height when A is packed, see `a_rows`)."""
-    mr, nr = (pack_a or cfg.mr), cfg.nr
-    Mp = -(-g.M // mr) * mr if pack_a else g.M  # in place, a partial row block is peeled, not padded
-    MB = Mp // mr
+    A is read in place, row blocks of mr with the partial one peeled. (Packing A into
+    [M/mr, K, mr] micro-panels measured within 3% of in-place A on Zen 5 at M=N=K=1024 and
+    512x1024x512, and costs an M*K copy: not done.)"""
+    nr = cfg.nr
+    Mp = g.M  # in place: a partial row block is peeled, not padded
     Np = -(-g.N // nr) * nr
     NB = Np // nr
     t = _Text()
@@ -363,12 +350,6 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, pack_a: int
     if g.conv is not None:  # filter [F, C, KH, KW] -> [F, CKK]
         a = _reshape(t, "collapse", a, a_shape, [g.M, g.K], [[0], [1, 2, 3]])
         a_shape = [g.M, g.K]
-    a, a_shape = _pad(t, a, a_shape, [0] * (len(a_shape) - 2) + [Mp - g.M, 0])
-    if pack_a:  # [B?, Mp, K] -> [B?, MB, mr, K] -> [B?, MB, K, mr]
-        n = len(a_shape) - 2
-        a = _reshape(t, "expand", a, a_shape, a_shape[:n] + [MB, mr, g.K],
-                     [[i] for i in range(n)] + [[n, n + 1], [n + 2]])
-        a, a_shape = _transpose(t, a, a_shape[:n] + [MB, mr, g.K], list(range(n)) + [n, n + 2, n + 1])
 
     # B -> packed
     b = "%B"
@@ -403,22 +384,15 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, pack_a: int
         c = _reshape(t, "expand", c, c_shape, [1, Mp, Np], [[0, 1], [2]])
     c4 = _reshape(t, "expand", c, [g.batch, Mp, Np], [g.batch, Mp, NB, nr], [[0], [1], [2, 3]])
 
-    # the kernel: dims (b, jb, i, j, k), or (b, jb, ib, r, j, k) with i = ib*mr + r when A is packed
-    dims = "b, jb, ib, r, j, k" if pack_a else "b, jb, i, j, k"
+    # the kernel: dims (b, jb, i, j, k)
     ab = "b, " if g.a_batched else ""
-    amap = f"({ab}ib, k, r)" if pack_a else f"({ab}i, k)"
     bb = "b, " if g.b_batched else ""
     bmap = f"({bb}k, jb, j)" if b_direct else f"({bb}jb, k, j)"
-    cmap = "(b, ib, r, jb, j)" if pack_a else "(b, i, jb, j)"
     b_type = _t(lead + ([g.K, NB, nr] if b_direct else [NB, g.K, nr]))
-    a_type = _t(([g.batch] if g.a_batched else []) + ([MB, g.K, mr] if pack_a else [Mp, g.K]))
-    c_dims = [g.batch, MB, mr, NB, nr] if pack_a else [g.batch, Mp, NB, nr]
-    c_type = _t(c_dims)
-    if pack_a:
-        c4 = _reshape(t, "expand", c4, [g.batch, Mp, NB, nr], c_dims, [[0], [1, 2], [3], [4]])
-    out = _mul_add_generic(t, dims, (amap, bmap, cmap), (a, b, c4), (a_type, b_type, c_type), tag)
-    if pack_a:
-        out = _reshape(t, "collapse", out, c_dims, [g.batch, Mp, NB, nr], [[0], [1, 2], [3], [4]])
+    a_type = _t(([g.batch] if g.a_batched else []) + [Mp, g.K])
+    c_type = _t([g.batch, Mp, NB, nr])
+    out = _mul_add_generic(t, "b, jb, i, j, k", (f"({ab}i, k)", bmap, "(b, i, jb, j)"), (a, b, c4),
+                           (a_type, b_type, c_type), tag)
 
     # back to the result type
     r = _reshape(t, "collapse", out, [g.batch, Mp, NB, nr], [g.batch, Mp, Np], [[0], [1], [2, 3]])
@@ -533,9 +507,8 @@ def k_block(K: int, cfg: KernelConfig) -> int:
     return max(divisors) if divisors else cfg.kc
 
 
-def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list, packed: list) -> str:
-    """The tiling/vectorization script for the kernels tagged `tags` (rows[i]: M; kcs[i]: K block;
-    packed[i]: micro-panel height when A is packed, else 0)."""
+def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list) -> str:
+    """The tiling/vectorization script for the kernels tagged `tags` (rows[i]: M; kcs[i]: K block)."""
     any_op = "!transform.any_op"
     tile = f"({any_op}) -> ({any_op}, {any_op})"
     lines = ["module attributes {transform.with_named_sequence} {",
@@ -553,8 +526,7 @@ def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list, packe
         return "[" + ", ".join(map(str, values)) + "]"
 
     for i, tag in enumerate(tags):
-        p = 1 if packed[i] else 0  # one more dim (ib, r) when A is packed
-        z = [0] * (5 + p)
+        z = [0] * 5
         b_, kb, jb = list(z), list(z), list(z)
         b_[0], kb[-1], jb[1] = 1, kcs[i], 1
         emit(f"%g{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}}} in %root : ({any_op}) -> {any_op}",
@@ -564,14 +536,10 @@ def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list, packe
              # Column panels are independent (each writes its own C columns, across all K blocks):
              # the threaded entry gives each thread a chunk of them (parallel.py).
              f"transform.annotate %lj{i} \"{THREAD_SPLIT}\" : {any_op}")
-        if p:
-            ib = list(z)
-            ib[2] = 1
-            emit(f"%c{i}p, %lp{i} = transform.structured.tile_using_for %c{i} tile_sizes {sizes(*ib)} : {tile}")
-    patterns("linalg.fold_unit_extent_dims_via_slices")  # (1, 1, [1,] M or mr, nr, kc) -> (M or mr, nr, kc)
+    patterns("linalg.fold_unit_extent_dims_via_slices")  # (1, 1, M, nr, kc) -> (M, nr, kc)
     for i, tag in enumerate(tags):
         emit(f"%d{i} = transform.structured.match ops{{[\"linalg.generic\"]}} in %lj{i} : ({any_op}) -> {any_op}")
-        if packed[i] or rows[i] == 1:  # already one register tile of rows (or the row dim folded away)
+        if rows[i] == 1:  # the row dim folded away
             emit(f"transform.annotate %d{i} \"{tag}_rows\" : {any_op}")
             continue
         emit(f"%e{i}, %li{i} = transform.structured.tile_using_for %d{i} tile_sizes [{cfg.mr}, 0, 0] : {tile}",
@@ -583,7 +551,7 @@ def transform_script(tags: list, cfg: KernelConfig, rows: list, kcs: list, packe
     for i, tag in enumerate(tags):
         emit(f"%h{i} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes {{{tag}_rows}} in %root : ({any_op}) -> {any_op}",
              f"%v{i}, %lk{i} = transform.structured.tile_using_for %h{i} tile_sizes "
-             f"[{'0, ' if (rows[i] > 1 or packed[i]) else ''}0, 1] : {tile}",
+             f"[{'0, ' if rows[i] > 1 else ''}0, 1] : {tile}",
              f"transform.structured.vectorize %v{i} : {any_op}")
     patterns("vector.transfer_permutation_patterns", "vector.reduction_to_contract")
     patterns("vector.lower_contraction lowering_strategy = \"outerproduct\"", "vector.lower_outerproduct")
@@ -641,7 +609,7 @@ def _rewrite_list(module_op, cfg, gemms: list, kind: str) -> list[str]:
         if g.transposed:
             text = transposed_conv_kernel(g, cfg, name, tag)
         else:
-            text = kernel_function(g, cfg, name, tag, a_rows(g, cfg))
+            text = kernel_function(g, cfg, name, tag)
         kernel = ir.Module.parse(text, module_op.context)
         fn = kernel.body.operations[0]
         fn.operation.detach_from_parent()

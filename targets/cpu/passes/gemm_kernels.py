@@ -12,7 +12,7 @@ generalized first), in order:
   * taken: a private function with the kernel of `etc.targets.cpu.gemm` (B packed in nr-wide
     column panels, K blocked by about kc, an mr x nr accumulator in registers; transposed for
     convolutions with few output pixels), its contraction tagged with how to tile it
-    (`etc.cpu.gemm_tile = array<i64: rows, kc, A panel rows>`);
+    (`etc.cpu.gemm_tile = array<i64: rows, kc>`);
   * not taken: left as it is, with the reason (`small`, `gemv` or `loops: <why>`).
 Each is a decision in the module's `etc.cpu.decisions`. Other convolution layouts are
 recorded as `loops` with their name. A failure while rewriting is an error, never a fallback.
@@ -34,12 +34,22 @@ _OTHER_CONVOLUTIONS = ("linalg.conv_1d_ncw_fcw", "linalg.conv_1d_nwc_wcf", "lina
                        "linalg.conv_3d_ncdhw_fcdhw", "linalg.conv_3d_ndhwc_dhwcf", "linalg.conv_2d")
 
 
-# On each kernel's contraction (inside its private function): rows, K block, A panel height.
+# On each kernel's contraction (inside its private function): rows, K block.
 TILE_ATTR = "etc.cpu.gemm_tile"
 
 _NAMED_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.batch_reduce_matmul", "linalg.matvec",
                        "linalg.vecmat", "linalg.batch_matvec", "linalg.batch_vecmat", "linalg.dot", "linalg.contract",
                        "linalg.mmt4d", "linalg.batch_mmt4d")
+
+
+@dataclass
+class TileOptions:
+    """The register tile, shared by etc-cpu-gemm-kernels and etc-cpu-tile-gemm-kernels (isa.py's row)."""
+
+    lanes: int = option(16, help="f32 lanes of a vector register")
+    mr: int = option(6, help="rows of the register tile")
+    nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
+    kc: int = option(128, help="K block (the kc x nr B panel stays in L1)")
 
 
 @register_pass
@@ -50,11 +60,7 @@ class GemmKernels(Pass):
     summary = "Contractions and convolutions -> packed, register-tiled GEMM kernels (roots of dispatch regions)"
 
     @dataclass
-    class Options:
-        lanes: int = option(16, help="f32 lanes of a vector register")
-        mr: int = option(6, help="rows of the register tile")
-        nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
-        kc: int = option(128, help="K block (the kc x nr B panel stays in L1)")
+    class Options(TileOptions):
         min_flops: int = option(2 * 32 * 32 * 32, help="smaller contractions stay plain loops; 0 takes every one")
 
     def run(self, module_op) -> None:
@@ -91,8 +97,8 @@ class GemmKernels(Pass):
             more = self._rewrite(module_op, cfg, chosen, "m")
             for tag, g in tags + more:  # what etc-cpu-tile-gemm-kernels needs to tile each kernel
                 (kernel,) = [op for op in walk(module_op, ("linalg.generic",)) if tag in op.attributes]
-                kernel.attributes[TILE_ATTR] = ir.DenseI64ArrayAttr.get(
-                    [g.N if g.transposed else g.M, gemm.k_block(g.K, cfg), 0 if g.transposed else gemm.a_rows(g, cfg)])
+                kernel.attributes[TILE_ATTR] = ir.DenseI64ArrayAttr.get([g.N if g.transposed else g.M,
+                                                                         gemm.k_block(g.K, cfg)])
             self.count("kernels", len(tags) + len(more))
 
     def _no_vector_unit(self, module_op) -> None:

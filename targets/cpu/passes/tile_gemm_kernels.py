@@ -2,7 +2,7 @@
 
 After elementwise fusion (which did not enter the kernels: they were calls), every
 kernel function `etc-cpu-gemm-kernels` made is inlined and its contraction, tagged
-`etc.cpu.gemm_tile = array<i64: rows, kc, A panel rows>`, is tiled Goto-style by the
+`etc.cpu.gemm_tile = array<i64: rows, kc>`, is tiled Goto-style by the
 transform script of `etc.targets.cpu.gemm`: batch, K blocks of kc, nr-wide column panels
 (the loop the threaded entry shares, `etc.thread_split`), mr-row blocks with the partial one
 peeled, single k steps; the mr x nr x 1 step is vectorized into mr broadcast-FMAs of nr-wide
@@ -11,14 +11,12 @@ vectors with the accumulator hoisted out of the k loop. A failure is an error na
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch_mlir import ir
 
-from etc.passes.pass_api import Pass, option, register_pass
+from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu import gemm
 from etc.targets.cpu.passes._util import run_upstream, walk
-from etc.targets.cpu.passes.gemm_kernels import TILE_ATTR
+from etc.targets.cpu.passes.gemm_kernels import TILE_ATTR, TileOptions
 
 
 @register_pass
@@ -28,17 +26,12 @@ class TileGemmKernels(Pass):
     name = "etc-cpu-tile-gemm-kernels"
     summary = "Inline the GEMM kernels and tile them into register-blocked vector FMA loops"
 
-    @dataclass
-    class Options:
-        lanes: int = option(16, help="f32 lanes of a vector register")
-        mr: int = option(6, help="rows of the register tile")
-        nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
-        kc: int = option(128, help="K block the kernels were built with")
+    Options = TileOptions
 
     def run(self, module_op) -> None:
         o = self.options
         cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc)
-        tags, rows, kcs, packed = [], [], [], []
+        tags, rows, kcs = [], [], []
         for op in walk(module_op, ("linalg.generic",)):
             if TILE_ATTR not in op.attributes:
                 continue
@@ -46,19 +39,18 @@ class TileGemmKernels(Pass):
             tag = next((name for name in names if name.startswith("etc.etc_gemm_")), None)
             if tag is None:
                 raise self.error(f"{self.name}: a kernel contraction without its tag", at=op)
-            r, kc, pack = list(ir.DenseI64ArrayAttr(op.attributes[TILE_ATTR]))
+            r, kc = list(ir.DenseI64ArrayAttr(op.attributes[TILE_ATTR]))
             del op.attributes[TILE_ATTR]
             tags.append(tag)
             rows.append(r)
             kcs.append(kc)
-            packed.append(pack)
         if not tags:
             return
         with module_op.context, ir.Location.unknown():
             run_upstream(module_op, "builtin.module(inline, symbol-dce, canonicalize, cse)", "inlining GEMM kernels",
                          self.error)
             try:
-                gemm._apply_script(module_op, gemm.transform_script(tags, cfg, rows, kcs, packed))
+                gemm._apply_script(module_op, gemm.transform_script(tags, cfg, rows, kcs))
             except Exception as e:  # noqa: BLE001 - the interpreter reports through a generic exception
                 raise self.error(f"{self.name}: tiling the GEMM kernels failed: {e}") from None
             run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)

@@ -3,7 +3,7 @@
 
 // A contraction becomes a call to its packed kernel (a private function fusion cannot enter):
 // B seen as 64-wide column panels, the contraction tagged with how to tile it (64 rows, the
-// whole K of 96 as one block, A read in place); the decision on the module.
+// whole K of 96 as one block); the decision on the module.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm", where = "{{.*}}gemm-kernels.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
 // CHECK-LABEL: func.func @mm
 // CHECK-NOT: linalg.matmul
@@ -11,7 +11,7 @@
 // CHECK: return %[[R]]
 // CHECK: func.func private @[[KERNEL]]
 // CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2]] output_shape [96, 2, 64]
-// CHECK: linalg.generic {{.*}} attrs = {etc.cpu.gemm_tile = array<i64: 64, 96, 0>, etc.etc_gemm_m{{[0-9]+}}}
+// CHECK: linalg.generic {{.*}} attrs = {etc.cpu.gemm_tile = array<i64: 64, 96>, etc.etc_gemm_m{{[0-9]+}}}
 // SCALAR: {kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no vector unit the GEMM kernel is written for"
 // SCALAR-NOT: vector.fma
 func.func @mm(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> tensor<64x128xf32> {
@@ -64,7 +64,7 @@ func.func @not_taken(%a: tensor<8x16xf32>, %b: tensor<16x16xf32>, %v: tensor<1x2
 // CHECK: call @etc_gemm_c
 // CHECK: func.func private @etc_gemm_c
 // CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%arg1
-// CHECK: etc.cpu.gemm_tile = array<i64: 32, 144, 0>
+// CHECK: etc.cpu.gemm_tile = array<i64: 32, 144>
 func.func @conv(%x: tensor<1x16x10x10xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<1x32x8x8xf32>
