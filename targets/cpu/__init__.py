@@ -28,7 +28,6 @@ import time
 from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, CompileSpec, DelegationSpec,
                                      PartitionResult, PreprocessResult, Partition, group_cycle_free,
                                      public_functions, register_backend_details)
-from etc.errors import LoweringError
 
 BACKEND_ID = "cpu"
 

@@ -26,7 +26,7 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions, gemm
-from etc.targets.cpu.passes._util import entry_function, run_upstream, walk
+from etc.targets.cpu.passes._util import entry_function, walk
 
 # Convolutions the kernel does not take (depthwise ones are the window pass's).
 _OTHER_CONVOLUTIONS = ("linalg.conv_1d_ncw_fcw", "linalg.conv_1d_nwc_wcf", "linalg.conv_2d_nhwc_hwcf",
