@@ -458,6 +458,26 @@ def test_expanded_erf_and_exact_gelu_match_torch():
     assert erf[-4] == 0.0 and np.signbit(erf[-3])
 
 
+class CeilModePool(torch.nn.Module):
+    """EfficientNet's pooler: a window far larger than the plane, ceil_mode (torch-mlir pads the
+    7x7 input to 1287x1287 for it); and the same as a max pool."""
+
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(x, 1280, ceil_mode=True), \
+            torch.nn.functional.max_pool2d(x, 64, ceil_mode=True)
+
+
+def test_a_window_larger_than_the_plane_is_a_global_reduction():
+    x = torch.randn(1, 96, 7, 5)
+    program_ir, report = delegated(CeilModePool(), (x,))
+    lines = [line for ls in report.backend_lines.values() for line in ls]
+    assert "tuned      window -> row-reduction x2" in lines and not any("NOT TUNED" in line for line in lines), lines
+    avg, mx = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
+    want_avg, want_max = CeilModePool()(x)
+    np.testing.assert_allclose(avg, want_avg.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(mx, want_max.numpy())
+
+
 class Dtypes(torch.nn.Module):
     def forward(self, x, i):
         return x > 0, x.argmax(-1), i * 3 + 1, torch.where(x > 0, x, 0.1 * x), x.to(torch.float16) * 2

@@ -754,26 +754,74 @@ def _record(op, path: str, reason: str = "") -> None:
     decisions.record(op, "window", path, reason)
 
 
+def _global_pool_source(op, kind: str):
+    """The tensor a one-window pooling really reduces: its input, or, when that input is a
+    `tensor.pad` adding only high-side rows and columns of the reduction's identity (0 for a
+    sum, -inf for a max: what torch-mlir makes of `ceil_mode` with a window larger than the
+    plane, as EfficientNet's `AvgPool2d(1280, ceil_mode=True)` over 7x7), the pad's source."""
+    ir = _ir()
+    x = op.operands[0]
+
+    def producer_of(value):
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            return None
+        return owner.operation if hasattr(owner, "operation") else owner
+
+    producer = producer_of(x)
+    if producer is not None and producer.name == "tensor.insert_slice" and len(producer.operands) == 2:
+        # canonicalization drops the unit batch dim: pad [C, H, W], inserted whole into [1, C, H', W']
+        dest = producer_of(producer.operands[1])
+        sizes = list(ir.DenseI64ArrayAttr(producer.attributes["static_sizes"]))
+        if dest is not None and dest.name == "tensor.empty" and sizes == _static_f32(x) and \
+                not any(ir.DenseI64ArrayAttr(producer.attributes["static_offsets"])):
+            producer = producer_of(producer.operands[0])
+    if producer is None or producer.name != "tensor.pad" or len(producer.operands) != 1:
+        return x
+    low = list(ir.DenseI64ArrayAttr(producer.attributes["static_low"]))
+    high = list(ir.DenseI64ArrayAttr(producer.attributes["static_high"]))
+    if any(low) or any(high[:-2]):
+        return x
+    yields = [o for o in producer.regions[0].blocks[0].operations if o.operation.name == "tensor.yield"]
+    value = yields[0].operands[0].owner if yields else None
+    if value is None or isinstance(value, ir.Block) or value.name != "arith.constant":
+        return x
+    pad = float(ir.FloatAttr(value.attributes["value"]).value)
+    return producer.operands[0] if pad == IDENTITY["max" if kind == "max" else "sum"] else x
+
+
 def _global_pool_text(op, kind: str) -> str | None:
     """A pooling whose one window covers its whole unpadded input plane (a global pool: KWS's
-    average over the feature map, `adaptive_avg_pool2d(x, 1)` lowered as a pool) as a function
+    average over the feature map, `adaptive_avg_pool2d(x, 1)` lowered as a pool, a window larger
+    than the plane with `ceil_mode`) as a function
     reducing each contiguous plane: `tensor<NxCxHxW>` seen as `NxCx(H*W)`, a row reduction
     (vectorized along the plane by the default loops), expanded back to `NxCx1x1`. None when
     `op` is not such a pool."""
     ir = _ir()
-    xs, ys = _static_f32(op.operands[0]), _static_f32(op.results[0])
-    if xs is None or ys is None or len(xs) != 4 or ys[2:] != [1, 1] or kind == "dw":
+    source = _global_pool_source(op, kind)
+    xs, ys = _static_f32(source), _static_f32(op.results[0])
+    if xs is None or ys is None or len(xs) not in (3, 4) or len(ys) != 4 or ys[2:] != [1, 1] or kind == "dw":
         return None
+    if len(xs) == 3:  # the batch dim dropped by canonicalization (batch 1)
+        if ys[0] != 1:
+            return None
+        xs = [1] + xs
     kh, kw = list(ir.ShapedType(op.operands[1].type).shape)
-    if [kh, kw] != xs[2:] or _pair(op, "dilations") != [1, 1]:
+    if kh < xs[2] or kw < xs[3] or _pair(op, "dilations") != [1, 1]:
         return None
     n, c, h, w = xs
-    x_t = f"tensor<{n}x{c}x{h}x{w}xf32>"
+    rank3 = len(_static_f32(source)) == 3
+    x_t = f"tensor<{c}x{h}x{w}xf32>" if rank3 else f"tensor<{n}x{c}x{h}x{w}xf32>"
     r_t, y_t, p_t = f"tensor<{n}x{c}xf32>", f"tensor<{n}x{c}x1x1xf32>", f"tensor<{n}x{c}x{h * w}xf32>"
+    plane = "[[0, 1], [2]]" if rank3 else "[[0], [1], [2, 3]]"
+    if rank3:
+        x_t2 = f"tensor<{c}x{h * w}xf32>"
     combine = "arith.maximumf %v, %acc" if kind == "max" else "arith.addf %v, %acc"
     return "\n".join([
         f"func.func private @__etc_global_pool(%x: {x_t}, %init: {y_t}) -> {y_t} {{",
-        f"  %plane = tensor.collapse_shape %x [[0], [1], [2, 3]] : {x_t} into {p_t}",
+        (f"  %flat = tensor.collapse_shape %x [[0], [1, 2]] : {x_t} into {x_t2}\n"
+         f"  %plane = tensor.expand_shape %flat [[0, 1], [2]] output_shape [1, {c}, {h * w}] : {x_t2} into {p_t}")
+        if rank3 else f"  %plane = tensor.collapse_shape %x {plane} : {x_t} into {p_t}",
         f"  %acc0 = tensor.collapse_shape %init [[0], [1, 2, 3]] : {y_t} into {r_t}",
         "  %r = linalg.generic {indexing_maps = [affine_map<(n, c, p) -> (n, c, p)>, affine_map<(n, c, p) -> (n, c)>],"
         ' iterator_types = ["parallel", "parallel", "reduction"]}',
@@ -849,10 +897,24 @@ class WindowKernels(Pass):
         body_ops = list(entry.operations)
         for inner in body_ops[:-1]:
             inner.operation.move_before(op)
-        entry.arguments[0].replace_all_uses_with(op.operands[0])
+        source = _global_pool_source(op, TAKEN[op.name])
+        pad = op.operands[0].owner if source != op.operands[0] else None
+        entry.arguments[0].replace_all_uses_with(source)
         entry.arguments[1].replace_all_uses_with(op.operands[2])
         op.results[0].replace_all_uses_with(body_ops[-1].operation.operands[0])
         op.erase()
+        # The ceil_mode window's pad (1280x1287x1287 floats for EfficientNet's pooler) and what
+        # carried it, now unused: gone before bufferization could give them buffers.
+        dead = [pad] if pad is not None else []
+        while dead:
+            current = dead.pop()
+            current = current.operation if hasattr(current, "operation") else current
+            if current.name not in ("tensor.pad", "tensor.insert_slice", "tensor.empty") or \
+                    any(True for r in current.results for _ in r.uses):
+                continue
+            operands = [v.owner for v in current.operands if not isinstance(v.owner, ir.Block)]
+            current.erase()
+            dead.extend(operands)
         self.count("global pools")
         return True
 
