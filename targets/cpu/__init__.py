@@ -56,7 +56,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
 
     from etc.targets.cpu import blob, decisions, lower
     from etc.targets.cpu.isa import resolve_target
-    from etc.targets.cpu.pipeline import compile_linalg
+    from etc.targets.cpu.pipeline import blob_metadata, compile_linalg
 
     t0 = time.perf_counter()
     context, fn = lower.import_for_lowering(func_op)
@@ -67,22 +67,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         t1 = time.perf_counter()
         result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
                                 threads=int(num_threads), constants=lowered.constants)
-    metadata = {
-        "producer": "etc cpu target",
-        "triple": resolved.triple,
-        "cpu": resolved.cpu,
-        "features": resolved.features,
-        "required_features": resolved.required_features,
-        "entry": result.entry,
-        "args": [a.to_json() for a in result.args],
-        "scratch_bytes": result.scratch_bytes,
-        "num_threads": int(num_threads),
-        # "flat": void entry(void **args); "threaded": void entry(void **args, intptr tid, intptr nthreads,
-        # int32_t barrier[2]), called from nthreads threads at once (see parallel.py).
-        "entry_abi": "threaded" if result.threaded else "flat",
-        # The path each heavy op took (decisions.py): `etc inspect` prints them.
-        "decisions": [d.to_json() for d in result.decisions],
-    }
+    metadata = blob_metadata(result, num_threads)
     used = {a.name: lowered.constants[a.name] for a in result.args if a.kind == "constant"}
     data = blob.serialize(metadata, result.object_bytes, used)
     debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
@@ -221,12 +206,9 @@ def _no_outside_path(a: list, b: list, ops: list) -> bool:
 
 
 def _producer(value):
-    from torch_mlir import ir
+    from etc.targets.cpu.passes._util import defining_op
 
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
+    return defining_op(value)
 
 
 def _owner(use):

@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ATTR = "etc.cpu.decisions"
+# On an op a pass rewrote into another and already decided about (a global pool turned into a
+# row reduction): the pass that would decide again about the new op skips it and drops this.
+DECIDED = "etc.cpu.decided"
 
 # Paths that are not a fallback: the tuned code for that op kind, or a choice made by
 # measurement (a contraction too small to pay for packing, a single-row GEMV read in place).

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from etc.targets.cpu.parallel import THREAD_SPLIT  # marks the loop over column panels
+from etc.targets.cpu.passes._util import defining_op
 
 # ------------------------------------------------------------------ configuration
 
@@ -109,16 +110,9 @@ def _mul_add_body(op) -> bool:
     return set(add.operands) == {mul.result, args[2]} and yld.operands[0] == add.result
 
 
-def _producer(value):
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
 def _transpose_source(value):
     """If `value` is a 2-D transpose of another tensor (linalg.transpose or its generic form), that tensor."""
-    op = _producer(value)
+    op = defining_op(value)
     if op is None:
         return None
     if op.name == "linalg.transpose":

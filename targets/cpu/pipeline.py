@@ -142,6 +142,27 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
                                  stats={"pipeline_s": t1 - t0, "llvm_s": time.perf_counter() - t1})
 
 
+def blob_metadata(result, threads: int) -> dict:
+    """The blob header of a compiled function (`codegen.CodegenResult`): what the runtime checks
+    and calls, and the decisions `etc inspect` prints."""
+    target = result.target
+    return {
+        "producer": "etc cpu target",
+        "triple": target.triple,
+        "cpu": target.cpu,
+        "features": target.features,
+        "required_features": target.required_features,
+        "entry": result.entry,
+        "args": [a.to_json() for a in result.args],
+        "scratch_bytes": result.scratch_bytes,
+        "num_threads": int(threads),
+        # "flat": void entry(void **args); "threaded": void entry(void **args, intptr tid, intptr nthreads,
+        # int32_t barrier[2]), called from nthreads threads at once (see parallel.py).
+        "entry_abi": "threaded" if result.threaded else "flat",
+        "decisions": [d.to_json() for d in result.decisions],
+    }
+
+
 def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: int = 3,
                         gemm_min_flops: int | None = None):
     """linalg-on-tensors text (one public func, every argument an input) -> a callable
@@ -158,12 +179,7 @@ def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: 
         n = len(fn.regions[0].blocks[0].arguments)
         result = compile_linalg(module, [("input", str(i)) for i in range(n)], target, opt_level=opt_level,
                                 threads=threads, verify=True, gemm_min_flops=gemm_min_flops)
-    metadata = {"producer": "etc cpu target", "triple": target.triple, "cpu": target.cpu,
-                "features": target.features, "required_features": target.required_features, "entry": result.entry,
-                "args": [a.to_json() for a in result.args], "scratch_bytes": result.scratch_bytes,
-                "num_threads": threads, "entry_abi": "threaded" if result.threaded else "flat",
-                "decisions": [d.to_json() for d in result.decisions]}
-    function = runtime.CompiledFunction(blob.serialize(metadata, result.object_bytes, {}))
+    function = runtime.CompiledFunction(blob.serialize(blob_metadata(result, threads), result.object_bytes, {}))
     function.decisions = result.decisions
     return function
 

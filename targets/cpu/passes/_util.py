@@ -31,6 +31,14 @@ def walk(op, names) -> list:
     return found
 
 
+def defining_op(value):
+    """The operation that produces `value`, or None for a block argument."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
 def arg_attrs(fn) -> list[dict]:
     """Each argument's attribute dictionary, as a Python dict of name -> Attribute."""
     n = len(fn.regions[0].blocks[0].arguments)

@@ -40,6 +40,9 @@ def default_loops(module, options=None) -> None:
     allow_reduction_reassociation(module)
     with module.context:
         for op in walk(module, ("linalg.generic",)):
+            if decisions.DECIDED in op.attributes:
+                del op.attributes[decisions.DECIDED]
+                continue
             kinds = _iterator_kinds(op)
             if "reduction" not in kinds or is_contraction(op):
                 continue
@@ -71,15 +74,9 @@ def allow_reduction_reassociation(module) -> int:
     changed = 0
     with module.context:
         flags = ir.Attribute.parse("#arith.fastmath<reassoc,contract>")
-        generics = []
-
-        def collect(op):
-            if op.name == "linalg.generic" and _iterator_kinds(op)[-1:] == ["reduction"]:
-                generics.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(collect)
-        for g in generics:
+        for g in walk(module, ("linalg.generic",)):
+            if _iterator_kinds(g)[-1:] != ["reduction"]:
+                continue
             for inner in g.regions[0].blocks[0].operations:
                 if inner.operation.name in REASSOCIABLE:
                     inner.operation.attributes["fastmath"] = flags
@@ -89,17 +86,9 @@ def allow_reduction_reassociation(module) -> int:
 
 def interchange_reductions_outward(module) -> int:
     """Permute loops of `linalg.generic` ops as described in `default_codegen_strategy`; returns how many."""
-    generics = []
-
-    def collect(op):
-        if op.name == "linalg.generic":
-            generics.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(collect)
     changed = 0
     with module.context:
-        for op in generics:
+        for op in walk(module, ("linalg.generic",)):
             perm = _reduction_outward_permutation(op)
             if perm is not None:
                 _interchange(op, perm)
@@ -119,15 +108,7 @@ def _reduction_outward_permutation(op):
     kinds = _iterator_kinds(op)
     if "reduction" not in kinds or any(k not in ("parallel", "reduction") for k in kinds):
         return None
-    uses_index = []
-
-    def find_index(inner):
-        if inner.name == "linalg.index":
-            uses_index.append(inner)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(find_index)
-    if uses_index:
+    if walk(op, ("linalg.index",)):
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
     n_outputs = len(op.results) if len(op.results) else _count_outputs(op)

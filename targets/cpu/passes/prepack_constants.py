@@ -75,7 +75,12 @@ def _pad_value(op):
     owner = value.owner
     if isinstance(owner, ir.Block) or owner.name != "arith.constant":
         return None
-    return float(ir.FloatAttr(owner.attributes["value"]).value)
+    attr = owner.attributes["value"]
+    if isinstance(attr, ir.FloatAttr):
+        return float(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return int(attr.value)
+    return None
 
 
 def _evaluate(op, inputs: list):
@@ -145,10 +150,9 @@ def prepack_constants(module, options=None) -> int:
         sources = {origin[v] for v in tensor_operands if v in origin}
         if len(sources) > 1:
             continue  # a pack is a function of one constant
-        try:
-            result = _evaluate(op, [shapes[v] for v in tensor_operands])
-        except Exception:  # noqa: BLE001 - an op this evaluator misreads is simply left to run
-            continue
+        # NotImplemented: not a layout op this evaluator folds (it then runs at call time); an
+        # exception is a bug in the evaluator, reported as such by the pass manager.
+        result = _evaluate(op, [shapes[v] for v in tensor_operands])
         if result is NotImplemented:
             continue
         if result is not None:

@@ -760,14 +760,9 @@ def _global_pool_source(op, kind: str):
     sum, -inf for a max: what torch-mlir makes of `ceil_mode` with a window larger than the
     plane, as EfficientNet's `AvgPool2d(1280, ceil_mode=True)` over 7x7), the pad's source."""
     ir = _ir()
+    from etc.targets.cpu.passes._util import defining_op as producer_of
+
     x = op.operands[0]
-
-    def producer_of(value):
-        owner = value.owner
-        if isinstance(owner, ir.Block):
-            return None
-        return owner.operation if hasattr(owner, "operation") else owner
-
     producer = producer_of(x)
     if producer is not None and producer.name == "tensor.insert_slice" and len(producer.operands) == 2:
         # canonicalization drops the unit batch dim: pad [C, H, W], inserted whole into [1, C, H', W']
@@ -824,7 +819,7 @@ def _global_pool_text(op, kind: str) -> str | None:
         if rank3 else f"  %plane = tensor.collapse_shape %x {plane} : {x_t} into {p_t}",
         f"  %acc0 = tensor.collapse_shape %init [[0], [1, 2, 3]] : {y_t} into {r_t}",
         "  %r = linalg.generic {indexing_maps = [affine_map<(n, c, p) -> (n, c, p)>, affine_map<(n, c, p) -> (n, c)>],"
-        ' iterator_types = ["parallel", "parallel", "reduction"]}',
+        ' iterator_types = ["parallel", "parallel", "reduction"], etc.cpu.decided}',
         f"      ins(%plane : {p_t}) outs(%acc0 : {r_t}) {{",
         "  ^bb0(%v: f32, %acc: f32):",
         f"    %s = {combine} : f32",
