@@ -34,6 +34,7 @@ __all__ = ["Backend", "register_backend", "unregister_backend", "get_backend", "
 _BUILTIN = {"cpu": "etc.targets.cpu.runtime"}
 
 _registry: dict[str, object] = {}
+_REPORTED_FAILURES: set[str] = set()  # built-ins whose load failure was logged (once each)
 
 
 class Backend:
@@ -76,8 +77,14 @@ def _load_builtin(backend_id: str) -> None:
         return
     try:
         importlib.import_module(module_name).register()
-    except Exception:  # noqa: BLE001 - a built-in that cannot load is reported as unregistered
-        pass
+    except Exception as error:  # noqa: BLE001 - a built-in that cannot load is reported as unregistered
+        from etc.runtime import log
+
+        if backend_id in _REPORTED_FAILURES:
+            return
+        _REPORTED_FAILURES.add(backend_id)
+        log.error(f"built-in backend '{backend_id}' failed to load ({module_name}): "
+                  f"{type(error).__name__}: {error}")
 
 
 def registered_backends() -> list[str]:

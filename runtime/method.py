@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from etc.errors import BackendError, EtcError, ExecutionError, InputError, KernelNotFoundError, ProgramError
+from etc.runtime import log
 from etc.runtime.backends import get_backend
 from etc.runtime.memory import MemoryManager
 from etc.schema import program as S
@@ -44,38 +45,76 @@ __all__ = ["Method", "MethodMeta", "TensorInfo", "method_meta", "operator_name"]
 
 # --------------------------------------------------------------------------- metadata
 
-@dataclass
 class TensorInfo:
-    """What a method expects of (or gives as) one tensor value."""
+    """What a method expects of (or gives as) one tensor value.
 
-    dtype: np.dtype  # the numpy dtype holding its elements (bits for bfloat16/float8)
-    sizes: tuple  # static sizes, or the upper bounds of a dynamic tensor
-    dynamic: bool
-    index: int  # EValue index in the plan
-    scalar_type: int = S.ScalarType.FLOAT
-    dim_order: tuple = ()
+    ExecuTorch's `TensorInfo` interface: `sizes()`, `dtype()` (the ScalarType, an IntEnum
+    equal to the int ExecuTorch returns), `nbytes()` and `is_memory_planned()` are methods, so
+    a script written for `executorch.runtime` reads them unchanged. What numpy and torch
+    callers need besides is in properties: `numpy_dtype`, `torch_dtype`, `dynamic`, `index`
+    (the EValue index in the plan) and `dim_order`.
+    """
 
-    @property
+    __slots__ = ("_sizes", "_scalar_type", "_planned", "dynamic", "index", "dim_order", "numpy_dtype")
+
+    def __init__(self, *, sizes: tuple, scalar_type: int, dynamic: bool, index: int, dim_order: tuple = (),
+                 memory_planned: bool = False):
+        self._sizes = tuple(int(s) for s in sizes)
+        self._scalar_type = S.ScalarType(scalar_type)
+        self._planned = bool(memory_planned)
+        self.dynamic = bool(dynamic)
+        self.index = int(index)
+        self.dim_order = tuple(dim_order)
+        # The numpy dtype holding the elements (their bits for bfloat16/float8).
+        self.numpy_dtype = np.dtype(to_numpy_dtype(self._scalar_type))
+
+    def sizes(self) -> tuple:
+        """Static sizes, or the upper bounds of a dynamic tensor."""
+        return self._sizes
+
+    def dtype(self) -> S.ScalarType:
+        return self._scalar_type
+
     def nbytes(self) -> int:
-        return int(np.prod(self.sizes, dtype=np.int64)) * self.dtype.itemsize
+        return int(np.prod(self._sizes, dtype=np.int64)) * self.numpy_dtype.itemsize
+
+    def is_memory_planned(self) -> bool:
+        """True when the program placed the tensor in a planned arena (no memory to provide)."""
+        return self._planned
 
     @property
     def torch_dtype(self):
         from etc.schema import to_torch_dtype
 
-        return to_torch_dtype(self.scalar_type)
+        return to_torch_dtype(self._scalar_type)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TensorInfo) and all(getattr(self, a) == getattr(other, a)
+                                                     for a in self.__slots__)
+
+    def __repr__(self) -> str:
+        return (f"TensorInfo(sizes={list(self._sizes)}, dtype={self._scalar_type.name}, "
+                f"is_memory_planned={self._planned}, nbytes={self.nbytes()}"
+                f"{', dynamic' if self.dynamic else ''})")
 
 
 @dataclass
 class MethodMeta:
-    """A method's interface and resource needs, readable without loading it."""
+    """A method's interface and resource needs, readable without loading it.
 
-    name: str
+    ExecuTorch's MethodMeta interface (`name()`, `num_inputs()`, `input_tensor_meta(i)`, ...)
+    plus the lists behind it.
+    """
+
+    method_name: str
     inputs: list = field(default_factory=list)  # TensorInfo, or the type name of a non-tensor value
     outputs: list = field(default_factory=list)
     planned_buffer_sizes: list = field(default_factory=list)  # bytes of mem_id 1, 2, ...
     backends: list = field(default_factory=list)  # backend id of each delegate
     operators: list = field(default_factory=list)  # "name.overload" of each operator
+
+    def name(self) -> str:
+        return self.method_name
 
     def num_inputs(self) -> int:
         return len(self.inputs)
@@ -103,10 +142,10 @@ class MethodMeta:
         def show(info) -> str:
             if isinstance(info, TensorInfo):
                 bound = " (upper bounds)" if info.dynamic else ""
-                return f"{info.dtype}{list(info.sizes)}{bound}"
+                return f"{info.numpy_dtype}{list(info.sizes())}{bound}"
             return str(info)
 
-        lines = [f"method '{self.name}'"]
+        lines = [f"method '{self.method_name}'"]
         lines += [f"  input {i}: {show(info)}" for i, info in enumerate(self.inputs)]
         lines += [f"  output {i}: {show(info)}" for i, info in enumerate(self.outputs)]
         lines.append("  planned memory: " + (", ".join(f"mem_id {i + 1}: {size} bytes" for i, size in
@@ -123,11 +162,10 @@ def operator_name(operator: S.Operator) -> str:
 
 
 def _tensor_info(index: int, tensor: S.Tensor) -> TensorInfo:
-    return TensorInfo(dtype=np.dtype(to_numpy_dtype(tensor.scalar_type)),
-                      sizes=tuple(int(s) for s in tensor.sizes or []),
+    return TensorInfo(sizes=tuple(int(s) for s in tensor.sizes or []), scalar_type=int(tensor.scalar_type),
                       dynamic=tensor.shape_dynamism != S.TensorShapeDynamism.STATIC, index=index,
-                      scalar_type=int(tensor.scalar_type),
-                      dim_order=tuple(int(d) for d in tensor.dim_order or []))
+                      dim_order=tuple(int(d) for d in tensor.dim_order or []),
+                      memory_planned=tensor.allocation_info is not None)
 
 
 def _value_info(plan: S.ExecutionPlan, index: int):
@@ -141,7 +179,7 @@ def method_meta(plan: S.ExecutionPlan) -> MethodMeta:
     """The MethodMeta of a plan, computed from the program alone (no memory, no kernels)."""
     sizes = [int(s) for s in plan.non_const_buffer_sizes or [0]]
     return MethodMeta(
-        name=plan.name,
+        method_name=plan.name,
         inputs=[_value_info(plan, i) for i in plan.inputs or []],
         outputs=[_value_info(plan, i) for i in plan.outputs or []],
         planned_buffer_sizes=sizes[1:],
@@ -271,7 +309,7 @@ def _lookup_default(name: str, lookup):
 class Method:
     """A method ready to run: `execute(inputs) -> outputs`. See the module docstring."""
 
-    def __init__(self, pte: S.PteFile, plan: S.ExecutionPlan, *, kernels=None):
+    def __init__(self, pte: S.PteFile, plan: S.ExecutionPlan, *, kernels=None, run_record=None):
         self.name = plan.name
         self._pte = pte
         self._plan = plan
@@ -286,9 +324,13 @@ class Method:
         self._build_values()
         self._kernels = self._bind_kernels(kernels)
         self._delegates = self._init_delegates()
+        self._step_writes: dict = {}
         self._chains = [self._compile_chain(c, chain) for c, chain in enumerate(plan.chains or [])]
         self._inputs = list(plan.inputs or [])
         self._outputs = list(plan.outputs or [])
+        self._run_record = run_record  # `enable_etdump=True`: execute records into it (etc.devtools.RunRecord)
+        log.debug(f"loaded method '{self.name}': {len(self._kernels)} operator(s), "
+                  f"{len(self._delegates)} delegate(s), planned arenas {self.metadata.planned_buffer_sizes} bytes")
 
     def __repr__(self) -> str:
         return (f"Method('{self.name}', inputs={len(self._inputs)}, outputs={len(self._outputs)}, "
@@ -502,7 +544,15 @@ class Method:
                 defined.add(i)
         steps = []
         for position, instruction in enumerate(chain.instructions or []):
-            steps.append(self._compile(position, instruction.instr_args, defined))
+            before = set(defined)
+            step = self._compile(position, instruction.instr_args, defined)
+            # The tensors the instruction writes (what a run record's debug buffer keeps of it).
+            written = defined - before
+            if isinstance(instruction.instr_args, S.KernelCall) and step[2] is not None:
+                written |= self._written(step[2])
+            self._step_writes[(chain_index, position)] = sorted(
+                i for i in written if isinstance(self._values[i], _Tensor) and not self._values[i].constant)
+            steps.append(step)
         return steps
 
     def _compile(self, position: int, call, defined: set):
@@ -596,7 +646,10 @@ class Method:
         inputs = list(inputs)
         as_torch = any(type(x).__module__.startswith("torch") for x in inputs)
         self._set_inputs(inputs)
-        self._run()
+        if self._run_record is None:
+            self._run()
+        else:
+            self._run_recorded(self._run_record)
         return [self._output(index, as_torch) for index in self._outputs]
 
     def __call__(self, *inputs):
@@ -609,8 +662,7 @@ class Method:
         The instructions of a loop are counted once per iteration. A coarse ETDump: enough to see
         which kernels or delegates an inference spends its time in.
         """
-        from time import perf_counter
-
+        clock = log.get_pal().clock
         if isinstance(inputs, np.ndarray) or type(inputs).__module__.startswith("torch"):
             inputs = [inputs]
         inputs = list(inputs)
@@ -621,13 +673,13 @@ class Method:
                 pc, count = 0, len(steps)
                 while pc < count:
                     step = steps[pc][0]
-                    start = perf_counter()
+                    start = clock()
                     try:
                         jump = step()
                     except Exception as error:  # noqa: BLE001
                         located, cause = self._located(error, chain_index, pc)
                         raise located from cause
-                    spent = perf_counter() - start
+                    spent = (clock() - start) * 1e-9
                     key = (chain_index, pc)
                     seconds, calls = totals.get(key, (0.0, 0))
                     totals[key] = (seconds + spent, calls + 1)
@@ -736,6 +788,33 @@ class Method:
                     located, cause = self._located(error, chain_index, pc)
                     raise located from cause
                 pc = pc + 1 if jump is None else jump
+
+    def _run_recorded(self, record) -> None:
+        """`_run`, timing every instruction on the PAL clock into `record` (and keeping their outputs
+        when it has a debug buffer). A separate loop, so that a program loaded without
+        `enable_etdump` pays nothing for it."""
+        from etc.devtools.run_record import EXECUTE_EVENT
+
+        clock = log.get_pal().clock
+        add, capture = record.add, record.captures_outputs
+        name, run = self.name, record.begin_run(self.name)
+        started = clock()
+        for chain_index, steps in enumerate(self._chains):
+            pc, count = 0, len(steps)
+            while pc < count:
+                step, label = steps[pc][0], steps[pc][1]
+                start = clock()
+                try:
+                    jump = step()
+                except Exception as error:  # noqa: BLE001 - as in _run
+                    located, cause = self._located(error, chain_index, pc)
+                    raise located from cause
+                add(label, name, run, chain_index, pc, start, clock())
+                if capture:
+                    record.keep_outputs(name, run, chain_index, pc, [
+                        (i, self._values[i].array) for i in self._step_writes[(chain_index, pc)]])
+                pc = pc + 1 if jump is None else jump
+        add(EXECUTE_EVENT, name, run, -1, -1, started, clock())
 
     def _located(self, error: Exception, chain_index: int, pc: int):
         """(the ExecutionError to raise for `error` at instruction pc, the exception it comes from)."""

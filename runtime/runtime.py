@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from etc.errors import EtcError, ProgramError
+from etc.runtime import log
 from etc.runtime.method import Method, MethodMeta, method_meta
 from etc.schema import PteFile, deserialize_pte, validate_pte
 
@@ -29,16 +30,20 @@ __all__ = ["Runtime", "Program", "BackendRegistry", "OperatorRegistry"]
 class Program:
     """A loaded program: its methods by name, each loaded on first request."""
 
-    def __init__(self, pte: PteFile, *, source: str = "<bytes>"):
+    def __init__(self, pte: PteFile, *, source: str = "<bytes>", run_record=None, kernels=None):
         self.pte = pte
         self.source = source
         self._plans = {plan.name: plan for plan in pte.program.execution_plan or []}
         self._methods: dict[str, Method] = {}
+        # `enable_etdump=True`: every method of this program records into this one RunRecord.
+        self.run_record = run_record
+        self._kernels = kernels  # a selective-build kernel table, or None for every registered kernel
+        log.debug(f"loaded program {source}: methods {', '.join(self._plans) or 'none'}")
 
     @property
-    def method_names(self) -> list[str]:
-        """The method names, in program order."""
-        return list(self._plans)
+    def method_names(self) -> set[str]:
+        """The method names, as a set (as `executorch.runtime` gives them)."""
+        return set(self._plans)
 
     @property
     def num_methods(self) -> int:
@@ -48,14 +53,14 @@ class Program:
         plan = self._plans.get(name)
         if plan is None:
             raise ProgramError(f"program {self.source} has no method '{name}' "
-                               f"(methods: {', '.join(self.method_names) or 'none'})")
+                               f"(methods: {', '.join(self._plans) or 'none'})")
         return plan
 
     def load_method(self, name: str = "forward") -> Method:
         """The method `name`, loaded (memory planned, kernels bound, delegates initialised) once."""
         method = self._methods.get(name)
         if method is None:
-            method = Method(self.pte, self._plan(name))
+            method = Method(self.pte, self._plan(name), kernels=self._kernels, run_record=self.run_record)
             self._methods[name] = method
         return method
 
@@ -63,8 +68,16 @@ class Program:
         """Method `name`'s inputs, outputs, planned buffers, backends and operators, without loading it."""
         return method_meta(self._plan(name))
 
+    def write_etdump_result_to_file(self, etdump_path, debug_buffer_path=None) -> None:
+        """Write what the methods recorded (`enable_etdump=True`): the events to `etdump_path`, the
+        intermediate outputs (`debug_buffer_size > 0`) to `debug_buffer_path`. etc's own formats
+        (`etc.devtools.RunRecord.load` reads them back), under ExecuTorch's method name."""
+        if self.run_record is None:
+            raise EtcError(f"program {self.source} was loaded without enable_etdump=True: it recorded nothing")
+        self.run_record.save(etdump_path, debug_buffer_path)
+
     def __repr__(self) -> str:
-        return f"Program({self.source}, methods={self.method_names})"
+        return f"Program({self.source}, methods={list(self._plans)})"
 
 
 class BackendRegistry:
@@ -137,11 +150,30 @@ class Runtime:
 
         return set_blas_threads(int(count))
 
-    def load_program(self, data) -> Program:
-        """A program from a `.pte` path, its bytes, a binary file object, or a PteFile."""
+    def load_program(self, data, *, enable_etdump: bool = False, debug_buffer_size: int = 0) -> Program:
+        """A program from a `.pte` path, its bytes, a binary file object, or a PteFile.
+
+        `enable_etdump=True` records every instruction's time (and the whole execute's) into
+        `program.run_record` (an `etc.devtools.RunRecord`, ExecuTorch's ETDump in etc's format;
+        `program.write_etdump_result_to_file(path)` saves it); `debug_buffer_size` > 0 also keeps
+        the intermediate output of every instruction, up to that many bytes over all runs (as
+        ExecuTorch's debug buffer). Without `enable_etdump` the methods run untimed, at no cost.
+        """
+        if debug_buffer_size and not enable_etdump:
+            raise EtcError("debug_buffer_size is the intermediate-output budget of the run record: "
+                           "it needs enable_etdump=True")
+        run_record = None
+        if enable_etdump:
+            from etc.devtools.run_record import RunRecord
+
+            run_record = RunRecord(debug_buffer_size=int(debug_buffer_size))
+        pte, source = self._read_program(data)
+        return Program(pte, source=source, run_record=run_record)
+
+    def _read_program(self, data) -> tuple[PteFile, str]:
         if isinstance(data, PteFile):
             validate_pte(data)  # built in memory: the same checks a file gets, so the runtime may index freely
-            return Program(data, source="<PteFile>")
+            return data, "<PteFile>"
         if isinstance(data, (str, os.PathLike)):
             path = os.fspath(data)
             try:
@@ -149,12 +181,12 @@ class Runtime:
                     blob = f.read()
             except OSError as error:
                 raise ProgramError(f"cannot read program '{path}': {error.strerror}") from None
-            return Program(deserialize_pte(blob), source=path)
+            return deserialize_pte(blob), path
         if isinstance(data, (bytes, bytearray, memoryview)):
-            return Program(deserialize_pte(bytes(data)))
+            return deserialize_pte(bytes(data)), "<bytes>"
         if hasattr(data, "read"):
             blob = data.read()
             if isinstance(blob, (bytes, bytearray)):
-                return Program(deserialize_pte(bytes(blob)), source=getattr(data, "name", "<file>"))
+                return deserialize_pte(bytes(blob)), getattr(data, "name", "<file>")
         raise ProgramError(f"load_program takes a path, bytes, a binary file or a PteFile, "
                            f"got {type(data).__name__}")

@@ -114,8 +114,8 @@ def _random_input(meta):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    dtype = np.dtype(meta.dtype)
-    shape = tuple(meta.sizes)
+    dtype = meta.numpy_dtype
+    shape = tuple(meta.sizes())
     if dtype == np.bool_:
         return rng.integers(0, 2, shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):

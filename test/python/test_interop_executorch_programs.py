@@ -79,7 +79,7 @@ def test_executorch_dynamic_batch_at_every_size_within_bounds():
     program = Runtime.get().load_program(_executorch_buffer(zoo_model.export()))
     method = _load_or_skip(program, "forward")
     meta = program.metadata("forward")
-    assert meta.input_tensor_meta(0).dynamic and meta.input_tensor_meta(0).sizes == (32, 16)
+    assert meta.input_tensor_meta(0).dynamic and meta.input_tensor_meta(0).sizes() == (32, 16)
     for batch in (32, 1, 7, 32, 5):
         x = torch.randn(batch, 16)
         (got,) = method.execute([x.numpy()])  # numpy in, numpy out

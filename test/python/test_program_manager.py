@@ -77,7 +77,7 @@ def test_save_and_reload(tmp_path):
     path = tmp_path / "net.pte"
     program.save(path)
     assert path.read_bytes() == program.buffer
-    assert Runtime.get().load_program(path).method_names == ["forward"]
+    assert Runtime.get().load_program(path).method_names == {"forward"}
 
 
 def test_op_without_edge_form_fails_at_the_user_line():

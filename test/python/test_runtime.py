@@ -92,7 +92,7 @@ def test_chain_with_constants_and_reused_memory():
     method.execute([x * 0])
     np.testing.assert_array_equal(y, (x + [1, 2, 3, 4]) * 2 + x)
     assert method.metadata.planned_buffer_sizes == [48]
-    assert method.metadata.inputs[0].sizes == (4,)
+    assert method.metadata.inputs[0].sizes() == (4,)
 
 
 def test_torch_in_torch_out():
@@ -146,7 +146,7 @@ def test_two_methods_and_unknown_method():
     scale = plan("scale", [tensor([2], mem=(1, 0)), S.EValue(val=S.Double(double_val=3.0)), tensor([2], mem=(1, 16))],
                  [0], [2], [kernel_call(0, 0, 1, 2, 2)], [("etc_test::scale", "out")], [0, 32])
     loaded = program(add, scale)
-    assert loaded.method_names == ["add", "scale"]
+    assert loaded.method_names == {"add", "scale"}
     x = np.array([1, 2], dtype=np.float32)
     np.testing.assert_array_equal(loaded.load_method("add").execute([x])[0], [2, 4])
     np.testing.assert_array_equal(loaded.load_method("scale").execute([x])[0], [3, 6])

@@ -543,13 +543,15 @@ def test_program_metadata_sources_and_torch_io(tmp_path):
     path = tmp_path / "p.pte"
     path.write_bytes(data)
     for source in (data, path, str(path), builder.pte(other)):
-        assert Runtime.get().load_program(source).method_names == ["forward", "double"]
+        assert Runtime.get().load_program(source).method_names == {"forward", "double"}
     with open(path, "rb") as f:
         program = Runtime.get().load_program(f)
     meta = program.metadata("forward")
     assert meta.num_inputs() == 1 and meta.num_outputs() == 2
     tensor_meta = meta.input_tensor_meta(0)
-    assert (tensor_meta.sizes, tensor_meta.dynamic, tensor_meta.dtype) == ((4, 3), True, np.dtype(np.float32))
+    assert (tensor_meta.sizes(), tensor_meta.dynamic, tensor_meta.numpy_dtype) == ((4, 3), True, np.dtype(np.float32))
+    assert tensor_meta.dtype() == S.ScalarType.FLOAT == 6 and tensor_meta.nbytes() == 4 * 3 * 4
+    assert tensor_meta.is_memory_planned() and meta.name() == "forward"
     assert tensor_meta.torch_dtype == torch.float32
     assert meta.outputs[1] == "Int"
     assert meta.num_memory_planned_buffers() == 1 and meta.memory_planned_buffer_size(0) == 96

@@ -1,0 +1,36 @@
+"""Developer tools: what a program is made of and what it did (ExecuTorch's devtools, in etc's formats).
+
+- `CompileRecord` (ETRecord): every instruction of a program mapped back to its edge
+  op, aten op and the user's source line, delegates to the ops inside them; written by
+  `to_executorch(generate_etrecord=True)` (`program.get_etrecord()`).
+- `RunRecord` (ETDump): per-instruction times and, optionally, intermediate outputs;
+  filled by the runtime for a program loaded with `enable_etdump=True`.
+- `Inspector`: the two joined into a table of events, top ops, a Chrome trace.
+- `BundledProgram`: a program with test inputs and expected outputs, in ExecuTorch's
+  `.bpte` format.
+- `numeric_debug`: a program's intermediate outputs against eager, op by op.
+- `selective_build`: the kernels and backends a set of programs needs.
+
+Names are imported lazily: the runtime imports `etc.devtools.run_record` without
+pulling torch or the compiler in.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "RunRecord": "etc.devtools.run_record",
+    "Event": "etc.devtools.run_record",
+    "CompileRecord": "etc.devtools.compile_record",
+    "Inspector": "etc.devtools.inspector",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'etc.devtools' has no attribute '{name}'")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,165 @@
+"""The run record: what a program did when it ran (ExecuTorch's ETDump, in etc's format).
+
+The runtime fills one when a program is loaded with `enable_etdump=True`:
+
+- one event per executed instruction (its method, chain, instruction index, the
+  operator or delegate it ran, start and end on the PAL clock), an instruction in
+  a loop once per iteration;
+- one `Method::execute` event per execute, around all of them: the latency the
+  instruction times are compared against;
+- with `debug_buffer_size` > 0, the output tensors of every instruction, copied
+  after it ran, until that many bytes are kept (as ExecuTorch's debug buffer;
+  `dropped_outputs` counts what no longer fit, so a reader knows the capture is
+  partial instead of silently missing it).
+
+Recording appends a tuple per instruction; everything else (Event objects, the
+files) is made when read. Files: `save(etdump_path, debug_buffer_path)` writes
+the events as JSON and the intermediate outputs as one `.npz`; `RunRecord.load`
+reads both back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from etc.errors import EtcError
+
+__all__ = ["Event", "RunRecord", "EXECUTE_EVENT", "FORMAT"]
+
+FORMAT = "etc-run-record"
+FORMAT_VERSION = 1
+# The event spanning a whole execute (ExecuTorch's name for it).
+EXECUTE_EVENT = "Method::execute"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One timed span: an instruction (chain, instruction >= 0) or a whole execute (both -1)."""
+
+    name: str
+    method: str
+    run: int  # which execute of `method`, from 0
+    chain: int
+    instruction: int
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def is_execute(self) -> bool:
+        return self.instruction < 0
+
+
+class RunRecord:
+    """Events and (optionally) intermediate outputs of the executes of one loaded program."""
+
+    def __init__(self, debug_buffer_size: int = 0):
+        if debug_buffer_size < 0:
+            raise EtcError(f"debug_buffer_size must be >= 0, got {debug_buffer_size}")
+        self.debug_buffer_size = int(debug_buffer_size)
+        self._events: list[tuple] = []
+        self._runs: dict[str, int] = {}
+        # (method, run, chain, instruction) -> [(value index, array)]
+        self.intermediates: dict[tuple, list] = {}
+        self.debug_bytes = 0
+        self.dropped_outputs = 0
+
+    # ------------------------------------------------------------------ recording (the runtime's side)
+    @property
+    def captures_outputs(self) -> bool:
+        return self.debug_buffer_size > 0
+
+    def begin_run(self, method: str) -> int:
+        run = self._runs.get(method, 0)
+        self._runs[method] = run + 1
+        return run
+
+    def add(self, name: str, method: str, run: int, chain: int, instruction: int, start_ns: int,
+            end_ns: int) -> None:
+        self._events.append((name, method, run, chain, instruction, start_ns, end_ns))
+
+    def keep_outputs(self, method: str, run: int, chain: int, instruction: int, outputs) -> None:
+        """Copy `outputs` ([(value index, array)]) of one instruction, within the debug buffer's budget."""
+        kept = []
+        for index, array in outputs:
+            if self.debug_bytes + array.nbytes > self.debug_buffer_size:
+                self.dropped_outputs += 1
+                continue
+            self.debug_bytes += array.nbytes
+            kept.append((index, np.array(array, copy=True)))
+        if kept:
+            self.intermediates[(method, run, chain, instruction)] = kept
+
+    def clear(self) -> None:
+        """Forget everything recorded so far (a warm-up run, say); run numbers restart at 0."""
+        self._events.clear()
+        self._runs.clear()
+        self.intermediates.clear()
+        self.debug_bytes = 0
+        self.dropped_outputs = 0
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def events(self) -> list[Event]:
+        return [Event(*e) for e in self._events]
+
+    def runs(self, method: str) -> int:
+        return self._runs.get(method, 0)
+
+    def methods(self) -> list[str]:
+        return list(self._runs)
+
+    def __repr__(self) -> str:
+        runs = ", ".join(f"{m} x{n}" for m, n in self._runs.items()) or "nothing"
+        return f"RunRecord({runs}, {len(self._events)} events, {len(self.intermediates)} captured outputs)"
+
+    # ------------------------------------------------------------------ files
+    def save(self, etdump_path, debug_buffer_path=None) -> None:
+        if self.intermediates and debug_buffer_path is None:
+            raise EtcError("the record holds intermediate outputs: give a debug_buffer_path to write them to")
+        document = {"format": FORMAT, "version": FORMAT_VERSION, "debug_buffer_size": self.debug_buffer_size,
+                    "dropped_outputs": self.dropped_outputs, "runs": self._runs,
+                    "events": [list(e) for e in self._events]}
+        with open(etdump_path, "w") as f:
+            json.dump(document, f)
+        if debug_buffer_path is not None:
+            arrays = {f"{m}|{r}|{c}|{i}|{v}": array for (m, r, c, i), kept in self.intermediates.items()
+                      for v, array in kept}
+            with open(debug_buffer_path, "wb") as f:
+                np.savez(f, **arrays)
+
+    @classmethod
+    def load(cls, etdump_path, debug_buffer_path=None) -> "RunRecord":
+        try:
+            with open(etdump_path) as f:
+                document = json.load(f)
+        except OSError as error:
+            raise EtcError(f"cannot read run record '{os.fspath(etdump_path)}': {error.strerror}") from None
+        except ValueError:
+            raise EtcError(f"'{os.fspath(etdump_path)}' is not an etc run record (not JSON; ExecuTorch's own "
+                           "ETDump files are not read)") from None
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            raise EtcError(f"'{os.fspath(etdump_path)}' is not an etc run record")
+        if document.get("version") != FORMAT_VERSION:
+            raise EtcError(f"run record '{os.fspath(etdump_path)}' has version {document.get('version')}, "
+                           f"this etc reads version {FORMAT_VERSION}")
+        record = cls(debug_buffer_size=int(document["debug_buffer_size"]))
+        record._events = [tuple(e) for e in document["events"]]
+        record._runs = {str(k): int(v) for k, v in document["runs"].items()}
+        record.dropped_outputs = int(document["dropped_outputs"])
+        if debug_buffer_path is not None:
+            with np.load(debug_buffer_path) as arrays:
+                for key in arrays.files:
+                    method, run, chain, instruction, value = key.rsplit("|", 4)
+                    array = arrays[key]
+                    record.intermediates.setdefault((method, int(run), int(chain), int(instruction)), []).append(
+                        (int(value), array))
+                    record.debug_bytes += array.nbytes
+        return record
