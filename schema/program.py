@@ -402,6 +402,10 @@ class PteFile:
       in mutable data segment s (`ExtraTensorInfo.mutable_data_segments_idx`, default 0).
     - `named_data[key]` is the bytes of a NamedData entry.
 
+    - `checksums`: whether the file carries etc's per-segment checksums (`etc.schema.checksums`):
+      True for programs etc writes; the reader sets it from the file, so an ExecuTorch
+      file (which has none) is written back byte for byte.
+
     Inside a PteFile, `program.segments`, `program.constant_segment`,
     `program.mutable_data_segments` and `program.named_data` stay empty: the
     serializer fills them on the wire and the reader folds them back into the
@@ -413,6 +417,7 @@ class PteFile:
     delegate_segments: list[bytes] = field(default_factory=list)
     mutable_data: list[list[bytes]] = field(default_factory=list)
     named_data: dict[str, bytes] = field(default_factory=dict)
+    checksums: bool = True
 
     def add_constant(self, data: bytes) -> int:
         """Appends constant tensor bytes; returns the `data_buffer_idx` that refers to them."""

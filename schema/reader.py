@@ -13,6 +13,11 @@ files whose objects are shared many times over.
 Structural problems raise ProgramError naming the field path and the byte
 offset; the segments are then folded back into PteFile payloads and the
 program is checked semantically (`etc.schema.validate`).
+
+A file etc wrote ends in a checksum trailer (`etc.schema.checksums`): the
+program data is checked before a byte of it is decoded, each segment once the
+segment table is read, so a corruption that the structure cannot reveal (a
+weight, a delegate blob) is a ProgramError naming the segment, not a wrong answer.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import re
 import struct
 
 from etc.errors import ProgramError
+from etc.schema import checksums
 from etc.schema import program as P
 from etc.schema.kinds import Blob, Scalar, Str, Table, Union, Vector, wire_fields
 
@@ -200,7 +206,13 @@ def _read_headers(data: bytes) -> tuple[int, int, int]:
 def _segment_payloads(data: bytes, program: P.Program, base: int) -> list[bytes]:
     segments = program.segments or []
     if segments and base == 0:
-        raise ProgramError("Program.segments: the program has segments but no extended header locating them")
+        # ExecuTorch writes a program whose segments are all empty (no constants: a weightless model,
+        # `external_constants=True`) as `segments=[DataSegment(0, 0)]` without the extended header.
+        for i, segment in enumerate(segments):
+            if segment.size:
+                raise ProgramError(f"Program.segments[{i}]: {segment.size} bytes, but the program has no extended "
+                                   "header locating its segment data")
+        return [b"" for _ in segments]
     payloads = []
     for i, segment in enumerate(segments):
         start = base + segment.offset
@@ -296,22 +308,47 @@ def _fold_segments(program: P.Program, payloads: list[bytes]) -> P.PteFile:
                      mutable_data=mutable, named_data=named)
 
 
-def deserialize_pte(data: bytes | bytearray | memoryview, *, validate: bool = True) -> P.PteFile:
+def _checksum_trailer(data: bytes, program_size: int, segment_base: int, segment_data_size: int) -> bytes:
+    """The bytes after the program's data: etc's checksum trailer, or empty (an ExecuTorch file)."""
+    if not _EXTENDED_HEADER_MAGIC.fullmatch(data[8:12]) or struct.unpack_from("<I", data, 12)[0] < 32:
+        return b""  # no header, or one without segment_data_size: nothing delimits the data
+    data_end = segment_base + segment_data_size if segment_base else program_size
+    return data[data_end:]
+
+
+def deserialize_pte(data: bytes | bytearray | memoryview, *, validate: bool = True,
+                    verify_checksums: bool = True) -> P.PteFile:
     """Parses `.pte` bytes into a PteFile; raises ProgramError saying what is wrong and where.
 
     With `validate` (the default) the program is also checked semantically
     (value/operator/delegate indices, tensor shapes and placement) by
-    `etc.schema.validate.validate_pte`.
+    `etc.schema.validate.validate_pte`. With `verify_checksums` (the default), a
+    file carrying etc's checksum trailer (`etc.schema.checksums`) has its program
+    data checked before it is decoded and each segment after: a corrupted file
+    raises ProgramError naming the region instead of loading wrong weights.
     """
     data = bytes(data)
-    program_size, segment_base, _ = _read_headers(data)
+    program_size, segment_base, segment_data_size = _read_headers(data)
+    trailer = _checksum_trailer(data, program_size, segment_base, segment_data_size)
+    crcs = None
+    if trailer and verify_checksums:
+        crcs = checksums.parse_trailer(trailer, len(data) - len(trailer))
+        checksums.check(f"program data (bytes 0..{program_size}: headers and flatbuffer)", data[:program_size],
+                        crcs[0])
     reader = _FlatbufferReader(data, program_size)
     root = reader.u32(0, "Program", "root offset")
     if not 8 <= root < program_size:
         raise ProgramError(f"root offset {root} is outside the program data (8..{program_size})")
     program = reader.table(P.Program, root, "Program")
     payloads = _segment_payloads(data, program, segment_base)
+    if crcs is not None:
+        if len(crcs) != 1 + len(payloads):
+            raise ProgramError(f"checksum trailer: {len(crcs) - 1} segment checksums for {len(payloads)} segments")
+        roles = checksums.segment_roles(program)
+        for i, payload in enumerate(payloads):
+            checksums.check(f"Program.segments[{i}] ({roles.get(i, 'unreferenced')})", payload, crcs[i + 1])
     pte = _fold_segments(program, payloads)
+    pte.checksums = bool(trailer)
     if validate:
         from etc.schema.validate import validate_pte
 

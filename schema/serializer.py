@@ -10,7 +10,9 @@ regenerate. Then, as ExecuTorch's `_program.py` does:
    are laid out, each segment aligned to lcm(segment_alignment, its alignment);
 2. the extended header "eh00" is spliced in at offset 8 (padded to the largest
    force_align in the flatbuffer) and the root offset bumped past it;
-3. the segments follow the program data, padded to `segment_alignment`.
+3. the segments follow the program data, padded to `segment_alignment`;
+4. unless `pte.checksums` is False, etc's checksum trailer follows (`etc.schema.checksums`:
+   a CRC-32 of the program data and of each segment, where stock ExecuTorch never reads).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import struct
 import flatbuffers
 
 from etc.errors import SerializationError
+from etc.schema import checksums
 from etc.schema import program as P
 from etc.schema.kinds import Blob, Scalar, Str, Table, Union, Vector, wire_fields
 
@@ -263,4 +266,7 @@ def serialize_pte(pte: P.PteFile, *, segment_alignment: int = 128, constant_tens
     out += flatbuffer[8:]
     if has_segments:
         layout.write(out, segment_base)
+    if pte.checksums:
+        out += checksums.build_trailer(checksums.crc32(out[:program_size]),
+                                       [checksums.crc32(payload) for payload in layout.payloads])
     return bytes(out)

@@ -194,5 +194,7 @@ def validate_pte(pte: P.PteFile) -> None:
     plans = pte.program.execution_plan
     if not plans:
         raise ProgramError("Program.execution_plan: the program has no methods")
+    if pte.constant_data and pte.program.constant_buffer:
+        raise ProgramError("Program.constant_buffer: constants both inline (legacy) and in the constant segment")
     for p, plan in enumerate(plans):
         _PlanChecker(pte, plan, f"Program.execution_plan[{p}]").check()

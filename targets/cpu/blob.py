@@ -1,10 +1,10 @@
 """The `cpu` delegate blob: object code plus what the runtime needs to call it safely.
 
-Layout (little endian), version 1:
+Layout (little endian), version 2:
 
     0   8  magic  b"ETCCPU\\x00\\x01"
-    8   4  u32 format version (1)
-    12  4  u32 reserved (0)
+    8   4  u32 format version (2)
+    12  4  u32 CRC-32 of the whole blob, these 4 bytes taken as zero
     16  8  u64 metadata offset   24 8 u64 metadata size    (UTF-8 JSON)
     32  8  u64 object offset     40 8 u64 object size      (relocatable object, ELF on Linux/bare metal)
     48  8  u64 constants offset  56 8 u64 constants size   (tensor bytes, each 64-byte aligned)
@@ -16,6 +16,15 @@ Metadata: `triple`, `cpu`, `features` (the full LLVM feature string used),
 input/constant/output/scratch, `dtype` (numpy name), `rank`, `shape`, `name`),
 `constants` (fqn -> offset/nbytes/dtype/shape inside the constants section),
 `scratch_bytes`, `num_threads`, `producer`.
+
+Checked before use (`deserialize`): the CRC first, so nothing from a damaged
+blob (not its metadata, not a byte of its code) is trusted before it matches,
+even when the program's own checksums were turned off
+(`Verification.Minimal`); then every section against the blob's size and every
+metadata field the runtime reads against its type and range (a constant's
+bytes inside the constant section, shapes that fit their dtype's bytes), so a
+hand-made or mis-built blob is a `BlobFormatError`, never a KeyError or a read
+out of bounds. The object code is validated by the loader (`elf.Elf`).
 
 Constants live in the blob, not in the program's constant segment: the
 delegate's interface (`backend.delegate` operands) carries only the
@@ -29,13 +38,15 @@ constant section (aligned, never copied) as the entry's constant arguments.
 from __future__ import annotations
 
 import json
+import math
 import struct
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 MAGIC = b"ETCCPU\x00\x01"
-VERSION = 1
+VERSION = 2
 _HEADER = struct.Struct("<8sII6Q")
 ALIGN = 64
 
@@ -108,28 +119,115 @@ def serialize(metadata: dict, object_bytes: bytes, constants: dict | None = None
     for offset, payload in ((meta_off, meta_bytes), (obj_off, object_bytes), (const_off, section)):
         out.extend(b"\x00" * (offset - len(out)))
         out.extend(payload)
+    struct.pack_into("<I", out, _CRC_AT, _crc(out))
     return bytes(out)
 
 
+_CRC_AT = 12
+
+
+def _crc(data) -> int:
+    """CRC-32 of `data` with its CRC field taken as zero."""
+    crc = zlib.crc32(data[:_CRC_AT])
+    crc = zlib.crc32(b"\x00\x00\x00\x00", crc)
+    return zlib.crc32(memoryview(data)[_CRC_AT + 4:], crc) & 0xFFFFFFFF
+
+
 def deserialize(data: bytes) -> CpuBlob:
+    """The blob in `data`, checked (see the module docstring); BlobFormatError says what is wrong."""
     data = bytes(data)
     if len(data) < _HEADER.size:
         raise BlobFormatError(f"cpu blob: {len(data)} bytes is shorter than the {_HEADER.size}-byte header")
-    magic, version, _, meta_off, meta_len, obj_off, obj_len, const_off, const_len = _HEADER.unpack_from(data)
+    magic, version, stored, meta_off, meta_len, obj_off, obj_len, const_off, const_len = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise BlobFormatError(f"not a cpu blob (magic {magic!r})")
     if version != VERSION:
-        raise BlobFormatError(f"cpu blob format version {version} is not supported (this runtime reads {VERSION})")
-    for what, off, n in (("metadata", meta_off, meta_len), ("object", obj_off, obj_len),
-                         ("constants", const_off, const_len)):
-        if off + n > len(data):
-            raise BlobFormatError(f"cpu blob: {what} section [{off}, {off + n}) runs past the end ({len(data)} bytes)")
+        raise BlobFormatError(f"cpu blob format version {version} is not supported (this runtime reads {VERSION}; "
+                              "recompile the model)")
+    computed = _crc(data)
+    if computed != stored:
+        raise BlobFormatError(f"cpu blob: checksum mismatch (stored {stored:08x}, computed {computed:08x}): the blob "
+                              "is corrupted")
+    sections = sorted([("metadata", meta_off, meta_len), ("object", obj_off, obj_len),
+                       ("constants", const_off, const_len)], key=lambda section: section[1])
+    end = _HEADER.size
+    for what, off, n in sections:
+        if off < end or off % ALIGN or off + n > len(data):
+            raise BlobFormatError(f"cpu blob: {what} section [{off}, {off + n}) is misplaced (overlaps another, "
+                                  f"unaligned, or past the end of the {len(data)}-byte blob)")
+        end = off + n
     try:
         metadata = json.loads(data[meta_off:meta_off + meta_len].decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise BlobFormatError(f"cpu blob: metadata is not JSON: {e}") from None
-    for key in ("triple", "entry", "args"):
-        if key not in metadata:
-            raise BlobFormatError(f"cpu blob: metadata has no '{key}'")
+    check_metadata(metadata, const_len)
     return CpuBlob(metadata=metadata, object_bytes=data[obj_off:obj_off + obj_len],
                    constants_bytes=data[const_off:const_off + const_len], raw=data)
+
+
+_ARG_KINDS = ("input", "constant", "output", "scratch")
+
+
+def check_metadata(metadata, constants_size: int) -> None:
+    """Every metadata field the runtime reads has its type and a value in range."""
+    def fail(where, message):
+        raise BlobFormatError(f"cpu blob: metadata {where}: {message}")
+
+    def shape_of(value, where) -> list[int]:
+        if not isinstance(value, list) or not all(type(d) is int and 0 <= d < 1 << 40 for d in value):
+            fail(where, f"{value!r} is not a list of sizes")
+        return value
+
+    def dtype_of(value, where):
+        try:
+            dtype = np.dtype(value)
+        except (TypeError, ValueError):
+            fail(where, f"{value!r} is not a dtype")
+        if dtype.kind not in "biuf":
+            fail(where, f"{value!r} is not a tensor element type")
+        return dtype
+
+    if not isinstance(metadata, dict):
+        fail("", "is not an object")
+    for key in ("triple", "entry"):
+        if not isinstance(metadata.get(key), str) or not metadata[key]:
+            fail(f"'{key}'", "missing or not a string")
+    features = metadata.get("required_features", [])
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        fail("'required_features'", "is not a list of strings")
+    threads = metadata.get("num_threads", 1)
+    if type(threads) is not int or not 1 <= threads <= 1024:
+        fail("'num_threads'", f"{threads!r} is not a thread count")
+    if metadata.get("entry_abi", "flat") not in ("flat", "threaded"):
+        fail("'entry_abi'", f"{metadata.get('entry_abi')!r} is not 'flat' or 'threaded'")
+    constants = metadata.get("constants", {})
+    if not isinstance(constants, dict):
+        fail("'constants'", "is not an object")
+    for name, info in constants.items():
+        where = f"constants['{name}']"
+        if not isinstance(info, dict):
+            fail(where, "is not an object")
+        dtype = dtype_of(info.get("dtype"), f"{where}.dtype")
+        shape = shape_of(info.get("shape"), f"{where}.shape")
+        offset, nbytes = info.get("offset"), info.get("nbytes")
+        if type(offset) is not int or type(nbytes) is not int or offset < 0 or offset % ALIGN \
+                or offset + nbytes > constants_size or nbytes != math.prod(shape) * dtype.itemsize:
+            fail(where, f"bytes [{offset}, +{nbytes}) of {shape} {dtype} do not fit the {constants_size}-byte "
+                        "constant section")
+    args = metadata.get("args")
+    if not isinstance(args, list):
+        fail("'args'", "missing or not a list")
+    for i, arg in enumerate(args):
+        where = f"args[{i}]"
+        if not isinstance(arg, dict) or arg.get("kind") not in _ARG_KINDS:
+            fail(where, f"is not an argument of kind {', '.join(_ARG_KINDS)}")
+        shape = shape_of(arg.get("shape"), f"{where}.shape")
+        if arg["kind"] == "scratch":
+            continue
+        dtype = dtype_of(arg.get("dtype"), f"{where}.dtype")
+        if arg["kind"] == "constant":
+            info = constants.get(arg.get("name"))
+            if info is None:
+                fail(f"{where}.name", f"constant {arg.get('name')!r} is not in the constant table")
+            if list(shape) != info["shape"] or dtype != np.dtype(info["dtype"]):
+                fail(where, f"{shape} {dtype} disagrees with its constant's {info['shape']} {info['dtype']}")

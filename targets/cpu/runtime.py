@@ -5,8 +5,11 @@
 (`init(blob, compile_specs) -> handle`, `execute(handle, args)` with the
 inputs then the outputs, as numpy views into planned memory, written in place).
 
-Safety: before linking, the blob's triple must match this process's
-architecture and OS, and every feature the code was compiled for
+Safety: nothing from a blob is used before its CRC matches (`blob.deserialize`,
+which also checks its sections and metadata); its object code's sections,
+symbols and relocations are range-checked (`elf.Elf`) and its entry must be a
+function in executable code. Before linking, the blob's triple must match this
+process's architecture and OS, and every feature the code was compiled for
 (`required_features`) must be present on this CPU (llvmlite's host feature
 list); otherwise `BackendError` names what is missing, instead of the process
 dying of an illegal instruction.
@@ -47,6 +50,7 @@ import numpy as np
 
 from etc.errors import BackendError
 from etc.targets.cpu import blob as blob_format
+from etc.targets.cpu import elf as elf_format
 
 BACKEND_ID = "cpu"
 
@@ -102,8 +106,8 @@ def check_host_compatible(metadata: dict) -> None:
 # reporting: checked before linking, so a blob it cannot link is a BackendError instead.
 _SMALL_MODEL_LIMIT = 1 << 31  # 32-bit displacements between the sections of one object
 _ABSOLUTE_32 = {"x86_64": {10: "R_X86_64_32", 11: "R_X86_64_32S"}}  # need the object below 4 GiB
-_SHF_WRITE, _SHF_ALLOC, _SHF_EXECINSTR = 0x1, 0x2, 0x4
-_SHT_SYMTAB, _SHT_RELA, _SHT_NOBITS, _SHT_REL = 2, 4, 8, 9
+_SHF_WRITE, _SHF_EXECINSTR, _SHT_NOBITS = elf_format.SHF_WRITE, elf_format.SHF_EXECINSTR, elf_format.SHT_NOBITS
+_Elf = elf_format.Elf
 
 
 def _process_defines(name: str, llvm=None) -> int:
@@ -115,49 +119,6 @@ def _process_defines(name: str, llvm=None) -> int:
         return ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value or 0
     except (AttributeError, OSError):
         return 0
-
-
-class _Elf:
-    """The parts of a 64-bit little-endian ELF relocatable object a loader needs."""
-
-    def __init__(self, data: bytes):
-        import struct
-
-        self.data = data
-        try:
-            self.machine = {62: "x86_64", 183: "aarch64"}.get(struct.unpack_from("<H", data, 18)[0], "other")
-            shoff = struct.unpack_from("<Q", data, 0x28)[0]
-            shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-            # (name, type, flags, addr, offset, size, link, info, align, entsize)
-            self.sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-            self.symbols = []  # (name, shndx, value)
-            self.relocations = []  # (target section, offset, type, symbol index, addend)
-            for _, sh_type, _, _, offset, size, link, info, _, entsize in self.sections:
-                if sh_type == _SHT_SYMTAB:
-                    strtab = self.sections[link][4]
-                    for k in range(size // (entsize or 24)):
-                        name_off, _, _, shndx, value = struct.unpack_from("<IBBHQ", data, offset + k * (entsize or 24))
-                        end = data.index(b"\0", strtab + name_off)
-                        self.symbols.append((data[strtab + name_off:end].decode("latin-1"), shndx, value))
-                elif sh_type in (_SHT_RELA, _SHT_REL):
-                    step = entsize or (24 if sh_type == _SHT_RELA else 16)
-                    for k in range(size // step):
-                        r_offset, r_info = struct.unpack_from("<QQ", data, offset + k * step)
-                        addend = struct.unpack_from("<q", data, offset + k * step + 16)[0] if sh_type == _SHT_RELA \
-                            else None
-                        self.relocations.append((info, r_offset, r_info & 0xFFFFFFFF, r_info >> 32, addend))
-        except (struct.error, IndexError, ValueError):
-            raise BackendError("cpu delegate: its object code is not a well-formed ELF file") from None
-
-    @staticmethod
-    def is_elf64le(data: bytes) -> bool:
-        return len(data) >= 64 and data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1
-
-    def allocated(self) -> list[int]:
-        return [i for i, sec in enumerate(self.sections) if sec[2] & _SHF_ALLOC and sec[5] > 0]
-
-    def undefined(self) -> set:
-        return {name for name, shndx, _ in self.symbols if shndx == 0 and name}
 
 
 def elf_object_info(data: bytes) -> dict | None:
@@ -226,7 +187,8 @@ def load_elf_x86_64(object_bytes: bytes, entry: str) -> int:
     """
     import struct
 
-    elf = _Elf(object_bytes)
+    elf = _Elf(object_bytes)  # every offset, index and size below is checked there
+    elf.entry_symbol(entry)
     secs = elf.sections
     parts = {"code": [], "ro": [], "rw": []}
     for i in elf.allocated():
@@ -321,12 +283,7 @@ def load_elf_x86_64(object_bytes: bytes, entry: str) -> int:
             if not -(1 << 31) <= value < (1 << 31):
                 raise BackendError(f"cpu delegate: relocation to '{name}' out of 32-bit range ({value})")
             struct.pack_into("<i", image, at, value)
-        address = 0
-        for name, shndx, value in elf.symbols:
-            if name == entry and shndx in where:
-                address = base + where[shndx] + value
-        if not address:
-            raise BackendError(f"cpu delegate: entry symbol '{entry}' not found in its object code")
+        address, _ = symbol_address(elf.entry_symbol(entry))
         for part, prot in (("code", PROT_READ | PROT_EXEC), ("ro", PROT_READ)):
             lo, hi = bounds[part]
             if hi > lo and libc.mprotect(base + lo, hi - lo, prot) != 0:
@@ -405,6 +362,8 @@ class CompiledFunction:
         info = elf_object_info(obj)
         if info is not None and info["machine"] == "x86_64" and sys.platform.startswith("linux"):
             return load_elf_x86_64(obj, entry)  # see there: MCJIT aborts on far-apart sections
+        if _Elf.is_elf64le(obj):
+            _Elf(obj).entry_symbol(entry)
         llvm = _llvm()
         with _LLVM_LOCK:
             check_linkable(obj, llvm)

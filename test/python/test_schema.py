@@ -33,6 +33,12 @@ def wire_program(data: bytes) -> S.Program:
     return _FlatbufferReader(data, program_size).table(S.Program, header(data)["root"], "Program")
 
 
+def without_checksums(pte: S.PteFile) -> S.PteFile:
+    """`pte` written without etc's checksum trailer (as ExecuTorch writes): the structural checks alone."""
+    pte.checksums = False
+    return pte
+
+
 # ------------------------------------------------------------------ round trips
 @pytest.mark.parametrize("make", [add_constant_program, every_feature_program])
 def test_round_trip_is_exact(make):
@@ -75,7 +81,10 @@ def test_extended_header_and_segment_layout():
     assert h["base"] % 4096 == 0 and h["base"] >= h["program_size"]
     wire = wire_program(data)
     last = wire.segments[-1]
-    assert h["seg_size"] == last.offset + last.size and len(data) == h["base"] + h["seg_size"]
+    # etc's checksum trailer (a CRC per segment) follows the segment data, where ExecuTorch never reads.
+    trailer = 16 + 4 * (1 + len(wire.segments)) + 4
+    assert h["seg_size"] == last.offset + last.size and len(data) == h["base"] + h["seg_size"] + trailer
+    assert data[h["base"] + h["seg_size"]:][:8] == b"etcSUMS1"
     assert all(segment.offset % 4096 == 0 for segment in wire.segments)
     # Constant tensors sit at their aligned offsets, offsets[0] reserved.
     constant_segment = wire.constant_segment
@@ -115,7 +124,8 @@ def test_legacy_inline_constant_buffer_is_read():
     pte.program.constant_buffer = [S.Buffer(storage=b""), S.Buffer(storage=ADD_CONSTANT.tobytes())]
     pte.constant_data = []
     data = S.serialize_pte(pte, constant_tensor_alignment=32)
-    assert header(data)["base"] == 0 and header(data)["program_size"] == len(data)  # no segments at all
+    # No segments at all: only the program data's checksum follows it.
+    assert header(data)["base"] == 0 and header(data)["program_size"] == len(data) - (16 + 4 + 4)
     assert data.index(ADD_CONSTANT.tobytes()) % 32 == 0
     back = S.deserialize_pte(data)
     assert back.program.constant_buffer[1].storage == ADD_CONSTANT.tobytes() and back == pte
@@ -184,7 +194,7 @@ def test_alignments_must_be_powers_of_two(option):
 
 # ------------------------------------------------------------ structural errors
 def test_reader_rejects_bad_headers():
-    data = bytearray(S.serialize_pte(add_constant_program()))
+    data = bytearray(S.serialize_pte(without_checksums(add_constant_program())))
     with pytest.raises(ProgramError, match="too short"):
         S.deserialize_pte(data[:5])
     with pytest.raises(ProgramError, match="not a program file identifier"):
@@ -206,7 +216,7 @@ def test_reader_rejects_bad_headers():
 def test_reader_caps_vector_lengths_by_the_bytes_left():
     pte = add_constant_program()
     pte.program.execution_plan[0].values[0].val.sizes = [0x5EB7A1, 3]
-    data = bytearray(S.serialize_pte(pte))
+    data = bytearray(S.serialize_pte(without_checksums(pte)))
     at = data.index(struct.pack("<ii", 0x5EB7A1, 3)) - 4
     struct.pack_into("<I", data, at, 0x7FFFFFFF)
     with pytest.raises(ProgramError, match=r"values\[0\]\.val\(Tensor\)\.sizes: vector at byte .* claims 2147483647"):
@@ -302,3 +312,106 @@ def test_nbytes_of_tensors():
     assert S.tensor_nbytes(S.Tensor(scalar_type=S.ScalarType.HALF, sizes=[3, 5])) == 30
     assert S.tensor_nbytes(S.Tensor(sizes=[4], shape_dynamism=S.TensorShapeDynamism.DYNAMIC_UNBOUND)) is None
     assert S.tensor_nbytes(S.Tensor(scalar_type=S.ScalarType.LONG, sizes=[])) == 8
+
+
+# ------------------------------------------------------------------- checksums
+def _flip(data: bytes, position: int) -> bytes:
+    corrupted = bytearray(data)
+    corrupted[position] ^= 0x10
+    return bytes(corrupted)
+
+
+def test_a_flipped_weight_is_refused_naming_the_constant_segment():
+    """Without checksums a flipped bit inside a constant loads fine and computes wrong (the issue-11 defect)."""
+    data = S.serialize_pte(add_constant_program())
+    corrupted = _flip(data, data.index(ADD_CONSTANT.tobytes()) + 5)
+    with pytest.raises(ProgramError, match=r"Program\.segments\[0\] \(constant data\): checksum mismatch"):
+        S.deserialize_pte(corrupted)
+    unchecked = S.deserialize_pte(corrupted, verify_checksums=False)
+    assert unchecked.constant(1) != ADD_CONSTANT.tobytes()
+
+
+@pytest.mark.parametrize("payload, role", [
+    (b"segment-blob", r"blob of delegate 1 \('SegmentBackend'\) of method 'forward'"),
+    (np.full(2, 9, np.int16).tobytes(), "mutable data segment 1"),
+    (bytes(range(40)), "named data 'other'"),
+])
+def test_every_segment_is_checked_and_named(payload, role):
+    data = S.serialize_pte(every_feature_program())
+    with pytest.raises(ProgramError, match=rf"Program\.segments\[\d+\] \({role}\): checksum mismatch"):
+        S.deserialize_pte(_flip(data, data.index(payload) + 1))
+
+
+def test_the_program_data_is_checked_before_it_is_decoded():
+    data = S.serialize_pte(add_constant_program(alpha=3))
+    # alpha lives in the flatbuffer (an Int EValue): structurally fine either way.
+    at = data.index(struct.pack("<q", 3))
+    corrupted = _flip(data, at)
+    with pytest.raises(ProgramError, match=r"program data \(bytes 0\.\.\d+: headers and flatbuffer\): checksum"):
+        S.deserialize_pte(corrupted)
+    value = S.deserialize_pte(corrupted, verify_checksums=False).program.execution_plan[0].values[2].val
+    assert value.int_val != 3
+
+
+def test_a_damaged_or_foreign_trailer_is_refused():
+    data = S.serialize_pte(add_constant_program())
+    with pytest.raises(ProgramError, match="its own checksum does not match"):
+        S.deserialize_pte(_flip(data, len(data) - 6))
+    with pytest.raises(ProgramError, match="not an etc checksum trailer"):
+        S.deserialize_pte(_flip(data, len(data) - 28 + 2))  # inside the magic (1 segment: 28 bytes)
+    with pytest.raises(ProgramError, match="claims .* checksums"):
+        S.deserialize_pte(data[:-1])
+    # Bytes appended to an ExecuTorch file would be silently ignored by a reader that trusts them away.
+    original = open(FIXTURE, "rb").read()
+    with pytest.raises(ProgramError, match="unexpected bytes after the program's data"):
+        S.deserialize_pte(original + b"\0" * 8)
+
+
+def test_executorch_files_have_no_trailer_and_round_trip():
+    original = open(FIXTURE, "rb").read()
+    pte = S.deserialize_pte(original)
+    assert pte.checksums is False and S.serialize_pte(pte) == original
+    pte.checksums = True
+    checked = S.serialize_pte(pte)
+    assert checked.startswith(original) and S.deserialize_pte(checked).checksums is True
+
+
+def test_a_program_cut_exactly_before_its_trailer_is_the_same_program():
+    data = S.serialize_pte(add_constant_program())
+    h = header(data)
+    bare = S.deserialize_pte(data[:h["base"] + h["seg_size"]])
+    assert bare.checksums is False
+    bare.checksums = True
+    assert bare == add_constant_program()
+
+
+def test_empty_segments_without_an_extended_header_load():
+    """ExecuTorch writes a program without constants as segments=[DataSegment(0, 0)] and no extended
+    header (a weightless model, torch.cond programs, external_constants=True)."""
+    pte = add_constant_program()
+    pte.constant_data = []
+    pte.program.execution_plan[0].values[1] = S.EValue(S.Int(int_val=0))
+    pte.checksums = False
+    data = S.serialize_pte(pte)
+    h = header(data)
+    assert len(data) == h["base"] + h["seg_size"] and h["seg_size"] == 0
+    # Cut the header and the segment padding out, as ExecuTorch's writer leaves them.
+    root = h["root"] - h["size"]
+    headerless = struct.pack("<I", root) + data[4:8] + data[8 + h["size"]:h["program_size"]]
+    back = S.deserialize_pte(headerless)
+    assert back.constant_data == [] and back.program.execution_plan == pte.program.execution_plan
+    # A segment with bytes still needs the header that locates them.
+    pte.constant_data = [b"\1" * 8]
+    data = S.serialize_pte(pte)
+    h = header(data)
+    headerless = struct.pack("<I", h["root"] - h["size"]) + data[4:8] + data[8 + h["size"]:h["program_size"]]
+    with pytest.raises(ProgramError, match=r"Program\.segments\[0\]: 8 bytes, but the program has no extended"):
+        S.deserialize_pte(headerless)
+
+
+def test_constants_both_inline_and_in_a_segment_are_refused():
+    """Found by the fuzzer: a corrupted file held both; it loaded, and then could not be written back."""
+    pte = add_constant_program()
+    pte.program.constant_buffer = [S.Buffer(storage=b""), S.Buffer(storage=ADD_CONSTANT.tobytes())]
+    with pytest.raises(ProgramError, match="constants both inline .legacy. and in the constant segment"):
+        S.validate_pte(pte)

@@ -1,0 +1,199 @@
+"""A cpu blob is checked before anything in it is used (issue 11).
+
+Of 500 corrupted copies of a small cpu-delegated program, 189 killed the process (SIGSEGV,
+SIGILL, SIGABRT): the object code and its header were linked and called unchecked. Now the
+blob's CRC must match first (`blob.deserialize`), its sections and metadata must fit, and the
+object's sections, symbols and relocations are range-checked before the loader maps a byte
+(`elf.Elf`). The ELF cases below recompute the CRC after corrupting, to reach the ELF checks.
+"""
+
+from __future__ import annotations
+
+import platform
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+from etc.errors import BackendError
+from etc.targets.cpu import blob as cpu_blob
+from etc.targets.cpu import elf as cpu_elf
+from etc.targets.cpu.runtime import CompiledFunction
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+                                reason="builds x86-64 ELF objects")
+
+N = 8
+
+
+def _object() -> bytes:
+    """`out[i] = in[i] * 1.5 + 0.25` over N floats, calling libm's fabsf (one external, one constant pool)."""
+    import llvmlite.binding as llvm
+
+    from etc.targets.cpu.runtime import _llvm
+
+    _llvm()
+    text = f"""
+    declare float @fabsf(float)
+    define void @entry(ptr %args) {{
+    entry:
+      %pin = load ptr, ptr %args
+      %s1 = getelementptr ptr, ptr %args, i64 1
+      %pout = load ptr, ptr %s1
+      br label %loop
+    loop:
+      %i = phi i64 [0, %entry], [%next, %loop]
+      %a = getelementptr float, ptr %pin, i64 %i
+      %x = load float, ptr %a
+      %ax = call float @fabsf(float %x)
+      %y = fmul float %ax, 1.5
+      %z = fadd float %y, 0.25
+      %b = getelementptr float, ptr %pout, i64 %i
+      store float %z, ptr %b
+      %next = add i64 %i, 1
+      %done = icmp eq i64 %next, {N}
+      br i1 %done, label %exit, label %loop
+    exit:
+      ret void
+    }}
+    @table = constant [4 x i32] [i32 1, i32 2, i32 3, i32 4]
+    """
+    mod = llvm.parse_assembly(text)
+    mod.triple = llvm.get_process_triple()
+    tm = llvm.Target.from_default_triple().create_target_machine(reloc="pic", codemodel="default", opt=0)
+    return tm.emit_object(mod)
+
+
+def _metadata() -> dict:
+    import llvmlite.binding as llvm
+
+    return {"triple": llvm.get_process_triple(), "cpu": "generic", "features": "", "required_features": [],
+            "entry": "entry", "scratch_bytes": 0, "num_threads": 1, "entry_abi": "flat", "producer": "test",
+            "args": [{"kind": "input", "dtype": "float32", "shape": [N], "name": "0"},
+                     {"kind": "output", "dtype": "float32", "shape": [N], "name": "0"}]}
+
+
+@pytest.fixture(scope="module")
+def obj() -> bytes:
+    return _object()
+
+
+def test_the_sample_blob_runs(obj):
+    x = np.linspace(-2, 2, N, dtype=np.float32)
+    np.testing.assert_allclose(CompiledFunction(cpu_blob.serialize(_metadata(), obj))(x), np.abs(x) * 1.5 + 0.25)
+
+
+def test_any_flipped_byte_is_refused_before_use(obj):
+    data = cpu_blob.serialize(_metadata(), obj)
+    for position in range(0, len(data), max(1, len(data) // 97)):
+        corrupted = bytearray(data)
+        corrupted[position] ^= 0x01
+        with pytest.raises(BackendError, match="checksum mismatch|magic|version"):
+            CompiledFunction(bytes(corrupted))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(entry=7), r"'entry': missing or not a string"),
+    (lambda m: m["args"][0].update(kind="weights"), r"args\[0\]: is not an argument of kind"),
+    (lambda m: m["args"][1].update(shape=[-1]), r"args\[1\]\.shape: \[-1\] is not a list of sizes"),
+    (lambda m: m["args"][0].update(dtype="object"), r"args\[0\]\.dtype: 'object' is not a tensor element type"),
+    (lambda m: m.update(num_threads=0), r"'num_threads': 0 is not a thread count"),
+    (lambda m: m["args"].append({"kind": "constant", "name": "w", "dtype": "float32", "shape": [2]}),
+     r"constant 'w' is not in the constant table"),
+])
+def test_metadata_is_checked(obj, change, message):
+    meta = _metadata()
+    change(meta)
+    with pytest.raises(BackendError, match=message):
+        CompiledFunction(cpu_blob.serialize(meta, obj))
+
+
+def _raw_blob(meta: dict, obj: bytes, section: bytes) -> bytes:
+    """A blob with exactly this metadata (serialize() would rebuild the constant table), CRC fixed."""
+    import json
+
+    meta_bytes = json.dumps(meta).encode()
+    pad = cpu_blob._pad
+    meta_off = pad(cpu_blob._HEADER.size)
+    obj_off = pad(meta_off + len(meta_bytes))
+    const_off = pad(obj_off + len(obj))
+    out = bytearray(cpu_blob._HEADER.pack(cpu_blob.MAGIC, cpu_blob.VERSION, 0, meta_off, len(meta_bytes), obj_off,
+                                          len(obj), const_off, len(section)))
+    for offset, payload in ((meta_off, meta_bytes), (obj_off, obj), (const_off, section)):
+        out.extend(bytes(offset - len(out)))
+        out.extend(payload)
+    struct.pack_into("<I", out, 12, cpu_blob._crc(out))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"offset": 64, "nbytes": 16, "dtype": "float32", "shape": [4]}, r"bytes \[64, \+16\) of \[4\] float32"),
+    ({"offset": 0, "nbytes": 8, "dtype": "float32", "shape": [4]}, r"bytes \[0, \+8\) of \[4\] float32"),
+    ({"offset": 0, "nbytes": 16, "dtype": "complex64", "shape": [2]}, "not a tensor element type"),
+])
+def test_constants_must_fit_their_section(obj, entry, message):
+    meta = dict(_metadata(), constants={"w": entry})
+    assert cpu_blob.deserialize(_raw_blob(dict(meta, constants={"w": dict(entry, offset=0, nbytes=16,
+                                                                        dtype="float32", shape=[4])}),
+                                          obj, bytes(16))).constant("w").shape == (4,)
+    with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
+        cpu_blob.deserialize(_raw_blob(meta, obj, bytes(16)))
+
+
+# ------------------------------------------------------------------- the ELF object
+def _sections(obj: bytes):
+    return cpu_elf.Elf(obj).sections
+
+
+def _section_header_at(obj: bytes, index: int) -> int:
+    return struct.unpack_from("<Q", obj, 0x28)[0] + 64 * index
+
+
+def _first(obj: bytes, sh_type: int) -> int:
+    return next(i for i, sec in enumerate(_sections(obj)) if sec[1] == sh_type)
+
+
+def _patched(obj: bytes, offset: int, fmt: str, value) -> bytes:
+    out = bytearray(obj)
+    struct.pack_into(fmt, out, offset, value)
+    return bytes(out)
+
+
+def _relocation_at(obj: bytes, k: int = 0) -> int:
+    rela = _sections(obj)[_first(obj, cpu_elf.SHT_RELA)]
+    return rela[4] + 24 * k
+
+
+def _symbol_at(obj: bytes, name: str) -> int:
+    elf = cpu_elf.Elf(obj)
+    index = [s[0] for s in elf.symbols].index(name)
+    return elf.sections[_first(obj, cpu_elf.SHT_SYMTAB)][4] + 24 * index
+
+
+ELF_CASES = {
+    "section header table past the end": (
+        lambda o: _patched(o, 0x28, "<Q", len(o)), "section header table"),
+    "section bytes past the end": (
+        lambda o: _patched(o, _section_header_at(o, 1) + 24, "<Q", len(o)), "runs past the end"),
+    "relocation patching past its section": (
+        lambda o: _patched(o, _relocation_at(o), "<Q", 1 << 20), r"patches bytes 1048576\.\."),
+    "relocation naming a missing symbol": (
+        lambda o: _patched(o, _relocation_at(o) + 12, "<I", 4000), "names symbol 4000"),
+    "symbol outside its section": (
+        lambda o: _patched(o, _symbol_at(o, "entry") + 8, "<Q", 1 << 30), r"symbol \d+ \('entry'\) at 1073741824"),
+    "symbol name outside the string table": (
+        lambda o: _patched(o, _symbol_at(o, "entry"), "<I", 1 << 30), "is not a string of the string table"),
+    "entry that is not a function": (  # STB_GLOBAL | STT_OBJECT
+        lambda o: _patched(o, _symbol_at(o, "entry") + 4, "<B", 0x11), "not a function in executable code"),
+    "not a relocatable object": (lambda o: _patched(o, 16, "<H", 2), "not a relocatable object"),
+    "huge alignment": (lambda o: _patched(o, _section_header_at(o, 1) + 48, "<Q", 1 << 40), "alignment"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ELF_CASES))
+def test_object_code_is_checked_before_it_is_mapped(obj, case):
+    corrupt, message = ELF_CASES[case]
+    bad = corrupt(obj)
+    with pytest.raises(BackendError, match=message):
+        CompiledFunction(cpu_blob.serialize(_metadata(), bad))
