@@ -232,6 +232,8 @@ class _MethodEmitter:
         self.delegates: list = []
         self.const_values: dict = {}  # (kind, python value) -> EValue index, to share scalars
         self.frames: list = []  # one FrameList per instruction: where in the user's code it came from
+        # (op, EValue indices of its results) per instruction: what a compile record maps back to the source.
+        self.instruction_ops: list = []
         # Buffers the method writes live in one extra arena (the last mem_id), each at
         # its own offset for the whole run, initialised from the mutable data segment.
         self.state_values: dict = {}  # global symbol -> EValue index
@@ -414,6 +416,7 @@ class _MethodEmitter:
         from etc.compiler.locations import location_name, source_position
 
         self.instructions.append(self.S.Instruction(instr_args=instr_args))
+        self.instruction_ops.append((op, [self.index.get(r) for r in op.results]))
         position = source_position(op.location)
         frames = []
         if position is not None:
@@ -604,8 +607,11 @@ def registered_kernel_names() -> set[str]:
     return set(registered_kernels())
 
 
-def emit_program(program_ir, config=None):
-    """ProgramIR (edge/backend dialect, memory planned) -> schema PteFile."""
+def emit_program(program_ir, config=None, *, instruction_ops: dict | None = None):
+    """ProgramIR (edge/backend dialect, memory planned) -> schema PteFile.
+
+    `instruction_ops`, if given, receives {method: [(op, result EValue indices)]}, one entry per
+    instruction in order: the compile record (`etc.devtools.compile_record`) is built from it."""
     from torch_mlir import ir
 
     from etc.schema import program as S
@@ -620,7 +626,10 @@ def emit_program(program_ir, config=None):
         visibility = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
         if visibility is not None and ir.StringAttr(visibility).value == "private":
             continue
-        plans.append(_MethodEmitter(op, state, kernels).emit())
+        emitter = _MethodEmitter(op, state, kernels)
+        plans.append(emitter.emit())
+        if instruction_ops is not None:
+            instruction_ops[plans[-1].name] = emitter.instruction_ops
     program = S.Program(
         version=0,
         execution_plan=plans,

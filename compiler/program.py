@@ -221,8 +221,13 @@ class EdgeProgram:
         """A readable summary of every to_backend call: what went where, and why not."""
         return "\n\n".join(str(r) for r in self.delegation_reports) or "no delegation"
 
-    def to_executorch(self, config: ExecutorchBackendConfig | None = None) -> "ExecutorchProgram":
-        """Plan memory and emit the `.pte` program."""
+    def to_executorch(self, config: ExecutorchBackendConfig | None = None, *,
+                      generate_etrecord: bool = False) -> "ExecutorchProgram":
+        """Plan memory and emit the `.pte` program.
+
+        `generate_etrecord=True` also builds the compile record (`program.get_etrecord()`): every
+        instruction mapped to its edge op, aten op and source line, for the Inspector and the
+        numeric debugger (`etc.devtools`)."""
         from etc.compiler.emitter import emit_program
         from etc.passes.memory_planning import plan_memory
 
@@ -235,18 +240,25 @@ class EdgeProgram:
             alloc_graph_output=config.alloc_graph_output,
             mem_id_for=config.mem_id_for,
         )
-        pte = emit_program(self.program_ir, config)
-        return ExecutorchProgram(pte, config=config, memory_report=report)
+        instruction_ops = {} if generate_etrecord else None
+        pte = emit_program(self.program_ir, config, instruction_ops=instruction_ops)
+        etrecord = None
+        if generate_etrecord:
+            from etc.devtools.compile_record import build_compile_record
+
+            etrecord = build_compile_record(self.program_ir, instruction_ops, pte)
+        return ExecutorchProgram(pte, config=config, memory_report=report, etrecord=etrecord)
 
 
 # ----------------------------------------------------------- ExecutorchProgram
 class ExecutorchProgram:
     """The emitted program: `.buffer` (the .pte bytes), `.save(path)`, `.memory_report()`."""
 
-    def __init__(self, pte, *, config: ExecutorchBackendConfig, memory_report):
+    def __init__(self, pte, *, config: ExecutorchBackendConfig, memory_report, etrecord=None):
         from etc.schema import serialize_pte
 
         self.pte = pte
+        self._etrecord = etrecord
         self.config = config
         self._memory_report = memory_report
         self.buffer: bytes = serialize_pte(
@@ -261,6 +273,12 @@ class ExecutorchProgram:
 
     def write_to_file(self, f) -> None:
         f.write(self.buffer)
+
+    def get_etrecord(self):
+        """The compile record (`etc.devtools.CompileRecord`) built by `to_executorch(generate_etrecord=True)`."""
+        if self._etrecord is None:
+            raise EtcError("this program has no compile record: call to_executorch(generate_etrecord=True)")
+        return self._etrecord
 
     def memory_report(self):
         """Per method and mem_id: planned bytes and the lifetime lower bound."""

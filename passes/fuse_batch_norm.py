@@ -66,7 +66,10 @@ def fuse_batch_norm(module) -> int:
                     w_load = table.load("fused_bn_weight", new_weight, element)
                     b_load = table.load("fused_bn_bias", new_bias, element)
                     conv_args.update(weight=w_load, bias=b_load)
-                    new_conv = build_op("aten::convolution", conv_args, [conv_value.type], loc=conv.location,
+                    # Both nodes' locations: diagnostics keep pointing at the conv's line, and the
+                    # compile record knows the value is the batch norm's (the last name).
+                    fused_loc = ir.Location.fused([conv.location, bn.location])
+                    new_conv = build_op("aten::convolution", conv_args, [conv_value.type], loc=fused_loc,
                                         dialect_ops=EDGE_OPS)
                 bn.results[0].replace_all_uses_with(new_conv.results[0])
                 bn.erase()

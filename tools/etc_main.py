@@ -1,9 +1,10 @@
 """`etc`: compile, run and inspect programs from the command line.
 
     etc compile model.py:MyModel --example-inputs "1x3x32x32" -o model.pte [--backend cpu]
-    etc compile exported.pt2 -o model.pte
+    etc compile exported.pt2 -o model.pte [--etrecord model.etrecord]
     etc run model.pte [--inputs a.npy b.npy] [--runs 10]
     etc inspect model.pte
+    etc profile model.pte [--runs 10] [--trace trace.json] [--etrecord model.etrecord]
 
 User errors (a bad path, a model that does not export, an unsupported op, a
 corrupt program) print one diagnostic line and exit 1; never a traceback.
@@ -101,8 +102,11 @@ def cmd_compile(args) -> int:
         edge = edge.to_backend(CpuPartitioner())
         print(edge.delegation_info())
     _progress("planning memory and emitting")
-    program = edge.to_executorch()
+    program = edge.to_executorch(generate_etrecord=bool(args.etrecord))
     program.save(args.output)
+    if args.etrecord:
+        program.get_etrecord().save(args.etrecord)
+        print(f"wrote compile record {args.etrecord}")
     print(program.memory_report())
     print(f"wrote {args.output} ({len(program.buffer)} bytes)")
     return 0
@@ -153,6 +157,47 @@ def cmd_run(args) -> int:
     if times:
         times.sort()
         print(f"median latency over {len(times)} runs: {times[len(times) // 2] * 1e3:.3f} ms")
+    return 0
+
+
+# ----------------------------------------------------------------- profile
+def _inputs_for(method, paths):
+    import numpy as np
+
+    meta = method.metadata
+    if paths:
+        if len(paths) != meta.num_inputs():
+            raise UsageError(f"method '{method.name}' takes {meta.num_inputs()} input(s), "
+                             f"{len(paths)} given with --inputs")
+        return [np.load(p) for p in paths], False
+    return [_random_input(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())], True
+
+
+def cmd_profile(args) -> int:
+    from etc.devtools.inspector import Inspector
+    from etc.runtime import Runtime
+
+    if args.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    program = Runtime.get().load_program(args.program, enable_etdump=True)
+    method = program.load_method(args.method)
+    inputs, _ = _inputs_for(method, args.inputs)
+    for _ in range(args.warmup):
+        method.execute(inputs)
+    program.run_record.clear()  # warm-up runs (first-touch of the arenas, lazy linking) are not the steady state
+    for _ in range(args.runs):
+        method.execute(inputs)
+    inspector = Inspector(program.run_record, etrecord=args.etrecord, program=program.pte)
+    inspector.print_data_tabular()
+    print("\ntop operators by time:")
+    for name, ms, calls in inspector.top_ops(args.top, method=args.method):
+        print(f"  {ms / args.runs:9.4f} ms/run  {calls // args.runs:4d} call(s)/run  {name}")
+    if args.trace:
+        inspector.write_chrome_trace(args.trace)
+        print(f"wrote Chrome trace {args.trace} (open it in https://ui.perfetto.dev)")
+    if args.etdump:
+        program.write_etdump_result_to_file(args.etdump)
+        print(f"wrote run record {args.etdump}")
     return 0
 
 
@@ -220,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--example-inputs", nargs="*", help="input shapes, e.g. 1x3x32x32 int64:1x12")
     c.add_argument("--backend", choices=["portable", "cpu"], default="portable")
     c.add_argument("-o", "--output", required=True)
+    c.add_argument("--etrecord", help="also write the compile record (for etc profile and numeric debugging)")
     c.set_defaults(fn=cmd_compile)
 
     r = sub.add_parser("run", help="load a program and execute a method")
@@ -228,6 +274,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--inputs", nargs="*", help=".npy files, one per input (random inputs by default)")
     r.add_argument("--runs", type=int, default=10, help="timed runs after the first")
     r.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("profile", help="time every instruction of a method (a table, top ops, a Chrome trace)")
+    p.add_argument("program")
+    p.add_argument("--method", default="forward")
+    p.add_argument("--inputs", nargs="*", help=".npy files, one per input (random inputs by default)")
+    p.add_argument("--runs", type=int, default=10, help="recorded runs")
+    p.add_argument("--warmup", type=int, default=1, help="unrecorded runs first")
+    p.add_argument("--etrecord", help="the compile record (to_executorch(generate_etrecord=True)): edge/aten "
+                                      "ops and the ops inside each delegate")
+    p.add_argument("--trace", help="write a Chrome trace (JSON) here")
+    p.add_argument("--etdump", help="write the run record here")
+    p.add_argument("--top", type=int, default=10, help="how many operators to list by time")
+    p.set_defaults(fn=cmd_profile)
 
     i = sub.add_parser("inspect", help="methods, operators, delegates and planned memory of a program")
     i.add_argument("program")

@@ -1,0 +1,181 @@
+"""Compile record, run record and Inspector: instructions mapped to the model's source lines, timed runs,
+delegates broken down into the ops they contain, a Chrome trace, and `etc profile`."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import etc
+from etc.devtools import CompileRecord, Inspector, RunRecord
+from etc.errors import EtcError
+from etc.runtime import Runtime
+from models.zoo import ZOO
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    zoo_model = ZOO["resnet8"]()
+    program = etc.to_edge(zoo_model.export()).to_executorch(generate_etrecord=True)
+    return zoo_model, program
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    zoo_model = ZOO["transformer_encoder"]()
+    program = etc.to_edge(zoo_model.export()).to_executorch(generate_etrecord=True)
+    return zoo_model, program
+
+
+def _recorded(program, inputs, runs=2, debug_buffer_size=0):
+    loaded = Runtime.get().load_program(program.buffer, enable_etdump=True, debug_buffer_size=debug_buffer_size)
+    method = loaded.load_method("forward")
+    for _ in range(runs):
+        method.execute(inputs)
+    return loaded
+
+
+def test_the_compile_record_maps_every_instruction_to_its_op_and_source_line(resnet, tmp_path):
+    _, program = resnet
+    record = program.get_etrecord()
+    instructions = record.instructions("forward")
+    assert len(instructions) == len(program.pte.program.execution_plan[0].chains[0].instructions)
+    kernels = [r for r in instructions if r.kind == "kernel"]
+    assert kernels and all(r.ops[0].op.startswith("edge.") and r.ops[0].aten.startswith("aten::") for r in kernels)
+    assert all(r.ops[0].file.endswith("zoo.py") and r.ops[0].line > 0 for r in kernels)
+    convolutions = [r for r in kernels if r.ops[0].op == "edge.convolution"]
+    # Batch norm folded into the convolution: the value is the batch norm's, the line the convolution's.
+    assert convolutions and all(r.ops[0].node.startswith("_native_batch_norm_legit_no_training")
+                                for r in convolutions)
+    assert all(list(r.outputs.values())[0][0] == r.ops[0].node for r in convolutions)
+    path = tmp_path / "resnet.etrecord"
+    record.save(path)
+    assert CompileRecord.load(path) == record
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(EtcError, match="not an etc compile record"):
+        CompileRecord.load(tmp_path / "bad.json")
+    with pytest.raises(EtcError, match="generate_etrecord=True"):
+        etc.to_edge(torch.export.export(torch.nn.ReLU(), (torch.ones(2),))).to_executorch().get_etrecord()
+
+
+def test_the_inspector_joins_times_with_ops_and_writes_a_chrome_trace(transformer, tmp_path):
+    zoo_model, program = transformer
+    loaded = _recorded(program, list(zoo_model.example_inputs), runs=3)
+    record = loaded.run_record
+    assert record.runs("forward") == 3
+    inspector = Inspector(record, etrecord=program.get_etrecord(), program=program.buffer)
+    instructions = program.get_etrecord().instructions("forward")
+    assert [r.instruction for r in inspector.rows] == [r.instruction for r in instructions]
+    assert all(row.calls == 3 and len(row.times_ns) == 3 for row in inspector.rows)
+    assert all(row.source and "zoo.py:" in row.source for row in inspector.rows if row.name != "move")
+    assert 0 < inspector.coverage("forward") <= 1  # instruction spans nest inside the execute's
+    top = inspector.top_ops(3)
+    assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1] and top[0][2] % 3 == 0
+    table = inspector.format_table()
+    assert "aten::addmm.out" in table and "forward: 3 execute(s)" in table
+    path = tmp_path / "trace.json"
+    inspector.write_chrome_trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert len([e for e in complete if e["cat"] == "execute"]) == 3
+    assert len(complete) == 3 + 3 * len(instructions)
+    assert all("zoo.py:" in e["args"]["source"] for e in complete if e["cat"] == "instruction")
+    # Without a compile record, the program's own stack traces still give the source lines.
+    plain = Inspector(record, program=program.pte)
+    assert [r.source for r in plain.rows] == [r.source for r in inspector.rows]
+
+
+def test_a_delegate_row_lists_the_ops_inside_it_with_their_lines():
+    from etc.targets.cpu import CpuPartitioner
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            hidden = torch.relu(self.fc1(x))
+            return torch.softmax(self.fc2(hidden), dim=-1)
+
+    ep = torch.export.export(Head().eval(), (torch.randn(2, 16),))
+    program = etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch(generate_etrecord=True)
+    loaded = _recorded(program, [np.ones((2, 16), np.float32)])
+    inspector = Inspector(loaded.run_record, etrecord=program.get_etrecord())
+    delegates = [r for r in inspector.rows if r.name == "delegate 'cpu'"]
+    assert len(delegates) == 1 and delegates[0].calls == 2
+    inner = [r for r in inspector.rows if r.parent == delegates[0].instruction]
+    assert {r.aten for r in inner} >= {"aten::addmm", "aten::relu", "aten::_softmax"}
+    lines = {r.source.rsplit(":", 1)[1] for r in inner}
+    this_file = __file__
+    assert all(r.source.startswith(this_file) for r in inner) and len(lines) == 2  # the two lines of forward
+    assert inspector.top_ops(1)[0][0] == "delegate 'cpu'"
+
+
+def test_the_debug_buffer_keeps_intermediate_outputs_within_its_budget(resnet, tmp_path):
+    zoo_model, program = resnet
+    inputs = list(zoo_model.example_inputs)
+    loaded = _recorded(program, inputs, runs=1, debug_buffer_size=1 << 26)
+    record = loaded.run_record
+    assert record.dropped_outputs == 0
+    last = max(record.intermediates)
+    (value, array), = record.intermediates[last]
+    with torch.no_grad():
+        expected = zoo_model.module(*inputs).numpy()
+    np.testing.assert_allclose(array, expected, rtol=1e-4, atol=1e-4)
+    loaded.write_etdump_result_to_file(tmp_path / "run.etdp", tmp_path / "debug.npz")
+    again = RunRecord.load(tmp_path / "run.etdp", tmp_path / "debug.npz")
+    assert again.events == record.events and sorted(again.intermediates) == sorted(record.intermediates)
+    np.testing.assert_array_equal(again.intermediates[last][0][1], array)
+    with pytest.raises(EtcError, match="give a debug_buffer_path"):
+        record.save(tmp_path / "x.etdp")
+    small = _recorded(program, inputs, runs=1, debug_buffer_size=4096).run_record
+    assert small.dropped_outputs > 0 and small.debug_bytes <= 4096
+    with pytest.raises(EtcError, match="needs enable_etdump=True"):
+        Runtime.get().load_program(program.buffer, debug_buffer_size=100)
+    with pytest.raises(EtcError, match="loaded without enable_etdump"):
+        Runtime.get().load_program(program.buffer).write_etdump_result_to_file(tmp_path / "y.etdp")
+
+
+def test_to_dataframe_has_the_rows_or_says_how_to_get_pandas(transformer):
+    zoo_model, program = transformer
+    inspector = Inspector(_recorded(program, list(zoo_model.example_inputs), runs=1).run_record,
+                          etrecord=program.get_etrecord())
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(EtcError, match=r"pip install 'etc\[devtools\]'"):
+            inspector.to_dataframe()
+        return
+    frame = inspector.to_dataframe()
+    assert len(frame) == len(inspector.rows) and list(frame.columns) == list(Inspector.COLUMNS)
+
+
+def test_etc_profile_prints_the_table_and_writes_a_trace(tmp_path):
+    (tmp_path / "tiny.py").write_text(
+        "import torch\n\n"
+        "class Tiny(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(6, 3)\n\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(self.fc(x))\n")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "etc.tools.etc_main", *map(str, args)], capture_output=True,
+                              text=True, timeout=600)
+
+    compiled = cli("compile", tmp_path / "tiny.py:Tiny", "--example-inputs", "2x6", "-o", tmp_path / "t.pte",
+                   "--etrecord", tmp_path / "t.etrecord")
+    assert compiled.returncode == 0, compiled.stderr
+    result = cli("profile", tmp_path / "t.pte", "--runs", "4", "--etrecord", tmp_path / "t.etrecord",
+                 "--trace", tmp_path / "trace.json", "--etdump", tmp_path / "run.etdp")
+    assert result.returncode == 0, result.stderr
+    assert "aten::addmm.out" in result.stdout and "tiny.py:9" in result.stdout
+    assert "forward: 4 execute(s)" in result.stdout and "top operators by time" in result.stdout
+    assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert RunRecord.load(tmp_path / "run.etdp").runs("forward") == 4
+    bad = cli("profile", tmp_path / "t.pte", "--runs", "0")
+    assert bad.returncode == 1 and "--runs must be at least 1" in bad.stderr
