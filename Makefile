@@ -12,10 +12,10 @@ $(STAMP): pyproject.toml Makefile
 	# torch first and by exact version: this machine has its CPU wheel; letting pip
 	# resolve torch through another package would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,quantization]'
 	# The reference we compare against in interop tests and benchmarks only.
 	# --no-deps: executorch's own requirements would re-resolve torch.
-	$(PY) -m pip install -q --no-deps executorch==1.5.1 ruamel.yaml==0.19.1 tabulate==0.10.0 torchao==0.18.0
+	$(PY) -m pip install -q --no-deps executorch==1.5.1 ruamel.yaml==0.19.1 tabulate==0.10.0
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -58,8 +58,12 @@ _LAYOUT = {"strided": 0}
 
 def out_variant_name(torch_name: str) -> str | None:
     """`aten::add.Tensor` -> `aten::add.out` (from torch's schemas; views map to their `_copy` kernels)."""
+    from etc.dialects import quantized_ops
+
     if torch_name in VIEW_COPY_KERNELS:
         return VIEW_COPY_KERNELS[torch_name]
+    if quantized_ops.is_quantization_op(torch_name):  # ExecuTorch's quantized kernel names
+        return quantized_ops.out_variants().get(torch_name)
     return _out_variants().get(torch_name)
 
 
@@ -115,6 +119,10 @@ def kernel_schema(qualified: str):
     """The torch FunctionSchema of an out-variant kernel name like `aten::add.out`."""
     import torch
 
+    from etc.dialects import quantized_ops
+
+    if qualified in quantized_ops.kernel_schemas():
+        return quantized_ops.kernel_schemas()[qualified]
     name, _, overload = qualified.partition(".")
     namespace, _, op = name.partition("::")
     packet = getattr(getattr(torch.ops, namespace), op)

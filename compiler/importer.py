@@ -56,6 +56,7 @@ from torch_mlir.dialects import arith, func, ml_program, tensor as tensor_dialec
 from etc.compiler.ir import (BUFFER, CONSTANT_TENSOR, PARAMETER, USER_INPUT, InputInfo, MethodSignature,
                              ProgramIR, dtype_row, element_type, numpy_dtype, torch_dtype_name)
 from etc.compiler.locations import named_location, node_location, node_source_position
+from etc.dialects.quantized_ops import NAMESPACES as QUANTIZATION_NAMESPACES
 from etc.errors import EtcError, UnsupportedConstructError
 
 __all__ = ["import_program", "DIM_BOUNDS_ATTR", "UNBOUNDED"]
@@ -453,7 +454,8 @@ class _MethodImporter:
                 return
             self._import_symint(node)
             return
-        if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
+        if isinstance(target, torch._ops.OpOverload) and (target.namespace == "aten"
+                                                          or target.namespace in QUANTIZATION_NAMESPACES):
             self._import_aten(node)
             return
         raise self._error(node, self._unsupported_target_message(node))

@@ -86,7 +86,26 @@ def decompose(programs: dict, config: EdgeCompileConfig) -> dict:
     table = dict(config.decompositions) if config.decompositions is not None else torch.export.default_decompositions()
     for op in config.preserve_ops:
         table.pop(op, None)
+    for op in _quantization_overloads():  # torchao's affine ops are composite: keep them whole
+        table.pop(op, None)
     return {name: ep.run_decompositions(table) for name, ep in programs.items()}
+
+
+def _quantization_overloads() -> list:
+    """The registered OpOverloads of the PT2E/torchao quantization ops etc imports as ops."""
+    import torch
+
+    from etc.dialects.quantized_ops import out_variants
+
+    found = []
+    for name in out_variants():
+        namespace, _, rest = name.partition("::")
+        op, _, overload = rest.partition(".")
+        try:
+            found.append(getattr(getattr(getattr(torch.ops, namespace), op), overload or "default"))
+        except (AttributeError, RuntimeError):  # torchao not loaded: nothing of it to keep
+            continue
+    return found
 
 
 def to_edge(programs, compile_config: EdgeCompileConfig | None = None) -> "EdgeProgram":

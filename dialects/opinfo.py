@@ -96,9 +96,11 @@ def list_slots(field: str) -> list[str]:
 
 @lru_cache(maxsize=None)
 def load_table() -> tuple[OpInfo, ...]:
+    from etc.dialects.quantized_ops import table_entries
+
     table = json.loads(TABLE_PATH.read_text())
     infos = []
-    for op in table["ops"]:
+    for op in list(table["ops"]) + list(table_entries()):  # ATen, then PT2E/torchao quantization ops
         args = tuple(ArgInfo(**a) for a in op["arguments"])
         infos.append(OpInfo(name=op["name"], torch_name=op["torch_name"], core=op["core"], arguments=args,
                             returns=tuple(op["returns"])))
@@ -172,6 +174,10 @@ def encode_value(arg: ArgInfo, value: Any, dynamic: list) -> ir.Attribute:
             return ir.FloatAttr.get_f64(value)
         raise UnsupportedConstructError(f"Scalar argument '{arg.name}' of type {type(value).__name__} is not supported")
     if base == "ScalarType":
+        if isinstance(value, int):  # a schema default as its ScalarType number (torchao's `output_dtype=6`)
+            from etc.schema import to_torch_dtype
+
+            value = to_torch_dtype(value)
         return ir.TypeAttr.get(_element_type_of_dtype(value))
     if base in ("Layout", "MemoryFormat"):
         return ir.StringAttr.get(str(value).replace("torch.", ""))

@@ -13,6 +13,9 @@ size operand, and the folded results are not much larger than its inputs
 kernel call instead of bloating the program. The op is evaluated with torch's
 own kernel, which is the reference semantics for every ATen op; the result
 becomes a new private global whose bytes join `ProgramIR.constants`.
+Quantization ops (`quantized_decomposed::`, `torchao::`) are never folded: a
+dequantized weight would be stored in float (4x the bytes), and the
+dq -> op pattern on the int8 weight is what a backend's int8 kernels match.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def fold_constants(module, *, max_growth: int = MAX_GROWTH) -> int:
 
     from etc.compiler.ir import torch_dtype_name_of_element_type
     from etc.dialects import decode_op, op_info
+    from etc.dialects.quantized_ops import is_quantization_op
     from etc.passes.constant_table import ConstantTable, module_body
 
     folded = 0
@@ -67,6 +71,8 @@ def fold_constants(module, *, max_growth: int = MAX_GROWTH) -> int:
                 if out_bytes > max(max_growth * in_bytes, FREE_BYTES if not operands else 0):
                     continue
                 info = op_info(name)
+                if is_quantization_op(info.torch_name):  # int8 weights stay int8: dq -> op is what backends match
+                    continue
                 arguments = decode_op(op)
                 call = _resolve(info.torch_name)
                 try:

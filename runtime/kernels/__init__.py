@@ -25,7 +25,8 @@ Modules: `elementwise` (unary/binary tables, comparisons, where, clamp, activati
 (mm/bmm/addmm), `shape` (the *_copy view ops, cat, pads, repeat), `indexing`
 (index/index_put/gather/scatter), `nn` (convolution, pooling, norms, softmax, embedding,
 upsampling, grid_sampler), `creation` (full/arange/scalar_tensor/empty/random),
-`backward` (training gradients), `extras` (linear, var_mean, dim-order and quantize ops),
+`backward` (training gradients), `extras` (linear, var_mean, dim-order ops), `quantized` (the
+PT2E/torchao quantization ops under ExecuTorch's quantized kernel names),
 `scans` (cummax/cummin, logcumsumexp, median/nanmedian, nansum, nan_to_num, aminmax),
 `misc` (non-Core aliases, elementwise math, outer/addr/cross, take/bucketize, norms, 1-d/3-d upsampling).
 `coverage` maps Core ATen to out-variant names and lists what has no kernel.
@@ -52,6 +53,6 @@ Known differences from ATen (all covered by the tests' tolerances or documented 
 from etc.runtime.kernels.registry import get_kernel, has_kernel, kernel, register_kernel, registered_kernels
 from etc.runtime.kernels.common import write_out
 from etc.runtime.kernels import (backward, creation, elementwise, extras, indexing, linalg,  # noqa: F401
-                                misc, nn, reductions, scans, shape)  # (importing registers the kernels)
+                                misc, nn, quantized, reductions, scans, shape)  # (importing registers the kernels)
 
 __all__ = ["get_kernel", "has_kernel", "kernel", "register_kernel", "registered_kernels", "write_out"]

@@ -1,5 +1,5 @@
 """Kernels beyond the Core ATen set that edge programs still contain: ops torch's default
-decompositions keep (linear, var_mean), ExecuTorch's dim-order and quantization ops, and
+decompositions keep (linear, var_mean), ExecuTorch's dim-order ops (quantization: quantized.py), and
 common portable-library ops (glu, softplus, narrow/unfold copies, shifts, erfinv)."""
 
 from __future__ import annotations
@@ -56,96 +56,6 @@ def empty_dim_order_out(size, dim_order=None, out=None):
 def clone_dim_order_out(self, non_blocking=False, dim_order=None, out=None):
     _check_dim_order(dim_order, self.ndim, "_clone_dim_order")
     return write_out(out, self)
-
-
-# --------------------------------------------------------------------------- quantization
-
-
-def _qrange(quant_min, quant_max, dtype):
-    return int(quant_min), int(quant_max)
-
-
-@kernel("quantized_decomposed::quantize_per_tensor.out")
-def quantize_per_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out=None):
-    lo, hi = _qrange(quant_min, quant_max, dtype)
-    inv = 1.0 / float(scale)
-    q = np.round(input.astype(np.float32) * np.float32(inv)) + int(zero_point)
-    return write_out(out, np.clip(q, lo, hi))
-
-
-@kernel("quantized_decomposed::quantize_per_tensor.Tensor_out")
-def quantize_per_tensor_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out=None):
-    return quantize_per_tensor_out(input, float(scale.reshape(-1)[0]), int(zero_point.reshape(-1)[0]), quant_min,
-                                   quant_max, dtype, out)
-
-
-@kernel("quantized_decomposed::dequantize_per_tensor.out")
-def dequantize_per_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None, out=None):
-    res = (input.astype(np.int32) - int(zero_point)).astype(np.float32) * np.float32(scale)
-    return write_out(out, res)
-
-
-@kernel("quantized_decomposed::dequantize_per_tensor.Tensor_out")
-def dequantize_per_tensor_tensor_out(input, scale, zero_point, quant_min, quant_max, dtype, out_dtype=None,
-                                     out=None):
-    return dequantize_per_tensor_out(input, float(scale.reshape(-1)[0]), int(zero_point.reshape(-1)[0]), quant_min,
-                                     quant_max, dtype, out_dtype, out)
-
-
-def _channel_shape(input, axis):
-    shape = [1] * input.ndim
-    shape[axis] = input.shape[axis]
-    return shape
-
-
-@kernel("quantized_decomposed::quantize_per_channel.out")
-def quantize_per_channel_out(input, scales, zero_points, axis, quant_min, quant_max, dtype, out=None):
-    axis = normalize_dim(axis, input.ndim)
-    shape = _channel_shape(input, axis)
-    inv = (1.0 / scales.astype(np.float64)).astype(np.float32).reshape(shape)
-    q = np.round(input.astype(np.float32) * inv) + zero_points.reshape(shape).astype(np.int64)
-    return write_out(out, np.clip(q, int(quant_min), int(quant_max)))
-
-
-@kernel("quantized_decomposed::dequantize_per_channel.out")
-def dequantize_per_channel_out(input, scales, zero_points, axis, quant_min, quant_max, dtype, out_dtype=None,
-                               out=None):
-    axis = normalize_dim(axis, input.ndim)
-    shape = _channel_shape(input, axis)
-    zp = zero_points.reshape(shape).astype(np.int32) if zero_points is not None else 0
-    res = (input.astype(np.int32) - zp).astype(np.float32) * scales.astype(np.float32).reshape(shape)
-    return write_out(out, res)
-
-
-@kernel("quantized_decomposed::embedding_byte.out")
-def embedding_byte_out(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices,
-                       out=None):
-    return write_out(out, _embedding_byte(weight, weight_scales, weight_zero_points, indices, None))
-
-
-@kernel("quantized_decomposed::embedding_byte.dtype_out")
-def embedding_byte_dtype_out(weight, weight_scales, weight_zero_points, weight_quant_min, weight_quant_max, indices,
-                             dtype=None, out=None):
-    return write_out(out, _embedding_byte(weight, weight_scales, weight_zero_points, indices, dtype))
-
-
-def _embedding_byte(weight, scales, zero_points, indices, dtype):
-    """Rows of an int8 table dequantized per row (scales (R,)) or per group (scales (R, G))."""
-    idx = indices.astype(np.int64)
-    rows = weight[idx].astype(np.float32)
-    sc = scales.astype(np.float32)
-    sc = sc[:, None] if sc.ndim == 1 else sc
-    groups = sc.shape[1]
-    d = weight.shape[1]
-    if d % groups:
-        raise ExecutionError(f"embedding_byte: {groups} scale groups don't divide the embedding size {d}")
-    sc = np.repeat(sc, d // groups, axis=1)[idx]
-    if zero_points is not None:
-        zp = zero_points.astype(np.float32)
-        zp = zp[:, None] if zp.ndim == 1 else zp
-        rows = rows - np.repeat(zp, d // groups, axis=1)[idx]
-    res = rows * sc
-    return res.astype(dtype_arg(dtype)) if dtype is not None else res
 
 
 # --------------------------------------------------------------------------- portable-library extras

@@ -31,7 +31,22 @@ from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, Comp
 
 BACKEND_ID = "cpu"
 
-__all__ = ["CpuPartitioner", "CpuBackend", "compile_function", "is_supported", "BACKEND_ID"]
+__all__ = ["CpuPartitioner", "CpuBackend", "CpuQuantizer", "get_symmetric_quantization_config", "compile_function",
+           "is_supported", "BACKEND_ID"]
+
+
+def __getattr__(name: str):
+    """`CpuQuantizer` and its config come from quantizer.py, loaded on first use: it needs
+    torchao (the `quantization` extra), which the rest of the target does not."""
+    if name in ("CpuQuantizer", "get_symmetric_quantization_config"):
+        try:
+            from etc.targets.cpu import quantizer
+        except ImportError as error:
+            from etc.errors import EtcError
+
+            raise EtcError(f"etc.targets.cpu.{name} needs torchao ({error}); install etc[quantization]") from None
+        return getattr(quantizer, name)
+    raise AttributeError(f"module 'etc.targets.cpu' has no attribute '{name}'")
 
 
 def is_supported(op) -> tuple[bool, str]:

@@ -1,0 +1,188 @@
+"""The quantization operators of PT2E and torchao programs, as ops of the aten and edge dialects.
+
+A PT2E-quantized program (`convert_pt2e`) holds `quantized_decomposed::` ops between float
+ATen ops (dq -> op -> q); torchao's LLM configs (`quantize_(model, Int8DynamicActivation
+IntxWeightConfig(...))`) export `torchao::quantize_affine`/`dequantize_affine`/
+`choose_qparams_affine`. Both namespaces are defined outside ATen (by torch.ao and by torchao),
+and their out variants, which a `.pte` program calls, are defined by ExecuTorch's quantized
+kernel library, which etc does not import. So the table is written here, one row per
+operator: its functional schema (as torch/torchao register it: a test checks they agree) and
+the out-variant kernel schema (ExecuTorch's `kernels/quantized/quantized.yaml` where ExecuTorch
+has the kernel: a test checks that too; `etc=True` marks a kernel only etc's runtime has).
+
+From the schemas, the ops are generated exactly as the ATen ones (`gen_aten_ops`'s argument
+encoding): the MLIR name is the namespace then `op_mlir_name` (`quantized_decomposed::
+quantize_per_tensor.tensor` -> `aten.quantized_decomposed_quantize_per_tensor_tensor`, and
+`edge.` the same), and they are all edge ops (their kernels are portable ones).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class QuantizedOp:
+    schema: str  # the functional schema, as registered in torch
+    out_schema: str  # the out-variant kernel's schema
+    etc_only: bool = False  # True: stock ExecuTorch has no kernel of this name
+
+
+_QD = "quantized_decomposed::"
+_TA = "torchao::"
+
+QUANTIZED_OPS: tuple[QuantizedOp, ...] = (
+    # ---- PT2E per-tensor (static: float scale; dynamic: scale/zero point tensors from choose_qparams)
+    QuantizedOp(
+        _QD + "quantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype) -> Tensor",
+        _QD + "quantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
+    QuantizedOp(
+        _QD + "quantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype) -> Tensor",
+        _QD + "quantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
+    QuantizedOp(
+        _QD + "quantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, "
+        "Tensor quant_max, ScalarType dtype) -> Tensor",
+        _QD + "quantize_per_tensor.tensor2_out(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, "
+        "Tensor quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)", etc_only=True),
+    QuantizedOp(
+        _QD + "dequantize_per_tensor(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+        _QD + "dequantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, "
+        "ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)"),
+    QuantizedOp(
+        _QD + "dequantize_per_tensor.tensor(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+        _QD + "dequantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)"),
+    QuantizedOp(
+        _QD + "dequantize_per_tensor.tensor2(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, "
+        "Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+        _QD + "dequantize_per_tensor.tensor2_out(Tensor input, Tensor scale, Tensor zero_point, Tensor quant_min, "
+        "Tensor quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+        etc_only=True),
+    QuantizedOp(
+        _QD + "choose_qparams.tensor(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype) "
+        "-> (Tensor, Tensor)",
+        _QD + "choose_qparams.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, ScalarType dtype, "
+        "*, Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))"),
+    QuantizedOp(
+        _QD + "choose_qparams_symmetric.tensor(Tensor input, int quant_min, int quant_max, float eps, "
+        "ScalarType dtype) -> (Tensor, Tensor)",
+        _QD + "choose_qparams_symmetric.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, "
+        "ScalarType dtype, *, Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))",
+        etc_only=True),
+    # ---- per channel (PT2E weights)
+    QuantizedOp(
+        _QD + "quantize_per_channel(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype) -> Tensor",
+        _QD + "quantize_per_channel.out(Tensor input, Tensor scales, Tensor zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
+    QuantizedOp(
+        _QD + "dequantize_per_channel(Tensor input, Tensor scales, Tensor? zero_points, int axis, int quant_min, "
+        "int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None) -> Tensor",
+        _QD + "dequantize_per_channel.out(Tensor input, Tensor scales, Tensor? zero_points, int axis, "
+        "int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None, Tensor(a!) out) "
+        "-> Tensor(a!)"),
+    # ---- per token (dynamic activations of the LLM recipes) and per channel group (4-bit weights)
+    QuantizedOp(
+        _QD + "choose_qparams_per_token_asymmetric(Tensor input, ScalarType dtype) -> (Tensor, Tensor)",
+        _QD + "choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, *, Tensor(a!) scale_out, "
+        "Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))"),
+    QuantizedOp(
+        _QD + "quantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, "
+        "ScalarType dtype) -> Tensor",
+        _QD + "quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, *, Tensor(a!) out) -> Tensor(a!)"),
+    QuantizedOp(
+        _QD + "dequantize_per_token(Tensor input, Tensor scales, Tensor zero_points, int quant_min, int quant_max, "
+        "ScalarType dtype, ScalarType output_dtype) -> Tensor",
+        _QD + "dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)"),
+    QuantizedOp(
+        _QD + "quantize_per_channel_group(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, int group_size) -> Tensor",
+        _QD + "quantize_per_channel_group.out(Tensor input, Tensor scales, Tensor zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, int group_size, *, Tensor(a!) out) -> Tensor(a!)", etc_only=True),
+    QuantizedOp(
+        _QD + "dequantize_per_channel_group(Tensor input, Tensor scales, Tensor? zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, int group_size, ScalarType output_dtype) -> Tensor",
+        _QD + "dequantize_per_channel_group.out(Tensor input, Tensor scales, Tensor? zero_points, int quant_min, "
+        "int quant_max, ScalarType dtype, int group_size, ScalarType output_dtype, *, Tensor(a!) out) "
+        "-> Tensor(a!)", etc_only=True),
+    # ---- torchao's affine ops (block_size: one scale per block; [1, K] = per row, [1, 32] = groups of 32)
+    QuantizedOp(
+        _TA + "quantize_affine(Tensor input, SymInt[] block_size, Tensor scale, Tensor? zero_point, "
+        "ScalarType output_dtype, Scalar? quant_min=None, Scalar? quant_max=None) -> Tensor",
+        _TA + "quantize_affine.out(Tensor input, SymInt[] block_size, Tensor scale, Tensor? zero_point, "
+        "ScalarType output_dtype, Scalar? quant_min=None, Scalar? quant_max=None, *, Tensor(a!) out) "
+        "-> Tensor(a!)", etc_only=True),
+    QuantizedOp(
+        _TA + "dequantize_affine(Tensor input, SymInt[] block_size, Tensor scale, Tensor? zero_point, "
+        "ScalarType input_dtype, Scalar? quant_min=None, Scalar? quant_max=None, ScalarType output_dtype=6) "
+        "-> Tensor",
+        _TA + "dequantize_affine.out(Tensor input, SymInt[] block_size, Tensor scale, Tensor? zero_point, "
+        "ScalarType input_dtype, Scalar? quant_min=None, Scalar? quant_max=None, ScalarType output_dtype=6, *, "
+        "Tensor(a!) out) -> Tensor(a!)", etc_only=True),
+    QuantizedOp(
+        _TA + "choose_qparams_affine(Tensor? input, str mapping_type, SymInt[] block_size, "
+        "ScalarType target_dtype, Scalar? quant_min=None, Scalar? quant_max=None, float? eps=None, "
+        "ScalarType? scale_dtype=None, ScalarType? zero_point_dtype=None, bool keepdim=False) -> (Tensor, Tensor)",
+        _TA + "choose_qparams_affine.out(Tensor? input, str mapping_type, SymInt[] block_size, "
+        "ScalarType target_dtype, Scalar? quant_min=None, Scalar? quant_max=None, float? eps=None, "
+        "ScalarType? scale_dtype=None, ScalarType? zero_point_dtype=None, bool keepdim=False, *, "
+        "Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))", etc_only=True),
+)
+
+NAMESPACES = ("quantized_decomposed", "torchao")
+
+
+def _name(schema: str) -> str:
+    """`ns::op.overload(...)` -> `ns::op.overload` (the default overload without a suffix)."""
+    return schema.split("(", 1)[0]
+
+
+@lru_cache(maxsize=None)
+def out_variants() -> dict[str, str]:
+    """Functional torch name -> out-variant kernel name (`quantized_decomposed::quantize_per_tensor.out`)."""
+    return {_name(op.schema): _name(op.out_schema) for op in QUANTIZED_OPS}
+
+
+@lru_cache(maxsize=None)
+def kernel_schemas() -> dict:
+    """Out-variant kernel name -> its torch._C.FunctionSchema (parsed, never registered in torch:
+    registering would clash with ExecuTorch's library when both are loaded)."""
+    import torch
+
+    return {_name(op.out_schema): torch._C.parse_schema(op.out_schema) for op in QUANTIZED_OPS}
+
+
+def is_quantization_op(torch_name: str) -> bool:
+    return torch_name.split("::", 1)[0] in NAMESPACES
+
+
+@lru_cache(maxsize=None)
+def table_entries() -> tuple[dict, ...]:
+    """The ops as `aten_ops.json` entries (same encoding as the generated ATen ops)."""
+    from etc.dialects.gen_aten_ops import _argument_entry, op_mlir_name, parse_schema
+    from etc.dialects.irdl_base import field_name
+
+    entries = []
+    for op in QUANTIZED_OPS:
+        namespace = op.schema.split("::", 1)[0]
+        parsed = parse_schema(op.schema)
+        if parsed is None:
+            raise RuntimeError(f"cannot parse the schema {op.schema!r}")
+        returns = []
+        for index, ret in enumerate(parsed.returns):
+            name = ret.name or ("result" if len(parsed.returns) == 1 else f"result{index}")
+            returns.append({"field": field_name(name), "type": str(ret.type), "kind": "result"})
+        arguments = [_argument_entry(a, field_name) for a in parsed.arguments.flat_all]
+        base, overload = str(parsed.name.name), parsed.name.overload_name
+        entries.append({"name": op_mlir_name(f"{namespace}_{base}", overload), "torch_name": _name(op.schema),
+                        "core": True, "arguments": arguments, "returns": returns})
+    return tuple(entries)

@@ -1,0 +1,214 @@
+"""PT2E int8 (CpuQuantizer + torchao's prepare/convert) and torchao's LLM weight configs,
+through to_edge and the portable runtime (issue 10, parts 1 and 2).
+
+The reference for a quantized program is the eager quantized model (the converted
+GraphModule, or the torchao-quantized module): etc runs the same int8 math, so its output
+matches within 30 dB SQNR (in practice bit-exact or a float32 rounding away).
+"""
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("torchao")
+
+import etc  # noqa: E402
+from etc.errors import UnsupportedConstructError  # noqa: E402
+from etc.runtime import Runtime  # noqa: E402
+from models.quantized import quantize, sqnr  # noqa: E402
+from models.zoo import ZOO  # noqa: E402
+
+CNNS = ["small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn"]
+
+
+def _run(program, inputs):
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    return [torch.as_tensor(o) for o in method.execute(list(inputs))]
+
+
+def _ops(ep) -> list[str]:
+    return [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("name", CNNS)
+def test_zoo_cnn_quantized_with_cpu_quantizer_runs_and_matches_the_eager_quantized_model(name):
+    zoo_model = ZOO[name]()
+    converted, ep = quantize(zoo_model)
+    ops = _ops(ep)
+    assert "quantized_decomposed.quantize_per_tensor.default" in ops
+    assert "quantized_decomposed.dequantize_per_channel.default" in ops  # per-channel int8 weights
+    edge = etc.to_edge(ep)
+    text = str(edge)
+    assert "edge.quantized_decomposed_dequantize_per_channel" in text
+    # Weights stay int8 in the program (4x smaller than float), dequantized by the kernel.
+    int8_constants = [a for a in edge.program_ir.constants.values() if a.dtype == "int8"]
+    assert int8_constants and sum(a.size for a in int8_constants) > 0.9 * sum(
+        p.numel() for n, p in zoo_model.module.named_parameters() if n.endswith("weight") and p.dim() > 1)
+    got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
+    with torch.no_grad():
+        want = converted(*zoo_model.example_inputs)
+    assert sqnr(want, got) >= 30
+
+
+def test_dynamic_config_quantizes_activations_per_call_and_keeps_float_outputs():
+    zoo_model = ZOO["mlp"]()
+    converted, ep = quantize(zoo_model, is_dynamic=True)
+    ops = _ops(ep)
+    assert "quantized_decomposed.choose_qparams.tensor" in ops
+    assert "quantized_decomposed.quantize_per_tensor.tensor" in ops
+    assert "quantized_decomposed.quantize_per_tensor.default" not in ops  # nothing static
+    got = _run(etc.to_edge(ep).to_executorch(), zoo_model.example_inputs)[0]
+    with torch.no_grad():
+        want = converted(*zoo_model.example_inputs)
+    assert sqnr(want, got) >= 60
+
+
+class _Everything(nn.Module):
+    """Each annotated pattern once: conv+relu, depthwise conv, add+relu, mul, max/avg pooling,
+    concat, flatten, linear+hardtanh, matmul."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.linear = nn.Linear(8 * 4 * 4 * 2, 16)
+        self.other = nn.Linear(16, 16)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        z = torch.relu(self.depthwise(y) + y)
+        z = z * y
+        a = nn.functional.max_pool2d(z, 2)
+        b = nn.functional.avg_pool2d(z, 2)
+        c = torch.cat([a, b], dim=1).flatten(1)
+        h = nn.functional.hardtanh(self.linear(c))
+        return h @ self.other(h).T
+
+
+def _everything():
+    from models.zoo import ZooModel
+
+    torch.manual_seed(0)
+    return ZooModel("everything", _Everything().eval(), (torch.randn(1, 3, 8, 8),))
+
+
+def _quantize_params(node):
+    """(scale, zero point) of a quantize/dequantize node."""
+    return float(node.args[1]), int(node.args[2])
+
+
+def test_annotations_fuse_relu_share_scales_and_quantize_every_compute_op():
+    converted, ep = quantize(_everything())
+    graph = converted.graph
+    nodes = {n.name: n for n in graph.nodes}
+    q = "quantized_decomposed.quantize_per_tensor.default"
+
+    def quantized_output(node):
+        return [u for u in node.users if str(u.target) == q]
+
+    # ReLU fused into its producer: no quantize between conv and relu, one after relu.
+    conv = next(n for n in graph.nodes if str(n.target) == "aten.conv2d.default")
+    assert not quantized_output(conv)
+    (relu,) = conv.users
+    assert quantized_output(relu)
+    # add + relu: the same.
+    add = next(n for n in graph.nodes if str(n.target) == "aten.add.Tensor")
+    assert not quantized_output(add) and quantized_output(next(iter(add.users)))
+    # Every compute op reads dequantized inputs.
+    for target in ("aten.conv2d.default", "aten.linear.default", "aten.mul.Tensor", "aten.matmul.default"):
+        for node in (n for n in graph.nodes if str(n.target) == target):
+            for arg in node.args[:2]:
+                assert "dequantize" in str(arg.target), (node.name, arg.name)
+    # Pooling, concat and flatten keep their input's scale and zero point.
+    for target in ("aten.max_pool2d.default", "aten.avg_pool2d.default", "aten.flatten.using_ints"):
+        node = next(n for n in graph.nodes if str(n.target) == target)
+        (out_q,) = quantized_output(node)
+        in_dq = node.args[0]
+        assert _quantize_params(out_q) == _quantize_params(in_dq), target
+    cat = next(n for n in graph.nodes if str(n.target) == "aten.cat.default")
+    params = {_quantize_params(t) for t in cat.args[0]} | {_quantize_params(quantized_output(cat)[0])}
+    assert len(params) == 1
+    assert nodes  # (the graph is not empty)
+
+
+def test_everything_model_runs_on_etc():
+    zoo_model = _everything()
+    converted, ep = quantize(zoo_model)
+    got = _run(etc.to_edge(ep).to_executorch(), zoo_model.example_inputs)[0]
+    with torch.no_grad():
+        want = converted(*zoo_model.example_inputs)
+    assert sqnr(want, got) >= 30
+
+
+def test_module_type_and_name_overrides_leave_those_modules_in_float():
+    from etc.targets.cpu import CpuQuantizer, get_symmetric_quantization_config
+
+    config = get_symmetric_quantization_config(is_per_channel=True)
+    quantizer = CpuQuantizer().set_global(config).set_module_type(nn.Linear, None).set_module_name("conv", None)
+    converted, _ = quantize(_everything(), quantizer=quantizer)
+    graph = converted.graph
+    for node in graph.nodes:
+        if str(node.target) == "aten.linear.default":
+            assert "dequantize" not in str(node.args[1].target)  # float weight
+    first, depthwise = [n for n in graph.nodes if str(n.target) == "aten.conv2d.default"]
+    assert first.args[0].op == "placeholder"  # `conv` left in float
+    assert "dequantize" in str(depthwise.args[1].target)  # the rest quantized
+
+
+def test_unsupported_scheme_names_the_op_and_the_users_line():
+    from torchao.quantization.pt2e import MinMaxObserver
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import QuantizationConfig, QuantizationSpec
+
+    from etc.targets.cpu import CpuQuantizer, get_symmetric_quantization_config
+
+    base = get_symmetric_quantization_config()
+    uint4_weights = QuantizationSpec(dtype=torch.uint8, quant_min=0, quant_max=15, qscheme=torch.per_tensor_affine,
+                                     observer_or_fake_quant_ctr=MinMaxObserver)
+    bad = QuantizationConfig(base.input_activation, base.output_activation, uint4_weights, None)
+    with pytest.raises(UnsupportedConstructError, match="weight torch.uint8 torch.per_tensor_affine"):
+        CpuQuantizer().set_global(bad)
+
+    class Uint4Quantizer(CpuQuantizer):  # a config that slipped past set_global is caught per op
+        def set_global(self, config):
+            self.global_config = config
+            return self
+
+    zoo_model = ZOO["small_cnn"]()
+    captured = torch.export.export(zoo_model.module, zoo_model.example_inputs).module()
+    with pytest.raises(UnsupportedConstructError) as info:
+        prepare_pt2e(captured, Uint4Quantizer().set_global(bad))
+    assert "aten.conv2d.default" in str(info.value)
+    assert "zoo.py" in str(info.value.location)  # the model's line, not ours
+
+
+# ------------------------------------------------------------------ torchao LLM configs
+def _torchao_config(kind):
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if kind == "8da4w":
+        return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32))
+    if kind == "8da8w":
+        return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    return IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+
+
+@pytest.mark.parametrize("kind", ["8da4w", "8da8w", "int8_weight_only"])
+def test_torchao_llm_configs_import_and_run(kind):
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16)).eval()
+    quantize_(model, _torchao_config(kind))
+    x = torch.randn(3, 64)
+    edge = etc.to_edge(torch.export.export(model, (x,)))
+    text = str(edge)
+    assert "edge.torchao_dequantize_affine" in text
+    assert ("edge.torchao_choose_qparams_affine" in text) == (kind != "int8_weight_only")
+    shapes = {a.shape for a in edge.program_ir.constants.values() if a.dtype == "int8"}
+    assert {(16, 32), (32, 64)} <= shapes  # weights stored once, as int8
+    got = _run(edge.to_executorch(), (x,))[0]
+    with torch.no_grad():
+        want = model(x)
+    assert sqnr(want, got) >= 60
