@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml Makefile
 	# torch first and by exact version: this machine has its CPU wheel; letting pip
 	# resolve torch through another package would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,quantization]'
+	# devtools: pandas, for Inspector.to_dataframe and ExecuTorch's devtools in the .bpte interop tests.
+	$(PY) -m pip install -q -e '.[test,devtools,quantization]'
 	# The reference we compare against in interop tests and benchmarks only.
 	# --no-deps: executorch's own requirements would re-resolve torch.
 	$(PY) -m pip install -q --no-deps executorch==1.5.1 ruamel.yaml==0.19.1 tabulate==0.10.0

@@ -37,11 +37,12 @@ _MIN_EXTENDED_HEADER_SIZE = 24
 
 
 class _FlatbufferReader:
-    """Checked decoding of the flatbuffer held in buf[:limit]."""
+    """Checked decoding of the flatbuffer held in buf[:limit] (`tables`: as for the writer)."""
 
-    def __init__(self, buf: bytes, limit: int):
+    def __init__(self, buf: bytes, limit: int, tables: dict[str, type] | None = None):
         self.buf = buf
         self.limit = limit
+        self.tables = P.TABLES if tables is None else tables
         self.budget = 16 * limit + 4096
 
     def fail(self, path: str, message: str):
@@ -134,7 +135,7 @@ class _FlatbufferReader:
         member = kind.members[tag - 1]
         if value_at is None:
             self.fail(path, f"union of type {member} has no value")
-        return self.table(P.TABLES[member], self.reference(value_at, path), f"{path}({member})")
+        return self.table(self.tables[member], self.reference(value_at, path), f"{path}({member})")
 
     # ------------------------------------------------------- strings, vectors
     def vector_header(self, pos: int, element_size: int, path: str) -> int:
@@ -160,7 +161,7 @@ class _FlatbufferReader:
             length = self.vector_header(pos, 1, path)
             return bytes(self.buf[pos + 4:pos + 4 + length])
         if isinstance(kind, Table):
-            return self.table(P.TABLES[kind.name], pos, path)
+            return self.table(self.tables[kind.name], pos, path)
         element = kind.element
         if isinstance(element, Scalar):
             count = self.vector_header(pos, element.size, path)
@@ -180,6 +181,9 @@ def _read_headers(data: bytes) -> tuple[int, int, int]:
     """(program_size, segment_base_offset, segment_data_size) after checking the headers."""
     if len(data) < 8:
         raise ProgramError(f"file is {len(data)} bytes: too short for a program header (8 bytes)")
+    if data[4:8] == b"BP08":
+        raise ProgramError("this is a bundled program (.bpte, a program with test cases), not a program: load it "
+                           "with etc.devtools.bundled_program.BundledProgram.load() or run `etc run --verify`")
     if not _FILE_IDENTIFIER.fullmatch(data[4:8]):
         raise ProgramError(f"bytes 4..8 are {bytes(data[4:8])!r}, not a program file identifier 'ET??'")
     if not _EXTENDED_HEADER_MAGIC.fullmatch(data[8:12]):

@@ -49,15 +49,19 @@ def _check_alignment(name: str, value: int) -> int:
 
 
 class _FlatbufferWriter:
-    """Writes schema dataclasses into one flatbuffers Builder, reporting errors with the field path."""
+    """Writes schema dataclasses into one flatbuffers Builder, reporting errors with the field path.
 
-    def __init__(self, blob_alignments: dict[type, int]):
+    `tables` names the schema's tables (program.fbs by default; the bundled program's schema,
+    `etc.devtools.bundled_program`, passes its own)."""
+
+    def __init__(self, blob_alignments: dict[type, int], tables: dict[str, type] | None = None):
         self.builder = flatbuffers.Builder(1024)
         self.blob_alignments = blob_alignments
+        self.tables = P.TABLES if tables is None else tables
 
     def table(self, obj, path: str) -> int:
         cls = type(obj)
-        if cls not in P.TABLES.values():
+        if cls not in self.tables.values():
             raise SerializationError(f"{path}: {cls.__name__} is not a schema table")
         fields = wire_fields(cls)
         # Children first: a flatbuffers table can only refer to objects written before it.
@@ -109,11 +113,11 @@ class _FlatbufferWriter:
         if isinstance(kind, Blob):
             return self.raw_vector(bytes(value), 1, self.blob_alignments.get(owner, kind.align))
         if isinstance(kind, Table):
-            if type(value) is not P.TABLES[kind.name]:
+            if type(value) is not self.tables[kind.name]:
                 raise SerializationError(f"{path}: expected {kind.name}, got {type(value).__name__}")
             return self.table(value, path)
         if isinstance(kind, Union):
-            if type(value).__name__ not in kind.members or type(value) is not P.TABLES[type(value).__name__]:
+            if type(value).__name__ not in kind.members or type(value) is not self.tables[type(value).__name__]:
                 raise SerializationError(f"{path}: {type(value).__name__} is not one of {', '.join(kind.members)}")
             return self.table(value, f"{path}({type(value).__name__})")
         if isinstance(kind, Vector):

@@ -3,6 +3,7 @@
     etc compile model.py:MyModel --example-inputs "1x3x32x32" -o model.pte [--backend cpu]
     etc compile exported.pt2 -o model.pte [--etrecord model.etrecord]
     etc run model.pte [--inputs a.npy b.npy] [--runs 10]
+    etc run --verify model.bpte [--rtol 1e-5 --atol 1e-8]
     etc inspect model.pte
     etc profile model.pte [--runs 10] [--trace trace.json] [--etrecord model.etrecord]
 
@@ -127,16 +128,49 @@ def _random_input(meta):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def _is_bundle(path: str) -> bool:
+    from etc.devtools.bundled_program import FILE_IDENTIFIER
+
+    try:
+        with open(path, "rb") as f:
+            return f.read(8)[4:8] == FILE_IDENTIFIER
+    except OSError:
+        return False  # load_program reports the unreadable path
+
+
+def cmd_verify(args) -> int:
+    from etc.devtools.bundled_program import BundledProgram
+
+    if not _is_bundle(args.program):
+        raise UsageError(f"--verify needs a bundled program (.bpte) with test cases; {args.program} is not one")
+    report = BundledProgram.load(args.program).verify(rtol=args.rtol, atol=args.atol)
+    print(report)
+    return 0 if report.ok else 1
+
+
 def cmd_run(args) -> int:
     import numpy as np
 
     from etc.runtime import Runtime
 
-    program = Runtime.get().load_program(args.program)
+    if args.verify:
+        return cmd_verify(args)
+    source, bundled_inputs = args.program, None
+    if _is_bundle(args.program):  # a .bpte: its program, run on its first test case's inputs
+        from etc.devtools.bundled_program import BundledProgram
+
+        bundle = BundledProgram.load(args.program)
+        source = bundle.program
+        bundled_inputs = next((suite.test_cases[0].inputs for suite in bundle.method_test_suites
+                               if suite.method_name == args.method and suite.test_cases), None)
+    program = Runtime.get().load_program(source)
     method_name = args.method
     method = program.load_method(method_name)
     meta = method.metadata
-    if args.inputs:
+    if bundled_inputs is not None and not args.inputs:
+        inputs = bundled_inputs
+        print(f"inputs of the bundle's first '{method_name}' test case")
+    elif args.inputs:
         if len(args.inputs) != meta.num_inputs():
             raise UsageError(f"method '{method_name}' takes {meta.num_inputs()} input(s), "
                              f"{len(args.inputs)} given with --inputs")
@@ -273,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--method", default="forward")
     r.add_argument("--inputs", nargs="*", help=".npy files, one per input (random inputs by default)")
     r.add_argument("--runs", type=int, default=10, help="timed runs after the first")
+    r.add_argument("--verify", action="store_true", help="run every test case of a bundled program (.bpte) and "
+                                                         "compare with its expected outputs (exit 1 on a mismatch)")
+    r.add_argument("--rtol", type=float, default=1e-5, help="--verify: relative tolerance (ExecuTorch's default)")
+    r.add_argument("--atol", type=float, default=1e-8, help="--verify: absolute tolerance (ExecuTorch's default)")
     r.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("profile", help="time every instruction of a method (a table, top ops, a Chrome trace)")

@@ -2,8 +2,6 @@
 delegates broken down into the ops they contain, a Chrome trace, and `etc profile`."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ import etc
 from etc.devtools import CompileRecord, Inspector, RunRecord
 from etc.errors import EtcError
 from etc.runtime import Runtime
+from etc.tools.etc_main import main as etc_main
 from models.zoo import ZOO
 
 
@@ -153,7 +152,7 @@ def test_to_dataframe_has_the_rows_or_says_how_to_get_pandas(transformer):
     assert len(frame) == len(inspector.rows) and list(frame.columns) == list(Inspector.COLUMNS)
 
 
-def test_etc_profile_prints_the_table_and_writes_a_trace(tmp_path):
+def test_etc_profile_prints_the_table_and_writes_a_trace(tmp_path, capsys):
     (tmp_path / "tiny.py").write_text(
         "import torch\n\n"
         "class Tiny(torch.nn.Module):\n"
@@ -164,18 +163,17 @@ def test_etc_profile_prints_the_table_and_writes_a_trace(tmp_path):
         "        return torch.relu(self.fc(x))\n")
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "etc.tools.etc_main", *map(str, args)], capture_output=True,
-                              text=True, timeout=600)
+        return etc_main([str(a) for a in args])
 
-    compiled = cli("compile", tmp_path / "tiny.py:Tiny", "--example-inputs", "2x6", "-o", tmp_path / "t.pte",
-                   "--etrecord", tmp_path / "t.etrecord")
-    assert compiled.returncode == 0, compiled.stderr
-    result = cli("profile", tmp_path / "t.pte", "--runs", "4", "--etrecord", tmp_path / "t.etrecord",
-                 "--trace", tmp_path / "trace.json", "--etdump", tmp_path / "run.etdp")
-    assert result.returncode == 0, result.stderr
-    assert "aten::addmm.out" in result.stdout and "tiny.py:9" in result.stdout
-    assert "forward: 4 execute(s)" in result.stdout and "top operators by time" in result.stdout
+    assert cli("compile", tmp_path / "tiny.py:Tiny", "--example-inputs", "2x6", "-o", tmp_path / "t.pte",
+               "--etrecord", tmp_path / "t.etrecord") == 0
+    assert "wrote compile record" in capsys.readouterr().out
+    assert cli("profile", tmp_path / "t.pte", "--runs", "4", "--etrecord", tmp_path / "t.etrecord",
+               "--trace", tmp_path / "trace.json", "--etdump", tmp_path / "run.etdp") == 0
+    out = capsys.readouterr().out
+    assert "aten::addmm.out" in out and "tiny.py:9" in out
+    assert "forward: 4 execute(s)" in out and "top operators by time" in out
     assert json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert RunRecord.load(tmp_path / "run.etdp").runs("forward") == 4
-    bad = cli("profile", tmp_path / "t.pte", "--runs", "0")
-    assert bad.returncode == 1 and "--runs must be at least 1" in bad.stderr
+    assert cli("profile", tmp_path / "t.pte", "--runs", "0") == 1
+    assert "--runs must be at least 1" in capsys.readouterr().err
