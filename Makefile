@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test pytest lit bench clean
+.PHONY: demo test pytest lit bench fuzz clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ pytest: $(STAMP)
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv test/lit
+
+# The program fuzzer of test_program_fuzz.py with ten times its CI cases: mutated programs
+# loaded and run in child processes; fails on any crash, hang, non-EtcError or silent wrong output.
+FUZZ_CASES ?= 30000
+fuzz: $(STAMP)
+	cd test/python && ../../$(PY) program_fuzzer.py --cases $(FUZZ_CASES)
 
 # Bench-only dependencies (tools/bench_models.py builds real models from transformers configs),
 # in their own stamp so that `make test` never needs them. transformers does not depend on

@@ -12,8 +12,8 @@ delegates run on registered backends (`etc.runtime.backends`).
 from etc.runtime.backends import (Backend, get_backend, is_available, register_backend, registered_backends,
                                   unregister_backend)
 from etc.runtime.method import Method, MethodMeta, TensorInfo
-from etc.runtime.runtime import BackendRegistry, OperatorRegistry, Program, Runtime
+from etc.runtime.runtime import BackendRegistry, OperatorRegistry, Program, Runtime, Verification
 
 __all__ = ["Runtime", "Program", "Method", "MethodMeta", "TensorInfo", "Backend", "register_backend",
            "unregister_backend", "get_backend", "registered_backends", "is_available", "BackendRegistry",
-           "OperatorRegistry"]
+           "OperatorRegistry", "Verification"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from etc.errors import ProgramError
+from etc.errors import ExecutionError, ProgramError
 
 
 def aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:
@@ -24,7 +24,14 @@ class MemoryManager:
     def __init__(self, buffer_sizes, *, alignment: int = 64):
         self.alignment = alignment
         self.buffer_sizes = [int(size) for size in buffer_sizes]
-        self.arenas = [None] + [aligned_bytes(size, alignment) for size in self.buffer_sizes[1:]]
+        self.arenas = [None]
+        for mem_id, size in enumerate(self.buffer_sizes[1:], start=1):
+            try:
+                self.arenas.append(aligned_bytes(size, alignment))
+            except (MemoryError, ValueError):
+                # numpy's _ArrayMemoryError is a MemoryError: a (corrupted?) plan asking for more than exists.
+                raise ExecutionError(f"cannot allocate planned memory id {mem_id} of {size} bytes "
+                                     "(non_const_buffer_sizes)") from None
         self.private_bytes = 0
 
     def view(self, mem_id: int, offset: int, nbytes: int, *, where: str) -> np.ndarray:

@@ -17,14 +17,29 @@ mutable buffers lives as long as the program.
 
 from __future__ import annotations
 
+import enum
 import os
 
 from etc.errors import EtcError, ProgramError
 from etc.runtime import log
 from etc.runtime.method import Method, MethodMeta, method_meta
-from etc.schema import PteFile, deserialize_pte, validate_pte
+from etc.schema import PteFile, validate_pte
+from etc.schema import deserialize_pte as read_pte
 
-__all__ = ["Runtime", "Program", "BackendRegistry", "OperatorRegistry"]
+__all__ = ["Runtime", "Program", "BackendRegistry", "OperatorRegistry", "Verification"]
+
+
+class Verification(enum.Enum):
+    """How much `load_program` checks, named as in `executorch.runtime`.
+
+    Both check the whole structure (every offset, index and size). `InternalConsistency`
+    (the default) also checks etc's CRC of the program data and of every segment; `Minimal`
+    trusts the bytes' values (a flipped weight then goes unnoticed). A cpu delegate's blob is
+    checked by its own CRC either way: code is never run from an unchecked blob.
+    """
+
+    Minimal = 0
+    InternalConsistency = 1
 
 
 class Program:
@@ -150,8 +165,15 @@ class Runtime:
 
         return set_blas_threads(int(count))
 
-    def load_program(self, data, *, enable_etdump: bool = False, debug_buffer_size: int = 0) -> Program:
+    def load_program(self, data, *, verification: Verification = Verification.InternalConsistency,
+                     enable_etdump: bool = False, debug_buffer_size: int = 0) -> Program:
         """A program from a `.pte` path, its bytes, a binary file object, or a PteFile.
+
+        `verification` (ExecuTorch's name): `Verification.InternalConsistency`, the default,
+        also checks etc's per-segment checksums, so a corrupted file raises ProgramError naming
+        the segment instead of computing with damaged weights; `Verification.Minimal` skips them
+        (a large program loads faster on a tight device). The structure is checked either way:
+        no setting lets a malformed file index out of bounds.
 
         `enable_etdump=True` records every instruction's time (and the whole execute's) into
         `program.run_record` (an `etc.devtools.RunRecord`, ExecuTorch's ETDump in etc's format;
@@ -167,10 +189,16 @@ class Runtime:
             from etc.devtools.run_record import RunRecord
 
             run_record = RunRecord(debug_buffer_size=int(debug_buffer_size))
-        pte, source = self._read_program(data)
+        if not isinstance(verification, Verification):
+            raise EtcError(f"verification must be Verification.Minimal or Verification.InternalConsistency, "
+                           f"got {verification!r}")
+        pte, source = self._read_program(data, verification)
         return Program(pte, source=source, run_record=run_record)
 
-    def _read_program(self, data) -> tuple[PteFile, str]:
+    def _read_program(self, data, verification: Verification) -> tuple[PteFile, str]:
+        def deserialize_pte(blob: bytes) -> PteFile:
+            return read_pte(blob, verify_checksums=verification == Verification.InternalConsistency)
+
         if isinstance(data, PteFile):
             validate_pte(data)  # built in memory: the same checks a file gets, so the runtime may index freely
             return data, "<PteFile>"
