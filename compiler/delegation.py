@@ -228,6 +228,7 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
     if not isinstance(partitioner, Partitioner):
         raise EtcError(f"to_backend expects a Partitioner, got {type(partitioner).__name__}")
     result = partitioner.partition(program_ir)
+    result.partitions = [piece for partition in result.partitions for piece in _split_at_control_flow(partition)]
     report = DelegationReport(reasons=dict(result.rejected))
     if not hasattr(program_ir, "delegate_blobs"):
         program_ir.delegate_blobs = []
@@ -263,7 +264,67 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
                 name = op.operation.name
                 if name.startswith("edge."):
                     report.portable[name] = report.portable.get(name, 0) + 1
+                elif len(op.operation.regions):
+                    _report_control_flow(report, op.operation)
     return report
+
+
+# Control flow (scf.if / scf.while from torch.cond / torch.while_loop) stays outside delegates:
+# the portable runtime runs it as jumps over one instruction list (compiler/emit_control_flow.py).
+CONTROL_FLOW_REASON = ("control flow runs on the portable runtime as jumps (JumpFalseCall); "
+                       "delegates take straight-line code")
+NESTED_REASON = "inside a branch or loop body: stays on portable kernels with its control flow"
+
+
+def _report_control_flow(report: DelegationReport, op) -> None:
+    report.portable[op.name] = report.portable.get(op.name, 0) + 1
+    report.reasons[op.name] = CONTROL_FLOW_REASON
+
+    def count(nested):
+        name = nested.name
+        if name.startswith("edge."):
+            key = f"{name} (in {op.name})"
+            report.portable[key] = report.portable.get(key, 0) + 1
+            report.reasons[key] = NESTED_REASON
+        return _walk_advance()
+    for region in op.regions:
+        for block in region.blocks:
+            for nested in block.operations:
+                nested.operation.walk(count)
+
+
+def _walk_advance():
+    from torch_mlir import ir
+
+    return ir.WalkResult.ADVANCE
+
+
+def _split_at_control_flow(partition: Partition) -> list:
+    """Split a partition at every region-holding op (scf.if, scf.while) between its members.
+
+    Such an op reads values of the partition inside its regions without naming them
+    as operands, so a partitioner that follows operands only may put ops before and
+    after it into one partition: one call cannot run both before and after it.
+    Pieces in program order are each cycle-free (a member-to-member path through an
+    outside op stays within one piece or already crossed the split).
+    """
+    ops = partition.ops
+    if len(ops) < 2:
+        return [partition]
+    block_ops = [o.operation for o in ops[0].block.operations]
+    position = {op: i for i, op in enumerate(block_ops)}
+    members = sorted(ops, key=lambda o: position.get(o, 0))
+    pieces, current = [], [members[0]]
+    for previous, op in zip(members, members[1:]):
+        between = block_ops[position[previous] + 1: position[op]]
+        if any(len(o.regions) for o in between):
+            pieces.append(current)
+            current = []
+        current.append(op)
+    pieces.append(current)
+    if len(pieces) == 1:
+        return [partition]
+    return [Partition(ops=piece, spec=partition.spec) for piece in pieces if _worth_delegating(piece)]
 
 
 def _existing_delegate_count(module) -> int:

@@ -512,30 +512,9 @@ class _MethodEmitter:
         for arg in block.arguments:
             alloc_attr = _arg_attr(self.func, arg.arg_number, "etc.alloc")
             inputs.append(self.tensor(arg, alloc=_planned(alloc_attr) if alloc_attr is not None else None))
-        outputs = []
-        for op in block.operations:
-            name = op.operation.name
-            if name == "ml_program.global_load_const":
-                symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
-                self.tensor(op.results[0], data_buffer_idx=self.state.constant(symbol, op))
-            elif name == "ml_program.global_load":
-                self.load_state(op)
-            elif name == "ml_program.global_store":
-                self.store_state(op)
-            elif name == "func.return":
-                outputs = [self.index[v] for v in op.operands]
-            elif name == "backend.delegate":
-                self.delegate_call(op)
-            elif name.startswith("edge."):
-                self.kernel_call(op.operation)
-            elif name == "arith.constant":
-                value = op.attributes["value"]
-                self.index[op.results[0]] = self.scalar(int(ir.IntegerAttr(value).value))
-            elif name == "tensor.dim" or name in SYMBOLIC_ARITHMETIC:
-                self.symbolic_size(op)
-            else:
-                raise LoweringError(f"'{name}' cannot be emitted: lower it to the edge or backend dialect first",
-                                    location=_where(op))
+        self.outputs = []
+        self.emit_block(block)
+        outputs = self.outputs
         name = ir.StringAttr(self.func.attributes["sym_name"]).value
         sizes = [0]
         if "etc.buffer_sizes" in self.func.attributes:
@@ -556,6 +535,41 @@ class _MethodEmitter:
             delegates=self.delegates,
             non_const_buffer_sizes=sizes,
         )
+
+    def emit_block(self, block, skip_terminator: bool = False) -> None:
+        """Emit the ops of `block` in order (a region's terminator is its caller's to emit)."""
+        from torch_mlir import ir
+
+        from etc.compiler import emit_control_flow
+
+        operations = list(block.operations)
+        if skip_terminator:
+            operations = operations[:-1]
+        for op in operations:
+            name = op.operation.name
+            if name in emit_control_flow.EMITTERS:
+                emit_control_flow.EMITTERS[name](self, op.operation)
+            elif name == "ml_program.global_load_const":
+                symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+                self.tensor(op.results[0], data_buffer_idx=self.state.constant(symbol, op))
+            elif name == "ml_program.global_load":
+                self.load_state(op)
+            elif name == "ml_program.global_store":
+                self.store_state(op)
+            elif name == "func.return":
+                self.outputs = [self.index[v] for v in op.operands]
+            elif name == "backend.delegate":
+                self.delegate_call(op)
+            elif name.startswith("edge."):
+                self.kernel_call(op.operation)
+            elif name == "arith.constant":
+                value = op.attributes["value"]
+                self.index[op.results[0]] = self.scalar(int(ir.IntegerAttr(value).value))
+            elif name == "tensor.dim" or name in SYMBOLIC_ARITHMETIC:
+                self.symbolic_size(op)
+            else:
+                raise LoweringError(f"'{name}' cannot be emitted: lower it to the edge or backend dialect first",
+                                    location=_where(op))
 
 
 def _nbytes(tensor_type) -> int:

@@ -100,7 +100,7 @@ def import_program(programs, *, context: ir.Context | None = None) -> ProgramIR:
     one aten-dialect module (one `func.func` per method, shared globals).
 
     Raises UnsupportedConstructError, located at the user's source line, for a
-    construct etc cannot represent (control-flow higher-order ops, custom
+    construct etc cannot represent (higher-order ops other than cond/while_loop, custom
     objects, non-ATen operators, unsupported dtypes, input mutation).
     """
     methods = _as_method_dict(programs)
@@ -458,15 +458,19 @@ class _MethodImporter:
                                                           or target.namespace in QUANTIZATION_NAMESPACES):
             self._import_aten(node)
             return
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            from etc.compiler.import_control_flow import import_control_flow
+
+            if import_control_flow(self, node):  # torch.cond, torch.while_loop -> scf
+                return
         raise self._error(node, self._unsupported_target_message(node))
 
     @staticmethod
     def _unsupported_target_message(node) -> str:
         target = node.target
         if isinstance(target, torch._ops.HigherOrderOperator):
-            return (f"torch.ops.higher_order.{target.name()} is not supported: etc imports straight-line "
-                    "ATen graphs (rewrite data-dependent control flow without torch.cond/while_loop/map, "
-                    "or unroll it in Python)")
+            return (f"torch.ops.higher_order.{target.name()} is not supported: etc imports torch.cond and "
+                    "torch.while_loop (write map/scan as a while_loop, or unroll it in Python)")
         if isinstance(target, torch._ops.OpOverload):
             return (f"operator {target.namespace}::{target._schema.name.split('::')[-1]}"
                     f"{'.' + target._overloadname if target._overloadname != 'default' else ''} is not an ATen "

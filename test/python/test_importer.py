@@ -132,9 +132,11 @@ class SizeArithmetic(nn.Module):
         return x.reshape(b * 4, 1) + 1
 
 
-class WithCond(nn.Module):
-    def forward(self, x):
-        return torch.cond(x.sum() > 0, lambda x: x + 1, lambda x: x - 1, (x,))
+class WithMap(nn.Module):
+    def forward(self, xs):
+        from functorch.experimental.control_flow import map as control_flow_map
+
+        return control_flow_map(lambda x: x + 1, xs)
 
 
 class WritesInput(nn.Module):
@@ -335,10 +337,10 @@ def assert_located(error: UnsupportedConstructError, function, text):
     assert str(error).startswith(f"{error.location}: error: ")
 
 
-def test_control_flow_higher_order_op_is_a_located_error():
-    with pytest.raises(UnsupportedConstructError, match=r"torch\.ops\.higher_order\.cond") as caught:
-        etc.import_program(export(WithCond(), torch.randn(3)))
-    assert_located(caught.value, WithCond.forward, "torch.cond")
+def test_unsupported_higher_order_op_is_a_located_error():
+    with pytest.raises(UnsupportedConstructError, match=r"torch\.ops\.higher_order\.map_impl") as caught:
+        etc.import_program(export(WithMap(), torch.randn(2, 3)))
+    assert_located(caught.value, WithMap.forward, "control_flow_map(")
 
 
 def test_non_aten_operator_is_a_located_error():

@@ -33,3 +33,27 @@ class WritesInput(nn.Module):
     def forward(self, x):
         x.mul_(2)
         return x
+
+
+class WithMap(nn.Module):
+    example_inputs = (torch.randn(2, 3),)
+
+    def forward(self, xs):
+        from functorch.experimental.control_flow import map as control_flow_map
+
+        return control_flow_map(lambda x: x * 2, xs)
+
+
+class DoublingLoop(nn.Module):
+    """while_loop: the trip count depends on the input (double y until its sum passes the limit)."""
+
+    example_inputs = (torch.ones(3), torch.tensor(20.0))
+
+    def forward(self, x, limit):
+        def cond_fn(i, y):
+            return y.sum() < limit
+
+        def body_fn(i, y):
+            return i + 1, y * 2
+
+        return torch.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))

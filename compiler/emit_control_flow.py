@@ -1,0 +1,140 @@
+"""Emission of structured control flow (`scf.if`, `scf.while`) as ExecuTorch runs it:
+jumps over one chain of instructions, no delegate and no sub-program.
+
+`scf.if %p` (torch.cond) is laid out as ExecuTorch's emitter lays out cond:
+
+    JumpFalseCall(p, else)          p: the bool tensor (the runtime jumps unless all of it is true)
+    <then ops>  MoveCall(yield_i -> result_i)
+    JumpFalseCall(False, end)       an unconditional jump
+  else:
+    <else ops>  MoveCall(yield_i -> result_i)
+  end:
+
+`scf.while` (torch.while_loop; ExecuTorch's own emitter has no while_loop) uses
+the same instructions, the carries being planned tensors the loop copies into:
+
+    aten::copy.out(carry_i, init_i)            once, before the loop
+  top:
+    <condition ops>
+    JumpFalseCall(p, exit)
+    <body ops>  aten::copy.out(carry_i, yield_i)
+    JumpFalseCall(False, top)
+  exit:                                        the results are the carries
+
+Copies, not moves, for carries: a MoveCall would leave the carry's EValue
+pointing at the body's output storage, which the next iteration writes while
+reading the carry (ExecuTorch's scan emitter copies for the same reason).
+Both block arguments of the loop and its results are the carry EValues.
+"""
+
+from __future__ import annotations
+
+from etc.errors import LoweringError
+
+
+def _where(op):
+    from etc.compiler.emitter import _where as where
+
+    return where(op)
+
+
+def _jump(emitter, condition_index: int, op):
+    """Append a JumpFalseCall (destination patched by the caller); return it."""
+    call = emitter.S.JumpFalseCall(cond_value_index=condition_index, destination_instruction=-1)
+    emitter.instruction(call, op)
+    return call
+
+
+def _copy(emitter, destination: int, source: int, op) -> None:
+    """`aten::copy.out(dst, src, False, out=dst)`: ExecuTorch's in-place copy as an out-variant call."""
+    kernel = "aten::copy.out"
+    if kernel not in emitter.kernels:
+        raise LoweringError(f"no kernel for '{kernel}' (copying a loop's carried value)", location=_where(op))
+    args = [destination, source, emitter.scalar(False), destination, destination]
+    emitter.instruction(emitter.S.KernelCall(op_index=emitter.operator(kernel), args=args), op)
+
+
+def _index(emitter, value, op) -> int:
+    if value not in emitter.index:
+        raise LoweringError("an operand of control flow is not defined by an emitted value", location=_where(op))
+    return emitter.index[value]
+
+
+def emit_extract(emitter, op) -> None:
+    """`tensor.extract %p[]` of a predicate: JumpFalseCall reads the bool tensor itself."""
+    from torch_mlir import ir
+
+    ty = ir.RankedTensorType(op.operands[0].type)
+    users = [use.owner for result in op.results for use in result.uses]
+    names = {user.operation.name if hasattr(user, "operation") else user.name for user in users}
+    if str(ty.element_type) != "i1" or not names <= {"scf.if", "scf.condition"}:
+        raise LoweringError("tensor.extract is emitted only as the predicate of scf.if / scf.condition",
+                            location=_where(op))
+    emitter.index[op.results[0]] = _index(emitter, op.operands[0], op)
+
+
+def emit_if(emitter, op) -> None:
+    from etc.compiler.emitter import _result_alloc
+
+    results = [emitter.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(op.results)]
+    to_else = _jump(emitter, _index(emitter, op.operands[0], op), op)
+    to_end = None
+    for number, region in enumerate(op.regions):
+        if number == 1:
+            to_end = _jump(emitter, emitter.scalar(False), op)
+            to_else.destination_instruction = len(emitter.instructions)
+        if not len(region.blocks):
+            continue
+        block = region.blocks[0]
+        emitter.emit_block(block, skip_terminator=True)
+        terminator = list(block.operations)[-1].operation
+        for source, destination in zip(terminator.operands, results):
+            source_index = _index(emitter, source, terminator)
+            if source_index != destination:
+                emitter.instruction(emitter.S.MoveCall(move_from=source_index, move_to=destination), terminator)
+    if to_end is None:  # no else region: the jump skips the then branch
+        to_else.destination_instruction = len(emitter.instructions)
+    else:
+        to_end.destination_instruction = len(emitter.instructions)
+
+
+def emit_while(emitter, op) -> None:
+    from etc.compiler.emitter import _result_alloc
+
+    carries = []
+    for n, result in enumerate(op.results):
+        if _result_alloc(op, n) is None:
+            raise LoweringError("a loop's carried value has no planned storage; plan memory before emitting",
+                                location=_where(op))
+        carries.append(emitter.tensor(result, alloc=_result_alloc(op, n)))
+    for init, carry in zip(op.operands, carries):
+        _copy(emitter, carry, _index(emitter, init, op), op)
+    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    for block in (before, after):
+        for argument, carry in zip(block.arguments, carries):
+            emitter.index[argument] = carry
+    top = len(emitter.instructions)
+    emitter.emit_block(before, skip_terminator=True)
+    condition = list(before.operations)[-1].operation
+    forwarded = list(condition.operands)[1:]
+    if forwarded != list(before.arguments):
+        raise LoweringError("scf.condition must forward the loop's carried values unchanged (as torch.while_loop "
+                            "does) to be emitted", location=_where(condition))
+    to_exit = _jump(emitter, _index(emitter, condition.operands[0], condition), condition)
+    emitter.emit_block(after, skip_terminator=True)
+    terminator = list(after.operations)[-1].operation
+    arguments = list(after.arguments)
+    for position, (value, carry) in enumerate(zip(terminator.operands, carries)):
+        if value in arguments and arguments.index(value) != position:
+            raise LoweringError("a loop body that returns one carried value in another one's place (a swap) "
+                                "cannot be emitted with in-place copies; compute the new value (e.g. x.clone())",
+                                location=_where(terminator))
+        if value in arguments:
+            continue  # carried through unchanged
+        _copy(emitter, carry, _index(emitter, value, terminator), terminator)
+    back = _jump(emitter, emitter.scalar(False), terminator)
+    back.destination_instruction = top
+    to_exit.destination_instruction = len(emitter.instructions)
+
+
+EMITTERS = {"scf.if": emit_if, "scf.while": emit_while, "tensor.extract": emit_extract}

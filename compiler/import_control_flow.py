@@ -1,0 +1,152 @@
+"""Import torch's control-flow higher-order ops as MLIR structured control flow.
+
+    torch.ops.higher_order.cond(pred, true_gm, false_gm, operands)
+        -> %p = tensor.extract %pred[] : tensor<i1>
+           %r:n = scf.if %p -> (...) { <true_gm's nodes>; scf.yield } else { <false_gm's>; scf.yield }
+    torch.ops.higher_order.while_loop(cond_gm, body_gm, carried, additional)
+        -> %r:n = scf.while (%c = carried...) : (...) -> (...) {
+             <cond_gm's nodes>; %p = tensor.extract ...; scf.condition(%p) %c...   // forwards the carries
+           } do { ^bb(%c...): <body_gm's nodes>; scf.yield %new... }
+
+Why `scf` and not ops of our own: its verifiers already check what matters
+here (yield types equal the results, the condition forwards the carried types),
+canonicalize/cse/dce understand its regions, and `etc-opt` prints it. The
+subgraphs' placeholders are bound straight to the operands (and, for
+while_loop, the additional inputs to the outer values): regions read values
+from above. The predicate stays a bool *tensor* until `tensor.extract`, which
+the emitter maps back onto the tensor, because ExecuTorch's JumpFalseCall tests
+a bool tensor (all elements true) directly.
+
+Restrictions, each a located UnsupportedConstructError: predicates are bool
+tensors (not a SymBool computed from sizes); while_loop carries tensors (not
+Python ints); a branch or body output has exactly the type of the result it
+becomes (torch.export already requires the same shape and dtype). `map` and
+`scan` are refused with the same kind of error.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch_mlir import ir
+from torch_mlir.dialects import arith, scf, tensor as tensor_dialect
+
+from etc.compiler.locations import node_location
+
+CONTROL_FLOW_TARGETS = {}  # HigherOrderOperator -> import function, filled below
+
+
+def import_control_flow(importer, node: torch.fx.Node) -> bool:
+    """Import `node` if it is a control-flow op etc handles; False otherwise."""
+    handler = CONTROL_FLOW_TARGETS.get(node.target)
+    if handler is None:
+        return False
+    handler(importer, node)
+    return True
+
+
+def _submodule(importer, node: torch.fx.Node, argument) -> torch.fx.GraphModule:
+    owner = node.graph.owning_module
+    if isinstance(argument, torch.fx.Node) and argument.op == "get_attr":
+        module = getattr(owner, argument.target, None)
+        if isinstance(module, torch.fx.GraphModule):
+            return module
+    raise importer._error(node, f"'{node.name}': expected a subgraph argument, got {argument!r}")
+
+
+def import_subgraph(importer, node: torch.fx.Node, graph_module: torch.fx.GraphModule, inputs: list) -> list:
+    """Import the nodes of a branch/body graph at the current insertion point,
+    its placeholders bound to `inputs`; return its flattened outputs."""
+    graph = graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(inputs):
+        raise importer._error(node, f"'{node.name}': subgraph takes {len(placeholders)} inputs, "
+                                    f"{len(inputs)} given")
+    for placeholder, value in zip(placeholders, inputs):
+        importer.values[placeholder] = value
+    skipped = importer._skipped_nodes(graph)
+    for inner in graph.nodes:
+        if inner.op in ("placeholder", "output") or inner in skipped:
+            continue
+        importer._import_node(inner)
+    output = graph.output_node()
+    flat, _ = torch.utils._pytree.tree_flatten(output.args[0])
+    values = []
+    for item in flat:
+        if not isinstance(item, torch.fx.Node):
+            raise importer._error(node, f"'{node.name}': a branch returns the constant {item!r}; "
+                                        "control-flow branches must return tensors")
+        values.append(importer._value(item, output))
+    return values
+
+
+def _tensor_operand(importer, node, value, what: str) -> ir.Value:
+    if not isinstance(value, ir.Value) or not isinstance(value.type, ir.RankedTensorType):
+        raise importer._error(node, f"'{node.name}': {what} must be a tensor, got {value!r} (etc imports "
+                                    "control flow over tensors; make the value a tensor)")
+    return value
+
+
+def _predicate(importer, node, value, location) -> ir.Value:
+    """A bool tensor of one element -> i1 (`tensor.extract`)."""
+    value = _tensor_operand(importer, node, value, "the predicate")
+    ty = ir.RankedTensorType(value.type)
+    if str(ty.element_type) != "i1" or not ty.has_static_shape or any(size != 1 for size in ty.shape):
+        raise importer._error(node, f"'{node.name}': the predicate must be a one-element bool tensor, got {ty}")
+    zero = [arith.ConstantOp(ir.IndexType.get(), 0, loc=location).result for _ in ty.shape]
+    return tensor_dialect.ExtractOp(value, zero, loc=location).result
+
+
+def _check_types(importer, node, values: list, types: list, what: str) -> None:
+    got = [str(v.type) if isinstance(v, ir.Value) else str(v) if isinstance(v, ir.Type) else repr(v)
+           for v in values]
+    want = [str(t) for t in types]
+    if got != want:
+        raise importer._error(node, f"'{node.name}': {what} returns ({', '.join(got)}) but the op's results "
+                                    f"are ({', '.join(want)}); both branches and the loop body must produce "
+                                    "exactly the result types")
+
+
+def import_cond(importer, node: torch.fx.Node) -> None:
+    predicate, true_arg, false_arg, operands = node.args[:4]
+    location = node_location(node)
+    branches = [_submodule(importer, node, true_arg), _submodule(importer, node, false_arg)]
+    if not isinstance(predicate, torch.fx.Node):
+        raise importer._error(node, f"'{node.name}': the predicate is the constant {predicate!r}; "
+                                    "torch.cond on a constant should have been specialized away")
+    condition = _predicate(importer, node, importer._value(predicate, node), location)
+    inputs = importer._value(list(operands), node)
+    result_types = importer._result_types(node.meta.get("val"), node)
+    if_op = scf.IfOp(condition, result_types, has_else=True, loc=location)
+    for graph_module, block, label in zip(branches, (if_op.then_block, if_op.else_block), ("true", "false")):
+        with ir.InsertionPoint(block):
+            outputs = import_subgraph(importer, node, graph_module, inputs)
+            _check_types(importer, node, outputs, result_types, f"the {label} branch")
+            scf.YieldOp(outputs, loc=location)
+    importer.values[node] = list(if_op.results)
+
+
+def import_while_loop(importer, node: torch.fx.Node) -> None:
+    cond_arg, body_arg, carried, additional = node.args[:4]
+    location = node_location(node)
+    cond_gm, body_gm = _submodule(importer, node, cond_arg), _submodule(importer, node, body_arg)
+    inits = [_tensor_operand(importer, node, v, "every carried value") for v in importer._value(list(carried), node)]
+    extra = importer._value(list(additional), node)
+    types = [v.type for v in inits]
+    _check_types(importer, node, importer._result_types(node.meta.get("val"), node), types, "the loop")
+    while_op = scf.WhileOp(types, inits, loc=location)
+    before = while_op.regions[0].blocks.append(*types, arg_locs=[location] * len(types))
+    after = while_op.regions[1].blocks.append(*types, arg_locs=[location] * len(types))
+    with ir.InsertionPoint(before):
+        outputs = import_subgraph(importer, node, cond_gm, list(before.arguments) + list(extra))
+        if len(outputs) != 1:
+            raise importer._error(node, f"'{node.name}': the loop condition returns {len(outputs)} values, not one")
+        scf.ConditionOp(_predicate(importer, node, outputs[0], location), list(before.arguments), loc=location)
+    with ir.InsertionPoint(after):
+        outputs = import_subgraph(importer, node, body_gm, list(after.arguments) + list(extra))
+        _check_types(importer, node, outputs, types, "the loop body")
+        scf.YieldOp(outputs, loc=location)
+    importer.values[node] = list(while_op.results)
+
+
+CONTROL_FLOW_TARGETS[torch.ops.higher_order.cond] = import_cond
+CONTROL_FLOW_TARGETS[torch.ops.higher_order.while_loop] = import_while_loop

@@ -1,0 +1,29 @@
+// RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:WithCond | filecheck %s --check-prefix=COND
+// RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:DoublingLoop | filecheck %s --check-prefix=LOOP
+// torch.cond -> scf.if on the extracted bool predicate, each branch's graph inlined in its region;
+// torch.while_loop -> scf.while whose condition forwards the carries, additional inputs read from above.
+
+// COND-LABEL: func.func @forward(%arg0: tensor<3xf32>
+// COND: %[[GT:.+]] = "aten.gt_scalar"
+// COND: %[[P:.+]] = tensor.extract %[[GT]][] : tensor<i1> loc("cond"("{{.*}}models.py":27:9))
+// COND: %[[R:.+]] = scf.if %[[P]] -> (tensor<3xf32>) {
+// COND-NEXT: %[[T:.+]] = "aten.add_scalar"(%arg0)
+// COND-NEXT: scf.yield %[[T]] : tensor<3xf32>
+// COND-NEXT: } else {
+// COND-NEXT: %[[F:.+]] = "aten.sub_scalar"(%arg0)
+// COND-NEXT: scf.yield %[[F]] : tensor<3xf32>
+// COND: return %[[R]] : tensor<3xf32>
+
+// LOOP-LABEL: func.func @forward(%arg0: tensor<3xf32> {{.*}}, %arg1: tensor<f32>
+// LOOP: %[[I0:.+]] = "aten.zeros"
+// LOOP: %[[W:.+]]:2 = scf.while (%[[I:.+]] = %[[I0]], %[[Y:.+]] = %arg0) : (tensor<i64>, tensor<3xf32>) -> (tensor<i64>, tensor<3xf32>) {
+// LOOP: %[[S:.+]] = "aten.sum"(%[[Y]])
+// LOOP: %[[LT:.+]] = "aten.lt_tensor"(%[[S]], %arg1)
+// LOOP: %[[P:.+]] = tensor.extract %[[LT]][] : tensor<i1>
+// LOOP: scf.condition(%[[P]]) %[[I]], %[[Y]] : tensor<i64>, tensor<3xf32>
+// LOOP: } do {
+// LOOP: ^bb0(%[[BI:.+]]: tensor<i64> {{.*}}, %[[BY:.+]]: tensor<3xf32>
+// LOOP: %[[NI:.+]] = "aten.add_scalar"(%[[BI]])
+// LOOP: %[[NY:.+]] = "aten.mul_scalar"(%[[BY]])
+// LOOP: scf.yield %[[NI]], %[[NY]] : tensor<i64>, tensor<3xf32>
+// LOOP: return %[[W]]#0, %[[W]]#1 : tensor<i64>, tensor<3xf32>
