@@ -24,6 +24,10 @@ _EXPORTS = {
     "Event": "etc.devtools.run_record",
     "CompileRecord": "etc.devtools.compile_record",
     "Inspector": "etc.devtools.inspector",
+    "BundledProgram": "etc.devtools.bundled_program",
+    "MethodTestCase": "etc.devtools.bundled_program",
+    "MethodTestSuite": "etc.devtools.bundled_program",
+    "numeric_debug": "etc.devtools.numeric",
 }
 
 __all__ = sorted(_EXPORTS)
