@@ -186,3 +186,66 @@ def table_entries() -> tuple[dict, ...]:
         entries.append({"name": op_mlir_name(f"{namespace}_{base}", overload), "torch_name": _name(op.schema),
                         "core": True, "arguments": arguments, "returns": returns})
     return tuple(entries)
+
+
+# ------------------------------------------------------------- where they sit in a graph
+DEQUANTIZE = "dequantize"
+QUANTIZE = "quantize"
+
+
+def role(op_name: str) -> str | None:
+    """`dequantize`, `quantize` (static: its scale is a number), `quantize_dynamic`, `qparams`,
+    or None for an op that is not a quantization op; by MLIR op name (`edge.quantized_...`)."""
+    from etc.dialects import op_info
+
+    info = op_info(op_name) if op_name.startswith(("edge.", "aten.")) else None
+    if info is None or not is_quantization_op(info.torch_name):
+        return None
+    base = info.torch_name.split("::", 1)[1]
+    if base.startswith("dequantize"):
+        return DEQUANTIZE
+    if base.startswith("choose_qparams"):
+        return "qparams"
+    if base == "quantize_per_tensor":
+        return QUANTIZE
+    return "quantize_dynamic"
+
+
+def quantized_pattern_ops(operations) -> dict:
+    """Op -> why it belongs to a quantized computation, for the ops of one block.
+
+    A quantized computation is what `dq -> op -> q` describes: the quantization ops
+    themselves, every op that reads a dequantized value, and every op between a dequantize
+    and a static quantize (reachable from one, reaching the other, crossing neither): a
+    conv + bias + relu between the two is one int8 operation, not three float ones. Ops that
+    only compute in float around them are not included.
+    """
+    ops = [op.operation if hasattr(op, "operation") else op for op in operations]
+    roles = {op: role(op.name) for op in ops}
+
+    def producers(op):
+        for value in op.operands:
+            owner = value.owner
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner in roles:
+                yield owner
+
+    users: dict = {op: [] for op in ops}
+    for op in ops:
+        for producer in producers(op):
+            users[producer].append(op)
+    after_dq = set()  # reachable from a dequantize without crossing a quantization op
+    for op in ops:
+        if roles[op] is None and any(roles[p] == DEQUANTIZE or p in after_dq for p in producers(op)):
+            after_dq.add(op)
+    before_q = set()  # reaching a static quantize without crossing a quantization op
+    for op in reversed(ops):
+        if roles[op] is None and any(roles[u] == QUANTIZE or u in before_q for u in users[op]):
+            before_q.add(op)
+    reasons = {}
+    for op in ops:
+        if roles[op] is not None:
+            reasons[op] = f"a quantization op ({roles[op]})"
+        elif op in after_dq and (op in before_q or any(roles[p] == DEQUANTIZE for p in producers(op))):
+            reasons[op] = "part of a quantized operation (dequantize -> op -> quantize)"
+    return reasons

@@ -132,18 +132,24 @@ class CpuPartitioner(CapabilityPartitioner):
         super().__init__(DelegationSpec(BACKEND_ID, specs), is_supported)
 
     def partition(self, program_ir) -> PartitionResult:
+        from etc.dialects.quantized_ops import quantized_pattern_ops
+
         result = PartitionResult(partitions=[])
         for func in public_functions(program_ir.module):
             ops = [op.operation for op in func.regions[0].blocks[0].operations]
             body = [op for op in ops if op.name != "func.return"]
             loads = [op for op in body if op.name == "ml_program.global_load_const"]
             work = [op for op in body if op.name != "ml_program.global_load_const"]
-            if work and self._whole_method_lowers(func, work, program_ir):
+            # Until the target has int8 kernels, quantized computations stay whole on the portable
+            # ones (taking their float middle would dequantize every weight on every call).
+            quantized = quantized_pattern_ops(work)
+            if work and not quantized and self._whole_method_lowers(func, work, program_ir):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
                 continue
             support = {}
             for op in work:
-                ok, reason = self._check(op)
+                ok, reason = (False, f"{quantized[op]}: the cpu target has no int8 kernels yet, so it stays "
+                                     "on portable kernels") if op in quantized else self._check(op)
                 support[op] = ok
                 if not ok:
                     result.rejected.setdefault(op.name, reason)

@@ -212,3 +212,39 @@ def test_torchao_llm_configs_import_and_run(kind):
     with torch.no_grad():
         want = model(x)
     assert sqnr(want, got) >= 60
+
+
+# ------------------------------------------------------------------ cpu target
+class _FloatHead(nn.Module):
+    """Float ops the quantizer leaves alone, a quantized conv block, then a float head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(torch.exp(torch.tanh(x)))).mean(dim=(2, 3))
+        return torch.sigmoid(self.head(y))
+
+
+def test_cpu_partitioner_keeps_quantized_operations_portable_and_says_why():
+    from etc.targets.cpu import CpuPartitioner, CpuQuantizer, get_symmetric_quantization_config
+    from models.zoo import ZooModel
+
+    torch.manual_seed(0)
+    zoo_model = ZooModel("float_head", _FloatHead().eval(), (torch.randn(1, 3, 8, 8),))
+    quantizer = CpuQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    quantizer.set_module_name("head", None)
+    converted, ep = quantize(zoo_model, quantizer=quantizer)
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "portable   edge.convolution x1: part of a quantized operation" in report
+    assert "edge.quantized_decomposed_quantize_per_tensor" in report and "no int8 kernels yet" in report
+    # The float ops before the first quantize and after the last dequantized read are the cpu target's.
+    assert "delegated  edge.tanh x1" in report and "delegated  edge.exp x1" in report
+    assert "delegated  edge.sigmoid x1" in report
+    got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
+    with torch.no_grad():
+        want = converted(*zoo_model.example_inputs)
+    assert sqnr(want, got) >= 30
