@@ -96,22 +96,30 @@ class Program:
 
 
 class BackendRegistry:
-    """The backends programs can delegate to (`Runtime.get().backend_registry`)."""
+    """The backends programs can delegate to (`Runtime.get().backend_registry`); only the selected
+    ones for a runtime built from a selective build."""
+
+    def __init__(self, selected: set | None = None):
+        self._selected = selected
 
     @property
     def registered_backend_names(self) -> list[str]:
         from etc.runtime.backends import registered_backends
 
-        return registered_backends()
+        return [b for b in registered_backends() if self._selected is None or b in self._selected]
 
     def is_available(self, backend_id: str) -> bool:
         from etc.runtime.backends import is_available
 
-        return is_available(backend_id)
+        return (self._selected is None or backend_id in self._selected) and is_available(backend_id)
 
 
 class OperatorRegistry:
-    """The operators the runtime has kernels for (`Runtime.get().operator_registry`)."""
+    """The operators the runtime has kernels for (`Runtime.get().operator_registry`); only the
+    selected ones for a runtime built from a selective build."""
+
+    def __init__(self, selected: set | None = None):
+        self._selected = selected
 
     @property
     def operator_names(self) -> set[str]:
@@ -119,7 +127,8 @@ class OperatorRegistry:
         from etc.runtime.method import _ensure_kernels_registered
 
         _ensure_kernels_registered()
-        return set(registered_kernels())
+        names = set(registered_kernels())
+        return names if self._selected is None else names & self._selected
 
 
 class Runtime:
@@ -133,9 +142,11 @@ class Runtime:
 
     _instance: "Runtime | None" = None
 
-    def __init__(self):
-        self.backend_registry = BackendRegistry()
-        self.operator_registry = OperatorRegistry()
+    def __init__(self, *, selective_build=None):
+        # A selective build (etc.devtools.selective_build): only its kernels and backends exist here.
+        self._selection = selective_build
+        self.backend_registry = BackendRegistry(set(selective_build.backends) if selective_build else None)
+        self.operator_registry = OperatorRegistry(set(selective_build.operators) if selective_build else None)
         threads = os.environ.get("ETC_NUM_THREADS", "").strip()
         if threads:
             try:
@@ -149,6 +160,17 @@ class Runtime:
         if cls._instance is None:
             cls._instance = cls()
         return cls._instance
+
+    @classmethod
+    def from_selective_build(cls, selection) -> "Runtime":
+        """A runtime restricted to a selective build (an `etc.devtools.selective_build.SelectiveBuild` or its
+        file): its methods bind only the listed kernels, and `load_program` refuses a program that needs an
+        operator or backend outside the list, naming it (as a device build without that kernel would)."""
+        from etc.devtools.selective_build import SelectiveBuild
+
+        if not isinstance(selection, SelectiveBuild):
+            selection = SelectiveBuild.load(selection)
+        return cls(selective_build=selection)
 
     @property
     def num_threads(self) -> int | None:
@@ -193,6 +215,9 @@ class Runtime:
             raise EtcError(f"verification must be Verification.Minimal or Verification.InternalConsistency, "
                            f"got {verification!r}")
         pte, source = self._read_program(data, verification)
+        if self._selection is not None:
+            self._selection.check(pte, source)
+            return Program(pte, source=source, run_record=run_record, kernels=self._selection.kernel_table())
         return Program(pte, source=source, run_record=run_record)
 
     def _read_program(self, data, verification: Verification) -> tuple[PteFile, str]:

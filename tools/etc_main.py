@@ -5,6 +5,7 @@
     etc run model.pte [--inputs a.npy b.npy] [--runs 10]
     etc run --verify model.bpte [--rtol 1e-5 --atol 1e-8]
     etc inspect model.pte
+    etc selective-build a.pte b.pte -o selected.json
     etc profile model.pte [--runs 10] [--trace trace.json] [--etrecord model.etrecord]
 
 User errors (a bad path, a model that does not export, an unsupported op, a
@@ -235,6 +236,21 @@ def cmd_profile(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------- selective build
+def cmd_selective_build(args) -> int:
+    from etc.devtools.selective_build import SelectiveBuild
+
+    selection = SelectiveBuild.from_programs(*args.programs)
+    selection.save(args.output)
+    print(f"{len(selection.operators)} operator(s), {len(selection.backends)} backend(s) for "
+          f"{len(args.programs)} program(s): wrote {args.output}")
+    for name, users in sorted(selection.operators.items()):
+        print(f"  {name}  ({', '.join(users)})")
+    for name, users in sorted(selection.backends.items()):
+        print(f"  backend {name}  ({', '.join(users)})")
+    return 0
+
+
 # ----------------------------------------------------------------- inspect
 def cmd_inspect(args) -> int:
     from etc.schema import deserialize_pte
@@ -325,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--etdump", help="write the run record here")
     p.add_argument("--top", type=int, default=10, help="how many operators to list by time")
     p.set_defaults(fn=cmd_profile)
+
+    s = sub.add_parser("selective-build", help="the kernels and backends a set of programs needs (a runtime "
+                                               "built from the list refuses anything else)")
+    s.add_argument("programs", nargs="+", help=".pte files")
+    s.add_argument("-o", "--output", required=True)
+    s.set_defaults(fn=cmd_selective_build)
 
     i = sub.add_parser("inspect", help="methods, operators, delegates and planned memory of a program")
     i.add_argument("program")
