@@ -51,7 +51,7 @@ class InstructionRecord:
     chain: int
     instruction: int
     name: str
-    kind: str  # "kernel", "delegate", "state" (a buffer write), "size" (a size computed at run time)
+    kind: str  # see _kind: kernel, delegate, state, size, copy, jump, move
     ops: list = field(default_factory=list)  # OpRecord
     outputs: dict = field(default_factory=dict)  # EValue index -> [node, result index]
     delegate: str | None = None  # the outlined function of a delegate call
@@ -155,7 +155,28 @@ def _op_record(op) -> OpRecord:
                     file=position.file if position else None, line=position.line if position else None)
 
 
-_KINDS = {"backend.delegate": "delegate", "ml_program.global_store": "state", "tensor.dim": "size"}
+# The runtime's labels of the instructions that are not calls (Method._compile).
+_CONTROL_LABELS = {"JumpFalseCall": "jump_false", "MoveCall": "move", "FreeCall": "free"}
+
+
+def _kind(op_name: str, call) -> str:
+    """kernel, delegate, state (a buffer write), size (a size computed at run time), copy (a control-flow
+    carry), jump or move."""
+    from etc.schema import program as S
+
+    if isinstance(call, S.DelegateCall):
+        return "delegate"
+    if isinstance(call, S.JumpFalseCall):
+        return "jump"
+    if isinstance(call, S.MoveCall):
+        return "move"
+    if op_name.startswith("edge."):
+        return "kernel"
+    if op_name == "ml_program.global_store":
+        return "state"
+    if op_name == "tensor.dim" or op_name.startswith("arith."):
+        return "size"
+    return "copy"
 
 
 def build_compile_record(program_ir, instruction_ops: dict, pte) -> CompileRecord:
@@ -179,8 +200,7 @@ def build_compile_record(program_ir, instruction_ops: dict, pte) -> CompileRecor
             for position, ((op, results), instruction) in enumerate(zip(entries, instructions)):
                 op = op.operation if hasattr(op, "operation") else op
                 call = instruction.instr_args
-                kind = _KINDS.get(op.name, "kernel" if op.name.startswith("edge.") else "size")
-                entry = InstructionRecord(chain=0, instruction=position, name="", kind=kind)
+                entry = InstructionRecord(chain=0, instruction=position, name="", kind=_kind(op.name, call))
                 if isinstance(call, S.KernelCall):
                     entry.name = operator_name(plan.operators[call.op_index])
                     entry.ops = [_op_record(op)]
@@ -195,8 +215,9 @@ def build_compile_record(program_ir, instruction_ops: dict, pte) -> CompileRecor
                                  if o.name not in ("func.return", "ml_program.global_load_const", "arith.constant")]
                     returned = list(inner[-1].operands)  # the partition's outputs, as its function returns them
                     outputs = list(zip(results, returned))
-                else:
-                    entry.name = type(call).__name__
+                else:  # control flow: named as the runtime labels it, located at its scf op
+                    entry.name = _CONTROL_LABELS.get(type(call).__name__, type(call).__name__)
+                    entry.ops = [_op_record(op)]
                     outputs = []
                 for index, value in outputs:
                     node = _value_node(value)

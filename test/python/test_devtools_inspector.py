@@ -177,3 +177,24 @@ def test_etc_profile_prints_the_table_and_writes_a_trace(tmp_path, capsys):
     assert RunRecord.load(tmp_path / "run.etdp").runs("forward") == 4
     assert cli("profile", tmp_path / "t.pte", "--runs", "0") == 1
     assert "--runs must be at least 1" in capsys.readouterr().err
+
+
+def test_control_flow_rows_count_the_branch_taken():
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda v: torch.sin(v) + 1, lambda v: torch.cos(v) * 2, (x,))
+
+    program = etc.to_edge(torch.export.export(Branch(), (torch.ones(4),))).to_executorch(generate_etrecord=True)
+    record = program.get_etrecord()
+    jumps = [r for r in record.instructions() if r.kind == "jump"]
+    assert jumps and all(r.name == "jump_false" and r.ops[0].op == "scf.if" for r in jumps)
+    loaded = Runtime.get().load_program(program.buffer, enable_etdump=True)
+    method = loaded.load_method("forward")
+    for sign in (1, 1, -1):
+        method.execute([np.full(4, sign, np.float32)])
+    inspector = Inspector(loaded.run_record, etrecord=record)
+    calls = {row.name: row.calls for row in inspector.rows}
+    assert calls["aten::sin.out"] == 2 and calls["aten::cos.out"] == 1 and calls["aten::sum.IntList_out"] == 3
+    # Every event's label is the one the compile record gives its instruction.
+    assert all(record.instruction(e.method, e.chain, e.instruction).name == e.name
+               for e in loaded.run_record.events if not e.is_execute)
