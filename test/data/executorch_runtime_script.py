@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 import torch
-from executorch.runtime import Runtime
+from executorch.runtime import Runtime, Verification
 
 pte_path, out_dir = Path(sys.argv[1]), Path(sys.argv[2])
 et_runtime = Runtime.get()
@@ -12,7 +12,9 @@ program = et_runtime.load_program(pte_path, enable_etdump=True, debug_buffer_siz
 print("Program methods:", program.method_names)
 assert program.method_names == {"forward"}
 with open(pte_path, "rb") as f:
-    assert et_runtime.load_program(f.read()).method_names == {"forward"}
+    minimal = et_runtime.load_program(f.read(), verification=Verification.Minimal)
+assert minimal.method_names == {"forward"}
+assert minimal.load_method("forward").execute((torch.ones(2, 8), torch.zeros(2, 4)))[0].shape == (2, 4)
 meta = program.metadata("forward")
 assert meta.name() == "forward" and meta.num_inputs() == 2 and meta.num_outputs() == 1
 info = meta.input_tensor_meta(0)

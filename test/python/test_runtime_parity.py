@@ -50,7 +50,7 @@ def _result(out: str) -> float:
 def test_the_executorch_script_runs_on_etc_by_changing_the_import(tmp_path, pte_path, capsys):
     with open(SCRIPT) as f:
         source = f.read()
-    assert "from executorch.runtime import Runtime" in source
+    assert "from executorch.runtime import Runtime, Verification" in source
     ported = source.replace("from executorch.runtime import", "from etc.runtime import")
     assert ported.count("etc.runtime") == 1 and "executorch" not in ported.replace("executorch.runtime", "")
     out = _run_script(ported, tmp_path, pte_path, capsys)
