@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml Makefile
 	# resolve torch through another package would pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	# devtools: pandas, for Inspector.to_dataframe and ExecuTorch's devtools in the .bpte interop tests.
-	$(PY) -m pip install -q -e '.[test,devtools,quantization]'
+	# llm: the tokenizers library, which etc.llm's runner (and its tests) read tokenizer.json with.
+	$(PY) -m pip install -q -e '.[test,devtools,quantization,llm]'
 	# The reference we compare against in interop tests and benchmarks only.
 	# --no-deps: executorch's own requirements would re-resolve torch.
 	$(PY) -m pip install -q --no-deps executorch==1.5.1 ruamel.yaml==0.19.1 tabulate==0.10.0

@@ -7,6 +7,7 @@
     etc inspect model.pte
     etc selective-build a.pte b.pte -o selected.json
     etc profile model.pte [--runs 10] [--trace trace.json] [--etrecord model.etrecord]
+    etc generate model.pte --tokenizer tokenizer.json --prompt "..." [--max-new-tokens N]
 
 User errors (a bad path, a model that does not export, an unsupported op, a
 corrupt program) print one diagnostic line and exit 1; never a traceback.
@@ -351,6 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="methods, operators, delegates and planned memory of a program")
     i.add_argument("program")
     i.set_defaults(fn=cmd_inspect)
+
+    from etc.llm.cli import add_parser as add_generate  # etc generate (etc.llm)
+
+    add_generate(sub)
     return parser
 
 
