@@ -68,6 +68,7 @@ def import_subgraph(importer, node: torch.fx.Node, graph_module: torch.fx.GraphM
         if inner.op in ("placeholder", "output") or inner in skipped:
             continue
         importer._import_node(inner)
+        _annotate_upper_bounds(importer, inner)
     output = graph.output_node()
     flat, _ = torch.utils._pytree.tree_flatten(output.args[0])
     values = []
@@ -77,6 +78,27 @@ def import_subgraph(importer, node: torch.fx.Node, graph_module: torch.fx.GraphM
                                         "control-flow branches must return tensors")
         values.append(importer._value(item, output))
     return values
+
+
+def _annotate_upper_bounds(importer, node: torch.fx.Node) -> None:
+    """`etc.upper_bounds` on an op inside a region whose results have dynamic dims.
+
+    to_edge annotates top-level ops by their FX node names after import; inside a
+    branch the names repeat the main graph's (`add` in both), so the importer writes
+    the bounds itself, from the traced shapes and the program's `Dim` ranges."""
+    value = importer.values.get(node)
+    first = value[0] if isinstance(value, list) and value else value
+    if not isinstance(first, ir.Value) or isinstance(first.owner, ir.Block):
+        return
+    op = first.owner.operation if hasattr(first.owner, "operation") else first.owner
+    results = [r for r in op.results if isinstance(r.type, ir.RankedTensorType)]
+    if not results or all(ir.RankedTensorType(r.type).has_static_shape for r in results):
+        return
+    traced = [t for t in torch.utils._pytree.tree_leaves(node.meta.get("val")) if isinstance(t, torch.Tensor)]
+    if len(traced) != len(results):
+        return
+    flat = [upper for tensor in traced for _, upper in importer._dim_bounds(tensor)]
+    op.attributes["etc.upper_bounds"] = ir.DenseI64ArrayAttr.get(flat)
 
 
 def _tensor_operand(importer, node, value, what: str) -> ir.Value:

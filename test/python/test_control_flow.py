@@ -69,6 +69,13 @@ class LoopWithCond(torch.nn.Module):
         return torch.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
 
 
+class DynamicCond(torch.nn.Module):
+    """A cond over a dynamic batch: the branches' values are planned at the Dim's bound."""
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda v: (v * 2).cumsum(0), lambda v: v.flip(0) - 1, (x,))
+
+
 CASES = {
     "cond": (Cond, (torch.randn(3, 4),), [(torch.randn(3, 4),), (-torch.ones(3, 4),), (torch.ones(3, 4),)]),
     "flag_cond": (FlagCond, (torch.randn(3, 4), torch.tensor(True)),
@@ -79,17 +86,27 @@ CASES = {
     "loop_with_cond": (LoopWithCond, (torch.randn(2, 3), torch.tensor(3)),
                        [(torch.randn(2, 3), torch.tensor(0)), (torch.randn(2, 3), torch.tensor(4)),
                         (torch.randn(2, 3), torch.tensor(7))]),
+    "dynamic_cond": (DynamicCond, (torch.randn(3, 4),),
+                     [(sign * torch.randn(n, 4).abs(),) for n in (1, 3, 8) for sign in (1, -1)],
+                     ({0: torch.export.Dim("batch", min=1, max=8)},)),
 }
+_PROGRAMS = {}
 
 
 def _program(name, partitioner=None):
+    """(eager model, EdgeProgram, ExecutorchProgram, calls); portable programs are built once per module."""
+    if partitioner is None and name in _PROGRAMS:
+        return _PROGRAMS[name]
     torch.manual_seed(0)
-    cls, example, calls = CASES[name]
+    cls, example, calls, *dynamic_shapes = CASES[name]
     model = cls().eval()
-    edge = etc.to_edge(torch.export.export(model, example))
+    edge = etc.to_edge(torch.export.export(model, example, dynamic_shapes=dynamic_shapes[0] if dynamic_shapes else None))
     if partitioner is not None:
         edge = edge.to_backend(partitioner)
-    return model, edge, edge.to_executorch(), calls
+    built = model, edge, edge.to_executorch(), calls
+    if partitioner is None:
+        _PROGRAMS[name] = built
+    return built
 
 
 def _check(model, method, calls):
