@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 
 from etc.devtools.compile_record import CompileRecord
-from etc.devtools.run_record import EXECUTE_EVENT, RunRecord
+from etc.devtools.run_record import INPUTS_EVENT_INDEX, RunRecord
 from etc.errors import EtcError
 
 __all__ = ["Inspector", "EventRow"]
@@ -95,7 +95,7 @@ class Inspector:
 
     # ------------------------------------------------------------------ joining
     def _frame(self, method: str, chain: int, instruction: int):
-        if self.pte is None:
+        if self.pte is None or chain < 0:
             return None
         for plan in self.pte.program.execution_plan:
             if plan.name == method and chain < len(plan.chains):
@@ -116,7 +116,12 @@ class Inspector:
             row.calls += 1
             row.times_ns.append(event.duration_ns)
         out = []
-        for key in sorted(rows, key=lambda k: (self.run_record.methods().index(k[0]), k[1], k[2])):
+        def order(key):  # per method: the input copy, the instructions in chain order, the output copy
+            method, chain, instruction = key
+            place = (1, chain, instruction) if chain >= 0 else ((0,) if instruction == INPUTS_EVENT_INDEX else (2,))
+            return self.run_record.methods().index(method), place
+
+        for key in sorted(rows, key=order):
             row = rows[key]
             out.append(row)
             record = self.etrecord.instruction(*key) if self.etrecord is not None else None
@@ -149,7 +154,8 @@ class Inspector:
         return [e.duration_ns for e in self.run_record.events if e.is_execute and e.method == method]
 
     def coverage(self, method: str = "forward") -> float:
-        """Sum of the instructions' times over the executes' times: how much of the latency the rows explain."""
+        """Sum of the rows' times (instructions and the input/output copies) over the executes' times: how
+        much of the latency the rows explain (the rest is the interpreter's own bookkeeping)."""
         executes = sum(self.execute_times_ns(method))
         instructions = sum(sum(r.times_ns) for r in self.rows if r.method == method and r.parent is None)
         return instructions / executes if executes else 0.0
@@ -209,7 +215,7 @@ class Inspector:
             times = self.execute_times_ns(method)
             if times:
                 mean = sum(times) / len(times) / 1e6
-                lines.append(f"{method}: {len(times)} execute(s), mean {mean:.4f} ms; instructions account for "
+                lines.append(f"{method}: {len(times)} execute(s), mean {mean:.4f} ms; the rows account for "
                              f"{100 * self.coverage(method):.1f}% of it")
         return "\n".join(lines)
 

@@ -5,8 +5,9 @@ The runtime fills one when a program is loaded with `enable_etdump=True`:
 - one event per executed instruction (its method, chain, instruction index, the
   operator or delegate it ran, start and end on the PAL clock), an instruction in
   a loop once per iteration;
-- one `Method::execute` event per execute, around all of them: the latency the
-  instruction times are compared against;
+- per execute, `Method::set_inputs` and `Method::get_outputs` (copying the inputs in,
+  the outputs out) and one `Method::execute` around all of it: the latency a caller
+  measures, which the other events add up to;
 - with `debug_buffer_size` > 0, the output tensors of every instruction, copied
   after it ran, until that many bytes are kept (as ExecuTorch's debug buffer;
   `dropped_outputs` counts what no longer fit, so a reader knows the capture is
@@ -32,13 +33,18 @@ __all__ = ["Event", "RunRecord", "EXECUTE_EVENT", "FORMAT"]
 
 FORMAT = "etc-run-record"
 FORMAT_VERSION = 1
-# The event spanning a whole execute (ExecuTorch's name for it).
+# The event spanning a whole execute (ExecuTorch's name for it), and those of its input and output
+# copies (chain -1, instruction -2 and -3), so that the rows add up to the latency a caller measures.
 EXECUTE_EVENT = "Method::execute"
+INPUTS_EVENT = "Method::set_inputs"
+OUTPUTS_EVENT = "Method::get_outputs"
+INPUTS_EVENT_INDEX, OUTPUTS_EVENT_INDEX = -2, -3
 
 
 @dataclass(frozen=True)
 class Event:
-    """One timed span: an instruction (chain, instruction >= 0) or a whole execute (both -1)."""
+    """One timed span: an instruction (chain, instruction >= 0), the copies of an execute's inputs and
+    outputs (chain -1, instruction -2 / -3) or the whole execute (chain and instruction -1)."""
 
     name: str
     method: str
@@ -54,7 +60,7 @@ class Event:
 
     @property
     def is_execute(self) -> bool:
-        return self.instruction < 0
+        return self.name == EXECUTE_EVENT
 
 
 class RunRecord:

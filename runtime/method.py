@@ -645,11 +645,10 @@ class Method:
             inputs = [inputs]
         inputs = list(inputs)
         as_torch = any(type(x).__module__.startswith("torch") for x in inputs)
+        if self._run_record is not None:
+            return self._execute_recorded(self._run_record, inputs, as_torch)
         self._set_inputs(inputs)
-        if self._run_record is None:
-            self._run()
-        else:
-            self._run_recorded(self._run_record)
+        self._run()
         return [self._output(index, as_torch) for index in self._outputs]
 
     def __call__(self, *inputs):
@@ -789,16 +788,20 @@ class Method:
                     raise located from cause
                 pc = pc + 1 if jump is None else jump
 
-    def _run_recorded(self, record) -> None:
-        """`_run`, timing every instruction on the PAL clock into `record` (and keeping their outputs
-        when it has a debug buffer). A separate loop, so that a program loaded without
-        `enable_etdump` pays nothing for it."""
-        from etc.devtools.run_record import EXECUTE_EVENT
+    def _execute_recorded(self, record, inputs: list, as_torch: bool) -> list:
+        """`execute`, timing it on the PAL clock into `record`: copying the inputs in, every instruction
+        (keeping its outputs when the record has a debug buffer), copying the outputs out, and the
+        whole call (`Method::execute`), so the rows add up to the latency a caller measures. A separate
+        path, so that a program loaded without `enable_etdump` pays nothing for it."""
+        from etc.devtools.run_record import (EXECUTE_EVENT, INPUTS_EVENT, INPUTS_EVENT_INDEX, OUTPUTS_EVENT,
+                                            OUTPUTS_EVENT_INDEX)
 
         clock = log.get_pal().clock
         add, capture = record.add, record.captures_outputs
         name, run = self.name, record.begin_run(self.name)
         started = clock()
+        self._set_inputs(inputs)
+        add(INPUTS_EVENT, name, run, -1, INPUTS_EVENT_INDEX, started, clock())
         for chain_index, steps in enumerate(self._chains):
             pc, count = 0, len(steps)
             while pc < count:
@@ -814,7 +817,12 @@ class Method:
                     record.keep_outputs(name, run, chain_index, pc, [
                         (i, self._values[i].array) for i in self._step_writes[(chain_index, pc)]])
                 pc = pc + 1 if jump is None else jump
-        add(EXECUTE_EVENT, name, run, -1, -1, started, clock())
+        copying = clock()
+        outputs = [self._output(index, as_torch) for index in self._outputs]
+        end = clock()
+        add(OUTPUTS_EVENT, name, run, -1, OUTPUTS_EVENT_INDEX, copying, end)
+        add(EXECUTE_EVENT, name, run, -1, -1, started, end)
+        return outputs
 
     def _located(self, error: Exception, chain_index: int, pc: int):
         """(the ExecutionError to raise for `error` at instruction pc, the exception it comes from)."""
