@@ -385,6 +385,9 @@ class Method:
 
     def _make_tensor(self, index: int, tensor: S.Tensor) -> _Tensor:
         dtype = np.dtype(to_numpy_dtype(tensor.scalar_type))
+        if tensor.scalar_type == S.ScalarType.BFLOAT16:
+            # Tagged, so that the kernel registry computes on their values, not on their uint16 bits.
+            from etc.runtime.kernels.common import BFLOAT16 as dtype
         shape = tuple(int(s) for s in tensor.sizes or [])
         order = tuple(int(d) for d in tensor.dim_order or [])
         dim_order = order if order and order != tuple(range(len(shape))) else None

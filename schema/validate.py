@@ -50,6 +50,10 @@ class _PlanChecker:
         for name in ("inputs", "outputs"):
             for i, index in enumerate(getattr(plan, name) or []):
                 self.value_index(index, f"{name}[{i}]")
+        for i, index in enumerate(plan.inputs or []):
+            tensor = self.values[index].val
+            if isinstance(tensor, P.Tensor) and tensor.data_buffer_idx > 0 and tensor.allocation_info is None:
+                self.fail(f"inputs[{i}]", f"value {index} is a constant tensor: an input cannot be written into it")
         sizes = plan.non_const_buffer_sizes or []
         for i, size in enumerate(sizes):
             if size < 0:

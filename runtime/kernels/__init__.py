@@ -33,8 +33,11 @@ PT2E/torchao quantization ops under ExecuTorch's quantized kernel names),
 
 Known differences from ATen (all covered by the tests' tolerances or documented there):
 
-- bfloat16 and float8 tensors arrive as their bits (uint16/uint8 arrays, see
-  `etc.schema.to_numpy_dtype`) and are not interpreted as floats here; complex dtypes
+- bfloat16 tensors arrive as their bits, uint16 arrays tagged `common.BFLOAT16` (the
+  runtime tags them); the registry runs the kernel on float32 stand-ins and rounds its
+  bfloat16 outs once (ties to even); a bfloat16 `dtype=` argument means float32 inside
+  (`common.dtype_arg`). float8 tensors arrive as their bits (uint8) and are not
+  interpreted as floats here; complex dtypes
   (hence `_fft_r2c`/`_fft_c2r`) have no kernel (see `coverage.EXCLUDED`);
 - float16 is accumulated in float32 (reductions, matmul, conv, norms, softmax) and
   rounded once: a few half ulps from ATen, which rounds at other points;

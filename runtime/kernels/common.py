@@ -160,10 +160,19 @@ def float_type(dtype) -> np.dtype:
     return dtype if category(dtype) >= 2 else DEFAULT_FLOAT
 
 
+_BFLOAT16_SCALAR_TYPE = 15  # etc.schema.ScalarType.BFLOAT16
+
+
 def dtype_arg(scalar_type, default=None) -> np.dtype | None:
-    """A `ScalarType?` argument as a numpy dtype (None stays `default`)."""
+    """A `ScalarType?` argument as a numpy dtype (None stays `default`).
+
+    bfloat16 is float32 here: a kernel touching bfloat16 runs on float32 stand-ins (the
+    registry converts its tensors and rounds its outs back), so `sum(x, dtype=bfloat16)`
+    must compute a float, not cast to bfloat16's uint16 bits."""
     if scalar_type is None:
         return None if default is None else np.dtype(default)
+    if int(scalar_type) == _BFLOAT16_SCALAR_TYPE:
+        return np.dtype(np.float32)
     return np.dtype(to_numpy_dtype(int(scalar_type)))
 
 

@@ -89,12 +89,22 @@ def _call_in_float32(fn, args, kwargs):
 
     result = fn(*[convert(a) for a in args], **kwargs)
 
+    def derives_from(r, f) -> bool:
+        """`r` is `f` or a view of it (an empty view shares no memory, so follow its bases)."""
+        if r.size:
+            return np.shares_memory(r, f)
+        while r is not None:
+            if r is f:
+                return True
+            r = r.base
+        return False
+
     def back(r):
         if isinstance(r, (list, tuple)):
             return type(r)(back(x) for x in r)
         if isinstance(r, np.ndarray):
             for f, orig in originals:
-                if r.size and np.shares_memory(r, f):
+                if derives_from(r, f):
                     target = resize_out(orig, r.shape)
                     np.copyto(target, float32_to_bfloat16(r).reshape(r.shape))
                     return target

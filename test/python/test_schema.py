@@ -278,6 +278,7 @@ def test_reader_rejects_unknown_union_tags_and_enum_values():
      r"FreeCall\)\.value_index: value index -1"),
     (lambda f, p: setattr(p.chains[0].instructions[0], "instr_args", None), r"instruction has no arguments"),
     (lambda f, p: setattr(p, "inputs", [4]), r"inputs\[0\]: value index 4 is out of range"),
+    (lambda f, p: setattr(p, "inputs", [1]), r"inputs\[0\]: value 1 is a constant tensor"),  # found by the fuzzer
     (lambda f, p: setattr(p.values[2], "val", None), r"values\[2\]\.val: value has no type"),
     (lambda f, p: setattr(p.values[0].val.allocation_info, "memory_id", 0), r"memory id 0 names no planned arena"),
     (lambda f, p: setattr(p.values[3].val.allocation_info, "memory_offset_low", 48),
