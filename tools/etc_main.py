@@ -4,7 +4,7 @@
     etc compile exported.pt2 -o model.pte [--etrecord model.etrecord]
     etc run model.pte [--inputs a.npy b.npy] [--runs 10]
     etc run --verify model.bpte [--rtol 1e-5 --atol 1e-8]
-    etc inspect model.pte
+    etc inspect model.pte [--plot DIR]
     etc selective-build a.pte b.pte -o selected.json
     etc profile model.pte [--runs 10] [--trace trace.json] [--etrecord model.etrecord]
     etc generate model.pte --tokenizer tokenizer.json --prompt "..." [--max-new-tokens N]
@@ -282,7 +282,34 @@ def cmd_inspect(args) -> int:
             print(f"  planned memory mem_id {mem_id}: {size} bytes")
         n = sum(len(c.instructions) for c in plan.chains)
         print(f"  instructions: {n}")
+    if args.plot:
+        _plot(args, pte, data)
     return 0
+
+
+def _plot(args, pte, data: bytes) -> None:
+    """`--plot DIR`: the memory plan of every method, and the time per operator of `--method` over a few runs."""
+    from etc.devtools.inspector import Inspector
+    from etc.devtools.plots import plot_memory_plan, plot_time_breakdown
+    from etc.runtime import Runtime
+
+    os.makedirs(args.plot, exist_ok=True)
+    stem = os.path.splitext(os.path.basename(args.program))[0]
+    for plan in pte.program.execution_plan:
+        if plan.non_const_buffer_sizes and len(plan.non_const_buffer_sizes) > 1:
+            path = os.path.join(args.plot, f"{stem}.{plan.name}.memory.png")
+            plot_memory_plan(pte, path, plan.name)
+            print(f"wrote {path}")
+    program = Runtime.get().load_program(data, enable_etdump=True)
+    method = program.load_method(args.method)
+    inputs = [_random_input(method.metadata.input_tensor_meta(i)) for i in range(method.metadata.num_inputs())]
+    method.execute(inputs)
+    program.run_record.clear()  # the warm-up run (first touch of the arenas, lazy linking) is not the steady state
+    for _ in range(args.runs):
+        method.execute(inputs)
+    path = os.path.join(args.plot, f"{stem}.{args.method}.ops.png")
+    plot_time_breakdown(Inspector(program.run_record, program=pte), path)
+    print(f"wrote {path} (random inputs, {args.runs} run(s))")
 
 
 def _delegate_report(pte, delegate) -> list[str]:
@@ -351,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="methods, operators, delegates and planned memory of a program")
     i.add_argument("program")
+    i.add_argument("--plot", metavar="DIR", help="write PNGs here: the memory plan of each method (tensor lifetimes "
+                                                 "against offsets, per mem_id) and the time per operator")
+    i.add_argument("--method", default="forward", help="--plot: the method to time")
+    i.add_argument("--runs", type=int, default=5, help="--plot: runs to time")
     i.set_defaults(fn=cmd_inspect)
 
     from etc.llm.cli import add_parser as add_generate  # etc generate (etc.llm)
