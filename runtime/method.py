@@ -661,31 +661,24 @@ class Method:
     def profile(self, inputs, runs: int = 1) -> list:
         """Time every instruction over `runs` executions: [(instruction, operator, total seconds, calls)].
 
-        The instructions of a loop are counted once per iteration. A coarse ETDump: enough to see
-        which kernels or delegates an inference spends its time in.
+        The instructions of a loop are counted once per iteration. A summary of a run record
+        (`etc.devtools.RunRecord`, what `load_program(enable_etdump=True)` keeps in full): enough to
+        see which kernels or delegates an inference spends its time in.
         """
-        clock = log.get_pal().clock
+        from etc.devtools.run_record import RunRecord
+
         if isinstance(inputs, np.ndarray) or type(inputs).__module__.startswith("torch"):
             inputs = [inputs]
         inputs = list(inputs)
-        totals: dict = {}
+        record = RunRecord()
         for _ in range(max(1, runs)):
-            self._set_inputs(inputs)
-            for chain_index, steps in enumerate(self._chains):
-                pc, count = 0, len(steps)
-                while pc < count:
-                    step = steps[pc][0]
-                    start = clock()
-                    try:
-                        jump = step()
-                    except Exception as error:  # noqa: BLE001
-                        located, cause = self._located(error, chain_index, pc)
-                        raise located from cause
-                    spent = (clock() - start) * 1e-9
-                    key = (chain_index, pc)
-                    seconds, calls = totals.get(key, (0.0, 0))
-                    totals[key] = (seconds + spent, calls + 1)
-                    pc = pc + 1 if jump is None else jump
+            self._execute_recorded(record, inputs, as_torch=False)
+        totals: dict = {}
+        for event in record.events:
+            if event.chain >= 0:
+                key = (event.chain, event.instruction)
+                seconds, calls = totals.get(key, (0.0, 0))
+                totals[key] = (seconds + event.duration_ns * 1e-9, calls + 1)
         return [(pc, self._chains[c][pc][1], seconds, calls) for (c, pc), (seconds, calls) in sorted(totals.items())]
 
     def _output(self, index: int, as_torch: bool):
