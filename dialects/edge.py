@@ -42,8 +42,10 @@ EXTRA_EDGE_OPS = frozenset({
 
 
 def _family(name: str) -> str:
-    base = name.split("::", 1)[1].split(".", 1)[0].lstrip("_")
-    return base
+    namespace, rest = name.split("::", 1)
+    if namespace != "aten":  # quantization ops (dialects/quantized_ops.py): int8 by design, no family rule
+        return name
+    return rest.split(".", 1)[0].lstrip("_")
 
 
 _FLOAT_RESULT = {

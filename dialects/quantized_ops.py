@@ -138,7 +138,46 @@ QUANTIZED_OPS: tuple[QuantizedOp, ...] = (
         "Tensor(a!) scale_out, Tensor(b!) zero_point_out) -> (Tensor(a!), Tensor(b!))", etc_only=True),
 )
 
+_EQ = "etc_quantized::"
+
+# The quantized operations `etc-fold-quantized` folds dq -> op -> q patterns into: one op per
+# int8 computation, carrying its scales and zero points (activations: numbers; weights: the
+# per-channel / per-group scale constants), its weights already int8 (4-bit: two per byte,
+# low nibble first) and its clamp (a fused ReLU-family op) as the output's integer range.
+# They are what a backend's int8 kernels implement; their portable kernels are etc's own
+# (stock ExecuTorch has none: a program keeps the dq/q form unless the pass is run).
+FUSED_OPS: tuple[QuantizedOp, ...] = (
+    QuantizedOp(
+        _EQ + "conv2d(Tensor input, float input_scale, int input_zero_point, Tensor weight, Tensor weight_scales, "
+        "Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups, float output_scale, "
+        "int output_zero_point, int output_min, int output_max) -> Tensor",
+        _EQ + "conv2d.out(Tensor input, float input_scale, int input_zero_point, Tensor weight, "
+        "Tensor weight_scales, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups, "
+        "float output_scale, int output_zero_point, int output_min, int output_max, *, Tensor(a!) out) "
+        "-> Tensor(a!)", etc_only=True),
+    QuantizedOp(
+        _EQ + "linear(Tensor input, float input_scale, int input_zero_point, Tensor weight, Tensor weight_scales, "
+        "Tensor? bias, float output_scale, int output_zero_point, int output_min, int output_max) -> Tensor",
+        _EQ + "linear.out(Tensor input, float input_scale, int input_zero_point, Tensor weight, "
+        "Tensor weight_scales, Tensor? bias, float output_scale, int output_zero_point, int output_min, "
+        "int output_max, *, Tensor(a!) out) -> Tensor(a!)", etc_only=True),
+    QuantizedOp(
+        _EQ + "linear_dynamic(Tensor input, str activation_granularity, float activation_eps, Tensor weight, "
+        "int weight_bits, int group_size, Tensor weight_scales, Tensor? weight_zero_points, Tensor? bias) "
+        "-> Tensor",
+        _EQ + "linear_dynamic.out(Tensor input, str activation_granularity, float activation_eps, Tensor weight, "
+        "int weight_bits, int group_size, Tensor weight_scales, Tensor? weight_zero_points, Tensor? bias, *, "
+        "Tensor(a!) out) -> Tensor(a!)", etc_only=True),
+    QuantizedOp(
+        _EQ + "add(Tensor a, float a_scale, int a_zero_point, Tensor b, float b_scale, int b_zero_point, "
+        "float output_scale, int output_zero_point, int output_min, int output_max) -> Tensor",
+        _EQ + "add.out(Tensor a, float a_scale, int a_zero_point, Tensor b, float b_scale, int b_zero_point, "
+        "float output_scale, int output_zero_point, int output_min, int output_max, *, Tensor(a!) out) "
+        "-> Tensor(a!)", etc_only=True),
+)
+
 NAMESPACES = ("quantized_decomposed", "torchao")
+FUSED_NAMESPACE = "etc_quantized"
 
 
 def _name(schema: str) -> str:
@@ -149,7 +188,7 @@ def _name(schema: str) -> str:
 @lru_cache(maxsize=None)
 def out_variants() -> dict[str, str]:
     """Functional torch name -> out-variant kernel name (`quantized_decomposed::quantize_per_tensor.out`)."""
-    return {_name(op.schema): _name(op.out_schema) for op in QUANTIZED_OPS}
+    return {_name(op.schema): _name(op.out_schema) for op in QUANTIZED_OPS + FUSED_OPS}
 
 
 @lru_cache(maxsize=None)
@@ -158,11 +197,11 @@ def kernel_schemas() -> dict:
     registering would clash with ExecuTorch's library when both are loaded)."""
     import torch
 
-    return {_name(op.out_schema): torch._C.parse_schema(op.out_schema) for op in QUANTIZED_OPS}
+    return {_name(op.out_schema): torch._C.parse_schema(op.out_schema) for op in QUANTIZED_OPS + FUSED_OPS}
 
 
 def is_quantization_op(torch_name: str) -> bool:
-    return torch_name.split("::", 1)[0] in NAMESPACES
+    return torch_name.split("::", 1)[0] in NAMESPACES + (FUSED_NAMESPACE,)
 
 
 @lru_cache(maxsize=None)
@@ -172,7 +211,7 @@ def table_entries() -> tuple[dict, ...]:
     from etc.dialects.irdl_base import field_name
 
     entries = []
-    for op in QUANTIZED_OPS:
+    for op in QUANTIZED_OPS + FUSED_OPS:
         namespace = op.schema.split("::", 1)[0]
         parsed = parse_schema(op.schema)
         if parsed is None:
@@ -195,13 +234,15 @@ QUANTIZE = "quantize"
 
 def role(op_name: str) -> str | None:
     """`dequantize`, `quantize` (static: its scale is a number), `quantize_dynamic`, `qparams`,
-    or None for an op that is not a quantization op; by MLIR op name (`edge.quantized_...`)."""
+    `folded` (an `etc_quantized::` op), or None for an op that is not a quantization op; by MLIR op name (`edge.quantized_...`)."""
     from etc.dialects import op_info
 
     info = op_info(op_name) if op_name.startswith(("edge.", "aten.")) else None
     if info is None or not is_quantization_op(info.torch_name):
         return None
-    base = info.torch_name.split("::", 1)[1]
+    namespace, base = info.torch_name.split("::", 1)
+    if namespace == FUSED_NAMESPACE:
+        return "folded"
     if base.startswith("dequantize"):
         return DEQUANTIZE
     if base.startswith("choose_qparams"):

@@ -317,3 +317,87 @@ def _embedding_byte(weight, scales, zero_points, indices, dtype):
         rows = rows - np.repeat(zp, d // groups, axis=1)[idx]
     res = rows * sc
     return res.astype(dtype_arg(dtype)) if dtype is not None else res
+
+
+# ------------------------------------------- etc's folded ops (passes/fold_quantized.py)
+# Reference kernels: each computes what the dq -> op -> q computation it replaced computes
+# (integer accumulation exact in float64, then one requantization), so that the folded
+# program and the unfolded one agree (within a rounding tie); int8 back ends implement them fast.
+def _requantize(y, output_scale, output_zero_point, output_min, output_max):
+    return _quantize(y.astype(_F32), _F32(1.0 / float(output_scale)), int(output_zero_point), output_min, output_max)
+
+
+def _centered(x, zero_point):
+    return x.astype(np.float64) - int(zero_point)
+
+
+@kernel("etc_quantized::conv2d.out")
+def etc_quantized_conv2d_out(input, input_scale, input_zero_point, weight, weight_scales, bias, stride, padding,
+                             dilation, groups, output_scale, output_zero_point, output_min, output_max, out=None):
+    from etc.runtime.kernels.nn import conv_nd
+
+    acc = conv_nd(_centered(input, input_zero_point), weight.astype(np.float64), None, stride, padding, dilation,
+                  groups)
+    y = acc * (float(input_scale) * weight_scales.astype(np.float64).reshape(1, -1, 1, 1))
+    if bias is not None:
+        y = y + bias.astype(np.float64).reshape(1, -1, 1, 1)
+    return write_out(out, _requantize(y, output_scale, output_zero_point, output_min, output_max))
+
+
+@kernel("etc_quantized::linear.out")
+def etc_quantized_linear_out(input, input_scale, input_zero_point, weight, weight_scales, bias, output_scale,
+                             output_zero_point, output_min, output_max, out=None):
+    acc = _centered(input, input_zero_point) @ weight.astype(np.float64).T
+    y = acc * (float(input_scale) * weight_scales.astype(np.float64))
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return write_out(out, _requantize(y, output_scale, output_zero_point, output_min, output_max))
+
+
+@kernel("etc_quantized::add.out")
+def etc_quantized_add_out(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
+                          output_min, output_max, out=None):
+    x = (a.astype(np.int32) - int(a_zero_point)).astype(_F32) * _F32(a_scale)
+    y = (b.astype(np.int32) - int(b_zero_point)).astype(_F32) * _F32(b_scale)
+    return write_out(out, _requantize(x + y, output_scale, output_zero_point, output_min, output_max))
+
+
+def _dynamic_activation(x, granularity, eps):
+    """The activation as its dynamic quantization sees it: quantized per tensor (PT2E's
+    choose_qparams) or per row (torchao's ASYMMETRIC [1, K] blocks), dequantized back."""
+    x = x.astype(_F32)
+    if granularity == "none":
+        return x
+    if granularity == "per_tensor":
+        scale, zp = _affine_qparams(x.min(), x.max(), -128, 127, float(eps), symmetric=False)
+        scale, zp = float(scale), int(zp)
+        q = _quantize(x, _F32(1.0 / scale), zp, -128, 127)
+        return ((q - zp).astype(_F32) * _F32(scale)).astype(_F32)
+    if granularity == "per_row":
+        lo = np.minimum(x.min(axis=-1, keepdims=True), _F32(0))
+        hi = np.maximum(x.max(axis=-1, keepdims=True), _F32(0))
+        scale = np.maximum((hi - lo) / _F32(255), np.finfo(_F32).tiny).astype(_F32)
+        zp = np.clip(-128 - np.round(lo / scale), -128, 127).astype(_F32)
+        q = np.clip(np.round(x * (_F32(1) / scale)) + zp, -128, 127)
+        return ((q - zp) * scale).astype(_F32)
+    raise ExecutionError(f"linear_dynamic: activation granularity {granularity!r} is not supported "
+                         "(none, per_tensor, per_row)")
+
+
+@kernel("etc_quantized::linear_dynamic.out")
+def etc_quantized_linear_dynamic_out(input, activation_granularity, activation_eps, weight, weight_bits, group_size,
+                                     weight_scales, weight_zero_points, bias, out=None):
+    from etc.passes.fold_quantized import unpack_int4
+
+    k = input.shape[-1]
+    w = unpack_int4(weight, k) if int(weight_bits) == 4 else weight
+    n = w.shape[0]
+    groups = k // int(group_size)
+    wf = w.astype(_F32).reshape(n, groups, int(group_size))
+    if weight_zero_points is not None:
+        wf = wf - weight_zero_points.astype(_F32).reshape(n, groups, 1)
+    wf = (wf * weight_scales.astype(_F32).reshape(n, groups, 1)).reshape(n, k)
+    y = _dynamic_activation(input, activation_granularity, activation_eps) @ wf.T
+    if bias is not None:
+        y = y + bias.astype(_F32)
+    return write_out(out, y)

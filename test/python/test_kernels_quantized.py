@@ -210,3 +210,78 @@ def _executorch_quantized_yaml() -> str:
     if not path.exists():
         pytest.skip("executorch has no quantized.yaml")
     return path.read_text()
+
+
+# ------------------------------------------------------------------ folded ops (etc_quantized::)
+def _close_int8(got, want):
+    """Equal up to a rounding tie (the folded kernels accumulate exactly, torch in float32)."""
+    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
+    assert diff.max(initial=0) <= 1 and (diff == 0).mean() > 0.95
+
+
+@pytest.mark.parametrize("groups,stride,padding", [(1, 1, 0), (1, 2, 1), (4, 1, 1)])
+def test_folded_conv2d_is_dequantize_conv_relu_quantize(groups, stride, padding):
+    g = torch.Generator().manual_seed(10)
+    x = torch.randint(-128, 128, (2, 4, 7, 5), dtype=torch.int8, generator=g)
+    w = torch.randint(-127, 128, (8, 4 // groups, 3, 3), dtype=torch.int8, generator=g)
+    ws = torch.rand(8, generator=g) * 0.01 + 0.001
+    b = torch.randn(8, generator=g)
+    xf = QD.dequantize_per_tensor(x, 0.02, 3, -128, 127, torch.int8)
+    wf = QD.dequantize_per_channel(w, ws, None, 0, -127, 127, torch.int8)
+    y = torch.relu(torch.nn.functional.conv2d(xf, wf, b, stride, padding, 1, groups))
+    want = QD.quantize_per_tensor(y, 0.05, -128, -128, 127, torch.int8)
+    got = get_kernel("etc_quantized::conv2d.out")(
+        x.numpy(), 0.02, 3, w.numpy(), ws.numpy(), b.numpy(), [stride] * 2, [padding] * 2, [1, 1], groups, 0.05, -128,
+        -128, 127, _out(tuple(want.shape), np.int8))
+    _close_int8(got, want.numpy())
+
+
+def test_folded_linear_and_add():
+    g = torch.Generator().manual_seed(11)
+    x = torch.randint(-128, 128, (3, 16), dtype=torch.int8, generator=g)
+    w = torch.randint(-127, 128, (5, 16), dtype=torch.int8, generator=g)
+    ws = torch.rand(5, generator=g) * 0.01 + 0.001
+    b = torch.randn(5, generator=g)
+    xf = QD.dequantize_per_tensor(x, 0.03, -7, -128, 127, torch.int8)
+    y = torch.nn.functional.linear(xf, QD.dequantize_per_channel(w, ws, None, 0, -127, 127, torch.int8), b)
+    want = QD.quantize_per_tensor(y.clamp(-1, 1), 0.02, 4, -128, 127, torch.int8)
+    got = get_kernel("etc_quantized::linear.out")(x.numpy(), 0.03, -7, w.numpy(), ws.numpy(), b.numpy(), 0.02, 4,
+                                                  -46, 54, _out((3, 5), np.int8))
+    _close_int8(got, want.numpy())
+    a = torch.randint(-128, 128, (2, 9), dtype=torch.int8, generator=g)
+    want_add = QD.quantize_per_tensor(torch.relu(QD.dequantize_per_tensor(a, 0.1, 2, -128, 127, torch.int8)
+                                                 + QD.dequantize_per_tensor(a, 0.1, 2, -128, 127, torch.int8)),
+                                      0.3, -128, -128, 127, torch.int8)
+    got_add = get_kernel("etc_quantized::add.out")(a.numpy(), 0.1, 2, a.numpy(), 0.1, 2, 0.3, -128, -128, 127,
+                                                   _out((2, 9), np.int8))
+    _close_int8(got_add, want_add.numpy())
+
+
+def test_folded_dynamic_linear_per_tensor_int8_and_per_row_int4():
+    from etc.passes.fold_quantized import pack_int4
+
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(3, 8, generator=g)
+    w = torch.randint(-127, 128, (4, 8), dtype=torch.int8, generator=g)
+    ws = torch.rand(4, generator=g) * 0.01 + 0.001
+    s, z = QD.choose_qparams.tensor(x, -128, 127, 2 ** -12, torch.int8)
+    xq = QD.dequantize_per_tensor.tensor(QD.quantize_per_tensor.tensor(x, s, z, -128, 127, torch.int8), s, z, -128,
+                                         127, torch.int8)
+    want = xq @ QD.dequantize_per_channel(w, ws, None, 0, -127, 127, torch.int8).T
+    got = get_kernel("etc_quantized::linear_dynamic.out")(x.numpy(), "per_tensor", 2 ** -12, w.numpy(), 8, 8,
+                                                          ws.numpy(), None, None, _out((3, 4), np.float32))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)
+
+    pytest.importorskip("torchao")
+    import torchao.quantization.quant_primitives  # noqa: F401
+    ta = torch.ops.torchao
+    w4 = torch.randint(-8, 8, (4, 8), dtype=torch.int8, generator=g)
+    w4s = torch.rand(4, 2, generator=g) * 0.1 + 0.01
+    w4z = torch.randint(-2, 2, (4, 2), dtype=torch.int8, generator=g)
+    s, z = ta.choose_qparams_affine(x, "ASYMMETRIC", [1, 8], torch.int8, -128, 127, None, None, torch.int8)
+    xq = ta.dequantize_affine(ta.quantize_affine(x, [1, 8], s, z, torch.int8, -128, 127), [1, 8], s, z, torch.int8,
+                              -128, 127)
+    want = xq @ ta.dequantize_affine(w4, [1, 4], w4s, w4z, torch.int8, -8, 7).T
+    got = get_kernel("etc_quantized::linear_dynamic.out")(x.numpy(), "per_row", 0.0, pack_int4(w4.numpy()), 4, 4,
+                                                          w4s.numpy(), w4z.numpy(), None, _out((3, 4), np.float32))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)

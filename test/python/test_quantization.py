@@ -6,6 +6,7 @@ GraphModule, or the torchao-quantized module): etc runs the same int8 math, so i
 matches within 30 dB SQNR (in practice bit-exact or a float32 rounding away).
 """
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -248,3 +249,50 @@ def test_cpu_partitioner_keeps_quantized_operations_portable_and_says_why():
     with torch.no_grad():
         want = converted(*zoo_model.example_inputs)
     assert sqnr(want, got) >= 30
+
+
+# ------------------------------------------------------------------ etc-fold-quantized
+@pytest.mark.parametrize("name", ["resnet8", "mobilenet_v2", "kws_dscnn"])
+def test_fold_quantized_rewrites_every_conv_linear_add_and_keeps_the_numbers(name):
+    zoo_model = ZOO[name]()
+    converted, ep = quantize(zoo_model)
+    edge = etc.to_edge(ep).transform(["etc-fold-quantized"])
+    text = str(edge)
+    assert "edge.convolution" not in text and "edge.addmm" not in text
+    assert "edge.etc_quantized_conv2d" in text and "edge.etc_quantized_linear" in text
+    assert "dequantize_per_channel" not in text  # weights are read as int8 by the folded ops
+    got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
+    with torch.no_grad():
+        want = converted(*zoo_model.example_inputs)
+    assert sqnr(want, got) >= 30
+
+
+@pytest.mark.parametrize("kind", ["8da4w", "8da8w", "int8_weight_only"])
+def test_fold_quantized_torchao_linears_pack_int4_weights_once(kind):
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 16)).eval()
+    quantize_(model, _torchao_config(kind))
+    x = torch.randn(3, 64)
+    edge = etc.to_edge(torch.export.export(model, (x,))).transform(["etc-fold-quantized"])
+    text = str(edge)
+    assert text.count("edge.etc_quantized_linear_dynamic") == 2 and "torchao_" not in text
+    weights = {a.shape: a.dtype for a in edge.program_ir.constants.values() if a.dtype in ("uint8", "int8")}
+    if kind == "8da4w":  # two 4-bit values per byte
+        assert weights == {(32, 32): np.uint8, (16, 16): np.uint8}
+    else:
+        assert {(32, 64), (16, 32)} <= set(weights)
+    got = _run(edge.to_executorch(), (x,))[0]
+    with torch.no_grad():
+        want = model(x)
+    assert sqnr(want, got) >= 60
+
+
+def test_int4_packing_round_trips():
+    from etc.passes.fold_quantized import pack_int4, unpack_int4
+
+    values = np.random.default_rng(0).integers(-8, 8, size=(5, 7)).astype(np.int8)
+    packed = pack_int4(values)
+    assert packed.dtype == np.uint8 and packed.shape == (5, 4)
+    np.testing.assert_array_equal(unpack_int4(packed, 7), values)

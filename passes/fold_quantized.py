@@ -1,0 +1,413 @@
+"""etc-fold-quantized: fold dq -> op -> q patterns into quantized edge ops (`etc_quantized::`).
+
+A PT2E or torchao program says "int8" only through its quantization ops around float ones:
+
+    %x  = dequantize_per_tensor(%xq, 0.02, -3)           %w = dequantize_per_channel(%wq, %s, %z, 0)
+    %c  = convolution(%x, %w, %b, ...)  ;  %r = relu(%c)  ;  %q = quantize_per_tensor(%r, 0.01, -128)
+
+which is one int8 convolution: `etc_quantized.conv2d(%xq, 0.02, -3, %wq, %s, %b, ..., 0.01, -128,
+-128, 127)`, the ReLU as the output's integer range. This pass finds those computations and
+rewrites each into one op carrying its scales and zero points (dialects/quantized_ops.py,
+`FUSED_OPS`): what an int8 back end implements and what the numerics report measures.
+
+Folded (weights must be constants, symmetric: zero points 0):
+- static conv2d (incl. depthwise/grouped) and linear (`addmm`/`mm` of a transposed weight), with
+  an optional ReLU / hardtanh / clamp between the op and the quantize;
+- static add (alpha = 1), same optional clamp;
+- dynamic linear: PT2E's `choose_qparams -> q -> dq` per tensor, torchao's `choose_qparams_affine
+  -> quantize_affine -> dequantize_affine` per row, or float activations (weight-only); the
+  weight int8 per channel or per group, or 4-bit (torchao's int4 range) packed at compile time
+  two per byte (low nibble first): the program stores it once, at half the bytes of int8.
+
+Anything else stays as it is (its dq/q ops run as portable kernels). Weights are never
+requantized: the pass reuses the program's int8 constants (4-bit ones are repacked once).
+Not in `to_edge`'s pipeline: a portable program keeps ExecuTorch's dq/q form (so it runs on
+stock ExecuTorch); a back end with int8 kernels, or a user (`edge.transform(["etc-fold-quantized"])`,
+`etc-opt`), runs it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PASS_NAME = "etc-fold-quantized"
+SUMMARY = "Fold dequantize -> op -> quantize patterns into quantized edge ops with their scales"
+
+_QD = "edge.quantized_decomposed_"
+DQ_TENSOR = _QD + "dequantize_per_tensor"
+DQ_CHANNEL = _QD + "dequantize_per_channel"
+Q_TENSOR = _QD + "quantize_per_tensor"
+DQ_DYNAMIC = _QD + "dequantize_per_tensor_tensor"
+Q_DYNAMIC = _QD + "quantize_per_tensor_tensor"
+CHOOSE = _QD + "choose_qparams_tensor"
+AO_DQ, AO_Q, AO_CHOOSE = "edge.torchao_dequantize_affine", "edge.torchao_quantize_affine", \
+    "edge.torchao_choose_qparams_affine"
+CLAMPS = {"edge.relu", "edge.hardtanh", "edge.clamp"}
+
+
+def _producer(value):
+    from torch_mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _single_use(value) -> bool:
+    return len(list(value.uses)) == 1
+
+
+class _Folder:
+    def __init__(self, module):
+        from etc.passes.constant_table import ConstantTable
+
+        self.module = module
+        self.table = ConstantTable(module)
+        self.folded: dict[str, int] = {}
+
+    # --------------------------------------------------------------- matching helpers
+    def op_of(self, value, name):
+        op = _producer(value) if value is not None else None
+        return op if op is not None and op.name == name else None
+
+    def args(self, op) -> dict:
+        from etc.dialects import decode_op
+
+        return decode_op(op)
+
+    def symmetric_weight(self, dq):
+        """(int8 weight value, per-channel scale value or array, weight array) of a dq of a constant
+        int8 weight with zero points 0 along axis 0; None otherwise."""
+        a = self.args(dq)
+        weight = self.table.of_value(a["input"])
+        if weight is None or weight.dtype != np.int8:
+            return None
+        if dq.name == DQ_CHANNEL:
+            if a["axis"] != 0:
+                return None
+            zp = a["zero_points"]
+            if zp is not None:
+                zeros = self.table.of_value(zp)
+                if zeros is None or np.any(zeros):
+                    return None
+            return a["input"], a["scales"], weight
+        if dq.name == DQ_TENSOR and a["zero_point"] == 0:
+            return a["input"], np.full((weight.shape[0],), a["scale"], np.float32), weight
+        return None
+
+    def static_dq(self, value):
+        """(int8 value, scale, zero point) of a static per-tensor dequantize producing `value`."""
+        dq = self.op_of(value, DQ_TENSOR)
+        if dq is None:
+            return None
+        a = self.args(dq)
+        if a["dtype"] != _torch().int8:
+            return None
+        return a["input"], a["scale"], a["zero_point"]
+
+    def output(self, op_value):
+        """The static int8 quantize consuming `op_value` (through one optional clamp op):
+        (quantize op, ops to erase, scale, zero point, min, max)."""
+        if not _single_use(op_value):
+            return None
+        user = _user(op_value)
+        chain = []
+        clamp = None
+        if user.name in CLAMPS:
+            clamp = user
+            chain.append(user)
+            if not _single_use(user.results[0]):
+                return None
+            user = _user(user.results[0])
+        if user.name != Q_TENSOR:
+            return None
+        a = self.args(user)
+        if a["dtype"] != _torch().int8:
+            return None
+        scale, zp, lo, hi = a["scale"], a["zero_point"], a["quant_min"], a["quant_max"]
+        if clamp is not None:
+            bounds = self.clamp_bounds(clamp)
+            if bounds is None:
+                return None
+            low, high = bounds
+            if low is not None:
+                lo = max(lo, int(np.round(np.float32(low) / np.float32(scale))) + zp)
+            if high is not None:
+                hi = min(hi, int(np.round(np.float32(high) / np.float32(scale))) + zp)
+        return user, chain, scale, zp, lo, hi
+
+    def clamp_bounds(self, op):
+        if op.name == "edge.relu":
+            return 0.0, None
+        a = self.args(op)
+        if op.name == "edge.hardtanh":
+            return a["min_val"], a["max_val"]
+        low, high = a.get("min"), a.get("max")
+        if isinstance(low, bool) or isinstance(high, bool) or not all(
+                v is None or isinstance(v, (int, float)) for v in (low, high)):
+            return None
+        return low, high
+
+    # ------------------------------------------------------------------ rewriting
+    def replace(self, torch_name, arguments, result, erase, location_ops):
+        from torch_mlir import ir
+
+        from etc.dialects.aten import build_op
+        from etc.dialects.edge import OPS as EDGE_OPS
+
+        with ir.InsertionPoint(_owner_of(result)), ir.Location.fused([o.location for o in location_ops]):
+            new = build_op(torch_name, arguments, [result.type], dialect_ops=EDGE_OPS)
+        result.replace_all_uses_with(new.results[0])
+        for op in erase:
+            op.erase()
+        self.folded[torch_name.split("::")[1]] = self.folded.get(torch_name.split("::")[1], 0) + 1
+
+    def scales_value(self, scales, anchor):
+        """A weight-scale operand: the dq's own constant, or a new one for a per-tensor weight."""
+        from torch_mlir import ir
+
+        if isinstance(scales, np.ndarray):
+            with ir.InsertionPoint(anchor), anchor.location:
+                return self.table.load("weight_scales", scales.astype(np.float32), ir.F32Type.get())
+        return scales
+
+    # ------------------------------------------------------------------ patterns
+    def conv(self, op) -> bool:
+        a = self.args(op)
+        if a["transposed"] or len(a["stride"]) != 2 or any(a["output_padding"]):
+            return False
+        x, dq_w = self.static_dq(a["input"]), _producer(a["weight"])
+        if x is None or dq_w is None or dq_w.name not in (DQ_CHANNEL, DQ_TENSOR):
+            return False
+        weight = self.symmetric_weight(dq_w)
+        out = self.output(op.results[0])
+        if weight is None or out is None:
+            return False
+        q, chain, scale, zp, lo, hi = out
+        self.replace("etc_quantized::conv2d", {
+            "input": x[0], "input_scale": x[1], "input_zero_point": x[2], "weight": weight[0],
+            "weight_scales": self.scales_value(weight[1], op), "bias": a["bias"], "stride": a["stride"],
+            "padding": a["padding"], "dilation": a["dilation"], "groups": a["groups"], "output_scale": scale,
+            "output_zero_point": zp, "output_min": lo, "output_max": hi},
+            q.results[0], [q, *reversed(chain), op], [op, q])
+        return True
+
+    def transposed_weight_dq(self, value):
+        """The dq op of `permute(dq(W), [1, 0])` (a linear's weight after decomposition)."""
+        permute = self.op_of(value, "edge.permute")
+        if permute is None or list(self.args(permute)["dims"]) != [1, 0] or not _single_use(permute.results[0]):
+            return None, None
+        return _producer(self.args(permute)["self"]), permute
+
+    def linear_parts(self, op):
+        """(activation value, weight dq op, permute op, bias value) of addmm/mm, or None."""
+        a = self.args(op)
+        if op.name == "edge.addmm":
+            if a["beta"] != 1 or a["alpha"] != 1:
+                return None
+            activation, weight, bias = a["mat1"], a["mat2"], a["self"]
+            if len(_shape(bias)) != 1:
+                return None
+        else:
+            activation, weight, bias = a["self"], a["mat2"], None
+        dq_w, permute = self.transposed_weight_dq(weight)
+        if dq_w is None:
+            return None
+        return activation, dq_w, permute, bias
+
+    def linear(self, op) -> bool:
+        parts = self.linear_parts(op)
+        if parts is None:
+            return False
+        activation, dq_w, permute, bias = parts
+        x = self.static_dq(activation)
+        if x is not None and dq_w.name in (DQ_CHANNEL, DQ_TENSOR):
+            weight = self.symmetric_weight(dq_w)
+            out = self.output(op.results[0])
+            if weight is None or out is None:
+                return False
+            q, chain, scale, zp, lo, hi = out
+            self.replace("etc_quantized::linear", {
+                "input": x[0], "input_scale": x[1], "input_zero_point": x[2], "weight": weight[0],
+                "weight_scales": self.scales_value(weight[1], op), "bias": bias, "output_scale": scale,
+                "output_zero_point": zp, "output_min": lo, "output_max": hi},
+                q.results[0], [q, *reversed(chain), op, permute], [op, q])
+            return True
+        return self.linear_dynamic(op, activation, dq_w, permute, bias)
+
+    def dynamic_activation(self, value):
+        """(float input, granularity, eps) of a per-call quantized activation, ("none") for a
+        float one; None for anything else."""
+        dq = _producer(value)
+        if dq is None:
+            return value, "none", 0.0
+        if dq.name == DQ_DYNAMIC:
+            a = self.args(dq)
+            q = self.op_of(a["input"], Q_DYNAMIC)
+            choose = _producer(a["scale"])
+            if q is None or choose is None or choose.name != CHOOSE:
+                return None
+            c = self.args(choose)
+            if (c["quant_min"], c["quant_max"]) != (-128, 127) or self.args(q)["input"] != c["input"]:
+                return None
+            return c["input"], "per_tensor", c["eps"]
+        if dq.name == AO_DQ:
+            a = self.args(dq)
+            q = self.op_of(a["input"], AO_Q)
+            choose = _producer(a["scale"])
+            if q is None or choose is None or choose.name != AO_CHOOSE:
+                return None
+            c = self.args(choose)
+            shape = _shape(c["input"])
+            if (c["mapping_type"] != "ASYMMETRIC" or c["eps"] is not None or len(shape) != 2
+                    or list(c["block_size"]) != [1, shape[1]] or (c["quant_min"], c["quant_max"]) != (-128, 127)):
+                return None
+            return c["input"], "per_row", 0.0
+        if dq.name.startswith(_QD) or dq.name.startswith("edge.torchao_"):
+            return None
+        return value, "none", 0.0
+
+    def group_weight(self, dq_w):
+        """(weight array, bits, group size, scales (N, G), zero points (N, G) or None) of a
+        constant weight dequantized per channel or per group."""
+        a = self.args(dq_w)
+        weight = self.table.of_value(a["input"])
+        if weight is None or weight.dtype != np.int8 or weight.ndim != 2:
+            return None
+        n, k = weight.shape
+        if dq_w.name == DQ_CHANNEL:
+            if a["axis"] != 0:
+                return None
+            scales, zps, group, qmin, qmax = a["scales"], a["zero_points"], k, a["quant_min"], a["quant_max"]
+        elif dq_w.name == AO_DQ:
+            block = list(a["block_size"])
+            if block[0] != 1 or k % block[1]:
+                return None
+            scales, zps, group, qmin, qmax = a["scale"], a["zero_point"], block[1], a["quant_min"], a["quant_max"]
+        else:
+            return None
+        scale_array = self.table.of_value(scales)
+        zp_array = self.table.of_value(zps) if zps is not None else None
+        if scale_array is None or (zps is not None and zp_array is None):
+            return None
+        bits = 4 if (qmin, qmax) == (-8, 7) else 8
+        scale_array = scale_array.astype(np.float32).reshape(n, k // group)
+        if zp_array is not None:
+            zp_array = zp_array.astype(np.int8).reshape(n, k // group)
+            if not np.any(zp_array):
+                zp_array = None
+        return weight, bits, group, scale_array, zp_array
+
+    def linear_dynamic(self, op, activation, dq_w, permute, bias) -> bool:
+        from torch_mlir import ir
+
+        act = self.dynamic_activation(activation)
+        weight = self.group_weight(dq_w)
+        if act is None or weight is None:
+            return False
+        array, bits, group, scales, zps = weight
+        packed = pack_int4(array) if bits == 4 else array
+        element = ir.IntegerType.get_signless(8) if bits == 8 else ir.IntegerType.get_unsigned(8)
+        with ir.InsertionPoint(op), op.location:
+            w = self.table.load("weight_int4" if bits == 4 else "weight_int8", packed, element)
+            s = self.table.load("weight_scales", scales, ir.F32Type.get())
+            z = (self.table.load("weight_zero_points", zps, ir.IntegerType.get_signless(8))
+                 if zps is not None else None)
+        self.replace("etc_quantized::linear_dynamic", {
+            "input": act[0], "activation_granularity": act[1], "activation_eps": act[2], "weight": w,
+            "weight_bits": bits, "group_size": group, "weight_scales": s, "weight_zero_points": z, "bias": bias},
+            op.results[0], [op, permute], [op])
+        return True
+
+    def add(self, op) -> bool:
+        a = self.args(op)
+        if a["alpha"] != 1:
+            return False
+        x, y = self.static_dq(a["self"]), self.static_dq(a["other"])
+        out = self.output(op.results[0])
+        if x is None or y is None or out is None or _shape(a["self"]) != _shape(a["other"]):
+            return False
+        q, chain, scale, zp, lo, hi = out
+        self.replace("etc_quantized::add", {
+            "a": x[0], "a_scale": x[1], "a_zero_point": x[2], "b": y[0], "b_scale": y[1], "b_zero_point": y[2],
+            "output_scale": scale, "output_zero_point": zp, "output_min": lo, "output_max": hi},
+            q.results[0], [q, *reversed(chain), op], [op, q])
+        return True
+
+    PATTERNS = {"edge.convolution": conv, "edge.addmm": linear, "edge.mm": linear, "edge.add_tensor": add}
+
+    def run(self) -> dict:
+        from etc.passes.constant_table import module_body
+
+        with self.module.context:
+            for func in [op for op in module_body(self.module).operations if op.operation.name == "func.func"]:
+                block = func.regions[0].blocks[0]
+                for op in list(block.operations):
+                    pattern = self.PATTERNS.get(op.operation.name)
+                    if pattern is not None:
+                        pattern(self, op.operation)
+                if self.folded:  # the dequantize ops (edge ops are pure) that fed what was folded
+                    for op in reversed(list(block.operations)):
+                        if op.operation.name.startswith("edge.") and not any(list(r.uses) for r in op.results):
+                            op.operation.erase()
+            if self.folded:
+                self.table.drop_unused()
+        return self.folded
+
+
+def pack_int4(values: np.ndarray) -> np.ndarray:
+    """int8 values in [-8, 7], shape (N, K) with K even -> uint8 (N, K/2): element 2j in the
+    low nibble, 2j+1 in the high one (two's complement nibbles)."""
+    if values.shape[-1] % 2:
+        values = np.concatenate([values, np.zeros(values.shape[:-1] + (1,), values.dtype)], axis=-1)
+    nibbles = (values.astype(np.int16) & 0xF).astype(np.uint8)
+    return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_int4(packed: np.ndarray, k: int) -> np.ndarray:
+    """Inverse of `pack_int4`: uint8 (N, ceil(K/2)) -> int8 (N, K)."""
+    low = (packed & 0xF).astype(np.int8)
+    high = (packed >> 4).astype(np.int8)
+    both = np.stack([low, high], axis=-1).reshape(packed.shape[:-1] + (-1,))[..., :k]
+    return np.where(both > 7, both - 16, both).astype(np.int8)
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _shape(value) -> list:
+    from torch_mlir import ir
+
+    return list(ir.RankedTensorType(value.type).shape)
+
+
+def _user(value):
+    use = next(iter(value.uses))
+    owner = use.owner
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _owner_of(value):
+    return _producer(value)
+
+
+def fold_quantized(module) -> dict:
+    """Fold in place; returns {fused op: count}."""
+    return _Folder(module).run()
+
+
+from etc.passes.pass_api import Pass, register_pass  # noqa: E402
+
+
+@register_pass
+class FoldQuantized(Pass):
+    name = PASS_NAME
+    summary = SUMMARY
+
+    def run(self, op) -> None:
+        for name, count in fold_quantized(op).items():
+            self.count(name, count)
