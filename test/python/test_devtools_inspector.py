@@ -2,6 +2,7 @@
 delegates broken down into the ops they contain, a Chrome trace, and `etc profile`."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -141,18 +142,17 @@ def test_the_debug_buffer_keeps_intermediate_outputs_within_its_budget(resnet, t
         Runtime.get().load_program(program.buffer).write_etdump_result_to_file(tmp_path / "y.etdp")
 
 
-def test_to_dataframe_has_the_rows_or_says_how_to_get_pandas(transformer):
+def test_to_dataframe_has_the_rows_or_says_how_to_get_pandas(transformer, monkeypatch):
     zoo_model, program = transformer
     inspector = Inspector(_recorded(program, list(zoo_model.example_inputs), runs=1).run_record,
                           etrecord=program.get_etrecord())
-    try:
-        import pandas  # noqa: F401
-    except ImportError:
-        with pytest.raises(EtcError, match=r"pip install 'etc\[devtools\]'"):
-            inspector.to_dataframe()
-        return
+    pytest.importorskip("pandas")  # the [devtools] extra, installed by make's stamp
     frame = inspector.to_dataframe()
     assert len(frame) == len(inspector.rows) and list(frame.columns) == list(Inspector.COLUMNS)
+    assert frame["calls"].iloc[0] == 1 and frame["source"].str.contains("zoo.py:").any()
+    monkeypatch.setitem(sys.modules, "pandas", None)  # as on a machine without the extra
+    with pytest.raises(EtcError, match=r"pip install 'etc\[devtools\]'"):
+        inspector.to_dataframe()
 
 
 def test_etc_profile_prints_the_table_and_writes_a_trace(tmp_path, capsys):

@@ -3,7 +3,6 @@ the debugger names, with the user's line; a correct program agrees with eager ev
 
 import inspect
 
-import numpy as np
 import pytest
 import torch
 

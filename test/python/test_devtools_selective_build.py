@@ -9,7 +9,6 @@ import etc
 from etc.devtools.selective_build import SelectiveBuild
 from etc.errors import BackendError, EtcError, KernelNotFoundError
 from etc.runtime import Runtime
-from etc.schema import program as S
 from etc.tools.etc_main import main as etc_main
 
 
