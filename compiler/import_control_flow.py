@@ -30,6 +30,7 @@ import torch
 from torch_mlir import ir
 from torch_mlir.dialects import arith, scf, tensor as tensor_dialect
 
+from etc.compiler.ir import torch_dtype_name_of_element_type
 from etc.compiler.locations import node_location
 
 CONTROL_FLOW_TARGETS = {}  # HigherOrderOperator -> import function, filled below
@@ -170,5 +171,108 @@ def import_while_loop(importer, node: torch.fx.Node) -> None:
     importer.values[node] = list(while_op.results)
 
 
+# ------------------------------------------------------------ map, scan
+def _aten(target, arguments: dict, result_type, location) -> ir.Value:
+    """One aten op built from `target`'s schema, defaults filled (as the importer does for FX nodes)."""
+    from etc.dialects.aten import build_op
+
+    schema = target._schema
+    values = {}
+    for argument in schema.arguments:
+        if argument.name in arguments:
+            values[argument.name] = arguments[argument.name]
+        elif argument.has_default_value():
+            values[argument.name] = argument.default_value
+        else:
+            values[argument.name] = None
+    name = schema.name if target._overloadname == "default" else f"{schema.name}.{target._overloadname}"
+    return build_op(name, values, [result_type], loc=location).results[0]
+
+
+def _import_stacked_loop(importer, node, body_gm, inits: list, xs: list, additional: list, num_carries: int):
+    """map / scan as an scf.while over i in [0, n): the body sees row i of every xs
+    (index_select + view), its carries are carried, and each per-row output is written
+    into row i of its stacked result (index_put). Returns the scf.while's results
+    without the counter: the final carries, then the stacked outputs.
+
+    ExecuTorch's emitter writes rows in place with its prim op `et_copy_index`; here the
+    loop is made of Core ATen ops only, so it runs through the same planner, emitter and
+    portable kernels as everything else (and on stock ExecuTorch), at the price of a copy
+    of each stacked output per iteration."""
+    location = node_location(node)
+    xs = [_tensor_operand(importer, node, x, "every scanned input") for x in xs]
+    shapes = [list(ir.RankedTensorType(x.type).shape) for x in xs]
+    if not xs or any(not shape or shape[0] < 0 for shape in shapes) or len({shape[0] for shape in shapes}) != 1:
+        shown = ", ".join("[" + ", ".join("?" if d < 0 else str(d) for d in shape) + "]" for shape in shapes)
+        raise importer._error(node, f"'{node.name}': map/scan needs inputs with one static leading size, the "
+                                    f"trip count (got {shown}); use torch.while_loop for a dynamic count")
+    length = shapes[0][0]
+    result_types = importer._result_types(node.meta.get("val"), node)
+    stacked_types = result_types[num_carries:]
+    i64 = ir.IntegerType.get_signless(64)
+    counter_type = ir.RankedTensorType.get([1], i64)
+    counter = _aten(torch.ops.aten.full.default, {"size": [1], "fill_value": 0, "dtype": torch.int64},
+                    counter_type, location)
+    stacked = []
+    for ty in stacked_types:
+        ty = ir.RankedTensorType(ty)
+        if not ty.has_static_shape:
+            raise importer._error(node, f"'{node.name}': map/scan outputs of dynamic shape ({ty}) are not supported")
+        dtype = getattr(torch, torch_dtype_name_of_element_type(ty.element_type))
+        stacked.append(_aten(torch.ops.aten.full.default, {"size": list(ty.shape), "fill_value": 0, "dtype": dtype},
+                             ty, location))
+    carried = [counter] + list(inits) + stacked
+    types = [v.type for v in carried]
+    while_op = scf.WhileOp(types, carried, loc=location)
+    before = while_op.regions[0].blocks.append(*types, arg_locs=[location] * len(types))
+    after = while_op.regions[1].blocks.append(*types, arg_locs=[location] * len(types))
+    bool_type = ir.RankedTensorType.get([1], ir.IntegerType.get_signless(1))
+    with ir.InsertionPoint(before):
+        going = _aten(torch.ops.aten.lt.Scalar, {"self": before.arguments[0], "other": length}, bool_type, location)
+        scf.ConditionOp(_predicate(importer, node, going, location), list(before.arguments), loc=location)
+    with ir.InsertionPoint(after):
+        index = after.arguments[0]
+        rows = []
+        for x, shape in zip(xs, shapes):
+            element = ir.RankedTensorType(x.type).element_type
+            picked = _aten(torch.ops.aten.index_select.default, {"self": x, "dim": 0, "index": index},
+                           ir.RankedTensorType.get([1] + shape[1:], element), location)
+            rows.append(_aten(torch.ops.aten.view.default, {"self": picked, "size": shape[1:]},
+                              ir.RankedTensorType.get(shape[1:], element), location))
+        carries = list(after.arguments[1: 1 + num_carries])
+        outputs = import_subgraph(importer, node, body_gm, carries + rows + list(additional))
+        _check_types(importer, node, outputs[:num_carries], [v.type for v in inits], "the combine function's carry")
+        new_stacked = []
+        for previous, row, ty in zip(after.arguments[1 + num_carries:], outputs[num_carries:], stacked_types):
+            ty = ir.RankedTensorType(ty)
+            if list(ir.RankedTensorType(row.type).shape) != list(ty.shape)[1:]:
+                raise importer._error(node, f"'{node.name}': a per-row output is {row.type}, the stacked result {ty}")
+            as_row = _aten(torch.ops.aten.view.default, {"self": row, "size": [1] + list(ty.shape)[1:]},
+                           ir.RankedTensorType.get([1] + list(ty.shape)[1:], ty.element_type), location)
+            new_stacked.append(_aten(torch.ops.aten.index_put.default,
+                                     {"self": previous, "indices": [index], "values": as_row, "accumulate": False},
+                                     ty, location))
+        step = _aten(torch.ops.aten.add.Scalar, {"self": index, "other": 1}, counter_type, location)
+        scf.YieldOp([step] + list(outputs[:num_carries]) + new_stacked, loc=location)
+    return list(while_op.results)[1:]
+
+
+def import_map(importer, node: torch.fx.Node) -> None:
+    body_arg, xs, additional = node.args[:3]
+    body = _submodule(importer, node, body_arg)
+    importer.values[node] = _import_stacked_loop(importer, node, body, [], importer._value(list(xs), node),
+                                                 importer._value(list(additional), node), 0)
+
+
+def import_scan(importer, node: torch.fx.Node) -> None:
+    combine_arg, init, xs, additional = node.args[:4]
+    combine = _submodule(importer, node, combine_arg)
+    inits = [_tensor_operand(importer, node, v, "every carry") for v in importer._value(list(init), node)]
+    importer.values[node] = _import_stacked_loop(importer, node, combine, inits, importer._value(list(xs), node),
+                                                 importer._value(list(additional), node), len(inits))
+
+
 CONTROL_FLOW_TARGETS[torch.ops.higher_order.cond] = import_cond
 CONTROL_FLOW_TARGETS[torch.ops.higher_order.while_loop] = import_while_loop
+CONTROL_FLOW_TARGETS[torch.ops.higher_order.map_impl] = import_map
+CONTROL_FLOW_TARGETS[torch.ops.higher_order.scan] = import_scan

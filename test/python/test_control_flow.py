@@ -1,4 +1,4 @@
-"""torch.cond and torch.while_loop end to end: imported as scf.if / scf.while, planned,
+"""torch.cond, torch.while_loop, map and scan end to end: imported as scf.if / scf.while, planned,
 emitted as JumpFalseCall/MoveCall/copy chains, run on etc's runtime and on the stock
 ExecuTorch runtime against eager; next to the cpu delegate they stay portable.
 """
@@ -69,6 +69,32 @@ class LoopWithCond(torch.nn.Module):
         return torch.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
 
 
+class Map(torch.nn.Module):
+    """map over rows, with an extra argument every row reads."""
+
+    def forward(self, xs, y):
+        from functorch.experimental.control_flow import map as control_flow_map
+
+        return control_flow_map(lambda x, y: (x * 3 + y).tanh(), xs, y)
+
+
+class Scan(torch.nn.Module):
+    """scan with a carry and a stacked output, reversed: the flip is in the exported graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(2, 3))
+
+    def forward(self, xs):
+        from torch._higher_order_ops.scan import scan
+
+        def combine(carry, x):
+            new = carry * 0.5 + x @ self.weight
+            return new, new.sum(-1, keepdim=True)
+
+        return scan(combine, torch.zeros(3), xs, reverse=True)
+
+
 class DynamicCond(torch.nn.Module):
     """A cond over a dynamic batch: the branches' values are planned at the Dim's bound."""
 
@@ -86,6 +112,8 @@ CASES = {
     "loop_with_cond": (LoopWithCond, (torch.randn(2, 3), torch.tensor(3)),
                        [(torch.randn(2, 3), torch.tensor(0)), (torch.randn(2, 3), torch.tensor(4)),
                         (torch.randn(2, 3), torch.tensor(7))]),
+    "map": (Map, (torch.randn(4, 3), torch.randn(3)), [(torch.randn(4, 3), torch.randn(3))]),
+    "scan": (Scan, (torch.randn(5, 2),), [(torch.randn(5, 2),), (torch.randn(5, 2),)]),
     "dynamic_cond": (DynamicCond, (torch.randn(3, 4),),
                      [(sign * torch.randn(n, 4).abs(),) for n in (1, 3, 8) for sign in (1, -1)],
                      ({0: torch.export.Dim("batch", min=1, max=8)},)),

@@ -132,7 +132,7 @@ class SizeArithmetic(nn.Module):
         return x.reshape(b * 4, 1) + 1
 
 
-class WithMap(nn.Module):
+class DynamicMap(nn.Module):
     def forward(self, xs):
         from functorch.experimental.control_flow import map as control_flow_map
 
@@ -337,10 +337,12 @@ def assert_located(error: UnsupportedConstructError, function, text):
     assert str(error).startswith(f"{error.location}: error: ")
 
 
-def test_unsupported_higher_order_op_is_a_located_error():
-    with pytest.raises(UnsupportedConstructError, match=r"torch\.ops\.higher_order\.map_impl") as caught:
-        etc.import_program(export(WithMap(), torch.randn(2, 3)))
-    assert_located(caught.value, WithMap.forward, "control_flow_map(")
+def test_map_over_a_dynamic_size_is_a_located_error():
+    rows = torch.export.Dim("rows", min=1, max=8)
+    program = torch.export.export(DynamicMap(), (torch.randn(2, 3),), dynamic_shapes=({0: rows},))
+    with pytest.raises(UnsupportedConstructError, match=r"map/scan needs inputs with one static leading size") as caught:
+        etc.import_program(program)
+    assert_located(caught.value, DynamicMap.forward, "control_flow_map(")
 
 
 def test_non_aten_operator_is_a_located_error():

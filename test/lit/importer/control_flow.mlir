@@ -1,7 +1,9 @@
 // RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:WithCond | filecheck %s --check-prefix=COND
 // RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:DoublingLoop | filecheck %s --check-prefix=LOOP
+// RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:WithMap | filecheck %s --check-prefix=MAP
 // torch.cond -> scf.if on the extracted bool predicate, each branch's graph inlined in its region;
-// torch.while_loop -> scf.while whose condition forwards the carries, additional inputs read from above.
+// torch.while_loop -> scf.while whose condition forwards the carries, additional inputs read from above;
+// map (and scan) -> scf.while over a counter: row i picked with index_select, written with index_put.
 
 // COND-LABEL: func.func @forward(%arg0: tensor<3xf32>
 // COND: %[[GT:.+]] = "aten.gt_scalar"
@@ -27,3 +29,18 @@
 // LOOP: %[[NY:.+]] = "aten.mul_scalar"(%[[BY]])
 // LOOP: scf.yield %[[NI]], %[[NY]] : tensor<i64>, tensor<3xf32>
 // LOOP: return %[[W]]#0, %[[W]]#1 : tensor<i64>, tensor<3xf32>
+
+// MAP-LABEL: func.func @forward(%arg0: tensor<2x3xf32>
+// MAP: %[[I0:.+]] = "aten.full"() {{.*}}size = array<i64: 1>} : () -> tensor<1xi64>
+// MAP: %[[Y0:.+]] = "aten.full"() {{.*}}size = array<i64: 2, 3>} : () -> tensor<2x3xf32>
+// MAP: %[[W:.+]]:2 = scf.while (%[[I:.+]] = %[[I0]], %[[Y:.+]] = %[[Y0]])
+// MAP: "aten.lt_scalar"(%[[I]]) {{.*}}other = 2 : i64
+// MAP: } do {
+// MAP: %[[ROW:.+]] = "aten.index_select"(%arg0, %[[BI:.+]]) {dim = 0 : i64} : (tensor<2x3xf32>, tensor<1xi64>) -> tensor<1x3xf32>
+// MAP: %[[X:.+]] = "aten.view"(%[[ROW]]) {{.*}} -> tensor<3xf32>
+// MAP: %[[F:.+]] = "aten.mul_scalar"(%[[X]])
+// MAP: %[[FR:.+]] = "aten.view"(%[[F]]) {{.*}} -> tensor<1x3xf32>
+// MAP: %[[NY:.+]] = "aten.index_put"(%[[BY:.+]], %[[BI]], %[[FR]]) {accumulate = false
+// MAP: %[[NI:.+]] = "aten.add_scalar"(%[[BI]])
+// MAP: scf.yield %[[NI]], %[[NY]]
+// MAP: return %[[W]]#1 : tensor<2x3xf32>

@@ -57,3 +57,15 @@ class DoublingLoop(nn.Module):
             return i + 1, y * 2
 
         return torch.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), x))
+
+
+class DynamicMap(nn.Module):
+    """map over a dynamic leading size: not supported (the loop's trip count is the static size)."""
+
+    example_inputs = (torch.randn(2, 3),)
+    dynamic_shapes = ({0: torch.export.Dim("rows", min=1, max=8)},)
+
+    def forward(self, xs):
+        from functorch.experimental.control_flow import map as control_flow_map
+
+        return control_flow_map(lambda x: x * 2, xs)
