@@ -261,6 +261,9 @@ class EdgeProgram:
         )
         instruction_ops = {} if generate_etrecord else None
         pte = emit_program(self.program_ir, config, instruction_ops=instruction_ops)
+        from etc.schema import input_dims  # Dim minimums and shared Dims, checked by the runtime
+
+        pte.named_data.update(input_dims.records_of(self.exported_programs))
         etrecord = None
         if generate_etrecord:
             from etc.devtools.compile_record import build_compile_record

@@ -708,6 +708,19 @@ class Method:
                 self._set_tensor_input(position, value, given)
             else:
                 self._set_scalar_input(position, index, given)
+        dims = self._input_dims()
+        if dims is not None:  # Dim minimums and shared Dims (the tensors know only upper bounds)
+            dims.check([tuple(getattr(given, "shape", ())) if isinstance(self._values[index], _Tensor) else None
+                        for index, given in zip(self._inputs, inputs)])
+
+    def _input_dims(self):
+        """The method's `torch.export.Dim` constraints (`etc.schema.input_dims`), read once; None if none."""
+        if not hasattr(self, "_dims"):
+            from etc.schema.input_dims import InputDims, key
+
+            record = self._pte.named_data.get(key(self.name))
+            self._dims = None if record is None else InputDims(self.name, record, len(self._inputs))
+        return self._dims
 
     def _input_error(self, position: int, index: int, text: str) -> InputError:
         return InputError(f"method '{self.name}' input {position}: {text}", method=self.name, value=index)

@@ -9,18 +9,20 @@ ExecuTorch has the same blind spot). A CRC-32 per region turns that into a
 Where: after the last byte ExecuTorch's layout defines (the end of the segment
 data, `segment_base_offset + segment_data_size`, or `program_size` for a file
 without segments). Stock ExecuTorch locates everything through the header and
-the flatbuffer, so it never looks there. Layout (little endian):
+the flatbuffer, so it never looks there. Layout (little endian), read from the
+end of the file so that no header field decides whether it is there:
 
-    0   8  magic b"etcSUMS1"
-    8   4  u32 count          (1 + the number of Program.segments)
-    12  4  u32 algorithm      (1: CRC-32 as zlib computes it)
-    16  4n u32 crc[count]     crc[0]: bytes [0, program_size) (headers + flatbuffer);
-                              crc[i]: the payload of Program.segments[i - 1]
-    ..  4  u32 CRC-32 of all trailer bytes above
+    4n u32 crc[n]    crc[0]: bytes [0, program_size) (headers + flatbuffer);
+                     crc[i]: the payload of Program.segments[i - 1]
+    4  u32 n         (1 + the number of Program.segments)
+    4  u32 algorithm (1: CRC-32 as zlib computes it)
+    4  u32 CRC-32 of the trailer bytes above
+    8  magic b"etcSUMS1" (the file's last bytes)
 
-The trailer runs exactly to the end of the file. A file from etc carries one;
-a file from ExecuTorch ends where its data ends. Any other bytes after the data
-are refused: a corrupted trailer must never pass for "no checksums".
+A file from etc ends with one; a file from ExecuTorch ends where its data ends.
+The trailer must begin exactly where the header says the data ends, and any
+other bytes after the data are refused: a damaged header or trailer never passes
+for "no checksums".
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from etc.schema import program as P
 
 MAGIC = b"etcSUMS1"
 ALGORITHM_CRC32 = 1
-_HEAD = struct.Struct("<8sII")
+_FOOTER = struct.Struct("<III8s")  # count, algorithm, self-CRC, magic
 
 
 def crc32(data) -> int:
@@ -42,26 +44,24 @@ def crc32(data) -> int:
 
 def build_trailer(program_crc: int, segment_crcs: list[int]) -> bytes:
     crcs = [program_crc, *segment_crcs]
-    body = _HEAD.pack(MAGIC, len(crcs), ALGORITHM_CRC32) + struct.pack(f"<{len(crcs)}I", *crcs)
-    return body + struct.pack("<I", crc32(body))
+    body = struct.pack(f"<{len(crcs)}I", *crcs) + struct.pack("<II", len(crcs), ALGORITHM_CRC32)
+    return body + struct.pack("<I", crc32(body)) + MAGIC
 
 
-def parse_trailer(trailer: bytes, data_end: int) -> list[int]:
-    """The CRCs of a trailer found at byte `data_end`; ProgramError unless it is intact."""
-    where = f"checksum trailer at byte {data_end}"
-    if len(trailer) < _HEAD.size + 8 or trailer[:8] != MAGIC:
-        raise ProgramError(f"{len(trailer)} unexpected bytes after the program's data (byte {data_end} on): "
-                           "not an etc checksum trailer (file corrupted or appended to?)")
-    _, count, algorithm = _HEAD.unpack_from(trailer)
-    if len(trailer) != _HEAD.size + 4 * count + 4:
-        raise ProgramError(f"{where}: claims {count} checksums but is {len(trailer)} bytes long (file truncated "
-                           "or corrupted)")
-    (stored,) = struct.unpack_from("<I", trailer, len(trailer) - 4)
-    if crc32(trailer[:-4]) != stored:
-        raise ProgramError(f"{where}: its own checksum does not match (the trailer is corrupted)")
+def find_trailer(data: bytes) -> tuple[int, list[int]] | None:
+    """(where the trailer begins, its CRCs) if the file ends with one; ProgramError if it is damaged."""
+    if len(data) < _FOOTER.size or data[-8:] != MAGIC:
+        return None
+    count, algorithm, stored = struct.unpack_from("<III", data, len(data) - _FOOTER.size)
+    start = len(data) - _FOOTER.size - 4 * count
+    if count < 1 or start < 8:
+        raise ProgramError(f"checksum trailer: claims {count} checksums, more than the {len(data)}-byte file holds")
+    if crc32(data[start:len(data) - 12]) != stored:
+        raise ProgramError(f"checksum trailer at byte {start}: its own checksum does not match (the trailer is "
+                           "corrupted)")
     if algorithm != ALGORITHM_CRC32:
-        raise ProgramError(f"{where}: unknown checksum algorithm {algorithm}")
-    return list(struct.unpack_from(f"<{count}I", trailer, _HEAD.size))
+        raise ProgramError(f"checksum trailer at byte {start}: unknown checksum algorithm {algorithm}")
+    return start, list(struct.unpack_from(f"<{count}I", data, start))
 
 
 def check(what: str, data, stored: int) -> None:

@@ -312,12 +312,27 @@ def _fold_segments(program: P.Program, payloads: list[bytes]) -> P.PteFile:
                      mutable_data=mutable, named_data=named)
 
 
-def _checksum_trailer(data: bytes, program_size: int, segment_base: int, segment_data_size: int) -> bytes:
-    """The bytes after the program's data: etc's checksum trailer, or empty (an ExecuTorch file)."""
-    if not _EXTENDED_HEADER_MAGIC.fullmatch(data[8:12]) or struct.unpack_from("<I", data, 12)[0] < 32:
-        return b""  # no header, or one without segment_data_size: nothing delimits the data
+def _checksums(data: bytes, program_size: int, segment_base: int, segment_data_size: int,
+               verify: bool) -> tuple[bool, list[int] | None]:
+    """(whether the file carries etc's checksum trailer, its CRCs if they are to be verified)."""
+    if not verify:
+        return data[-8:] == checksums.MAGIC, None
+    found = checksums.find_trailer(data)
+    has_header = _EXTENDED_HEADER_MAGIC.fullmatch(data[8:12]) and struct.unpack_from("<I", data, 12)[0] >= 32
+    if not has_header:  # no header, or one without segment_data_size: nothing delimits the data
+        if found is not None:
+            raise ProgramError("the file ends in an etc checksum trailer but has no extended header (header "
+                               "corrupted?)")
+        return False, None
     data_end = segment_base + segment_data_size if segment_base else program_size
-    return data[data_end:]
+    start = found[0] if found is not None else len(data)
+    if start != data_end:
+        if found is None:
+            raise ProgramError(f"{len(data) - data_end} unexpected bytes after the program's data (byte {data_end} "
+                               "on): not an etc checksum trailer (file corrupted or appended to?)")
+        raise ProgramError(f"the checksum trailer begins at byte {start} but the extended header says the data "
+                           f"ends at byte {data_end} (header corrupted?)")
+    return found is not None, (found[1] if found is not None else None)
 
 
 def deserialize_pte(data: bytes | bytearray | memoryview, *, validate: bool = True,
@@ -333,10 +348,8 @@ def deserialize_pte(data: bytes | bytearray | memoryview, *, validate: bool = Tr
     """
     data = bytes(data)
     program_size, segment_base, segment_data_size = _read_headers(data)
-    trailer = _checksum_trailer(data, program_size, segment_base, segment_data_size)
-    crcs = None
-    if trailer and verify_checksums:
-        crcs = checksums.parse_trailer(trailer, len(data) - len(trailer))
+    has_checksums, crcs = _checksums(data, program_size, segment_base, segment_data_size, verify_checksums)
+    if crcs is not None:
         checksums.check(f"program data (bytes 0..{program_size}: headers and flatbuffer)", data[:program_size],
                         crcs[0])
     reader = _FlatbufferReader(data, program_size)
@@ -352,7 +365,7 @@ def deserialize_pte(data: bytes | bytearray | memoryview, *, validate: bool = Tr
         for i, payload in enumerate(payloads):
             checksums.check(f"Program.segments[{i}] ({roles.get(i, 'unreferenced')})", payload, crcs[i + 1])
     pte = _fold_segments(program, payloads)
-    pte.checksums = bool(trailer)
+    pte.checksums = has_checksums
     if validate:
         from etc.schema.validate import validate_pte
 

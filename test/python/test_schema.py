@@ -84,7 +84,7 @@ def test_extended_header_and_segment_layout():
     # etc's checksum trailer (a CRC per segment) follows the segment data, where ExecuTorch never reads.
     trailer = 16 + 4 * (1 + len(wire.segments)) + 4
     assert h["seg_size"] == last.offset + last.size and len(data) == h["base"] + h["seg_size"] + trailer
-    assert data[h["base"] + h["seg_size"]:][:8] == b"etcSUMS1"
+    assert data[-8:] == b"etcSUMS1"
     assert all(segment.offset % 4096 == 0 for segment in wire.segments)
     # Constant tensors sit at their aligned offsets, offsets[0] reserved.
     constant_segment = wire.constant_segment
@@ -357,15 +357,32 @@ def test_the_program_data_is_checked_before_it_is_decoded():
 def test_a_damaged_or_foreign_trailer_is_refused():
     data = S.serialize_pte(add_constant_program())
     with pytest.raises(ProgramError, match="its own checksum does not match"):
-        S.deserialize_pte(_flip(data, len(data) - 6))
-    with pytest.raises(ProgramError, match="not an etc checksum trailer"):
-        S.deserialize_pte(_flip(data, len(data) - 28 + 2))  # inside the magic (1 segment: 28 bytes)
-    with pytest.raises(ProgramError, match="claims .* checksums"):
+        S.deserialize_pte(_flip(data, len(data) - 10))  # the trailer's own CRC
+    with pytest.raises(ProgramError, match="unexpected bytes after the program's data"):
+        S.deserialize_pte(_flip(data, len(data) - 3))  # its magic: no longer a trailer
+    with pytest.raises(ProgramError, match="unexpected bytes after the program's data"):
         S.deserialize_pte(data[:-1])
     # Bytes appended to an ExecuTorch file would be silently ignored by a reader that trusts them away.
     original = open(FIXTURE, "rb").read()
     with pytest.raises(ProgramError, match="unexpected bytes after the program's data"):
         S.deserialize_pte(original + b"\0" * 8)
+
+
+def test_a_header_that_hides_the_trailer_is_refused():
+    """Found by the fuzzer: one flipped bit moved the segment base so that the segment data seemed to end
+    where the file ends; the trailer looked absent, nothing was checked, the state was read shifted."""
+    data = S.serialize_pte(add_constant_program())
+    h = header(data)
+    trailer = len(data) - h["base"] - h["seg_size"]
+    for field_offset, value in ((24, h["base"] + trailer), (32, h["seg_size"] + trailer)):
+        bad = bytearray(data)
+        struct.pack_into("<Q", bad, field_offset, value)
+        with pytest.raises(ProgramError, match=r"checksum trailer begins at byte \d+ but the extended header says"):
+            S.deserialize_pte(bytes(bad))
+    bad = bytearray(data)
+    bad[8:12] = b"xx00"  # no header any more
+    with pytest.raises(ProgramError, match="ends in an etc checksum trailer but has no extended header"):
+        S.deserialize_pte(bytes(bad))
 
 
 def test_executorch_files_have_no_trailer_and_round_trip():
