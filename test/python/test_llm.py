@@ -185,3 +185,20 @@ def test_transformers_llama_greedy_matches_generate(tokenizer_path):
         want = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, min_new_tokens=12,
                               cache_implementation="dynamic")[0, len(ids):].tolist()
     assert result.tokens == want
+
+
+def test_program_runs_on_executorch(exported):
+    """The same .pte (dynamic length, cache in mutable buffers, metadata methods) on stock ExecuTorch:
+    a prefill of 5 tokens and greedy decode steps give the eager loop's tokens."""
+    executorch_runtime = pytest.importorskip("executorch.runtime")
+    model, path = exported
+    program = executorch_runtime.Runtime.get().load_program(path)
+    assert int(program.load_method("get_max_context_len").execute([])[0]) == MAX_CONTEXT_LEN
+    forward = program.load_method("forward")
+    prompt = [5, 9, 13, 2, 77]
+    logits = forward.execute([torch.tensor([prompt]), torch.arange(len(prompt))])[0]
+    tokens = []
+    for step in range(6):
+        tokens.append(int(logits[0, -1].argmax()))
+        logits = forward.execute([torch.tensor([[tokens[-1]]]), torch.tensor([len(prompt) + step])])[0]
+    assert tokens == eager_greedy(model, prompt, 6)
