@@ -13,9 +13,11 @@
 Source lines come from the compile record when one is given (it also names the
 edge and aten op, and lists the ops inside each delegate, shown as indented rows
 under the delegate), else from the program's own stack traces (`Chain.stacktrace`).
-A delegate's time is that of its whole native call: per-region times inside a
-native delegate need counters compiled into its code, which the cpu target does
-not emit yet, so its inner rows carry no time.
+A delegate's row times its whole call; a backend that times its own regions
+(`execute_profiled`, see `etc.runtime.backends`) gets one timed row per region under
+it, named by the ops it computed and their lines. The cpu target does not time its
+dispatch regions yet (that needs counters compiled into its code), so under a cpu
+delegate the rows list its ops, untimed.
 """
 
 from __future__ import annotations
@@ -104,7 +106,26 @@ class Inspector:
                     return traces[instruction].items[-1]
         return None
 
+    def _region_rows(self, parent: EventRow, events: list, record) -> list[EventRow]:
+        """One timed row per region the backend reported inside a delegate call, named by its ops."""
+        by_region: dict = {}
+        for event in events:
+            by_region.setdefault((event.name, event.ops), []).append(event.duration_ns)
+        rows = []
+        for (name, ops), times in by_region.items():
+            inner = [record.ops[i] for i in ops if record is not None and 0 <= i < len(record.ops)]
+            sources = list(dict.fromkeys(f"{op.file}:{op.line}" for op in inner if op.file))
+            rows.append(EventRow(parent.method, parent.chain, parent.instruction, name,
+                                 ", ".join(op.node or op.op for op in inner) or None,
+                                 ", ".join(dict.fromkeys(op.aten for op in inner if op.aten)) or None,
+                                 "; ".join(sources) or None, calls=len(times), times_ns=times,
+                                 parent=parent.instruction))
+        return rows
+
     def _build_rows(self) -> list[EventRow]:
+        regions: dict = {}
+        for event in self.run_record.delegate_events:
+            regions.setdefault((event.method, event.chain, event.instruction), []).append(event)
         rows: dict = {}
         for event in self.run_record.events:
             if event.is_execute:
@@ -125,7 +146,9 @@ class Inspector:
             row = rows[key]
             out.append(row)
             record = self.etrecord.instruction(*key) if self.etrecord is not None else None
-            if record is not None and record.kind == "delegate":
+            if key in regions:
+                out.extend(self._region_rows(row, regions[key], record))
+            elif record is not None and record.kind == "delegate":
                 for op in record.ops:
                     out.append(EventRow(method=row.method, chain=row.chain, instruction=row.instruction,
                                         name=op.op, op=op.node, aten=op.aten,
@@ -176,8 +199,8 @@ class Inspector:
                "total_ms")
 
     def _values(self, row: EventRow) -> list:
-        timed = row.parent is None
-        return [row.method, row.instruction, ("  " if not timed else "") + row.name, row.op, row.aten,
+        timed = row.parent is None or bool(row.times_ns)  # delegate regions a backend timed
+        return [row.method, row.instruction, ("  " if row.parent is not None else "") + row.name, row.op, row.aten,
                 row.source, row.calls if timed else None, row.mean_ms if timed else None,
                 row.min_ms if timed else None, row.max_ms if timed else None, row.total_ms if timed else None]
 
@@ -238,6 +261,12 @@ class Inspector:
             trace.append({"ph": "X", "name": event.name, "cat": "execute" if event.is_execute else "instruction",
                           "pid": methods.index(event.method), "tid": 0 if event.is_execute else 1,
                           "ts": (event.start_ns - origin) / 1e3, "dur": event.duration_ns / 1e3, "args": args})
+        for event in self.run_record.delegate_events:
+            row = info.get((event.method, event.chain, event.instruction))
+            trace.append({"ph": "X", "name": event.name, "cat": "delegate region",
+                          "pid": methods.index(event.method), "tid": 2, "ts": (event.start_ns - origin) / 1e3,
+                          "dur": event.duration_ns / 1e3,
+                          "args": {"run": event.run, "delegate": row.name if row else None, "ops": list(event.ops)}})
         return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
     def write_chrome_trace(self, path) -> None:

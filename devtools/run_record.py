@@ -8,6 +8,8 @@ The runtime fills one when a program is loaded with `enable_etdump=True`:
 - per execute, `Method::set_inputs` and `Method::get_outputs` (copying the inputs in,
   the outputs out) and one `Method::execute` around all of it: the latency a caller
   measures, which the other events add up to;
+- the regions inside a delegate call, for backends that time them (`execute_profiled`,
+  see `etc.runtime.backends`), each with the partition ops it computed;
 - with `debug_buffer_size` > 0, the output tensors of every instruction, copied
   after it ran, until that many bytes are kept (as ExecuTorch's debug buffer;
   `dropped_outputs` counts what no longer fit, so a reader knows the capture is
@@ -29,7 +31,7 @@ import numpy as np
 
 from etc.errors import EtcError
 
-__all__ = ["Event", "RunRecord", "EXECUTE_EVENT", "FORMAT"]
+__all__ = ["Event", "DelegateEvent", "DelegateEvents", "RunRecord", "EXECUTE_EVENT", "FORMAT"]
 
 FORMAT = "etc-run-record"
 FORMAT_VERSION = 1
@@ -63,6 +65,37 @@ class Event:
         return self.name == EXECUTE_EVENT
 
 
+@dataclass(frozen=True)
+class DelegateEvent:
+    """One region inside a delegate call, as its backend reported it: placed in time one after the
+    other from the call's start (backends measure durations, e.g. with cycle counters)."""
+
+    name: str
+    method: str
+    run: int
+    chain: int
+    instruction: int  # the delegate call's
+    start_ns: int
+    end_ns: int
+    ops: tuple = ()  # indices into the delegate's ops in the compile record
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+class DelegateEvents:
+    """What a backend's `execute_profiled(handle, args, events)` fills: the regions of one call, in order."""
+
+    def __init__(self):
+        self.regions: list = []
+
+    def add(self, name: str, duration_ns: int, ops=()) -> None:
+        """A region `name` that took `duration_ns`, computing the partition's ops `ops` (their indices in
+        the order the partition lists them, as the compile record does)."""
+        self.regions.append((str(name), int(duration_ns), tuple(int(i) for i in ops)))
+
+
 class RunRecord:
     """Events and (optionally) intermediate outputs of the executes of one loaded program."""
 
@@ -71,6 +104,7 @@ class RunRecord:
             raise EtcError(f"debug_buffer_size must be >= 0, got {debug_buffer_size}")
         self.debug_buffer_size = int(debug_buffer_size)
         self._events: list[tuple] = []
+        self._delegate_events: list[tuple] = []
         self._runs: dict[str, int] = {}
         # (method, run, chain, instruction) -> [(value index, array)]
         self.intermediates: dict[tuple, list] = {}
@@ -91,6 +125,13 @@ class RunRecord:
             end_ns: int) -> None:
         self._events.append((name, method, run, chain, instruction, start_ns, end_ns))
 
+    def add_delegate_events(self, method: str, run: int, chain: int, instruction: int, start_ns: int,
+                            events: DelegateEvents) -> None:
+        at = start_ns
+        for name, duration, ops in events.regions:
+            self._delegate_events.append((name, method, run, chain, instruction, at, at + duration, ops))
+            at += duration
+
     def keep_outputs(self, method: str, run: int, chain: int, instruction: int, outputs) -> None:
         """Copy `outputs` ([(value index, array)]) of one instruction, within the debug buffer's budget."""
         kept = []
@@ -106,6 +147,7 @@ class RunRecord:
     def clear(self) -> None:
         """Forget everything recorded so far (a warm-up run, say); run numbers restart at 0."""
         self._events.clear()
+        self._delegate_events.clear()
         self._runs.clear()
         self.intermediates.clear()
         self.debug_bytes = 0
@@ -115,6 +157,10 @@ class RunRecord:
     @property
     def events(self) -> list[Event]:
         return [Event(*e) for e in self._events]
+
+    @property
+    def delegate_events(self) -> list[DelegateEvent]:
+        return [DelegateEvent(*e) for e in self._delegate_events]
 
     def runs(self, method: str) -> int:
         return self._runs.get(method, 0)
@@ -132,7 +178,8 @@ class RunRecord:
             raise EtcError("the record holds intermediate outputs: give a debug_buffer_path to write them to")
         document = {"format": FORMAT, "version": FORMAT_VERSION, "debug_buffer_size": self.debug_buffer_size,
                     "dropped_outputs": self.dropped_outputs, "runs": self._runs,
-                    "events": [list(e) for e in self._events]}
+                    "events": [list(e) for e in self._events],
+                    "delegate_events": [[*e[:7], list(e[7])] for e in self._delegate_events]}
         with open(etdump_path, "w") as f:
             json.dump(document, f)
         if debug_buffer_path is not None:
@@ -158,6 +205,7 @@ class RunRecord:
                            f"this etc reads version {FORMAT_VERSION}")
         record = cls(debug_buffer_size=int(document["debug_buffer_size"]))
         record._events = [tuple(e) for e in document["events"]]
+        record._delegate_events = [(*e[:7], tuple(e[7])) for e in document.get("delegate_events", [])]
         record._runs = {str(k): int(v) for k, v in document["runs"].items()}
         record.dropped_outputs = int(document["dropped_outputs"])
         if debug_buffer_path is not None:

@@ -14,7 +14,13 @@ A backend is any object with
   backend returns its outputs (those views, or views of the same storage re-shaped
   for a dynamic shape); the runtime takes the returned arrays as the new values of
   the trailing arguments. Returning None means "written in place, full shape";
-- optionally `destroy(handle)`.
+- optionally `destroy(handle)`;
+- optionally `execute_profiled(handle, args, events)`: `execute` that also reports the regions of
+  the call (`events.add(name, duration_ns, ops=(i, ...))`, `ops` indexing the partition's ops in
+  order), called instead of `execute` only while the program records (`enable_etdump=True`), so a
+  backend times its regions (cycle counters around native dispatch regions, say) at no cost
+  otherwise. The run record places them one after the other from the call's start; the
+  Inspector shows them under the delegate's row with their ops' source lines.
 
 `Backend` is a convenience base class; subclassing it is not required. Built-in
 backends (`cpu`, the MLIR->LLVM target) register themselves the first time a

@@ -325,6 +325,7 @@ class Method:
         self._kernels = self._bind_kernels(kernels)
         self._delegates = self._init_delegates()
         self._step_writes: dict = {}
+        self._delegate_steps: set = set()  # (chain, instruction) of the delegate calls
         self._chains = [self._compile_chain(c, chain) for c, chain in enumerate(plan.chains or [])]
         self._inputs = list(plan.inputs or [])
         self._outputs = list(plan.outputs or [])
@@ -553,6 +554,8 @@ class Method:
             written = defined - before
             if isinstance(instruction.instr_args, S.KernelCall) and step[2] is not None:
                 written |= self._written(step[2])
+            if isinstance(instruction.instr_args, S.DelegateCall):
+                self._delegate_steps.add((chain_index, position))
             self._step_writes[(chain_index, position)] = sorted(
                 i for i in written if isinstance(self._values[i], _Tensor) and not self._values[i].constant)
             steps.append(step)
@@ -591,8 +594,13 @@ class Method:
             outputs = [t for i, t in zip(args, tensors) if t is not None and i not in defined]
             defined |= set(args)
 
-            def delegate_call():
-                results = backend.execute(handle, [read() for read in readers])
+            profiled = callable(getattr(backend, "execute_profiled", None))
+
+            def delegate_call(events=None):
+                if events is not None and profiled:  # a recorded run: the backend may time its regions
+                    results = backend.execute_profiled(handle, [read() for read in readers], events)
+                else:
+                    results = backend.execute(handle, [read() for read in readers])
                 if results is None:
                     for tensor in outputs:
                         tensor.array = tensor.capacity()
@@ -803,7 +811,7 @@ class Method:
         whole call (`Method::execute`), so the rows add up to the latency a caller measures. A separate
         path, so that a program loaded without `enable_etdump` pays nothing for it."""
         from etc.devtools.run_record import (EXECUTE_EVENT, INPUTS_EVENT, INPUTS_EVENT_INDEX, OUTPUTS_EVENT,
-                                            OUTPUTS_EVENT_INDEX)
+                                            OUTPUTS_EVENT_INDEX, DelegateEvents)
 
         clock = log.get_pal().clock
         add, capture = record.add, record.captures_outputs
@@ -815,13 +823,16 @@ class Method:
             pc, count = 0, len(steps)
             while pc < count:
                 step, label = steps[pc][0], steps[pc][1]
+                regions = DelegateEvents() if (chain_index, pc) in self._delegate_steps else None
                 start = clock()
                 try:
-                    jump = step()
+                    jump = step(regions) if regions is not None else step()
                 except Exception as error:  # noqa: BLE001 - as in _run
                     located, cause = self._located(error, chain_index, pc)
                     raise located from cause
                 add(label, name, run, chain_index, pc, start, clock())
+                if regions is not None and regions.regions:
+                    record.add_delegate_events(name, run, chain_index, pc, start, regions)
                 if capture:
                     record.keep_outputs(name, run, chain_index, pc, [
                         (i, self._values[i].array) for i in self._step_writes[(chain_index, pc)]])

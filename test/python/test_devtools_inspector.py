@@ -1,6 +1,7 @@
 """Compile record, run record and Inspector: instructions mapped to the model's source lines, timed runs,
 delegates broken down into the ops they contain, a Chrome trace, and `etc profile`."""
 
+import inspect
 import json
 import sys
 
@@ -201,3 +202,73 @@ def test_control_flow_rows_count_the_branch_taken():
     # Every event's label is the one the compile record gives its instruction.
     assert all(record.instruction(e.method, e.chain, e.instruction).name == e.name
                for e in loaded.run_record.events if e.chain >= 0)
+
+
+def test_a_backend_that_times_its_regions_gets_one_row_per_region_with_its_lines():
+    """The runtime side of per-region times: a test-only backend that runs a chain of unary ops and reports
+    each as a region through `execute_profiled`, which the runtime calls only while recording."""
+    from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, DelegationSpec, PreprocessResult,
+                                         register_backend_details)
+    from etc.runtime import Backend, log, register_backend, unregister_backend
+
+    unary = {"edge.relu": lambda v: np.maximum(v, 0), "edge.sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+             "edge.tanh": np.tanh}
+
+    class UnaryDetails(BackendDetails):
+        backend_id = "etc_test_unary"
+
+        def preprocess(self, func_op, compile_specs, constants):
+            names = [op.name for op in func_op.regions[0].blocks[0].operations if op.name != "func.return"]
+            return PreprocessResult(",".join(names).encode())
+
+    class UnaryBackend(Backend):
+        backend_id = "etc_test_unary"
+        plain_calls = 0
+
+        def init(self, blob, compile_specs):
+            return blob.decode().split(",")
+
+        def execute(self, handle, args):
+            UnaryBackend.plain_calls += 1
+            return self.execute_profiled(handle, args, None)
+
+        def execute_profiled(self, handle, args, events):
+            value = args[0]
+            for index, name in enumerate(handle):
+                start = log.now_ns()
+                value = unary[name](value)
+                if events is not None:
+                    events.add(name.replace("edge.", ""), log.now_ns() - start, ops=[index])
+            np.copyto(args[-1], value)
+
+    class Chain(torch.nn.Module):
+        def forward(self, x):
+            y = torch.relu(x * 2)
+            return torch.tanh(torch.sigmoid(y))
+
+    register_backend_details(UnaryDetails())
+    register_backend(UnaryBackend())
+    try:
+        partitioner = CapabilityPartitioner(DelegationSpec("etc_test_unary"), lambda op: op.name in unary)
+        edge = etc.to_edge(torch.export.export(Chain(), (torch.ones(8),))).to_backend(partitioner)
+        program = edge.to_executorch(generate_etrecord=True)
+        x = np.linspace(-2, 2, 8, dtype=np.float32)
+        expected = np.tanh(1 / (1 + np.exp(-np.maximum(2 * x, 0))))
+        plain = Runtime.get().load_program(program.buffer).load_method("forward")
+        np.testing.assert_allclose(plain.execute([x])[0], expected, rtol=1e-6)
+        assert UnaryBackend.plain_calls == 1  # not recording: the plain execute
+        loaded = _recorded(program, [x], runs=2)
+        assert UnaryBackend.plain_calls == 1  # recording: execute_profiled instead
+        regions = loaded.run_record.delegate_events
+        assert [e.name for e in regions] == ["relu", "sigmoid", "tanh"] * 2
+        inspector = Inspector(loaded.run_record, etrecord=program.get_etrecord())
+        delegate = next(r for r in inspector.rows if r.name == "delegate 'etc_test_unary'")
+        inner = [r for r in inspector.rows if r.parent == delegate.instruction]
+        assert [r.name for r in inner] == ["relu", "sigmoid", "tanh"] and all(r.calls == 2 for r in inner)
+        line = inspect.getsourcelines(Chain.forward)[1]
+        assert inner[0].source == f"{__file__}:{line + 1}" and inner[2].source == f"{__file__}:{line + 2}"
+        assert sum(sum(r.times_ns) for r in inner) <= sum(delegate.times_ns)  # regions nest in the call
+        trace = inspector.chrome_trace()["traceEvents"]
+        assert len([e for e in trace if e.get("cat") == "delegate region"]) == 6
+    finally:
+        unregister_backend("etc_test_unary")
