@@ -200,7 +200,8 @@ class Inspector:
 
     def _values(self, row: EventRow) -> list:
         timed = row.parent is None or bool(row.times_ns)  # delegate regions a backend timed
-        return [row.method, row.instruction, ("  " if row.parent is not None else "") + row.name, row.op, row.aten,
+        instruction = row.instruction if row.chain >= 0 else None  # the input/output copies are no instruction
+        return [row.method, instruction, ("  " if row.parent is not None else "") + row.name, row.op, row.aten,
                 row.source, row.calls if timed else None, row.mean_ms if timed else None,
                 row.min_ms if timed else None, row.max_ms if timed else None, row.total_ms if timed else None]
 
