@@ -73,10 +73,11 @@ class CompileRecord:
         return self.methods[method]
 
     def instruction(self, method: str, chain: int, instruction: int) -> InstructionRecord | None:
-        for record in self.methods.get(method, []):
-            if record.chain == chain and record.instruction == instruction:
-                return record
-        return None
+        index = self.__dict__.get("_index")
+        if index is None or len(index) != sum(len(records) for records in self.methods.values()):
+            index = self.__dict__["_index"] = {(m, r.chain, r.instruction): r
+                                               for m, records in self.methods.items() for r in records}
+        return index.get((method, chain, instruction))
 
     def save(self, path) -> None:
         document = {"format": FORMAT, "version": FORMAT_VERSION,
