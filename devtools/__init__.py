@@ -10,6 +10,8 @@
   `.bpte` format.
 - `numeric_debug`: a program's intermediate outputs against eager, op by op.
 - `selective_build`: the kernels and backends a set of programs needs.
+- `quantization_report`: per quantized op, SQNR of etc's output against the float model
+  and the eager quantized one (`etc inspect quantized.pt2 --quant-report float.pt2`).
 
 Names are imported lazily: the runtime imports `etc.devtools.run_record` without
 pulling torch or the compiler in.
@@ -28,6 +30,7 @@ _EXPORTS = {
     "MethodTestCase": "etc.devtools.bundled_program",
     "MethodTestSuite": "etc.devtools.bundled_program",
     "numeric_debug": "etc.devtools.numeric",
+    "quantization_report": "etc.devtools.quant_report",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -5,6 +5,7 @@
     etc run model.pte [--inputs a.npy b.npy] [--runs 10]
     etc run --verify model.bpte [--rtol 1e-5 --atol 1e-8]
     etc inspect model.pte [--plot DIR]
+    etc inspect quantized.pt2 --quant-report float.pt2
     etc selective-build a.pte b.pte -o selected.json
     etc profile model.pte [--runs 10] [--trace trace.json] [--etrecord model.etrecord]
     etc generate model.pte --tokenizer tokenizer.json --prompt "..." [--max-new-tokens N]
@@ -256,6 +257,12 @@ def cmd_selective_build(args) -> int:
 def cmd_inspect(args) -> int:
     from etc.schema import deserialize_pte
 
+    if args.quant_report:  # `program` is then a quantized torch.export.save file (devtools/quant_report.py)
+        from etc.devtools.quant_report import cli
+
+        print(cli(args.program, args.quant_report, method=args.method))
+        return 0
+
     with open(args.program, "rb") as f:
         data = f.read()
     pte = deserialize_pte(data)
@@ -380,7 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("program")
     i.add_argument("--plot", metavar="DIR", help="write PNGs here: the memory plan of each method (tensor lifetimes "
                                                  "against offsets, per mem_id) and the time per operator")
-    i.add_argument("--method", default="forward", help="--plot: the method to time")
+    i.add_argument("--method", default="forward", help="--plot: the method to time; --quant-report: the method")
+    i.add_argument("--quant-report", metavar="FLOAT_PT2",
+                   help="PROGRAM is a quantized exported program (.pt2, torch.export.save): print per quantized op "
+                        "the SQNR of etc's output against this float one and against the eager quantized model")
     i.add_argument("--runs", type=int, default=5, help="--plot: runs to time")
     i.set_defaults(fn=cmd_inspect)
 
