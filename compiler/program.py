@@ -83,7 +83,13 @@ def decompose(programs: dict, config: EdgeCompileConfig) -> dict:
     """Stage 1 of to_edge: decompose every method to the Core ATen opset."""
     import torch
 
-    table = dict(config.decompositions) if config.decompositions is not None else torch.export.default_decompositions()
+    if config.decompositions is not None:
+        table = dict(config.decompositions)
+    else:
+        from etc.compiler.decompositions import etc_decompositions
+
+        table = torch.export.default_decompositions()
+        table.update(etc_decompositions())  # ops with no Core ATen form that models use
     for op in config.preserve_ops:
         table.pop(op, None)
     for op in _quantization_overloads():  # torchao's affine ops are composite: keep them whole

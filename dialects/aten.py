@@ -76,6 +76,7 @@ def build_op(torch_name: str, arguments: Mapping[str, Any], result_types: list[i
     (None for an absent optional, lists for `Tensor[]`), Python values for the
     rest, ir.Value of `index` type for symbolic sizes.
     """
+    torch_name, arguments = _number_first(torch_name, arguments)
     torch_name = _scalar_overload(torch_name, arguments)
     cls = op_class(torch_name, dialect_ops)
     if cls is None:
@@ -121,6 +122,30 @@ def _check_list_length(torch_name: str, name: str, length: int) -> None:
         raise UnsupportedConstructError(
             f"{torch_name}: a list of {length} tensors for '{name}'; etc supports at most {LIST_SLOTS} "
             "(split the operation, e.g. concatenate in two steps)")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, bool))
+
+
+# `op.Tensor(number, tensor)`: ATen wraps the number as a 0-d tensor; there is no Scalar
+# overload with the number first, so it becomes the mirrored Scalar op (torch's own
+# decompositions write `sub(size - 1, index)`, e.g. reflection padding).
+_NUMBER_FIRST = {
+    "aten::sub.Tensor": lambda a: ("aten::rsub.Scalar", {"self": a["other"], "other": a["self"],
+                                                         "alpha": a.get("alpha", 1)}),
+    "aten::add.Tensor": lambda a: ("aten::add.Scalar", {"self": a["other"], "other": a["self"]})
+    if a.get("alpha", 1) == 1 else None,
+    "aten::mul.Tensor": lambda a: ("aten::mul.Scalar", {"self": a["other"], "other": a["self"]}),
+}
+
+
+def _number_first(torch_name: str, arguments: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    if torch_name in _NUMBER_FIRST and _is_number(arguments.get("self")) and not _is_number(arguments.get("other")):
+        mirrored = _NUMBER_FIRST[torch_name](arguments)
+        if mirrored is not None:
+            return mirrored
+    return torch_name, arguments
 
 
 def _scalar_overload(torch_name: str, arguments: Mapping[str, Any]) -> str:
