@@ -130,21 +130,35 @@ def _error(actual: np.ndarray, expected: np.ndarray) -> tuple[float | None, str]
 
 
 def numeric_debug(edge_program, executorch_program, inputs, *, method: str = "forward",
-                  tolerance: float = 1e-4) -> NumericReport:
+                  tolerance: float = 1e-4, run_record=None, etrecord=None) -> NumericReport:
     """Compare every instruction's outputs of `executorch_program` (built by `edge_program.to_executorch(
-    generate_etrecord=True)`) with eager's values for the same nodes, on `inputs` (torch tensors)."""
+    generate_etrecord=True)`) with eager's values for the same nodes, on `inputs` (torch tensors).
+
+    `run_record`: intermediate outputs recorded elsewhere (a device's run record and debug buffer,
+    `RunRecord.load(etdump, debug_buffer)`, its first run on these `inputs`) instead of running the
+    program here; `etrecord`: the compile record when the program object does not carry it (a
+    `CompileRecord` or its path; `executorch_program` may then be None)."""
     import torch
 
+    from etc.devtools.compile_record import CompileRecord
     from etc.runtime import Runtime
 
-    record = executorch_program.get_etrecord()
-    instructions = record.instructions(method)
+    if etrecord is None:
+        etrecord = executorch_program.get_etrecord()
+    elif not isinstance(etrecord, CompileRecord):
+        etrecord = CompileRecord.load(etrecord)
+    instructions = etrecord.instructions(method)
     inputs = list(inputs)
     eager = _eager_values(edge_program, method, inputs)
-    loaded = Runtime.get().load_program(executorch_program.buffer, enable_etdump=True, debug_buffer_size=1 << 62)
-    loaded.load_method(method).execute([x if isinstance(x, torch.Tensor) else x for x in inputs])
+    if run_record is None:
+        loaded = Runtime.get().load_program(executorch_program.buffer, enable_etdump=True,
+                                            debug_buffer_size=1 << 62)
+        loaded.load_method(method).execute(inputs)
+        run_record = loaded.run_record
+    if not run_record.intermediates:
+        raise EtcError("the run record holds no intermediate outputs: record with debug_buffer_size > 0")
     captured = {(chain, instruction): outputs for (m, run, chain, instruction), outputs
-                in loaded.run_record.intermediates.items() if m == method and run == 0}
+                in run_record.intermediates.items() if m == method and run == 0}
     report = NumericReport(method=method, tolerance=tolerance)
     for entry in instructions:
         outputs = dict(captured.get((entry.chain, entry.instruction), []))

@@ -90,3 +90,23 @@ def test_numeric_debug_needs_the_compile_record(compiled):
     edge, _, x = compiled
     with pytest.raises(EtcError, match="generate_etrecord=True"):
         numeric_debug(edge, edge.to_executorch(), [x])
+
+
+def test_a_recorded_run_is_compared_offline(compiled, tmp_path, monkeypatch):
+    """A device's run record and debug buffer, saved and compared later against eager on the host."""
+    from etc.devtools import RunRecord
+    from etc.runtime import Runtime
+
+    edge, program, x = compiled
+    correct = registry.get_kernel("aten::sigmoid.out")
+    monkeypatch.setitem(registry._KERNELS, "aten::sigmoid.out", lambda self, out: correct(self, out) * 0.5)
+    device = Runtime.get().load_program(program.buffer, enable_etdump=True, debug_buffer_size=1 << 24)
+    device.load_method("forward").execute([x])
+    device.write_etdump_result_to_file(tmp_path / "run.etdp", tmp_path / "debug.npz")
+    program.get_etrecord().save(tmp_path / "m.etrecord")
+    monkeypatch.undo()
+    record = RunRecord.load(tmp_path / "run.etdp", tmp_path / "debug.npz")
+    report = numeric_debug(edge, None, [x], run_record=record, etrecord=tmp_path / "m.etrecord")
+    assert report.first_divergence().name == "aten::sigmoid.out"
+    with pytest.raises(EtcError, match="no intermediate outputs"):
+        numeric_debug(edge, program, [x], run_record=RunRecord.load(tmp_path / "run.etdp"))
