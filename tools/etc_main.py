@@ -17,10 +17,12 @@ corrupt program) print one diagnostic line and exit 1; never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import sys
 import time
+import traceback
 
 from etc.errors import EtcError
 
@@ -58,6 +60,24 @@ def _parse_shape_spec(spec: str):
     return torch.randint(0, 8, shape, dtype=dtype)
 
 
+@contextlib.contextmanager
+def _user_code(path: str, doing: str):
+    """Errors in the user's model file become one line naming their file:line, not our traceback."""
+    try:
+        yield
+    except SyntaxError as error:
+        where = f"{error.filename or path}:{error.lineno}" + (f":{error.offset}" if error.offset else "")
+        line = (error.text or "").strip()
+        raise UsageError(f"{where}: syntax error: {error.msg}" + (f": {line}" if line else "")) from None
+    except Exception as error:  # noqa: BLE001  (any exception of the user's code is theirs to fix)
+        if isinstance(error, EtcError):
+            raise
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if os.path.abspath(f.filename) == os.path.abspath(path)]
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else path
+        raise UsageError(f"{where}: {doing} raised {type(error).__name__}: {error}") from None
+
+
 def _load_model(target: str, example_specs: list[str]):
     """'file.py:Class' -> (module instance, example inputs) or a saved .pt2 -> ExportedProgram."""
     import torch
@@ -74,11 +94,13 @@ def _load_model(target: str, example_specs: list[str]):
     spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    spec.loader.exec_module(module)
+    with _user_code(path, "loading it"):
+        spec.loader.exec_module(module)
     factory = getattr(module, name, None)
     if factory is None:
         raise UsageError(f"{path} has no attribute '{name}'")
-    model = factory()
+    with _user_code(path, f"calling {name}()"):
+        model = factory()
     inputs = None
     if isinstance(model, tuple):  # a factory may return (model, example_inputs)
         model, inputs = model

@@ -98,8 +98,9 @@ def check_host_compatible(metadata: dict) -> None:
     if missing:
         raise BackendError(
             f"cpu delegate needs CPU feature(s) {', '.join('+' + m for m in missing)} that this CPU "
-            f"({llvm.get_host_cpu_name()}) lacks; recompile for this CPU or with a baseline "
-            "(compile spec cpu=generic / features=...)")
+            f"({llvm.get_host_cpu_name()}) lacks; recompile on this machine (CpuPartitioner(), the host's "
+            "features), or for every CPU of its architecture with CpuPartitioner(cpu='generic', features='') "
+            "(cpu='generic' alone keeps the compiling machine's features)")
 
 
 # What MCJIT's ELF linker aborts the process on (report_fatal_error or an assertion) rather than

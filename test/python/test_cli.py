@@ -72,6 +72,21 @@ def test_user_errors_are_one_line_without_traceback(compiled, args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("source, message", [
+    ("import torch\nclass M(torch.nn.Module)\n    pass\n", "broken.py:2:25: syntax error: expected ':'"),
+    ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        raise ValueError('no')\n",
+     "broken.py:4: calling M() raised ValueError: no"),
+    ("import not_a_module_anywhere\n", "broken.py:1: loading it raised ModuleNotFoundError"),
+])
+def test_errors_in_the_model_file_name_its_line_without_traceback(tmp_path, source, message):
+    """A syntax error in the model file printed our whole traceback (issue 11)."""
+    (tmp_path / "broken.py").write_text(source)
+    result = etc_cli("compile", "broken.py:M", "--example-inputs", "2x6", "-o", "x.pte", cwd=tmp_path)
+    assert result.returncode == 1
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 2  # the progress line, then the error
+
+
 def test_corrupt_program_is_a_program_error(compiled, tmp_path):
     folder, _ = compiled
     data = (folder / "tiny.pte").read_bytes()

@@ -197,3 +197,21 @@ def test_object_code_is_checked_before_it_is_mapped(obj, case):
     bad = corrupt(obj)
     with pytest.raises(BackendError, match=message):
         CompiledFunction(cpu_blob.serialize(_metadata(), bad))
+
+
+def test_a_missing_cpu_feature_error_suggests_what_works(obj):
+    """The error suggested cpu='generic', which still records the host's features; only features=''
+    gives a baseline blob. The suggestion must be one that produces a blob this CPU runs."""
+    import torch
+
+    import etc
+    from etc.targets.cpu import CpuPartitioner
+
+    meta = dict(_metadata(), required_features=["etc-missing"])
+    with pytest.raises(BackendError, match=r"CpuPartitioner\(cpu='generic', features=''\)") as error:
+        CompiledFunction(cpu_blob.serialize(meta, obj))
+    assert "+etc-missing" in str(error.value)
+    ep = torch.export.export(torch.nn.Linear(8, 4), (torch.randn(2, 8),))
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner(cpu="generic", features=""))
+    (blob,) = edge.program_ir.delegate_blobs
+    assert cpu_blob.deserialize(blob).required_features == []
