@@ -137,4 +137,24 @@ def emit_while(emitter, op) -> None:
     to_exit.destination_instruction = len(emitter.instructions)
 
 
-EMITTERS = {"scf.if": emit_if, "scf.while": emit_while, "tensor.extract": emit_extract}
+# arith.cmpi predicate (its integer value) -> ExecuTorch's prim op.
+_COMPARISONS = {0: "executorch_prim::eq.Scalar", 2: "executorch_prim::lt.Scalar", 3: "executorch_prim::le.Scalar",
+                4: "executorch_prim::gt.Scalar", 5: "executorch_prim::ge.Scalar"}
+
+
+def emit_compare(emitter, op) -> None:
+    """A size comparison (a cond on `x.shape[0] > 4`): a prim op writing a Bool EValue,
+    which JumpFalseCall reads as ExecuTorch does."""
+    from torch_mlir import ir
+
+    predicate = int(ir.IntegerAttr(op.attributes["predicate"]).value)
+    kernel = _COMPARISONS.get(predicate)
+    if kernel is None or kernel not in emitter.kernels:
+        raise LoweringError(f"no prim op for the size comparison '{op.attributes['predicate']}'", location=_where(op))
+    args = [_index(emitter, value, op) for value in op.operands]
+    result = emitter._add(emitter.S.Bool(bool_val=False))  # not shared: the prim op writes it
+    emitter.index[op.results[0]] = result
+    emitter.instruction(emitter.S.KernelCall(op_index=emitter.operator(kernel), args=args + [result]), op)
+
+
+EMITTERS = {"scf.if": emit_if, "scf.while": emit_while, "tensor.extract": emit_extract, "arith.cmpi": emit_compare}

@@ -17,14 +17,17 @@ from above. The predicate stays a bool *tensor* until `tensor.extract`, which
 the emitter maps back onto the tensor, because ExecuTorch's JumpFalseCall tests
 a bool tensor (all elements true) directly.
 
-Restrictions, each a located UnsupportedConstructError: predicates are bool
-tensors (not a SymBool computed from sizes); while_loop carries tensors (not
+A cond on sizes (`x.shape[0] > 4` under a Dim) has an `arith.cmpi` on `index` as its
+predicate. Restrictions, each a located UnsupportedConstructError: predicates are bool
+tensors or size comparisons; while_loop carries tensors (not
 Python ints); a branch or body output has exactly the type of the result it
 becomes (torch.export already requires the same shape and dtype). `map` and
 `scan` are refused with the same kind of error.
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 from torch_mlir import ir
@@ -109,8 +112,26 @@ def _tensor_operand(importer, node, value, what: str) -> ir.Value:
     return value
 
 
+# Comparisons of sizes (SymBool predicates) -> `arith.cmpi` on `index`; the emitter runs
+# them as ExecuTorch's `executorch_prim::<op>.Scalar`, whose Bool result JumpFalseCall reads.
+SIZE_COMPARISONS = {operator.eq: "eq", operator.lt: "slt", operator.le: "sle", operator.gt: "sgt",
+                    operator.ge: "sge"}
+
+
+def import_size_comparison(importer, node: torch.fx.Node) -> None:
+    predicate = SIZE_COMPARISONS.get(node.target)
+    if predicate is None or len(node.args) != 2:
+        raise importer._error(node, f"the size condition '{node.name}' ({getattr(node.target, '__name__', node.target)}) "
+                                    "is not supported; compare sizes with ==, <, <=, > or >=")
+    location = node_location(node)
+    lhs, rhs = (importer._index(argument, node, location) for argument in node.args)
+    importer.values[node] = arith.CmpIOp(getattr(arith.CmpIPredicate, predicate), lhs, rhs, loc=location).result
+
+
 def _predicate(importer, node, value, location) -> ir.Value:
-    """A bool tensor of one element -> i1 (`tensor.extract`)."""
+    """A bool tensor of one element -> i1 (`tensor.extract`); a size comparison already is one."""
+    if isinstance(value, ir.Value) and isinstance(value.type, ir.IntegerType) and value.type.width == 1:
+        return value
     value = _tensor_operand(importer, node, value, "the predicate")
     ty = ir.RankedTensorType(value.type)
     if str(ty.element_type) != "i1" or not ty.has_static_shape or any(size != 1 for size in ty.shape):

@@ -447,6 +447,11 @@ class _MethodImporter:
             self.values[node] = self._value(source, node)[index]
             return
         traced = node.meta.get("val")
+        if isinstance(traced, torch.SymBool):  # `x.shape[0] > 4`: a torch.cond predicate
+            from etc.compiler.import_control_flow import import_size_comparison
+
+            import_size_comparison(self, node)
+            return
         if isinstance(traced, torch.SymInt) or (isinstance(traced, int) and not isinstance(traced, bool)):
             static = self._static_size(traced)
             if static is not None:  # a size torch.export already knows: a plain int

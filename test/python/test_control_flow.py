@@ -102,6 +102,13 @@ class DynamicCond(torch.nn.Module):
         return torch.cond(x.sum() > 0, lambda v: (v * 2).cumsum(0), lambda v: v.flip(0) - 1, (x,))
 
 
+class SizeCond(torch.nn.Module):
+    """A cond on a size: the predicate is executorch_prim::gt.Scalar's Bool, not a tensor."""
+
+    def forward(self, x):
+        return torch.cond(x.shape[0] > 4, lambda v: v * 2, lambda v: v.cumsum(0) - 1, (x,))
+
+
 CASES = {
     "cond": (Cond, (torch.randn(3, 4),), [(torch.randn(3, 4),), (-torch.ones(3, 4),), (torch.ones(3, 4),)]),
     "flag_cond": (FlagCond, (torch.randn(3, 4), torch.tensor(True)),
@@ -117,6 +124,8 @@ CASES = {
     "dynamic_cond": (DynamicCond, (torch.randn(3, 4),),
                      [(sign * torch.randn(n, 4).abs(),) for n in (1, 3, 8) for sign in (1, -1)],
                      ({0: torch.export.Dim("batch", min=1, max=8)},)),
+    "size_cond": (SizeCond, (torch.randn(3, 4),), [(torch.randn(n, 4),) for n in (1, 4, 5, 8)],
+                  ({0: torch.export.Dim("batch", min=1, max=8)},)),
 }
 _PROGRAMS = {}
 

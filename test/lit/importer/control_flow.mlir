@@ -1,6 +1,7 @@
 // RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:WithCond | filecheck %s --check-prefix=COND
 // RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:DoublingLoop | filecheck %s --check-prefix=LOOP
 // RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:WithMap | filecheck %s --check-prefix=MAP
+// RUN: %PYTHON -m etc.tools.import_model %S/Inputs/models.py:SizeCond | filecheck %s --check-prefix=SIZE
 // torch.cond -> scf.if on the extracted bool predicate, each branch's graph inlined in its region;
 // torch.while_loop -> scf.while whose condition forwards the carries, additional inputs read from above;
 // map (and scan) -> scf.while over a counter: row i picked with index_select, written with index_put.
@@ -44,3 +45,10 @@
 // MAP: %[[NI:.+]] = "aten.add_scalar"(%[[BI]])
 // MAP: scf.yield %[[NI]], %[[NY]]
 // MAP: return %[[W]]#1 : tensor<2x3xf32>
+
+// A size predicate: arith.cmpi on index, straight into scf.if; branch ops carry their upper bounds.
+// SIZE-LABEL: func.func @forward(%arg0: tensor<?x4xf32>
+// SIZE: %[[DIM:.+]] = tensor.dim %arg0, %{{.+}} : tensor<?x4xf32>
+// SIZE: %[[P:.+]] = arith.cmpi sgt, %[[DIM]], %{{.+}} : index
+// SIZE: scf.if %[[P]] -> (tensor<?x4xf32>) {
+// SIZE-NEXT: "aten.mul_scalar"(%arg0) {etc.upper_bounds = array<i64: 8, 4>

@@ -69,3 +69,13 @@ class DynamicMap(nn.Module):
         from functorch.experimental.control_flow import map as control_flow_map
 
         return control_flow_map(lambda x: x * 2, xs)
+
+
+class SizeCond(nn.Module):
+    """A cond on a size under a Dim: the predicate is a comparison of sizes, not a tensor."""
+
+    example_inputs = (torch.randn(3, 4),)
+    dynamic_shapes = ({0: torch.export.Dim("rows", min=1, max=8)},)
+
+    def forward(self, x):
+        return torch.cond(x.shape[0] > 4, lambda v: v * 2, lambda v: v - 1, (x,))
