@@ -475,6 +475,7 @@ class Method:
         for i, delegate in enumerate(self._plan.delegates or []):
             backend = get_backend(delegate.id, method=self.name)
             blob = self._pte.delegate_blob(delegate.processed)
+            started = log.now_ns()
             try:
                 handle = backend.init(blob, list(delegate.compile_specs or []))
             except EtcError:
@@ -482,6 +483,8 @@ class Method:
             except Exception as error:  # noqa: BLE001 - the backend's failure, with its name
                 raise BackendError(f"backend '{delegate.id}' failed to initialise delegate {i}: "
                                    f"{type(error).__name__}: {error}", method=self.name) from error
+            log.debug(f"method '{self.name}': delegate {i} initialised on backend '{delegate.id}' "
+                      f"({len(blob)}-byte blob) in {(log.now_ns() - started) / 1e6:.1f} ms")
             delegates.append((delegate.id, backend, handle))
         return delegates
 

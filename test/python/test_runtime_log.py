@@ -59,6 +59,36 @@ def test_the_runtime_logs_its_load_details_at_debug():
     assert all(r.source == "etc.runtime" for r in records)
 
 
+def test_delegate_initialisation_is_logged_with_its_time():
+    from etc.runtime import Backend, register_backend, unregister_backend
+    from etc.schema import program as S
+
+    class Echo(Backend):
+        backend_id = "etc_log_test_echo"
+
+        def init(self, blob, compile_specs):
+            return None
+
+        def execute(self, handle, args):
+            return None
+
+    pte = S.PteFile(program=S.Program(version=0, execution_plan=[S.ExecutionPlan(
+        name="forward", values=[], inputs=[], outputs=[], chains=[S.Chain(inputs=[], outputs=[], instructions=[])],
+        operators=[], delegates=[S.BackendDelegate(id="etc_log_test_echo", processed=S.BackendDelegateDataReference(
+            location=S.DataLocation.INLINE, index=0), compile_specs=[])], non_const_buffer_sizes=[0])],
+        constant_buffer=[], backend_delegate_data=[S.BackendDelegateInlineData(data=b"abc")], segments=[]))
+    records = []
+    log.set_pal(log_sink=records.append)
+    log.set_log_level("debug")
+    register_backend(Echo())
+    try:
+        Runtime.get().load_program(pte).load_method("forward")
+    finally:
+        unregister_backend("etc_log_test_echo")
+    assert any("delegate 0 initialised on backend 'etc_log_test_echo' (3-byte blob) in" in r.message
+               for r in records)
+
+
 def test_the_environment_variable_sets_the_initial_level():
     code = "from etc.runtime import log; print(log.get_log_level().name)"
     env = dict(os.environ, ETC_LOG_LEVEL="Error")
