@@ -120,9 +120,9 @@ class TextGenerator:
         """Run `tokens` at the next cache positions; the last position's logits."""
         ids = np.asarray([tokens], dtype=np.int64)
         positions = np.arange(self.position, self.position + len(tokens), dtype=np.int64)
-        logits = self.method.execute([ids, positions])[0]
+        logits = np.asarray(self.method.execute([ids, positions])[0])
         self.position += len(tokens)
-        return np.asarray(logits)[0, -1]
+        return logits.reshape(-1, logits.shape[-1])[-1]  # [1, T, vocab], or [1, vocab] (last token only)
 
     def _check_fits(self, prompt_length: int, max_new_tokens: int) -> None:
         total = self.position + prompt_length + max_new_tokens

@@ -109,6 +109,19 @@ class SizeCond(torch.nn.Module):
         return torch.cond(x.shape[0] > 4, lambda v: v * 2, lambda v: v.cumsum(0) - 1, (x,))
 
 
+class NestedCond(torch.nn.Module):
+    """A cond in each branch of a cond: inner results are yielded by the outer branches."""
+
+    def forward(self, x, y):
+        def outer_true(x, y):
+            return torch.cond(y.sum() > 0, lambda a, b: (a * b).sin(), lambda a, b: a.cos() + b, (x, y))
+
+        def outer_false(x, y):
+            return torch.cond(y.mean() < -0.5, lambda a, b: a - b, lambda a, b: (a + 1) * 3, (x, y))
+
+        return torch.cond(x.sum() > 0, outer_true, outer_false, (x, y)) * x + y
+
+
 CASES = {
     "cond": (Cond, (torch.randn(3, 4),), [(torch.randn(3, 4),), (-torch.ones(3, 4),), (torch.ones(3, 4),)]),
     "flag_cond": (FlagCond, (torch.randn(3, 4), torch.tensor(True)),
@@ -126,6 +139,9 @@ CASES = {
                      ({0: torch.export.Dim("batch", min=1, max=8)},)),
     "size_cond": (SizeCond, (torch.randn(3, 4),), [(torch.randn(n, 4),) for n in (1, 4, 5, 8)],
                   ({0: torch.export.Dim("batch", min=1, max=8)},)),
+    "nested_cond": (NestedCond, (torch.randn(4), torch.randn(4)),
+                    [(sx * torch.rand(4), sy * torch.rand(4) + shift) for sx in (1, -1) for sy in (1, -1)
+                     for shift in (0.0, -1.0)]),
 }
 _PROGRAMS = {}
 
