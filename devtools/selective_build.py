@@ -14,9 +14,11 @@ method and instruction that needs it, instead of failing on the device at the
 first call. Methods of a restricted runtime bind their kernels from the list only,
 so nothing outside it can run by accident.
 
-The file is JSON: `{"operators": {name: {"debug_info": [programs]}}, "backends":
-{id: {"debug_info": [...]}}}` (ExecuTorch's `operators` shape; each entry says which
-programs need it, so a list for a fleet of models shows why an op is in).
+The file is ExecuTorch's `selected_operators.yaml` (written as JSON, which is YAML):
+each operator with the programs that need it in its `debug_info` (a list for a fleet
+of models shows why an op is in), the backends as `backend:<id>` build features. So
+ExecuTorch's build reads etc's list, and etc's runtime reads the list ExecuTorch's
+`gen_oplist` writes for a program.
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ from etc.errors import BackendError, EtcError, KernelNotFoundError
 
 __all__ = ["SelectiveBuild"]
 
-FORMAT = "etc-selective-build"
-FORMAT_VERSION = 1
 
 
 def _pte_of(program):
@@ -128,29 +128,63 @@ class SelectiveBuild:
                                method=method)
 
     # ------------------------------------------------------------------ files
+    def to_selected_operators(self) -> dict:
+        """ExecuTorch's `selected_operators.yaml` content (what its `gen_oplist` writes and torchgen's
+        SelectiveBuilder reads): the operators, and the backends as `backend:<id>` build features."""
+        programs = list(dict.fromkeys(u for users in self.operators.values() for u in users))
+        backend_users = [f"{_BACKEND}{b}{_USED_BY}{u}" for b, users in sorted(self.backends.items()) for u in users]
+        return {"operators": {name: {"is_root_operator": True, "is_used_for_training": True,
+                                     "include_all_overloads": False, "debug_info": list(users)}
+                              for name, users in sorted(self.operators.items())},
+                "custom_classes": [], "build_features": [f"{_BACKEND}{b}" for b in sorted(self.backends)],
+                "include_all_non_op_selectives": False, "include_all_operators": False, "kernel_metadata": {},
+                "et_kernel_metadata": {}, "debug_info": programs + backend_users}
+
     def save(self, path) -> None:
-        document = {"format": FORMAT, "version": FORMAT_VERSION,
-                    "operators": {k: {"debug_info": v} for k, v in sorted(self.operators.items())},
-                    "backends": {k: {"debug_info": v} for k, v in sorted(self.backends.items())}}
+        """Write `selected_operators.yaml` (as JSON, which is YAML): ExecuTorch's build reads it as is."""
         with open(path, "w") as f:
-            json.dump(document, f, indent=1)
+            json.dump(self.to_selected_operators(), f, indent=1)
 
     @classmethod
     def load(cls, path) -> "SelectiveBuild":
+        """A `selected_operators.yaml`: ours, or ExecuTorch's `gen_oplist` output (real YAML needs PyYAML)."""
+        where = os.fspath(path)
         try:
             with open(path) as f:
-                document = json.load(f)
+                text = f.read()
         except OSError as error:
-            raise EtcError(f"cannot read selective build list '{os.fspath(path)}': {error.strerror}") from None
+            raise EtcError(f"cannot read selective build list '{where}': {error.strerror}") from None
+        try:
+            document = json.loads(text)
         except ValueError:
-            raise EtcError(f"'{os.fspath(path)}' is not a selective build list (not JSON)") from None
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            raise EtcError(f"'{os.fspath(path)}' is not an etc selective build list")
-        if document.get("version") != FORMAT_VERSION:
-            raise EtcError(f"selective build list '{os.fspath(path)}' has version {document.get('version')}, "
-                           f"this etc reads version {FORMAT_VERSION}")
-        return cls(operators={k: list(v.get("debug_info", [])) for k, v in document["operators"].items()},
-                   backends={k: list(v.get("debug_info", [])) for k, v in document["backends"].items()})
+            try:
+                import yaml
+            except ImportError:
+                raise EtcError(f"'{where}' is YAML, not JSON: reading it needs PyYAML") from None
+            try:
+                document = yaml.safe_load(text)
+            except yaml.YAMLError as error:
+                raise EtcError(f"'{where}' is not a selected_operators.yaml: {error}") from None
+        if not isinstance(document, dict) or not isinstance(document.get("operators"), dict):
+            raise EtcError(f"'{where}' is not a selected_operators.yaml (no 'operators' table)")
+        if document.get("include_all_operators"):
+            raise EtcError(f"'{where}' selects all operators: a runtime built from it would restrict nothing "
+                           "(use Runtime.get())")
+        operators = {name: [str(u) for u in ((entry or {}).get("debug_info") or [])]
+                     for name, entry in document["operators"].items()}
+        backends = {feature[len(_BACKEND):]: [] for feature in document.get("build_features") or []
+                    if str(feature).startswith(_BACKEND)}
+        for line in document.get("debug_info") or []:
+            line = str(line)
+            if line.startswith(_BACKEND) and _USED_BY in line:
+                backend, user = line[len(_BACKEND):].split(_USED_BY, 1)
+                if backend in backends:
+                    _add(backends, backend, user)
+        return cls(operators=operators, backends=backends)
+
+
+_BACKEND = "backend:"
+_USED_BY = " used by "
 
 
 def _add(table: dict, key: str, user: str) -> None:

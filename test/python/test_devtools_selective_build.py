@@ -77,5 +77,28 @@ def test_backends_are_selected_too(tmp_path):
     with pytest.raises(BackendError, match="backend 'cpu', which is outside this runtime's selective build"):
         Runtime(selective_build=portable_only).load_program(program.buffer)
     (tmp_path / "bad.json").write_text("[1, 2]")
-    with pytest.raises(EtcError, match="not an etc selective build list"):
+    with pytest.raises(EtcError, match="not a selected_operators.yaml"):
         Runtime.from_selective_build(tmp_path / "bad.json")
+    (tmp_path / "all.json").write_text('{"operators": {}, "include_all_operators": true}')
+    with pytest.raises(EtcError, match="selects all operators"):
+        Runtime.from_selective_build(tmp_path / "all.json")
+
+
+def test_the_list_is_executorchs_selected_operators_yaml_both_ways(tmp_path):
+    """torchgen's SelectiveBuilder (what ExecuTorch's build uses) reads etc's list, and etc's runtime reads
+    the list ExecuTorch's gen_oplist writes for the same program."""
+    yaml = pytest.importorskip("yaml")
+    selector = pytest.importorskip("torchgen.selective_build.selector")
+    program = _program(AddRelu())
+    program.save(tmp_path / "a.pte")
+    ours = SelectiveBuild.from_programs(tmp_path / "a.pte")
+    ours.save(tmp_path / "ours.yaml")
+    builder = selector.SelectiveBuilder.from_yaml_dict(yaml.safe_load((tmp_path / "ours.yaml").read_text()))
+    assert builder.is_operator_selected("aten::add.Scalar_out") and builder.is_operator_selected("aten::relu.out")
+    assert not builder.is_operator_selected("aten::mul.out")
+    gen_oplist = pytest.importorskip("executorch.codegen.tools.gen_oplist")
+    gen_oplist.gen_oplist(output_path=tmp_path / "theirs.yaml", model_file_path=str(tmp_path / "a.pte"))
+    theirs = SelectiveBuild.load(tmp_path / "theirs.yaml")
+    assert set(theirs.operators) == set(ours.operators)
+    runtime = Runtime.from_selective_build(tmp_path / "theirs.yaml")
+    assert runtime.load_program(tmp_path / "a.pte").method_names == {"forward"}
