@@ -6,7 +6,7 @@
     etc run --verify model.bpte [--rtol 1e-5 --atol 1e-8]
     etc inspect model.pte [--plot DIR]
     etc inspect quantized.pt2 --quant-report float.pt2
-    etc selective-build a.pte b.pte -o selected.json
+    etc selective-build a.pte b.pte -o selected_operators.yaml
     etc profile model.pte [--runs 10] [--trace trace.json] [--etrecord model.etrecord]
     etc generate model.pte --tokenizer tokenizer.json --prompt "..." [--max-new-tokens N]
 
