@@ -629,18 +629,50 @@ class Method:
             return move, "move", destination, [source]
         if isinstance(call, S.JumpFalseCall):
             read, destination = self._reader(call.cond_value_index), call.destination_instruction
+            backward = destination <= position
+            last = [None]  # the state when this backward jump was last taken (None: the loop exited)
 
             def jump_false():
                 condition = read()
                 if isinstance(condition, np.ndarray):
                     condition = bool(condition.all())
-                return None if condition else destination
+                if condition:
+                    last[0] = None
+                    return None
+                if backward:
+                    # A loop iteration that left every value as it found it repeats forever (the
+                    # method is deterministic): an error instead of a hang.
+                    state = self._state_fingerprint()
+                    if state == last[0]:
+                        raise ExecutionError("a loop iteration changed no value: the jump back to instruction "
+                                             f"{destination} would repeat it forever", method=self.name,
+                                             instruction=position)
+                    last[0] = state
+                return destination
             return jump_false, "jump_false", call.cond_value_index, [call.cond_value_index]
         if isinstance(call, S.FreeCall):
             # Every tensor lives in storage fixed at load: there is nothing to release.
             return (lambda: None), "free", call.value_index, []
         raise ExecutionError(f"unsupported instruction {type(call).__name__}", method=self.name,
                              instruction=position)
+
+    def _state_fingerprint(self) -> tuple:
+        """Everything a next instruction can read that an instruction may have written: the planned
+        arenas, tensors' current shapes and private storage, and the non-tensor values."""
+        import zlib
+
+        arenas = tuple(zlib.crc32(arena) for arena in self._memory.arenas[1:] if arena is not None)
+        rest = []
+        for value in self._values:
+            if isinstance(value, _Tensor):
+                rest.append(value.array.shape if value.array is not None else None)
+                if not value.planned and not value.constant and value.storage is not None:
+                    rest.append(zlib.crc32(value.storage))
+            elif value is None or isinstance(value, (bool, int, float, str)):
+                rest.append(value)
+            elif isinstance(value, list):
+                rest.append(tuple(value))
+        return arenas, tuple(rest)
 
     # ------------------------------------------------------------------ execute
     def execute(self, inputs) -> list:

@@ -6,7 +6,7 @@ program, however built, crashes or hangs the process or escapes the EtcError hie
 
 Samples (`build_samples`, compiled by etc from small torch modules): a portable MLP, the same
 MLP delegated to the cpu target, a two-method program, a dynamic-shape program, a program with
-mutable state, plus a stock ExecuTorch file. Mutations (`Mutator`), located with a reader that
+mutable state, a `torch.cond` program (jumps), plus a stock ExecuTorch file. Mutations (`Mutator`), located with a reader that
 records where every field of the flatbuffer lives (`FieldMap`):
 
   raw        the file's own checksums left as they are: truncation, bit flips and random bytes in
@@ -115,6 +115,13 @@ def build_samples() -> dict[str, Sample]:
     s = rng.standard_normal(6).astype(np.float32)
     state = torch.export.export(RunningSum(), (torch.from_numpy(s),))
     samples["stateful"] = Sample(etc.to_edge(state).to_executorch().buffer, [("forward", [s]), ("forward", [s])])
+
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda v: v * 2, lambda v: v - 1, (x,))
+
+    branch = etc.to_edge(torch.export.export(Branch(), (torch.from_numpy(s),))).to_executorch().buffer
+    samples["control_flow"] = Sample(branch, [("forward", [s]), ("forward", [-np.abs(s)])])
     with open(os.path.join(HERE, "..", "data", "executorch_linear_relu.pte"), "rb") as f:
         fixture = f.read()
     samples["executorch"] = Sample(fixture, [("forward", [rng.standard_normal((2, 4)).astype(np.float32)])],

@@ -73,3 +73,31 @@ def test_verification_takes_the_enum():
     assert [v.name for v in Verification] == ["Minimal", "InternalConsistency"]
     with pytest.raises(EtcError, match="verification must be Verification.Minimal or"):
         Runtime.get().load_program(_program(delegated=False), verification="Minimal")
+
+
+def test_a_loop_that_changes_nothing_is_an_error_not_a_hang():
+    """Found by the fuzzer: a well-formed program whose jump goes back to its start re-ran the same
+    iteration forever (the child had to be killed). The method is deterministic, so an iteration
+    that leaves every value as it found it is reported instead."""
+    from etc.errors import ExecutionError
+    from etc.schema import JumpFalseCall, deserialize_pte, serialize_pte
+
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda v: v * 2, lambda v: v - 1, (x,))
+
+    x = np.ones(4, np.float32)
+    pte = deserialize_pte(etc.to_edge(torch.export.export(Branch(), (torch.from_numpy(x),))).to_executorch().buffer)
+    instructions = pte.program.execution_plan[0].chains[0].instructions
+    position = next(i for i, ins in enumerate(instructions) if isinstance(ins.instr_args, JumpFalseCall))
+    instructions[position].instr_args.destination_instruction = 0
+    method = Runtime.get().load_program(serialize_pte(pte)).load_method("forward")
+    outcomes = set()
+    for given in (x, -x):
+        try:
+            method.execute([given])
+            outcomes.add("ran")
+        except ExecutionError as error:
+            assert "a loop iteration changed no value" in str(error) and f"instruction {position}" in str(error)
+            outcomes.add("refused")
+    assert outcomes == {"ran", "refused"}  # one branch falls through, the other would loop forever
