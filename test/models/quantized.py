@@ -6,6 +6,8 @@ random batches of its shape (seeded), and returns (converted GraphModule, export
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -36,3 +38,14 @@ def sqnr(signal, noisy) -> float:
     if float(noise) == 0.0:
         return float("inf")
     return float(10 * torch.log10(signal.pow(2).sum() / noise))
+
+
+@functools.lru_cache(maxsize=None)
+def quantized_zoo(name: str, is_dynamic: bool = False):
+    """(zoo model, converted GraphModule, ExportedProgram) of a zoo model, quantized once per test
+    session (calibration is the slow part; several test files use the same models)."""
+    from models.zoo import ZOO
+
+    zoo_model = ZOO[name]()
+    converted, ep = quantize(zoo_model, is_dynamic=is_dynamic)
+    return zoo_model, converted, ep

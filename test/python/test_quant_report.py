@@ -2,8 +2,6 @@
 output against the float model and the eager quantized model, from Python and `etc inspect`."""
 
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,13 +10,12 @@ from torch import nn
 pytest.importorskip("torchao")
 
 from etc.devtools.quant_report import quantization_report, sqnr  # noqa: E402
-from models.quantized import quantize  # noqa: E402
-from models.zoo import ZOO, ZooModel  # noqa: E402
+from models.quantized import quantize, quantized_zoo  # noqa: E402
+from models.zoo import ZooModel  # noqa: E402
 
 
 def test_every_quantized_op_of_a_cnn_has_a_row_with_both_sqnrs():
-    zoo_model = ZOO["resnet8"]()
-    _, ep = quantize(zoo_model)
+    zoo_model, _, ep = quantized_zoo("resnet8")
     report = quantization_report(zoo_model.module, ep, zoo_model.example_inputs)
     ops = [row.ops for row in report.rows]
     assert ops.count("convolution + relu") >= 3 and "add + relu" in ops and ops[-1] == "addmm"
@@ -77,13 +74,12 @@ def test_sqnr():
     assert abs(sqnr([3.0, 4.0], [3.0, 4.5]) - 10 * math.log10(25 / 0.25)) < 1e-9
 
 
-def test_etc_inspect_quant_report(tmp_path):
-    zoo_model = ZOO["small_cnn"]()
-    _, ep = quantize(zoo_model)
+def test_etc_inspect_quant_report(tmp_path, capsys):
+    zoo_model, _, ep = quantized_zoo("small_cnn")
     torch.export.save(ep, tmp_path / "q.pt2")
     torch.export.save(torch.export.export(zoo_model.module, zoo_model.example_inputs), tmp_path / "f.pt2")
-    result = subprocess.run([sys.executable, "-m", "etc.tools.etc_main", "inspect", str(tmp_path / "q.pt2"),
-                             "--quant-report", str(tmp_path / "f.pt2")], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "quantized op(s)" in result.stdout and "convolution + relu" in result.stdout
-    assert "lowest SQNR against float" in result.stdout
+    from etc.tools.etc_main import main
+
+    assert main(["inspect", str(tmp_path / "q.pt2"), "--quant-report", str(tmp_path / "f.pt2")]) == 0
+    out = capsys.readouterr().out
+    assert "quantized op(s)" in out and "convolution + relu" in out and "lowest SQNR against float" in out

@@ -16,7 +16,7 @@ pytest.importorskip("torchao")
 import etc  # noqa: E402
 from etc.errors import UnsupportedConstructError  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
-from models.quantized import quantize, sqnr  # noqa: E402
+from models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
 from models.zoo import ZOO  # noqa: E402
 
 CNNS = ["small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn"]
@@ -33,8 +33,7 @@ def _ops(ep) -> list[str]:
 
 @pytest.mark.parametrize("name", CNNS)
 def test_zoo_cnn_quantized_with_cpu_quantizer_runs_and_matches_the_eager_quantized_model(name):
-    zoo_model = ZOO[name]()
-    converted, ep = quantize(zoo_model)
+    zoo_model, converted, ep = quantized_zoo(name)
     ops = _ops(ep)
     assert "quantized_decomposed.quantize_per_tensor.default" in ops
     assert "quantized_decomposed.dequantize_per_channel.default" in ops  # per-channel int8 weights
@@ -49,6 +48,12 @@ def test_zoo_cnn_quantized_with_cpu_quantizer_runs_and_matches_the_eager_quantiz
     with torch.no_grad():
         want = converted(*zoo_model.example_inputs)
     assert sqnr(want, got) >= 30
+    # etc-fold-quantized: every conv, linear and add becomes one int8 op; the numbers stay.
+    text = str(edge.transform(["etc-fold-quantized"]))
+    assert "edge.convolution" not in text and "edge.addmm" not in text
+    assert "edge.etc_quantized_conv2d" in text and "edge.etc_quantized_linear" in text
+    assert "dequantize_per_channel" not in text  # weights are read as int8 by the folded ops
+    assert sqnr(want, _run(edge.to_executorch(), zoo_model.example_inputs)[0]) >= 30
 
 
 def test_dynamic_config_quantizes_activations_per_call_and_keeps_float_outputs():
@@ -252,21 +257,6 @@ def test_cpu_partitioner_keeps_quantized_operations_portable_and_says_why():
 
 
 # ------------------------------------------------------------------ etc-fold-quantized
-@pytest.mark.parametrize("name", ["resnet8", "mobilenet_v2", "kws_dscnn"])
-def test_fold_quantized_rewrites_every_conv_linear_add_and_keeps_the_numbers(name):
-    zoo_model = ZOO[name]()
-    converted, ep = quantize(zoo_model)
-    edge = etc.to_edge(ep).transform(["etc-fold-quantized"])
-    text = str(edge)
-    assert "edge.convolution" not in text and "edge.addmm" not in text
-    assert "edge.etc_quantized_conv2d" in text and "edge.etc_quantized_linear" in text
-    assert "dequantize_per_channel" not in text  # weights are read as int8 by the folded ops
-    got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
-    with torch.no_grad():
-        want = converted(*zoo_model.example_inputs)
-    assert sqnr(want, got) >= 30
-
-
 @pytest.mark.parametrize("kind", ["8da4w", "8da8w", "int8_weight_only"])
 def test_fold_quantized_torchao_linears_pack_int4_weights_once(kind):
     from torchao.quantization import quantize_
