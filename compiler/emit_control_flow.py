@@ -13,11 +13,11 @@ jumps over one chain of instructions, no delegate and no sub-program.
 `scf.while` (torch.while_loop; ExecuTorch's own emitter has no while_loop) uses
 the same instructions, the carries being planned tensors the loop copies into:
 
-    aten::copy.out(carry_i, init_i)            once, before the loop
+    aten::clone.out(init_i, out=carry_i)       once, before the loop
   top:
     <condition ops>
     JumpFalseCall(p, exit)
-    <body ops>  aten::copy.out(carry_i, yield_i)
+    <body ops>  aten::clone.out(yield_i, out=carry_i)
     JumpFalseCall(False, top)
   exit:                                        the results are the carries
 
@@ -46,11 +46,12 @@ def _jump(emitter, condition_index: int, op):
 
 
 def _copy(emitter, destination: int, source: int, op) -> None:
-    """`aten::copy.out(dst, src, False, out=dst)`: ExecuTorch's in-place copy as an out-variant call."""
-    kernel = "aten::copy.out"
+    """`aten::clone.out(src, out=dst)`: the carry takes the source's value *and shape* (a carry of
+    dynamic shape is resized within its bound; `copy.out` would broadcast into the old shape)."""
+    kernel = "aten::clone.out"
     if kernel not in emitter.kernels:
         raise LoweringError(f"no kernel for '{kernel}' (copying a loop's carried value)", location=_where(op))
-    args = [destination, source, emitter.scalar(False), destination, destination]
+    args = [source, emitter.scalar(None), destination, destination]
     emitter.instruction(emitter.S.KernelCall(op_index=emitter.operator(kernel), args=args), op)
 
 

@@ -142,6 +142,9 @@ CASES = {
     "nested_cond": (NestedCond, (torch.randn(4), torch.randn(4)),
                     [(sx * torch.rand(4), sy * torch.rand(4) + shift) for sx in (1, -1) for sy in (1, -1)
                      for shift in (0.0, -1.0)]),
+    "dynamic_loop": (DoublingLoop, (torch.ones(3), torch.tensor(20.0)),
+                     [(torch.ones(n), torch.tensor(50.0)) for n in (1, 3, 8)],
+                     ({0: torch.export.Dim("batch", min=1, max=8)}, None)),
 }
 _PROGRAMS = {}
 
