@@ -173,36 +173,44 @@ def cmd_verify(args) -> int:
     return 0 if report.ok else 1
 
 
-def cmd_run(args) -> int:
+def _program_and_inputs(args, **load_options):
+    """(loaded program, method, inputs) for run and profile: a .pte or a .bpte (its program, and its first
+    test case's inputs unless --inputs gives some), inputs from --inputs, else random ones."""
     import numpy as np
 
     from etc.runtime import Runtime
 
-    if args.verify:
-        return cmd_verify(args)
     source, bundled_inputs = args.program, None
-    if _is_bundle(args.program):  # a .bpte: its program, run on its first test case's inputs
+    if _is_bundle(args.program):
         from etc.devtools.bundled_program import BundledProgram
 
         bundle = BundledProgram.load(args.program)
         source = bundle.program
         bundled_inputs = next((suite.test_cases[0].inputs for suite in bundle.method_test_suites
                                if suite.method_name == args.method and suite.test_cases), None)
-    program = Runtime.get().load_program(source)
-    method_name = args.method
-    method = program.load_method(method_name)
+    program = Runtime.get().load_program(source, **load_options)
+    method = program.load_method(args.method)
     meta = method.metadata
-    if bundled_inputs is not None and not args.inputs:
-        inputs = bundled_inputs
-        print(f"inputs of the bundle's first '{method_name}' test case")
-    elif args.inputs:
+    if args.inputs:
         if len(args.inputs) != meta.num_inputs():
-            raise UsageError(f"method '{method_name}' takes {meta.num_inputs()} input(s), "
+            raise UsageError(f"method '{args.method}' takes {meta.num_inputs()} input(s), "
                              f"{len(args.inputs)} given with --inputs")
         inputs = [np.load(p) for p in args.inputs]
+    elif bundled_inputs is not None:
+        inputs = bundled_inputs
+        print(f"inputs of the bundle's first '{args.method}' test case")
     else:
         inputs = [_random_input(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())]
         print(f"random inputs: {', '.join(str(list(x.shape)) + ' ' + str(x.dtype) for x in inputs)}")
+    return program, method, inputs
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+
+    if args.verify:
+        return cmd_verify(args)
+    _, method, inputs = _program_and_inputs(args)
     outputs = method.execute(inputs)
     times = []
     for _ in range(args.runs):
@@ -220,27 +228,12 @@ def cmd_run(args) -> int:
 
 
 # ----------------------------------------------------------------- profile
-def _inputs_for(method, paths):
-    import numpy as np
-
-    meta = method.metadata
-    if paths:
-        if len(paths) != meta.num_inputs():
-            raise UsageError(f"method '{method.name}' takes {meta.num_inputs()} input(s), "
-                             f"{len(paths)} given with --inputs")
-        return [np.load(p) for p in paths], False
-    return [_random_input(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())], True
-
-
 def cmd_profile(args) -> int:
     from etc.devtools.inspector import Inspector
-    from etc.runtime import Runtime
 
     if args.runs < 1:
         raise UsageError("--runs must be at least 1")
-    program = Runtime.get().load_program(args.program, enable_etdump=True)
-    method = program.load_method(args.method)
-    inputs, _ = _inputs_for(method, args.inputs)
+    program, method, inputs = _program_and_inputs(args, enable_etdump=True)
     for _ in range(args.warmup):
         method.execute(inputs)
     program.run_record.clear()  # warm-up runs (first-touch of the arenas, lazy linking) are not the steady state
@@ -387,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("profile", help="time every instruction of a method (a table, top ops, a Chrome trace)")
-    p.add_argument("program")
+    p.add_argument("program", help="a .pte, or a .bpte (run on its first test case's inputs)")
     p.add_argument("--method", default="forward")
     p.add_argument("--inputs", nargs="*", help=".npy files, one per input (random inputs by default)")
     p.add_argument("--runs", type=int, default=10, help="recorded runs")

@@ -103,6 +103,9 @@ def test_etc_run_verify_fails_on_a_mismatch_and_runs_a_bundle_on_its_inputs(tmp_
     assert "ok   forward case 0" in out and "FAIL forward case 1" in out and "1 of 2 test case(s) passed" in out
     assert etc_main(["run", str(tmp_path / "s.bpte"), "--runs", "0"]) == 0
     assert "[0. 3. 6. 9.]" in capsys.readouterr().out
+    assert etc_main(["profile", str(tmp_path / "s.bpte"), "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "inputs of the bundle's first 'forward' test case" in out and "forward: 2 execute(s)" in out
     program.save(tmp_path / "s.pte")
     assert etc_main(["run", "--verify", str(tmp_path / "s.pte")]) == 1
     assert "needs a bundled program (.bpte)" in capsys.readouterr().err
