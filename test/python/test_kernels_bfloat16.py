@@ -233,7 +233,8 @@ class _SmallCnn(torch.nn.Module):
 _CPU_BF16_CONSTANTS = pytest.mark.xfail(
     strict=True, raises=LoweringError,
     reason="cpu codegen (targets/cpu/codegen.py `_old_float_literals`) spells a bfloat constant as a float "
-           "one: `before.rfind('float')` matches inside 'bfloat'; LLVM refuses the IR")
+           "one: `before.rfind('float')` matches inside 'bfloat'; LLVM refuses the IR. Matching whole words "
+           "(r'\\bfloat\\b') makes both models pass (max diff 1 bf16 ulp): then remove this mark")
 
 
 @pytest.mark.parametrize("delegate", [False, pytest.param(True, marks=_CPU_BF16_CONSTANTS)], ids=["portable", "cpu"])
