@@ -80,6 +80,13 @@ def build_op(torch_name: str, arguments: Mapping[str, Any], result_types: list[i
     torch_name = _scalar_overload(torch_name, arguments)
     cls = op_class(torch_name, dialect_ops)
     if cls is None:
+        from etc.dialects import quantized_ops
+
+        if quantized_ops.is_quantization_op(torch_name):
+            supported = ", ".join(sorted(quantized_ops.importable_names()))
+            raise UnsupportedConstructError(
+                f"quantization operator {torch_name} is not supported by etc (a quantization scheme it has no "
+                f"kernel for; supported: {supported})")
         raise UnsupportedConstructError(
             f"operator {torch_name} has no op in the aten dialect (it is not a functional ATen overload "
             "with encodable arguments)")

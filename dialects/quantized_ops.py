@@ -200,6 +200,11 @@ def kernel_schemas() -> dict:
     return {_name(op.out_schema): torch._C.parse_schema(op.out_schema) for op in QUANTIZED_OPS + FUSED_OPS}
 
 
+def importable_names() -> list[str]:
+    """The quantization ops a PT2E/torchao program may contain (the folded ones are etc's own)."""
+    return [_name(op.schema) for op in QUANTIZED_OPS]
+
+
 def is_quantization_op(torch_name: str) -> bool:
     return torch_name.split("::", 1)[0] in NAMESPACES + (FUSED_NAMESPACE,)
 

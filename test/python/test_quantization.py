@@ -286,3 +286,17 @@ def test_int4_packing_round_trips():
     packed = pack_int4(values)
     assert packed.dtype == np.uint8 and packed.shape == (5, 4)
     np.testing.assert_array_equal(unpack_int4(packed, 7), values)
+
+
+def test_a_quantization_op_etc_has_no_kernel_for_is_an_error_at_the_users_line():
+    import torch.ao.quantization.fx._decomposed  # noqa: F401
+
+    class SymmetricPerToken(nn.Module):
+        def forward(self, x):
+            scales, _ = torch.ops.quantized_decomposed.choose_qparams_per_token(x, torch.int8)
+            return x * scales
+
+    with pytest.raises(UnsupportedConstructError) as info:
+        etc.to_edge(torch.export.export(SymmetricPerToken(), (torch.randn(2, 4),)))
+    assert "quantization operator quantized_decomposed::choose_qparams_per_token is not supported" in str(info.value)
+    assert "test_quantization.py" in str(info.value.location)
