@@ -188,7 +188,9 @@ def _program_and_inputs(args, **load_options):
         source = bundle.program
         bundled_inputs = next((suite.test_cases[0].inputs for suite in bundle.method_test_suites
                                if suite.method_name == args.method and suite.test_cases), None)
-    program = Runtime.get().load_program(source, **load_options)
+    selected = getattr(args, "selected_operators", None)
+    runtime = Runtime.from_selective_build(selected) if selected else Runtime.get()
+    program = runtime.load_program(source, **load_options)
     method = program.load_method(args.method)
     meta = method.metadata
     if args.inputs:
@@ -373,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--method", default="forward")
     r.add_argument("--inputs", nargs="*", help=".npy files, one per input (random inputs by default)")
     r.add_argument("--runs", type=int, default=10, help="timed runs after the first")
+    r.add_argument("--selected-operators", metavar="YAML", help="run on a runtime restricted to this selective "
+                                                                "build list, as the device build would be")
     r.add_argument("--verify", action="store_true", help="run every test case of a bundled program (.bpte) and "
                                                          "compare with its expected outputs (exit 1 on a mismatch)")
     r.add_argument("--rtol", type=float, default=1e-5, help="--verify: relative tolerance (ExecuTorch's default)")

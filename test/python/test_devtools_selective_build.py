@@ -42,6 +42,8 @@ def test_a_runtime_from_the_list_runs_its_programs_and_refuses_others(tmp_path, 
     text = str(refused.value)
     assert "needs operator 'aten::mul.Scalar_out', which is outside this runtime's selective build" in text
     assert "method 'forward', instruction 0" in text and "also needs aten::sigmoid.out" in text
+    assert etc_main(["run", str(tmp_path / "b.pte"), "--selected-operators", str(tmp_path / "sel.json")]) == 1
+    assert "needs operator 'aten::mul.Scalar_out'" in capsys.readouterr().err
     both = SelectiveBuild.from_programs(tmp_path / "a.pte") | SelectiveBuild.from_programs(second)
     assert set(both.operators) == {"aten::add.Scalar_out", "aten::relu.out", "aten::mul.Scalar_out",
                                    "aten::sigmoid.out"}
