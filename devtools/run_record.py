@@ -133,7 +133,11 @@ class RunRecord:
             at += duration
 
     def keep_outputs(self, method: str, run: int, chain: int, instruction: int, outputs) -> None:
-        """Copy `outputs` ([(value index, array)]) of one instruction, within the debug buffer's budget."""
+        """Copy `outputs` ([(value index, array)]) of one instruction, within the debug buffer's budget.
+        An instruction inside a loop keeps its last iteration's outputs (the earlier ones are freed)."""
+        key = (method, run, chain, instruction)
+        for _, earlier in self.intermediates.pop(key, []):
+            self.debug_bytes -= earlier.nbytes
         kept = []
         for index, array in outputs:
             if self.debug_bytes + array.nbytes > self.debug_buffer_size:
@@ -142,7 +146,7 @@ class RunRecord:
             self.debug_bytes += array.nbytes
             kept.append((index, np.array(array, copy=True)))
         if kept:
-            self.intermediates[(method, run, chain, instruction)] = kept
+            self.intermediates[key] = kept
 
     def clear(self) -> None:
         """Forget everything recorded so far (a warm-up run, say); run numbers restart at 0."""

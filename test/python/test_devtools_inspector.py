@@ -272,3 +272,24 @@ def test_a_backend_that_times_its_regions_gets_one_row_per_region_with_its_lines
         assert len([e for e in trace if e.get("cat") == "delegate region"]) == 6
     finally:
         unregister_backend("etc_test_unary")
+
+
+def test_a_loop_keeps_the_last_iteration_of_each_instruction_in_the_debug_buffer():
+    class Loop(torch.nn.Module):
+        def forward(self, x):
+            return torch._higher_order_ops.while_loop(lambda i, v: i < 5, lambda i, v: (i + 1, torch.sin(v) + 1),
+                                                      (torch.tensor(0), x))[1]
+
+    program = etc.to_edge(torch.export.export(Loop(), (torch.ones(4),))).to_executorch()
+    loaded = Runtime.get().load_program(program.buffer, enable_etdump=True, debug_buffer_size=1 << 20)
+    (out,) = loaded.load_method("forward").execute([np.ones(4, np.float32)])
+    record = loaded.run_record
+    sines = [e for e in record.events if e.name == "aten::sin.out"]
+    assert len(sines) == 5  # one event per iteration
+    assert record.debug_bytes == sum(a.nbytes for outputs in record.intermediates.values() for _, a in outputs)
+    (value, last), = record.intermediates[("forward", 0, sines[0].chain, sines[0].instruction)]
+    expected = np.ones(4, np.float32)
+    for _ in range(4):
+        expected = np.sin(expected) + 1
+    np.testing.assert_allclose(last, np.sin(expected), rtol=1e-6)  # the fifth iteration's sin
+    np.testing.assert_allclose(out, np.sin(expected) + 1, rtol=1e-6)
