@@ -26,6 +26,7 @@ result. SQNR = 10 log10(sum signal^2 / sum (signal - value)^2), in dB (inf: equa
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -264,7 +265,7 @@ def quantization_report(float_model, quantized_model, inputs, *, method: str = "
         float_sqnr = None
         if float_value is not None and tuple(float_value.shape) == value.shape:
             float_sqnr = sqnr(_as_float(float_value, None), value)
-        names = " + ".join(getattr(n.target, "_opname", None) or str(n.target) for n in chain)
+        names = " + ".join(_op_name(n) for n in chain if n.target is not operator.getitem)
         report.rows.append(QuantizedOpRow(node.name, names, _source(node), float_sqnr, sqnr(reference_value, value)))
     return report
 
