@@ -49,6 +49,9 @@ def from_transformers(model, *, max_context_len: int):
         def __init__(self):
             super().__init__()
             self.decoder = wrapper_class(model, batch_size=1, max_cache_len=max_context_len)
+            self.bos_id = getattr(config, "bos_token_id", None)  # export_llm's defaults
+            eos = getattr(config, "eos_token_id", None)
+            self.eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
         def forward(self, tokens, input_pos):
             return self.decoder(input_ids=tokens, cache_position=input_pos)
