@@ -5,7 +5,8 @@
   `to_executorch(generate_etrecord=True)` (`program.get_etrecord()`).
 - `RunRecord` (ETDump): per-instruction times and, optionally, intermediate outputs;
   filled by the runtime for a program loaded with `enable_etdump=True`.
-- `Inspector`: the two joined into a table of events, top ops, a Chrome trace.
+- `Inspector`: the two joined into a table of events, top ops, a Chrome trace;
+  `read_executorch_etdump` makes a run record of ExecuTorch's own ETDump of an etc program.
 - `BundledProgram`: a program with test inputs and expected outputs, in ExecuTorch's
   `.bpte` format.
 - `numeric_debug`: a program's intermediate outputs against eager, op by op.
