@@ -71,9 +71,7 @@ def export_decoder(model, *, max_seq_len: int, max_context_len: int | None = Non
     model.eval()
     if strict is None:  # a wrapper may know which torch.export mode traces it (etc.llm.hf)
         strict = bool(getattr(model, "export_strict", False))
-    if bos_id is None:  # ... and its special tokens (etc.llm.hf: from the model's config)
-        bos_id = getattr(model, "bos_id", None)
-    if not eos_ids:
+    if not eos_ids:  # ... and its stop tokens (etc.llm.hf: from the model's config)
         eos_ids = getattr(model, "eos_ids", ())
     if max_context_len is None:
         max_context_len = _cache_length(model)

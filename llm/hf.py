@@ -24,8 +24,12 @@ def _require_transformers():
     return TorchExportableModuleWithStaticCache
 
 
-def from_transformers(model, *, max_context_len: int):
-    """Wrap a transformers causal LM with a static KV cache of `max_context_len` positions."""
+def from_transformers(model, *, max_context_len: int, full_logits: bool = False):
+    """Wrap a transformers causal LM with a static KV cache of `max_context_len` positions.
+
+    full_logits=False returns the last position's logits only (`logits_to_keep=1`, as
+    ExecuTorch's export_llama does by default): a prefill then skips the vocabulary projection
+    of every other prompt token."""
     import torch
 
     wrapper_class = _require_transformers()
@@ -49,11 +53,19 @@ def from_transformers(model, *, max_context_len: int):
         def __init__(self):
             super().__init__()
             self.decoder = wrapper_class(model, batch_size=1, max_cache_len=max_context_len)
-            self.bos_id = getattr(config, "bos_token_id", None)  # export_llm's defaults
+            # export_llm's default stop tokens. No BOS: a transformers tokenizer adds its own where
+            # the model wants one (Llama's does, GPT-2's does not), as transformers' generate expects.
             eos = getattr(config, "eos_token_id", None)
             self.eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
         def forward(self, tokens, input_pos):
-            return self.decoder(input_ids=tokens, cache_position=input_pos)
+            if full_logits:
+                return self.decoder(input_ids=tokens, cache_position=input_pos)
+            # The export wrapper's own forward, plus logits_to_keep (which it does not pass on).
+            wrapper = self.decoder
+            for layer in wrapper.static_cache.layers:
+                layer.cumulative_length.copy_(input_pos[0])
+            return wrapper.model(input_ids=tokens, attention_mask=None, past_key_values=wrapper.static_cache,
+                                 use_cache=True, logits_to_keep=1).logits
 
     return TransformersDecoder()

@@ -3,7 +3,8 @@
 The protocol every exported decoder follows (the user's own module, this one, or a
 transformers model through `etc.llm.hf`):
 
-    forward(tokens: int64[1, T], input_pos: int64[T]) -> logits: float[1, T, vocab]
+    forward(tokens: int64[1, T], input_pos: int64[T]) -> logits: float[1, T, vocab] (or [1, 1, vocab]:
+                                                                 the last position's only)
 
 `input_pos` holds the cache positions of the T tokens (ExecuTorch's `cache_position`).
 The keys and values live in registered buffers of shape [1, heads, max_context_len,
@@ -35,6 +36,9 @@ class LlamaConfig:
     max_context_len: int = 64
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    # False: logits of the last position only ([1, 1, vocab]), ExecuTorch's export_llama default; a
+    # prefill then skips the output projection of every other prompt token (the runner needs none).
+    full_logits: bool = False
 
 
 class RMSNorm(nn.Module):
@@ -130,4 +134,6 @@ class Llama(nn.Module):
         mask = self.positions[None, :] <= input_pos[:, None]  # [T, max_context_len]
         for layer in self.layers:
             x = layer(x, input_pos, cos, sin, mask)
+        if not self.config.full_logits:
+            x = x[:, -1:, :]
         return self.output(self.norm(x))
