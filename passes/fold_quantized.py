@@ -43,6 +43,7 @@ CHOOSE = _QD + "choose_qparams_tensor"
 AO_DQ, AO_Q, AO_CHOOSE = "edge.torchao_dequantize_affine", "edge.torchao_quantize_affine", \
     "edge.torchao_choose_qparams_affine"
 CLAMPS = {"edge.relu", "edge.hardtanh", "edge.clamp"}
+VIEWS = {"edge.view", "edge.p_unsafe_view"}
 
 
 def _producer(value):
@@ -156,8 +157,11 @@ class _Folder:
         from etc.dialects.aten import build_op
         from etc.dialects.edge import OPS as EDGE_OPS
 
-        with ir.InsertionPoint(_owner_of(result)), ir.Location.fused([o.location for o in location_ops]):
+        owner = _owner_of(result)
+        with ir.InsertionPoint(owner), ir.Location.fused([o.location for o in location_ops]):
             new = build_op(torch_name, arguments, [result.type], dialect_ops=EDGE_OPS)
+        if "etc.upper_bounds" in owner.attributes:  # a dynamic dim keeps the bound memory planning needs
+            new.attributes["etc.upper_bounds"] = owner.attributes["etc.upper_bounds"]
         result.replace_all_uses_with(new.results[0])
         for op in erase:
             op.erase()
@@ -238,10 +242,26 @@ class _Folder:
 
     def dynamic_activation(self, value):
         """(float input, granularity, eps) of a per-call quantized activation, ("none") for a
-        float one; None for anything else."""
+        float one; None for anything else. A view flattening leading dims may sit between the
+        dequantize and the matmul (a linear on [B, T, K]): it is moved onto the float input."""
         dq = _producer(value)
         if dq is None:
             return value, "none", 0.0
+        view = None
+        if dq.name in VIEWS:
+            inner = _producer(self.args(dq)["self"])
+            if inner is not None and (inner.name.startswith(_QD) or inner.name.startswith("edge.torchao_")):
+                if _shape(dq.results[0])[-1:] != _shape(self.args(dq)["self"])[-1:]:
+                    return None  # the view mixes the quantized rows: not a per-row activation any more
+                view, dq = dq, inner
+        found = self.quantized_activation(dq)
+        if found is None or view is None:
+            return found
+        source, granularity, eps = found
+        view.operands[0] = source  # view the float input instead of its dequantized copy
+        return view.results[0], granularity, eps
+
+    def quantized_activation(self, dq):
         if dq.name == DQ_DYNAMIC:
             a = self.args(dq)
             q = self.op_of(a["input"], Q_DYNAMIC)
@@ -260,13 +280,14 @@ class _Folder:
                 return None
             c = self.args(choose)
             shape = _shape(c["input"])
-            if (c["mapping_type"] != "ASYMMETRIC" or c["eps"] is not None or len(shape) != 2
-                    or list(c["block_size"]) != [1, shape[1]] or (c["quant_min"], c["quant_max"]) != (-128, 127)):
+            if (c["mapping_type"] != "ASYMMETRIC" or c["eps"] is not None or len(shape) < 2
+                    or list(c["block_size"]) != [1] * (len(shape) - 1) + [shape[-1]]
+                    or (c["quant_min"], c["quant_max"]) != (-128, 127)):
                 return None
             return c["input"], "per_row", 0.0
         if dq.name.startswith(_QD) or dq.name.startswith("edge.torchao_"):
             return None
-        return value, "none", 0.0
+        return dq.results[0], "none", 0.0
 
     def group_weight(self, dq_w):
         """(weight array, bits, group size, scales (N, G), zero points (N, G) or None) of a

@@ -273,8 +273,10 @@ def choose_qparams_affine_out(input, mapping_type, block_size, target_dtype, qua
     else:
         raise ExecutionError(f"choose_qparams_affine: mapping type {mapping_type!r} is not supported "
                              "(SYMMETRIC, SYMMETRIC_NO_CLIPPING_ERR, ASYMMETRIC)")
-    return (write_out(scale_out, scale.reshape(scale_out.shape)),
-            write_out(zero_point_out, zero_point.reshape(zero_point_out.shape)))
+    if keepdim:  # torchao: one entry per block, in the input's rank
+        blocks = [int(size) // int(block) for size, block in zip(input.shape, block_size)]
+        scale, zero_point = scale.reshape(blocks), zero_point.reshape(blocks)
+    return write_out(scale_out, scale), write_out(zero_point_out, zero_point)
 
 
 # ------------------------------------------------------ ExecuTorch's fused ones

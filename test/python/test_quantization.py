@@ -300,3 +300,36 @@ def test_a_quantization_op_etc_has_no_kernel_for_is_an_error_at_the_users_line()
         etc.to_edge(torch.export.export(SymmetricPerToken(), (torch.randn(2, 4),)))
     assert "quantization operator quantized_decomposed::choose_qparams_per_token is not supported" in str(info.value)
     assert "test_quantization.py" in str(info.value.location)
+
+
+class _MLPBlock(nn.Module):
+    """An LLM feed-forward on [1, T, D] activations (each linear is view -> mm -> view)."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(64, 128, bias=False)
+        self.down = nn.Linear(128, 64, bias=False)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.up(x)))
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_torchao_8da4w_decoder_block_with_a_dynamic_sequence_length(fold):
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = _MLPBlock().eval()
+    quantize_(model, _torchao_config("8da4w"))
+    seq = torch.export.Dim("seq", min=1, max=16)
+    edge = etc.to_edge(torch.export.export(model, (torch.randn(1, 5, 64),), dynamic_shapes=({1: seq},)))
+    if fold:
+        text = str(edge.transform(["etc-fold-quantized"]))
+        # The activation stays quantized per row through the view (not silently weight-only).
+        assert text.count('activation_granularity = "per_row"') == 2 and "torchao_" not in text
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for length in (1, 7, 16):
+        x = torch.randn(1, length, 64)
+        with torch.no_grad():
+            want = model(x)
+        assert sqnr(want, method.execute([x])[0]) >= 60, length
