@@ -1,10 +1,10 @@
 """etc-memory-planning: place every planned tensor of each method in its memory pools.
 
 The last pass before emission. For each public `func.func` (one per method) it
-1. numbers the schedule: arguments are defined at step 0, the i-th op of the
-   body at step i + 1; a value lives from its definition to its last use (a use
-   inside a nested region counts at the top-level op holding it); a returned
-   value lives to the end;
+1. numbers the schedule: arguments are defined at step 0, the i-th op in
+   execution order (nested regions in place, see "control flow" below) at step
+   i + 1; a value lives from its definition to its last use; a returned value
+   lives to the end;
 2. decides what is planned: tensor op results, except values loaded from
    `ml_program` globals (they live in the constant segment) and, unless
    `alloc_graph_output`, returned values (their memory is supplied at execute);
