@@ -136,12 +136,13 @@ class Inspector:
                 row = rows[key] = self._row(event.method, event.chain, event.instruction, event.name)
             row.calls += 1
             row.times_ns.append(event.duration_ns)
-        out = []
+
         def order(key):  # per method: the input copy, the instructions in chain order, the output copy
             method, chain, instruction = key
             place = (1, chain, instruction) if chain >= 0 else ((0,) if instruction == INPUTS_EVENT_INDEX else (2,))
             return self.run_record.methods().index(method), place
 
+        out = []
         for key in sorted(rows, key=order):
             row = rows[key]
             out.append(row)
