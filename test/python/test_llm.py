@@ -148,8 +148,9 @@ def test_sampling_is_seeded_and_top_p_narrows(exported, tokenizer_path):
 def test_etc_generate_cli(exported, tokenizer_path, capsys):
     from etc.tools.etc_main import main
 
-    _, path = exported
-    want = etc.llm.TextGenerator(path, tokenizer_path).generate("the robot", max_new_tokens=6, stop_tokens=[]).text
+    model, path = exported
+    generator = etc.llm.TextGenerator(path, tokenizer_path)
+    want = generator.decode(eager_greedy(model, generator.encode("the robot"), 6))  # the eager model's tokens
     assert main(["generate", path, "--tokenizer", tokenizer_path, "--prompt", "the robot",
                  "--max-new-tokens", "6", "--stop-token"]) == 0
     captured = capsys.readouterr()
