@@ -645,8 +645,7 @@ class Method:
                     state = self._state_fingerprint()
                     if state == last[0]:
                         raise ExecutionError("a loop iteration changed no value: the jump back to instruction "
-                                             f"{destination} would repeat it forever", method=self.name,
-                                             instruction=position)
+                                             f"{destination} would repeat it forever")  # (the caller adds where)
                     last[0] = state
                 return destination
             return jump_false, "jump_false", call.cond_value_index, [call.cond_value_index]

@@ -78,6 +78,26 @@ def _out_of_range_index() -> bytes:
     return serialize_pte(pte)  # re-written with valid checksums: the structure itself is wrong
 
 
+def _endless_loop():
+    import torch
+
+    import etc
+    from etc.schema import JumpFalseCall, deserialize_pte, serialize_pte
+
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda v: v * 2, lambda v: v - 1, (x,))
+
+    x = np.ones(4, F32)
+    pte = deserialize_pte(etc.to_edge(torch.export.export(Branch(), (torch.from_numpy(x),))).to_executorch().buffer)
+    for instruction in pte.program.execution_plan[0].chains[0].instructions:
+        if isinstance(instruction.instr_args, JumpFalseCall):
+            instruction.instr_args.destination_instruction = 0  # back to the start, whatever the branch
+    method = _load(serialize_pte(pte)).load_method("forward")
+    for given in (x, -x):
+        method.execute([given])
+
+
 def _hostile_blob() -> bytes:
     data = _program("cpu")
     return _flip(data, data.index(b"ETCCPU\x00\x01") + 100)
@@ -130,6 +150,7 @@ CASES = [
     ("program bytes", "an instruction argument out of range (well-formed file)",
      lambda: _load(_out_of_range_index()), "ProgramError"),
     ("program bytes", "a path that does not exist", lambda: _load("no/such/model.pte"), "ProgramError"),
+    ("program bytes", "a well-formed program whose loop cannot end", _endless_loop, "ExecutionError"),
     # ------------------------------------------------------------------ inputs
     ("inputs", "too few inputs", lambda: _execute("linear"), "InputError"),
     ("inputs", "the wrong dtype", lambda: _execute("linear", np.zeros((2, 4), np.float64)), "InputError"),
