@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, CompileSpec, DelegationSpec,
                                      PartitionResult, PreprocessResult, Partition, group_cycle_free,
                                      public_functions, register_backend_details)
@@ -83,7 +85,10 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
                                 threads=int(num_threads), constants=lowered.constants)
     metadata = blob_metadata(result, num_threads)
-    used = {a.name: lowered.constants[a.name] for a in result.args if a.kind == "constant"}
+    # The IR's type is the constant's shape: a scalar the edge program stores as [1] is a 0-d
+    # tensor here (same bytes); the blob's constant table must agree with the ABI.
+    used = {a.name: np.asarray(lowered.constants[a.name]).reshape(a.shape) for a in result.args
+            if a.kind == "constant"}
     data = blob.serialize(metadata, result.object_bytes, used)
     debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
              "constant_bytes": sum(getattr(v, "nbytes", 0) for v in used.values()),

@@ -271,7 +271,7 @@ def evaluate_pack(text: str, array: np.ndarray) -> np.ndarray:
         for op in block.operations:
             op = op.operation
             if op.name == "func.return":
-                return np.ascontiguousarray(values[op.operands[0]])
+                return np.require(values[op.operands[0]], requirements="C")  # (ascontiguousarray makes a 0-d value 1-d)
             if op.name == "arith.constant":  # a pad value, read by _evaluate from the IR
                 continue
             tensor_operands = [v for v in op.operands if isinstance(v.type, ir.RankedTensorType)]
