@@ -101,3 +101,14 @@ def test_a_loop_that_changes_nothing_is_an_error_not_a_hang():
             assert "a loop iteration changed no value" in str(error) and f"instruction {position}" in str(error)
             outcomes.add("refused")
     assert outcomes == {"ran", "refused"}  # one branch falls through, the other would loop forever
+
+
+def test_a_planned_arena_too_large_to_allocate_is_an_execution_error():
+    """Found by the fuzzer: numpy's MemoryError escaped the EtcError hierarchy."""
+    from etc.errors import ExecutionError
+    from etc.schema import deserialize_pte, serialize_pte
+
+    pte = deserialize_pte(_program(delegated=False))
+    pte.program.execution_plan[0].non_const_buffer_sizes[1] = 1 << 62
+    with pytest.raises(ExecutionError, match=r"cannot allocate planned memory id 1 of 4611686018427387904 bytes"):
+        Runtime.get().load_program(serialize_pte(pte)).load_method("forward")
