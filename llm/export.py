@@ -55,9 +55,10 @@ def _constant_method(values):
 
 
 def _cache_length(model) -> int | None:
-    """The sequence length of the first KV-cache-like buffer ([1, heads, positions, head_dim])."""
+    """The sequence length of the first value-cache buffer ([1, heads, positions, head_dim]; key caches
+    may be stored transposed, value caches are not)."""
     for name, buffer in model.named_buffers():
-        if buffer.dim() == 4 and any(key in name for key in ("k_cache", "key_cache", "keys")):
+        if buffer.dim() == 4 and any(key in name for key in ("v_cache", "value_cache", "values")):
             return int(buffer.shape[2])
     return None
 

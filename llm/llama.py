@@ -7,8 +7,8 @@ transformers model through `etc.llm.hf`):
                                                                  the last position's only)
 
 `input_pos` holds the cache positions of the T tokens (ExecuTorch's `cache_position`).
-The keys and values live in registered buffers of shape [1, heads, max_context_len,
-head_dim] written in place with `index_copy_`, so the exported program carries them as
+The keys and values live in registered buffers ([1, heads, head_dim, max_context_len] and
+[1, heads, max_context_len, head_dim]) written in place with `index_copy_`, so the exported program carries them as
 mutable state: one call of T tokens is a prefill, one of a single token a decode, and
 the cache stays in the program between calls. Attention reads the whole cache with a
 mask of the positions written so far (`cache index <= query position`), so entries
@@ -66,9 +66,12 @@ class Attention(nn.Module):
         self.wk = nn.Linear(config.dim, config.n_kv_heads * self.head_dim, bias=False)
         self.wv = nn.Linear(config.dim, config.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(config.n_heads * self.head_dim, config.dim, bias=False)
-        shape = (1, config.n_kv_heads, config.max_context_len, self.head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape), persistent=False)
+        # Keys are cached transposed ([.., head_dim, positions]): attention multiplies by them as they
+        # are stored, so a decode step transposes its one new key instead of the whole cache.
+        self.register_buffer("k_cache", torch.zeros(1, config.n_kv_heads, self.head_dim, config.max_context_len),
+                             persistent=False)
+        self.register_buffer("v_cache", torch.zeros(1, config.n_kv_heads, config.max_context_len, self.head_dim),
+                             persistent=False)
 
     def forward(self, x, input_pos, cos, sin, mask):
         length = x.shape[1]
@@ -76,12 +79,14 @@ class Attention(nn.Module):
         k = self.wk(x).view(1, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(1, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        self.k_cache.index_copy_(2, input_pos, k)
+        self.k_cache.index_copy_(3, input_pos, k.transpose(2, 3))
         self.v_cache.index_copy_(2, input_pos, v)
+        keys, values = self.k_cache, self.v_cache
         repeat = self.n_heads // self.n_kv_heads
-        keys = self.k_cache.repeat_interleave(repeat, dim=1)
-        values = self.v_cache.repeat_interleave(repeat, dim=1)
-        scores = (q @ keys.transpose(2, 3)) / math.sqrt(self.head_dim)
+        if repeat > 1:  # grouped-query attention: each cached head serves `repeat` query heads
+            keys = keys.repeat_interleave(repeat, dim=1)
+            values = values.repeat_interleave(repeat, dim=1)
+        scores = (q @ keys) / math.sqrt(self.head_dim)
         scores = scores.masked_fill(~mask, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ values
         return self.wo(out.transpose(1, 2).reshape(1, length, self.n_heads * self.head_dim))
