@@ -11,6 +11,8 @@ rewrites each into one op carrying its scales and zero points (dialects/quantize
 `FUSED_OPS`): what an int8 back end implements and what the numerics report measures.
 
 Folded (weights must be constants, symmetric: zero points 0):
+- ops that keep their input's scale (view/permute/squeeze/slice, max pooling, concat) between a
+  dequantize and a quantize with the same parameters: the op itself, on the int8 values;
 - static conv2d (incl. depthwise/grouped) and linear (`addmm`/`mm` of a transposed weight), with
   an optional ReLU / hardtanh / clamp between the op and the quantize;
 - static add (alpha = 1), same optional clamp;
@@ -356,7 +358,40 @@ class _Folder:
             q.results[0], [q, *reversed(chain), op], [op, q])
         return True
 
-    PATTERNS = {"edge.convolution": conv, "edge.addmm": linear, "edge.mm": linear, "edge.add_tensor": add}
+    def same_scale(self, op) -> bool:
+        """dq -> (view, permute, max pool, concat, ...) -> q with the same parameters on both sides:
+        the op moves or selects int8 values, so it runs on them directly (no float round trip)."""
+        from torch_mlir import ir
+
+        tensors = [v for v in op.operands if isinstance(v.type, ir.RankedTensorType)]
+        dqs = [self.op_of(v, DQ_TENSOR) for v in tensors]
+        if not tensors or any(dq is None for dq in dqs) or any(list(r.uses) for r in list(op.results)[1:]):
+            return False
+        params = {tuple(self.args(dq)[k] for k in ("scale", "zero_point", "quant_min", "quant_max", "dtype"))
+                  for dq in dqs}
+        if len(params) != 1 or not _single_use(op.results[0]):
+            return False
+        q = _user(op.results[0])
+        if q.name != Q_TENSOR:
+            return False
+        qa = self.args(q)
+        if (qa["scale"], qa["zero_point"], qa["quant_min"], qa["quant_max"], qa["dtype"]) != params.pop():
+            return False
+        for index, operand in enumerate(op.operands):
+            if isinstance(operand.type, ir.RankedTensorType):
+                op.operands[index] = self.args(_producer(operand))["input"]
+        op.results[0].set_type(q.results[0].type)
+        q.results[0].replace_all_uses_with(op.results[0])
+        q.erase()
+        name = op.name.split(".", 1)[1] + " (int8)"
+        self.folded[name] = self.folded.get(name, 0) + 1
+        return True
+
+    PATTERNS = {"edge.convolution": conv, "edge.addmm": linear, "edge.mm": linear, "edge.add_tensor": add,
+                **dict.fromkeys([f"edge.{name}" for name in (
+                    "view", "p_unsafe_view", "permute", "squeeze_dims", "squeeze_dim", "squeeze", "unsqueeze",
+                    "max_pool2d_with_indices", "cat", "slice_tensor", "select_int", "clone", "transpose_int", "t")],
+                    same_scale)}
 
     def run(self) -> dict:
         from etc.passes.constant_table import module_body

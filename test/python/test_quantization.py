@@ -137,13 +137,22 @@ def test_annotations_fuse_relu_share_scales_and_quantize_every_compute_op():
     assert nodes  # (the graph is not empty)
 
 
-def test_everything_model_runs_on_etc():
+def test_everything_model_runs_on_etc_folded_or_not():
     zoo_model = _everything()
     converted, ep = quantize(zoo_model)
-    got = _run(etc.to_edge(ep).to_executorch(), zoo_model.example_inputs)[0]
+    edge = etc.to_edge(ep)
+    got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
     with torch.no_grad():
         want = converted(*zoo_model.example_inputs)
     assert sqnr(want, got) >= 30
+    text = str(edge.transform(["etc-fold-quantized"]))
+    # Pooling, concat and flatten keep their scale: they run on int8 values after folding.
+    def operand_types(line):
+        return line.split(" : (", 1)[1].split(") ->", 1)[0] if " : (" in line else ""
+
+    for op in ("max_pool2d_with_indices", "cat", "view"):
+        assert any(f'"edge.{op}"' in line and "xi8>" in operand_types(line) for line in text.splitlines()), op
+    assert sqnr(want, _run(edge.to_executorch(), zoo_model.example_inputs)[0]) >= 30
 
 
 def test_module_type_and_name_overrides_leave_those_modules_in_float():

@@ -120,3 +120,26 @@ func.func @asymmetric_weight(%arg0: tensor<1x1x2x2xi8>) -> tensor<1x2x2x2xi8> {
   // CHECK-NOT: etc_quantized
   return %3 : tensor<1x2x2x2xi8>
 }
+
+// -----
+
+// An op that keeps its input's scale (same parameters on both sides) runs on the int8 values.
+// CHECK-LABEL: func.func @same_scale
+func.func @same_scale(%arg0: tensor<1x2x4x4xi8>) -> (tensor<1x8xi8>, tensor<1x8xi8>) {
+  %0 = "edge.quantized_decomposed_dequantize_per_tensor"(%arg0) {dtype = i8, out_dtype, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.5 : f64, zero_point = 3 : i64} : (tensor<1x2x4x4xi8>) -> tensor<1x2x4x4xf32>
+  %1:2 = "edge.max_pool2d_with_indices"(%0) {ceil_mode = false, dilation = array<i64: 1, 1>, kernel_size = array<i64: 2, 2>, padding = array<i64: 0, 0>, stride = array<i64: 2, 2>} : (tensor<1x2x4x4xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi64>)
+  %2 = "edge.quantized_decomposed_quantize_per_tensor"(%1#0) {dtype = i8, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.5 : f64, zero_point = 3 : i64} : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi8>
+  %3 = "edge.quantized_decomposed_dequantize_per_tensor"(%2) {dtype = i8, out_dtype, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.5 : f64, zero_point = 3 : i64} : (tensor<1x2x2x2xi8>) -> tensor<1x2x2x2xf32>
+  %4 = "edge.view"(%3) {operandSegmentSizes = array<i32: 1, 0>, size = array<i64: 1, 8>} : (tensor<1x2x2x2xf32>) -> tensor<1x8xf32>
+  %5 = "edge.quantized_decomposed_quantize_per_tensor"(%4) {dtype = i8, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.5 : f64, zero_point = 3 : i64} : (tensor<1x8xf32>) -> tensor<1x8xi8>
+  // Another scale on the output: a requantization, left as it is.
+  %6 = "edge.view"(%3) {operandSegmentSizes = array<i32: 1, 0>, size = array<i64: 1, 8>} : (tensor<1x2x2x2xf32>) -> tensor<1x8xf32>
+  %7 = "edge.quantized_decomposed_quantize_per_tensor"(%6) {dtype = i8, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.25 : f64, zero_point = 3 : i64} : (tensor<1x8xf32>) -> tensor<1x8xi8>
+  // CHECK: %[[POOL:.+]]:2 = "edge.max_pool2d_with_indices"(%arg0) {{.*}} : (tensor<1x2x4x4xi8>) -> (tensor<1x2x2x2xi8>, tensor<1x2x2x2xi64>)
+  // CHECK: %[[DQ:.+]] = "edge.quantized_decomposed_dequantize_per_tensor"(%[[POOL]]#0)
+  // CHECK: %[[VIEW:.+]] = "edge.view"(%[[POOL]]#0) {{.*}} : (tensor<1x2x2x2xi8>) -> tensor<1x8xi8>
+  // CHECK: %[[F:.+]] = "edge.view"(%[[DQ]]) {{.*}} -> tensor<1x8xf32>
+  // CHECK: %[[Q:.+]] = "edge.quantized_decomposed_quantize_per_tensor"(%[[F]]) {{.*}}scale = 2.500000e-01
+  // CHECK: return %[[VIEW]], %[[Q]]
+  return %5, %7 : tensor<1x8xi8>, tensor<1x8xi8>
+}
