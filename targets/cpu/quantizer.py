@@ -189,9 +189,10 @@ def _is_float_tensor(arg) -> bool:
 class CpuQuantizer(Quantizer):
     """Annotates an exported graph for PT2E int8 quantization on the cpu target.
 
-    Configs: `set_global(config)`, and overrides by module: `set_module_type(nn.Conv2d, config)`,
-    `set_module_name("features.0", config)` (a more specific setting wins: name, then type,
-    then global). `None` as a config leaves those modules in float.
+    Configs: `set_global(config)`, and overrides: `set_module_type(nn.Conv2d, config)`,
+    `set_module_name("features.0", config)`, `set_operator_type(torch.ops.aten.linear, config)`
+    (a more specific setting wins: module name, module type, operator, then global). `None` as
+    a config leaves those ops in float.
     """
 
     def __init__(self):
@@ -199,6 +200,7 @@ class CpuQuantizer(Quantizer):
         self.global_config: QuantizationConfig | None = None
         self.module_type_config: dict[type, QuantizationConfig | None] = {}
         self.module_name_config: dict[str, QuantizationConfig | None] = {}
+        self.operator_type_config: dict = {}
 
     def set_global(self, config: QuantizationConfig | None) -> "CpuQuantizer":
         if config is not None:
@@ -218,6 +220,13 @@ class CpuQuantizer(Quantizer):
         self.module_name_config[module_name] = config
         return self
 
+    def set_operator_type(self, operator_type, config: QuantizationConfig | None) -> "CpuQuantizer":
+        """A config for one ATen operator (`torch.ops.aten.linear`, all overloads)."""
+        if config is not None:
+            _check_config(config)
+        self.operator_type_config[operator_type] = config
+        return self
+
     # -------------------------------------------------------------- config lookup
     def _config_for(self, node: Node) -> QuantizationConfig | None:
         stack = node.meta.get("nn_module_stack") or {}
@@ -229,6 +238,9 @@ class CpuQuantizer(Quantizer):
             qualified = f"{module_type.__module__}.{module_type.__qualname__}"
             if any(kind is module_type or kind == qualified for _, kind in entries):
                 return config
+        packet = getattr(node.target, "overloadpacket", None)
+        if packet is not None and packet in self.operator_type_config:
+            return self.operator_type_config[packet]
         return self.global_config
 
     # -------------------------------------------------------------- annotate

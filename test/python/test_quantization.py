@@ -169,6 +169,13 @@ def test_module_type_and_name_overrides_leave_those_modules_in_float():
     assert first.args[0].op == "placeholder"  # `conv` left in float
     assert "dequantize" in str(depthwise.args[1].target)  # the rest quantized
 
+    by_operator = CpuQuantizer().set_global(config).set_operator_type(torch.ops.aten.conv2d, None)
+    converted, _ = quantize(_everything(), quantizer=by_operator)
+    convs = [n for n in converted.graph.nodes if str(n.target) == "aten.conv2d.default"]
+    assert all("dequantize" not in str(n.args[1].target) for n in convs)
+    linears = [n for n in converted.graph.nodes if str(n.target) == "aten.linear.default"]
+    assert all("dequantize" in str(n.args[1].target) for n in linears)
+
 
 def test_unsupported_scheme_names_the_op_and_the_users_line():
     from torchao.quantization.pt2e import MinMaxObserver
@@ -263,6 +270,10 @@ def test_cpu_partitioner_keeps_quantized_operations_portable_and_says_why():
     with torch.no_grad():
         want = converted(*zoo_model.example_inputs)
     assert sqnr(want, got) >= 30
+    # Folded int8 ops are not taken either.
+    folded = etc.to_edge(ep).transform(["etc-fold-quantized"]).to_backend(CpuPartitioner())
+    assert "portable   edge.etc_quantized_conv2d x1: a quantization op (folded)" in folded.delegation_info()
+    assert sqnr(want, _run(folded.to_executorch(), zoo_model.example_inputs)[0]) >= 30
 
 
 # ------------------------------------------------------------------ etc-fold-quantized
