@@ -5,8 +5,11 @@
   and `PteFile` = a Program plus its segment payloads, free of file offsets.
 - `serialize_pte(pte, *, segment_alignment=128, constant_tensor_alignment=16,
   delegate_alignment=None) -> bytes` (raises SerializationError).
-- `deserialize_pte(data, *, validate=True) -> PteFile`: checks every offset,
-  length, tag and index; raises ProgramError saying what and where.
+- `deserialize_pte(data, *, validate=True, verify_checksums=True) -> PteFile`: checks
+  every offset, length, tag and index, and etc's per-segment CRCs (`checksums`);
+  raises ProgramError saying what and where.
+- `checksums`: the CRC trailer etc writes after ExecuTorch's data; `input_dims`: the
+  `torch.export.Dim` constraints of a method's inputs, carried as named data.
 - `validate_pte(pte)`: the semantic checks alone (for programs built in memory).
 - dtype helpers: `element_size`, `to/from_numpy_dtype`, `to/from_torch_dtype`.
 - `schema/program.fbs`: the same schema as FlatBuffers text.
