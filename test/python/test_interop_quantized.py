@@ -45,6 +45,7 @@ def test_executorch_quantized_program_runs_on_etc(name):
                                                                          get_symmetric_quantization_config)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    _load_executorch_quantized_kernels()  # ExecuTorch's to_executorch needs their out variants registered
     zoo_model = ZOO[name]()
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     captured = torch.export.export(zoo_model.module.eval(), zoo_model.example_inputs).module()
