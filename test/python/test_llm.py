@@ -204,3 +204,14 @@ def test_program_runs_on_executorch(exported):
         tokens.append(int(logits[0, -1].argmax()))
         logits = forward.execute([torch.tensor([[tokens[-1]]]), torch.tensor([len(prompt) + step])])[0]
     assert tokens == eager_greedy(model, prompt, 6)
+
+
+def test_etc_llm_does_not_import_transformers():
+    """transformers is a benchmark-only dependency: importing every etc.llm module must not load it
+    (etc.llm.hf imports it when from_transformers is called)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, etc.llm, etc.llm.export, etc.llm.generator, etc.llm.llama, etc.llm.hf, etc.llm.cli; "
+            "assert 'transformers' not in sys.modules, 'transformers imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
