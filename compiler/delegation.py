@@ -314,8 +314,10 @@ def _split_at_control_flow(partition: Partition) -> list:
     block_ops = [o.operation for o in ops[0].block.operations]
     position = {op: i for i, op in enumerate(block_ops)}
     members = sorted(ops, key=lambda o: position.get(o, 0))
-    pieces, current = [], [members[0]]
-    for previous, op in zip(members, members[1:]):
+    loads = [op for op in members if op.name == "ml_program.global_load_const"]
+    work = [op for op in members if op.name != "ml_program.global_load_const"] or members
+    pieces, current = [], [work[0]]
+    for previous, op in zip(work, work[1:]):
         between = block_ops[position[previous] + 1: position[op]]
         if any(len(o.regions) for o in between):
             pieces.append(current)
@@ -324,6 +326,16 @@ def _split_at_control_flow(partition: Partition) -> list:
     pieces.append(current)
     if len(pieces) == 1:
         return [partition]
+    # A constant load goes with the first piece that uses it (not with the piece its position falls
+    # in, which would hand the constant on from one delegate to the next as an output).
+    piece_of = {op: i for i, piece in enumerate(pieces) for op in piece}
+    for load in loads:
+        if load in piece_of:
+            continue
+        users = [piece_of.get(_user_op(use)) for result in load.results for use in result.uses]
+        users = [i for i in users if i is not None]
+        pieces[min(users) if users else 0].append(load)
+    pieces = [sorted(piece, key=lambda o: position.get(o, 0)) for piece in pieces]
     return [Partition(ops=piece, spec=partition.spec) for piece in pieces if _worth_delegating(piece)]
 
 
