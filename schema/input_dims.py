@@ -9,8 +9,9 @@ other. The compiler writes each method's constraints as named data
 runtime checks every execute's inputs against them.
 
 Value (UTF-8 JSON): one entry per plan input, null for a non-tensor input, else one
-entry per dimension: an int (a static size) or `[expr, min, max]` with `expr` the
-size as torch.export knows it (`"s0"`, `"2*s0"`, `"s0 + 1"`; max -1: unbounded).
+entry per dimension: an int (a static size) or `[expr, min, max, name]` with `expr` the
+size as torch.export knows it (`"s0"`, `"2*s0"`, `"s0 + 1"`; max -1: unbounded) and
+`name` what the user called it (the `Dim`'s name, else `expr`), for messages.
 Dimensions with the same symbol must agree; an expression of symbols is checked
 once its symbols are known.
 """
@@ -61,11 +62,25 @@ def records_of(exported_programs: dict) -> dict[str, bytes]:
                 ranges = ep.range_constraints.get(expr) if len(expr.free_symbols) == 1 and expr.is_Symbol else None
                 lower = int(ranges.lower) if ranges is not None and ranges.lower.is_finite else 0
                 upper = int(ranges.upper) if ranges is not None and ranges.upper.is_finite else -1
-                dims.append([str(expr), lower, upper])
+                dims.append([str(expr), lower, upper, _user_name(size) or str(expr)])
             inputs.append(dims)
         if dynamic:
             records[key(name)] = encode(inputs)
     return records
+
+
+def _user_name(size) -> str | None:
+    """The `torch.export.Dim` name the user gave a symbolic size, if torch kept it."""
+    try:
+        env = size.node.shape_env
+        for source in env.var_to_sources.get(size.node.expr, []):
+            key = source.name if isinstance(source.name, str) else source.name()  # a property in newer torch
+            name = env.source_name_to_debug_name.get(key)
+            if name:
+                return name
+    except (AttributeError, TypeError):
+        pass
+    return None
 
 
 # ------------------------------------------------------------------ runtime side
@@ -116,8 +131,8 @@ class InputDims:
             if not isinstance(dims, list):
                 raise ProgramError(f"{where}: input {i} is not a list of dimensions")
             for d in dims:
-                ok = type(d) is int or (isinstance(d, list) and len(d) == 3 and isinstance(d[0], str)
-                                        and type(d[1]) is int and type(d[2]) is int)
+                ok = type(d) is int or (isinstance(d, list) and len(d) == 4 and isinstance(d[0], str)
+                                        and type(d[1]) is int and type(d[2]) is int and isinstance(d[3], str))
                 if not ok:
                     raise ProgramError(f"{where}: input {i} has a malformed dimension {d!r}")
         self.inputs = inputs
@@ -132,15 +147,15 @@ class InputDims:
             for d, (want, size) in enumerate(zip(dims, shape)):
                 if type(want) is int:
                     continue
-                expr, lower, upper = want
+                expr, lower, upper, name = want
                 if size < lower or (upper >= 0 and size > upper):
                     shown = f"{lower}..{upper}" if upper >= 0 else f">= {lower}"
-                    raise self.error(i, f"dimension {d} is {size}, outside its range {shown} (Dim {expr})")
+                    raise self.error(i, f"dimension {d} is {size}, outside its range {shown} (Dim '{name}')")
                 if expr.isidentifier():
                     if expr in symbols and symbols[expr][0] != size:
                         bound, j, e = symbols[expr]
                         raise self.error(i, f"dimension {d} is {size}, but input {j} dimension {e} is {bound}: "
-                                            f"both are Dim {expr}")
+                                            f"both are Dim '{name}'")
                     symbols.setdefault(expr, (size, i, d))
                 else:
                     derived.append((i, d, expr, size))
