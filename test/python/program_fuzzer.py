@@ -17,8 +17,9 @@ records where every field of the flatbuffer lives (`FieldMap`):
              checksum trailer recomputed, so the structural checks meet the damage. May load and
              compute something else (it is another program); must never crash, hang, or raise
              anything but an EtcError.
-  minimal    raw damage loaded with `Verification.Minimal` (checksums off): a cpu delegate's
-             blob must still be refused by its own CRC before any code runs. EtcError or outputs.
+  minimal    raw damage loaded with `Verification.Minimal` (checksums off): damaged values reach
+             the kernels (which must raise EtcErrors, not crash) and a cpu delegate's blob must
+             still be refused by its own CRC before any code runs. EtcError or outputs.
   elf        (cpu samples) the delegate's object code damaged where the linker looks (section
              headers, symbols, relocations), the blob's CRC and the trailer recomputed: the
              validator must refuse it or the link must succeed; it is loaded, never run (a
@@ -508,7 +509,7 @@ def default_cases(samples: dict[str, Sample], total: int) -> dict[tuple[str, str
     """`total` cases spread over the samples and the modes that apply to each."""
     plan = []
     for name, sample in samples.items():
-        modes = ["raw", "resigned"] + (["minimal", "elf"] if sample.has_blob else [])
+        modes = ["raw", "resigned", "minimal"] + (["elf"] if sample.has_blob else [])
         plan += [(name, mode) for mode in modes]
     return {key: max(1, total // len(plan)) for key in plan}
 
