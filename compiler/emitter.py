@@ -198,6 +198,7 @@ class _ProgramState:
     constants: dict  # fqn -> numpy array (from ProgramIR)
     constant_index: dict = field(default_factory=dict)  # fqn -> data_buffer_idx (>= 1)
     constant_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
+    constant_by_bytes: dict = field(default_factory=dict)  # bytes -> data_buffer_idx: equal constants stored once
     delegate_blobs: list = field(default_factory=list)  # bytes
     mutable_index: dict = field(default_factory=dict)  # fqn -> index in the mutable data segment (>= 1)
     mutable_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
@@ -216,9 +217,13 @@ class _ProgramState:
         if name not in self.constant_index:
             if name not in self.constants:
                 raise LoweringError(f"constant '{name}' has no data in the program's constant table", location=_where(op))
-            array = np.ascontiguousarray(self.constants[name])
-            self.constant_data.append(array.tobytes())
-            self.constant_index[name] = len(self.constant_data)
+            data = np.ascontiguousarray(self.constants[name]).tobytes()
+            # Constants are read-only: tensors with the same bytes (a quantized model's all-zero
+            # zero points, one per layer) share one buffer, as in ExecuTorch's programs.
+            if data not in self.constant_by_bytes:
+                self.constant_data.append(data)
+                self.constant_by_bytes[data] = len(self.constant_data)
+            self.constant_index[name] = self.constant_by_bytes[data]
         return self.constant_index[name]
 
 

@@ -60,3 +60,14 @@ def test_executorch_quantized_program_runs_on_etc(name):
     with torch.no_grad():
         want = converted(*zoo_model.example_inputs)
     assert sqnr(want, got) >= 30
+
+
+def test_etc_quantized_program_is_no_larger_than_executorchs():
+    """Same int8 weights, and equal constants (the all-zero per-channel zero points) stored once."""
+    _load_executorch_quantized_kernels()
+    _, _, ep = quantized_zoo("resnet8")
+    ours = len(etc.to_edge(ep).to_executorch().buffer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = len(exir.to_edge(ep).to_executorch().buffer)
+    assert ours <= theirs
