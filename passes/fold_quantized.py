@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from etc.runtime.kernels.quantized import pack_int4  # the layout the kernels read
+
 PASS_NAME = "etc-fold-quantized"
 SUMMARY = "Fold dequantize -> op -> quantize patterns into quantized edge ops with their scales"
 
@@ -330,7 +332,7 @@ class _Folder:
         if act is None or weight is None:
             return False
         array, bits, group, scales, zps = weight
-        packed = pack_int4(array) if bits == 4 else array
+        packed = pack_int4(array) if bits == 4 else array  # once, here: the program stores two per byte
         element = ir.IntegerType.get_signless(8) if bits == 8 else ir.IntegerType.get_unsigned(8)
         with ir.InsertionPoint(op), op.location:
             w = self.table.load("weight_int4" if bits == 4 else "weight_int8", packed, element)
@@ -410,23 +412,6 @@ class _Folder:
             if self.folded:
                 self.table.drop_unused()
         return self.folded
-
-
-def pack_int4(values: np.ndarray) -> np.ndarray:
-    """int8 values in [-8, 7], shape (N, K) with K even -> uint8 (N, K/2): element 2j in the
-    low nibble, 2j+1 in the high one (two's complement nibbles)."""
-    if values.shape[-1] % 2:
-        values = np.concatenate([values, np.zeros(values.shape[:-1] + (1,), values.dtype)], axis=-1)
-    nibbles = (values.astype(np.int16) & 0xF).astype(np.uint8)
-    return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
-
-
-def unpack_int4(packed: np.ndarray, k: int) -> np.ndarray:
-    """Inverse of `pack_int4`: uint8 (N, ceil(K/2)) -> int8 (N, K)."""
-    low = (packed & 0xF).astype(np.int8)
-    high = (packed >> 4).astype(np.int8)
-    both = np.stack([low, high], axis=-1).reshape(packed.shape[:-1] + (-1,))[..., :k]
-    return np.where(both > 7, both - 16, both).astype(np.int8)
 
 
 def _torch():

@@ -322,6 +322,23 @@ def _embedding_byte(weight, scales, zero_points, indices, dtype):
 
 
 # ------------------------------------------- etc's folded ops (passes/fold_quantized.py)
+def pack_int4(values: np.ndarray) -> np.ndarray:
+    """int8 values in [-8, 7], shape (N, K) with K even -> uint8 (N, K/2): element 2j in the
+    low nibble, 2j+1 in the high one (two's complement nibbles)."""
+    if values.shape[-1] % 2:
+        values = np.concatenate([values, np.zeros(values.shape[:-1] + (1,), values.dtype)], axis=-1)
+    nibbles = (values.astype(np.int16) & 0xF).astype(np.uint8)
+    return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_int4(packed: np.ndarray, k: int) -> np.ndarray:
+    """Inverse of `pack_int4`: uint8 (N, ceil(K/2)) -> int8 (N, K)."""
+    low = (packed & 0xF).astype(np.int8)
+    high = (packed >> 4).astype(np.int8)
+    both = np.stack([low, high], axis=-1).reshape(packed.shape[:-1] + (-1,))[..., :k]
+    return np.where(both > 7, both - 16, both).astype(np.int8)
+
+
 # Reference kernels: each computes what the dq -> op -> q computation it replaced computes
 # (integer accumulation exact in float64, then one requantization), so that the folded
 # program and the unfolded one agree (within a rounding tie); int8 back ends implement them fast.
@@ -389,8 +406,6 @@ def _dynamic_activation(x, granularity, eps):
 @kernel("etc_quantized::linear_dynamic.out")
 def etc_quantized_linear_dynamic_out(input, activation_granularity, activation_eps, weight, weight_bits, group_size,
                                      weight_scales, weight_zero_points, bias, out=None):
-    from etc.passes.fold_quantized import unpack_int4
-
     k = input.shape[-1]
     w = unpack_int4(weight, k) if int(weight_bits) == 4 else weight
     n = w.shape[0]

@@ -258,7 +258,7 @@ def test_folded_linear_and_add():
 
 
 def test_folded_dynamic_linear_per_tensor_int8_and_per_row_int4():
-    from etc.passes.fold_quantized import pack_int4
+    from etc.runtime.kernels.quantized import pack_int4
 
     g = torch.Generator().manual_seed(12)
     x = torch.randn(3, 8, generator=g)

@@ -300,7 +300,7 @@ def test_fold_quantized_torchao_linears_pack_int4_weights_once(kind):
 
 
 def test_int4_packing_round_trips():
-    from etc.passes.fold_quantized import pack_int4, unpack_int4
+    from etc.runtime.kernels.quantized import pack_int4, unpack_int4
 
     values = np.random.default_rng(0).integers(-8, 8, size=(5, 7)).astype(np.int8)
     packed = pack_int4(values)
