@@ -353,3 +353,25 @@ def test_torchao_8da4w_decoder_block_with_a_dynamic_sequence_length(fold):
         with torch.no_grad():
             want = model(x)
         assert sqnr(want, method.execute([x])[0]) >= 60, length
+
+
+def test_torchao_8da4w_llama_exports_with_etc_llm_and_matches_eager():
+    """The LLM path end to end: a Llama with its Linears quantized by torchao (int4 weights in
+    groups of 32, dynamic int8 activations), exported by etc.llm with its KV cache."""
+    import copy
+
+    from torchao.quantization import quantize_
+
+    from etc.llm.export import export_llm
+    from etc.llm.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(n_layers=1, full_logits=True)).eval()
+    quantize_(model, _torchao_config("8da4w"), filter_fn=lambda module, fqn: isinstance(module, nn.Linear))
+    reference = copy.deepcopy(model)  # the export runs the model: its cache must start empty here too
+    program = export_llm(model, max_seq_len=8)
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    tokens, positions = torch.randint(0, 512, (1, 5)), torch.arange(5)
+    with torch.no_grad():
+        want = reference(tokens, positions)
+    assert sqnr(want, method.execute([tokens, positions])[0]) >= 60
