@@ -285,6 +285,8 @@ def cmd_inspect(args) -> int:
     pte = deserialize_pte(data)
     program = pte.program
     print(f"program: {args.program} ({len(data)} bytes), schema version {program.version}")
+    print("checksums: " + ("CRC-32 of the program data and of every segment, verified" if pte.checksums else
+                           "none (not written by etc): a damaged weight would go unnoticed"))
     constant_bytes = sum(len(b) for b in getattr(pte, "constant_data", []) or [])
     print(f"constant data: {constant_bytes} bytes")
     for plan in program.execution_plan:

@@ -55,6 +55,7 @@ def test_inspect_lists_methods_operators_memory(compiled):
     assert "method 'forward'" in result.stdout
     assert "aten::addmm.out" in result.stdout
     assert "planned memory mem_id 1" in result.stdout
+    assert "checksums: CRC-32 of the program data and of every segment, verified" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [
