@@ -26,7 +26,8 @@ def quantize(zoo_model, *, is_dynamic: bool = False, is_per_channel: bool = True
     with torch.no_grad():
         prepared(*inputs)
         for _ in range(calibration_batches):
-            prepared(*[torch.randn(x.shape, generator=generator) for x in inputs])
+            prepared(*[torch.randn(x.shape, generator=generator) if x.dtype.is_floating_point else x
+                       for x in inputs])  # (masks and token ids as given)
     converted = convert_pt2e(prepared)
     return converted, torch.export.export(converted, inputs)
 

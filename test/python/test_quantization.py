@@ -56,6 +56,18 @@ def test_zoo_cnn_quantized_with_cpu_quantizer_runs_and_matches_the_eager_quantiz
     assert sqnr(want, _run(edge.to_executorch(), zoo_model.example_inputs)[0]) >= 30
 
 
+@pytest.mark.parametrize("name", ["decoder_lm"])
+def test_zoo_transformers_quantized_statically_run_folded_or_not(name):
+    """Attention models: masks and token ids stay as they are, residual adds are int8."""
+    zoo_model, converted, ep = quantized_zoo(name)
+    edge = etc.to_edge(ep)
+    with torch.no_grad():
+        want = converted(*zoo_model.example_inputs)
+    assert sqnr(want, _run(edge.to_executorch(), zoo_model.example_inputs)[0]) >= 30
+    assert "edge.etc_quantized_add" in str(edge.transform(["etc-fold-quantized"]))
+    assert sqnr(want, _run(edge.to_executorch(), zoo_model.example_inputs)[0]) >= 30
+
+
 def test_dynamic_config_quantizes_activations_per_call_and_keeps_float_outputs():
     zoo_model = ZOO["mlp"]()
     converted, ep = quantize(zoo_model, is_dynamic=True)
