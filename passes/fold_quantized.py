@@ -258,6 +258,8 @@ class _Folder:
                 if _shape(dq.results[0])[-1:] != _shape(self.args(dq)["self"])[-1:]:
                     return None  # the view mixes the quantized rows: not a per-row activation any more
                 view, dq = dq, inner
+        if view is None and not (dq.name.startswith(_QD) or dq.name.startswith("edge.torchao_")):
+            return value, "none", 0.0  # a float activation: a weight-only linear
         found = self.quantized_activation(dq)
         if found is None or view is None:
             return found
@@ -289,9 +291,7 @@ class _Folder:
                     or (c["quant_min"], c["quant_max"]) != (-128, 127)):
                 return None
             return c["input"], "per_row", 0.0
-        if dq.name.startswith(_QD) or dq.name.startswith("edge.torchao_"):
-            return None
-        return dq.results[0], "none", 0.0
+        return None  # another quantization op: not a scheme linear_dynamic computes
 
     def group_weight(self, dq_w):
         """(weight array, bits, group size, scales (N, G), zero points (N, G) or None) of a
