@@ -229,20 +229,57 @@ class _Folder:
         if parts is None:
             return False
         activation, dq_w, permute, bias = parts
-        x = self.static_dq(activation)
+        # A linear on [B, T, K] is view -> addmm -> view: the views keep rows, so they move to int8.
+        in_view = self.row_view(_producer(activation))
+        x = self.static_dq(self.args(in_view)["self"] if in_view is not None else activation)
         if x is not None and dq_w.name in (DQ_CHANNEL, DQ_TENSOR):
             weight = self.symmetric_weight(dq_w)
-            out = self.output(op.results[0])
-            if weight is None or out is None:
+            out_view = self.row_view(_user(op.results[0])) if _single_use(op.results[0]) else None
+            out = self.output((out_view or op).results[0])
+            if weight is None or out is None or (in_view is not None and not _single_use(activation)):
                 return False
             q, chain, scale, zp, lo, hi = out
-            self.replace("etc_quantized::linear", {
-                "input": x[0], "input_scale": x[1], "input_zero_point": x[2], "weight": weight[0],
-                "weight_scales": self.scales_value(weight[1], op), "bias": bias, "output_scale": scale,
-                "output_zero_point": zp, "output_min": lo, "output_max": hi},
-                q.results[0], [q, *reversed(chain), op, permute], [op, q])
+            if in_view is not None:
+                in_view.operands[0] = x[0]
+                in_view.results[0].set_type(_int8_like(in_view.results[0]))
+            arguments = {
+                "input": in_view.results[0] if in_view is not None else x[0], "input_scale": x[1],
+                "input_zero_point": x[2], "weight": weight[0], "weight_scales": self.scales_value(weight[1], op),
+                "bias": bias, "output_scale": scale, "output_zero_point": zp, "output_min": lo, "output_max": hi}
+            if out_view is None:
+                self.replace("etc_quantized::linear", arguments, q.results[0], [q, *reversed(chain), op, permute],
+                             [op, q])
+                return True
+            self.replace_inside_view(arguments, op, out_view, q, [q, *reversed(chain), op, permute])
             return True
         return self.linear_dynamic(op, activation, dq_w, permute, bias)
+
+    @staticmethod
+    def row_view(op):
+        """`op` if it is a view keeping the last dimension (rows only regrouped), else None."""
+        if op is None or op.name not in VIEWS:
+            return None
+        source = op.operands[0]
+        return op if _shape(source)[-1:] == _shape(op.results[0])[-1:] else None
+
+    def replace_inside_view(self, arguments, op, out_view, q, erase):
+        """The folded linear replaces `op` (2-D int8 result), and the output view, now on int8,
+        replaces the quantize."""
+        from torch_mlir import ir
+
+        from etc.dialects.aten import build_op
+        from etc.dialects.edge import OPS as EDGE_OPS
+
+        with ir.InsertionPoint(out_view), ir.Location.fused([op.location, q.location]):
+            new = build_op("etc_quantized::linear", arguments, [_int8_like(op.results[0])], dialect_ops=EDGE_OPS)
+        if "etc.upper_bounds" in op.attributes:
+            new.attributes["etc.upper_bounds"] = op.attributes["etc.upper_bounds"]
+        out_view.operands[0] = new.results[0]
+        out_view.results[0].set_type(q.results[0].type)
+        q.results[0].replace_all_uses_with(out_view.results[0])
+        for dead in erase:
+            dead.erase()
+        self.folded["linear"] = self.folded.get("linear", 0) + 1
 
     def dynamic_activation(self, value):
         """(float input, granularity, eps) of a per-call quantized activation, ("none") for a
@@ -412,6 +449,13 @@ class _Folder:
             if self.folded:
                 self.table.drop_unused()
         return self.folded
+
+
+def _int8_like(value):
+    from torch_mlir import ir
+
+    with ir.Location.unknown():
+        return ir.RankedTensorType.get(_shape(value), ir.IntegerType.get_signless(8))
 
 
 def _torch():

@@ -64,7 +64,9 @@ def test_zoo_transformers_quantized_statically_run_folded_or_not(name):
     with torch.no_grad():
         want = converted(*zoo_model.example_inputs)
     assert sqnr(want, _run(edge.to_executorch(), zoo_model.example_inputs)[0]) >= 30
-    assert "edge.etc_quantized_add" in str(edge.transform(["etc-fold-quantized"]))
+    text = str(edge.transform(["etc-fold-quantized"]))
+    assert "edge.etc_quantized_add" in text and "edge.etc_quantized_linear" in text  # [1, T, K] linears too
+    assert "edge.addmm" not in text
     assert sqnr(want, _run(edge.to_executorch(), zoo_model.example_inputs)[0]) >= 30
 
 

@@ -143,3 +143,31 @@ func.func @same_scale(%arg0: tensor<1x2x4x4xi8>) -> (tensor<1x8xi8>, tensor<1x8x
   // CHECK: return %[[VIEW]], %[[Q]]
   return %5, %7 : tensor<1x8xi8>, tensor<1x8xi8>
 }
+
+// -----
+
+// A static linear on [1, T, K] (view -> addmm -> view): both views keep rows, so they move onto
+// the int8 values and the linear between them is folded.
+ml_program.global private @w(dense<[[-127, 88], [-3, 127]]> : tensor<2x2xi8>) : tensor<2x2xi8>
+ml_program.global private @s(dense<[0.002, 0.004]> : tensor<2xf32>) : tensor<2xf32>
+ml_program.global private @z(dense<0> : tensor<2xi64>) : tensor<2xi64>
+ml_program.global private @b(dense<[-0.06, 0.18]> : tensor<2xf32>) : tensor<2xf32>
+// CHECK-LABEL: func.func @linear_3d
+func.func @linear_3d(%arg0: tensor<1x3x2xi8>) -> tensor<1x3x2xi8> {
+  %w = ml_program.global_load_const @w : tensor<2x2xi8>
+  %s = ml_program.global_load_const @s : tensor<2xf32>
+  %z = ml_program.global_load_const @z : tensor<2xi64>
+  %b = ml_program.global_load_const @b : tensor<2xf32>
+  %0 = "edge.quantized_decomposed_dequantize_per_channel"(%w, %s, %z) {axis = 0 : i64, dtype = i8, operandSegmentSizes = array<i32: 1, 1, 1>, out_dtype, quant_max = 127 : i64, quant_min = -127 : i64} : (tensor<2x2xi8>, tensor<2xf32>, tensor<2xi64>) -> tensor<2x2xf32>
+  %1 = "edge.quantized_decomposed_dequantize_per_tensor"(%arg0) {dtype = i8, out_dtype, quant_max = 127 : i64, quant_min = -128 : i64, scale = 7.0e-4 : f64, zero_point = -128 : i64} : (tensor<1x3x2xi8>) -> tensor<1x3x2xf32>
+  %2 = "edge.view"(%1) {operandSegmentSizes = array<i32: 1, 0>, size = array<i64: 3, 2>} : (tensor<1x3x2xf32>) -> tensor<3x2xf32>
+  %3 = "edge.permute"(%0) {dims = array<i64: 1, 0>} : (tensor<2x2xf32>) -> tensor<2x2xf32>
+  %4 = "edge.addmm"(%b, %2, %3) {alpha = 1 : i64, beta = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>} : (tensor<2xf32>, tensor<3x2xf32>, tensor<2x2xf32>) -> tensor<3x2xf32>
+  %5 = "edge.view"(%4) {operandSegmentSizes = array<i32: 1, 0>, size = array<i64: 1, 3, 2>} : (tensor<3x2xf32>) -> tensor<1x3x2xf32>
+  %6 = "edge.quantized_decomposed_quantize_per_tensor"(%5) {dtype = i8, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.01 : f64, zero_point = -70 : i64} : (tensor<1x3x2xf32>) -> tensor<1x3x2xi8>
+  // CHECK: %[[IN:.+]] = "edge.view"(%arg0) {{.*}} : (tensor<1x3x2xi8>) -> tensor<3x2xi8>
+  // CHECK: %[[L:.+]] = "edge.etc_quantized_linear"(%[[IN]], %w, %s, %b) {{.*}} -> tensor<3x2xi8>
+  // CHECK: %[[OUT:.+]] = "edge.view"(%[[L]]) {{.*}} : (tensor<3x2xi8>) -> tensor<1x3x2xi8>
+  // CHECK-NEXT: return %[[OUT]]
+  return %6 : tensor<1x3x2xi8>
+}
