@@ -136,6 +136,14 @@ def strip_header(text: str) -> str:
 
 
 _HEX_FLOAT = re.compile(r"\bf0x([0-9A-Fa-f]+)")
+_FLOAT_TYPE = re.compile(r"\b(half|bfloat|float|double)\b")
+
+
+def _last_float_type(text: str) -> str:
+    """The last floating-point type named in `text`, or None (whole words: "float" inside "bfloat"
+    is not one)."""
+    found = _FLOAT_TYPE.findall(text)
+    return found[-1] if found else None
 
 
 def _old_float_literals(line: str) -> str:
@@ -150,17 +158,14 @@ def _old_float_literals(line: str) -> str:
         if len(digits) == 16:
             return "0x" + digits.upper()
         if len(digits) == 4:
-            before = line[: m.start()]
-            kind = "R" if before.rfind("bfloat") > before.rfind("half") else "H"
+            kind = "R" if _last_float_type(line[: m.start()]) == "bfloat" else "H"
             return f"0x{kind}{digits.upper()}"
         raise LoweringError(f"cpu codegen: unknown float literal f0x{digits}")
 
     line = _HEX_FLOAT.sub(repl, line)
 
     def special(m):
-        before = line[: m.start()]
-        kinds = {k: before.rfind(k) for k in ("half", "bfloat", "float", "double")}
-        kind = max(kinds, key=kinds.get)
+        kind = _last_float_type(line[: m.start()])
         text = m.group(1)
         negative = text.startswith("-")
         if "inf" in text:
@@ -174,10 +179,8 @@ def _old_float_literals(line: str) -> str:
     line = _SPECIAL_FLOAT.sub(special, line)
 
     def decimal(m):
-        before = line[: m.start()]
-        kinds = {k: before.rfind(k) for k in ("half", "bfloat", "float", "double")}
-        kind = max(kinds, key=kinds.get)
-        if kinds[kind] < 0 or kind == "double":
+        kind = _last_float_type(line[: m.start()])
+        if kind is None or kind == "double":
             return m.group(0)
         value = float(m.group(0))
         if kind == "float":  # LLVM 22 takes a decimal float only when exact; spell its bits as a double

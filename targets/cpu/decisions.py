@@ -21,12 +21,12 @@ DECIDED = "etc.cpu.decided"
 # Paths that are not a fallback: the tuned code for that op kind, or a choice made by
 # measurement (a contraction too small to pay for packing, a single-row GEMV read in place).
 TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "small", "gemv", "row-reduction",
-                         "column-reduction"})
+                         "column-reduction", "fused"})
 
 
 @dataclass(frozen=True)
 class Decision:
-    kind: str  # contraction | convolution | window | reduction
+    kind: str  # contraction | convolution | window | reduction | epilogue
     op: str  # the linalg op name it was decided on
     path: str  # a TUNED_PATHS entry, or "loops"
     reason: str = ""  # why (always given for "loops")

@@ -37,6 +37,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         # contraction becomes a call to its kernel, which fusion cannot enter, then is inlined and tiled.
         f"etc-cpu-gemm-kernels{{{tile}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",
         "etc-cpu-fuse-elementwise",
+        # Each kernel takes its accumulator init and its elementwise consumer (applied in registers).
+        f"etc-cpu-gemm-regions{{{tile}}}",
         f"etc-cpu-tile-gemm-kernels{{{tile}}}",
         # Window ops are named ops fusion leaves alone; their fused consumer becomes the epilogue.
         *windows,
@@ -120,9 +122,10 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
             offsets.append(int(a["shape"][0]))
             continue
         if a.get("pack") and constants is not None:
+            # Always evaluated: a "#packed<i>" left in `constants` by an earlier compile of the same
+            # function (the partitioner's trial) may be another pack of the same weight.
             source = a["name"].rsplit("#packed", 1)[0]
-            if a["name"] not in constants:
-                constants[a["name"]] = evaluate_pack(a["pack"], constants[source])
+            constants[a["name"]] = evaluate_pack(a["pack"], constants[source])
         args.append(codegen.ArgSpec(a["kind"], a["dtype"], tuple(a["shape"]), a["name"]))
     scratch = ir.IntegerAttr(module.operation.attributes["etc.cpu.scratch_bytes"]).value
     if offsets:

@@ -24,7 +24,6 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 import etc
 import etc.runtime.kernels as K
-from etc.errors import LoweringError
 from etc.runtime import Runtime
 from etc.runtime.kernels.common import BFLOAT16, bfloat16_to_float32, is_bfloat16
 from etc.runtime.kernels.coverage import out_variant_of
@@ -233,14 +232,7 @@ class _SmallCnn(torch.nn.Module):
         return self.head(torch.flatten(self.features(x), 1)).softmax(-1)
 
 
-_CPU_BF16_CONSTANTS = pytest.mark.xfail(
-    strict=True, raises=LoweringError,
-    reason="cpu codegen (targets/cpu/codegen.py `_old_float_literals`) spells a bfloat constant as a float "
-           "one: `before.rfind('float')` matches inside 'bfloat'; LLVM refuses the IR. Matching whole words "
-           "(r'\\bfloat\\b') makes both models pass (max diff 1 bf16 ulp): then remove this mark")
-
-
-@pytest.mark.parametrize("delegate", [False, pytest.param(True, marks=_CPU_BF16_CONSTANTS)], ids=["portable", "cpu"])
+@pytest.mark.parametrize("delegate", [False, True], ids=["portable", "cpu"])
 @pytest.mark.parametrize("model, shape", [
     (_SmallCnn, (2, 3, 12, 12)),
     (lambda: torch.nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True), (2, 6, 32)),

@@ -3,16 +3,16 @@
 The root of a dispatch region. It runs before elementwise fusion, so that no producer
 (a norm, a gather, a dequantization) is fused into a contraction's operands, which turned
 the Llama head's GEMM into one scalar loop nest 25x slower than the same Linear alone:
-once this pass has run, the contraction is a `func.call` to a private kernel function that
-`etc-cpu-fuse-elementwise` (the entry function only) cannot enter; `etc-cpu-tile-gemm-kernels`
-inlines and tiles the kernels after fusion.
+once this pass has run, the contraction is a `func.call` to a private kernel declaration
+that `etc-cpu-fuse-elementwise` (the entry function only) cannot enter. The call carries the
+contraction's geometry (`etc.cpu.gemm`); `etc-cpu-gemm-regions` defines the kernel with its
+init and epilogue after fusion, and `etc-cpu-tile-gemm-kernels` inlines and tiles it.
 
 For each `linalg.conv_2d_nchw_fchw` and each matmul-like contraction (named matmuls are
 generalized first), in order:
-  * taken: a private function with the kernel of `etc.targets.cpu.gemm` (B packed in nr-wide
-    column panels, K blocked by about kc, an mr x nr accumulator in registers; transposed for
-    convolutions with few output pixels), its contraction tagged with how to tile it
-    (`etc.cpu.gemm_tile = array<i64: rows, kc>`);
+  * taken: a call to a private declaration, `etc.cpu.gemm = "<geometry>"` on the call (the
+    kernel of `etc.targets.cpu.gemm`: B packed in nr-wide column panels, an mr x nr
+    accumulator in registers; transposed for convolutions with few output pixels);
   * not taken: left as it is, with the reason (`small`, `gemv` or `loops: <why>`).
 Each is a decision in the module's `etc.cpu.decisions`. Other convolution layouts are
 recorded as `loops` with their name. A failure while rewriting is an error, never a fallback.
@@ -33,10 +33,6 @@ _OTHER_CONVOLUTIONS = ("linalg.conv_1d_ncw_fcw", "linalg.conv_1d_nwc_wcf", "lina
                        "linalg.conv_2d_nhwc_fhwc", "linalg.conv_2d_ngchw_fgchw", "linalg.conv_2d_ngchw_gfchw",
                        "linalg.conv_3d_ncdhw_fcdhw", "linalg.conv_3d_ndhwc_dhwcf", "linalg.conv_2d")
 
-
-# On each kernel's contraction (inside its private function): rows, K block.
-TILE_ATTR = "etc.cpu.gemm_tile"
-
 _NAMED_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.batch_reduce_matmul", "linalg.matvec",
                        "linalg.vecmat", "linalg.batch_matvec", "linalg.batch_vecmat", "linalg.dot", "linalg.contract",
                        "linalg.mmt4d", "linalg.batch_mmt4d")
@@ -49,7 +45,7 @@ class TileOptions:
     lanes: int = option(16, help="f32 lanes of a vector register")
     mr: int = option(6, help="rows of the register tile")
     nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
-    kc: int = option(128, help="K block (the kc x nr B panel stays in L1)")
+    kc: int = option(128, help="K block: up to 1.5 kc accumulate in registers, longer K is split into blocks")
 
 
 @register_pass
@@ -95,10 +91,6 @@ class GemmKernels(Pass):
                     continue
                 chosen += self._decide(op, "contraction", g, cfg)
             more = self._rewrite(module_op, cfg, chosen, "m")
-            for tag, g in tags + more:  # what etc-cpu-tile-gemm-kernels needs to tile each kernel
-                (kernel,) = [op for op in walk(module_op, ("linalg.generic",)) if tag in op.attributes]
-                kernel.attributes[TILE_ATTR] = ir.DenseI64ArrayAttr.get([g.N if g.transposed else g.M,
-                                                                         gemm.k_block(g.K, cfg)])
             self.count("kernels", len(tags) + len(more))
 
     def _no_vector_unit(self, module_op) -> None:
@@ -139,7 +131,6 @@ class GemmKernels(Pass):
 
     def _rewrite(self, module_op, cfg, gemms: list, kind: str) -> list:
         try:
-            tags = gemm._rewrite_list(module_op, cfg, gemms, kind)
+            return gemm._rewrite_list(module_op, cfg, gemms, kind)
         except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug: say so
             raise self.error(f"{self.name}: building a GEMM kernel failed: {e}") from None
-        return list(zip(tags, gemms))

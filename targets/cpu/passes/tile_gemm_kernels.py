@@ -1,12 +1,13 @@
 """etc-cpu-tile-gemm-kernels: inline the GEMM kernels and tile them into register-blocked vector FMAs.
 
-After elementwise fusion (which did not enter the kernels: they were calls), every
-kernel function `etc-cpu-gemm-kernels` made is inlined and its contraction, tagged
-`etc.cpu.gemm_tile = array<i64: rows, kc>`, is tiled Goto-style by the
-transform script of `etc.targets.cpu.gemm`: batch, K blocks of kc, nr-wide column panels
-(the loop the threaded entry shares, `etc.thread_split`), mr-row blocks with the partial one
-peeled, single k steps; the mr x nr x 1 step is vectorized into mr broadcast-FMAs of nr-wide
-vectors with the accumulator hoisted out of the k loop. A failure is an error naming the pass.
+After `etc-cpu-gemm-regions` has defined every kernel with its init and epilogue, each is
+inlined and tiled by the transform script of `etc.targets.cpu.gemm`: the epilogue (tagged
+`<kernel>_epi`) is tiled into batch, nr-wide column panels (the loop the threaded entry
+shares, `etc.thread_split`) and mr-row blocks (the partial one peeled), with the contraction
+and the init fused into each tile; the contraction runs single k steps over the whole K,
+vectorized into mr broadcast-FMAs of nr-wide vectors with the accumulator hoisted into
+registers, then the epilogue is applied to the accumulator and the tile stored once.
+A failure is an error naming the pass.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch_mlir import ir
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu import gemm
 from etc.targets.cpu.passes._util import run_upstream, walk
-from etc.targets.cpu.passes.gemm_kernels import TILE_ATTR, TileOptions
+from etc.targets.cpu.passes.gemm_kernels import TileOptions
 
 
 @register_pass
@@ -31,27 +32,34 @@ class TileGemmKernels(Pass):
     def run(self, module_op) -> None:
         o = self.options
         cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc)
-        tags, rows, kcs = [], [], []
+        found: dict = {}  # kernel tag -> {"": rows, "_epi": True, "_init": True}
         for op in walk(module_op, ("linalg.generic",)):
-            if TILE_ATTR not in op.attributes:
-                continue
             names = [op.attributes[i].name for i in range(len(op.attributes))]
-            tag = next((name for name in names if name.startswith("etc.etc_gemm_")), None)
+            tag = next((n for n in names if n.startswith("etc.etc_gemm_")), None)
             if tag is None:
-                raise self.error(f"{self.name}: a kernel contraction without its tag", at=op)
-            r, kc = list(ir.DenseI64ArrayAttr(op.attributes[TILE_ATTR]))
-            del op.attributes[TILE_ATTR]
-            tags.append(tag)
-            rows.append(r)
-            kcs.append(kc)
-        if not tags:
+                continue
+            role = next((r for r in ("_epi", "_init") if tag.endswith(r)), "")
+            entry = found.setdefault(tag[:len(tag) - len(role)], {})
+            entry[role] = True
+            if not role:  # the contraction: rows of its tile layout, and K (A's last dimension)
+                entry["rows"] = ir.RankedTensorType(op.results[0].type).shape[1]
+                entry["K"] = ir.RankedTensorType(op.operands[0].type).shape[-1]
+        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e, gemm.k_block(e["K"], o.kc), e["K"])
+                   for tag, e in found.items()]
+        for op in walk(module_op, ("func.call",)):
+            if gemm.GEMM_ATTR in op.attributes:
+                raise self.error(f"{self.name}: a GEMM kernel call without its kernel (run etc-cpu-gemm-regions "
+                                 "first)", at=op)
+        if not kernels:
             return
         with module_op.context, ir.Location.unknown():
-            run_upstream(module_op, "builtin.module(inline, symbol-dce, canonicalize, cse)", "inlining GEMM kernels",
-                         self.error)
+            # No canonicalization before tiling: it would erase a kernel's identity epilogue,
+            # the root the script tiles (and fuses the contraction and its init into).
+            run_upstream(module_op, "builtin.module(inline{default-pipeline=}, symbol-dce)", "inlining GEMM kernels", self.error)
+            script = gemm.transform_script(kernels, cfg)
             try:
-                gemm._apply_script(module_op, gemm.transform_script(tags, cfg, rows, kcs))
+                gemm._apply_script(module_op, script)
             except Exception as e:  # noqa: BLE001 - the interpreter reports through a generic exception
                 raise self.error(f"{self.name}: tiling the GEMM kernels failed: {e}") from None
             run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)
-        self.count("kernels", len(tags))
+        self.count("kernels", len(kernels))

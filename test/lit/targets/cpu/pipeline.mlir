@@ -3,10 +3,10 @@
 // dialect. etc-opt runs it, or any prefix of it.
 // RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 | filecheck %s --check-prefix=PIPELINE
 // RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 --threads 2 | filecheck %s --check-prefix=THREADS
-// RUN: etc-opt %s --pass-pipeline='builtin.module(etc-cpu-gemm-kernels{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-fuse-elementwise, etc-cpu-tile-gemm-kernels{lanes=8 mr=6 nr=16 kc=256})' | filecheck %s --check-prefix=ROOTS
+// RUN: etc-opt %s --pass-pipeline='builtin.module(etc-cpu-gemm-kernels{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-fuse-elementwise, etc-cpu-gemm-regions{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-tile-gemm-kernels{lanes=8 mr=6 nr=16 kc=256})' | filecheck %s --check-prefix=ROOTS
 // RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 --run %s | filecheck %s
 
-// PIPELINE: builtin.module(etc-cpu-gemm-kernels{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-fuse-elementwise, etc-cpu-tile-gemm-kernels{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-window-kernels{lanes=8}, etc-cpu-expand-math, etc-cpu-prepack-constants, etc-cpu-default-loops, one-shot-bufferize{{.*}}, etc-cpu-distinct-results, buffer-results-to-out-params{{.*}}, canonicalize, cse, etc-cpu-forward-result-copies, etc-collapse-elementwise-dims, etc-cpu-plan-scratch{alignment=64}, etc-cpu-entry-abi, etc-cpu-copies-to-linalg, etc-cpu-drop-assertions, func.func(convert-linalg-to-loops), {{.*}}convert-vector-to-llvm{{.*}}convert-func-to-llvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1}
+// PIPELINE: builtin.module(etc-cpu-gemm-kernels{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-fuse-elementwise, etc-cpu-gemm-regions{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-tile-gemm-kernels{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-window-kernels{lanes=8}, etc-cpu-expand-math, etc-cpu-prepack-constants, etc-cpu-default-loops, one-shot-bufferize{{.*}}, etc-cpu-distinct-results, buffer-results-to-out-params{{.*}}, canonicalize, cse, etc-cpu-forward-result-copies, etc-collapse-elementwise-dims, etc-cpu-plan-scratch{alignment=64}, etc-cpu-entry-abi, etc-cpu-copies-to-linalg, etc-cpu-drop-assertions, func.func(convert-linalg-to-loops), {{.*}}convert-vector-to-llvm{{.*}}convert-func-to-llvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1}
 // THREADS: etc-cpu-drop-assertions, etc-cpu-split-threads, lower-affine
 
 // The norm in front of the head's contraction is NOT fused into it: the GEMM kernel is built

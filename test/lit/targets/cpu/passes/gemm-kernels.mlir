@@ -1,17 +1,15 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels | filecheck %s
 // RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels="lanes=1" | filecheck %s --check-prefix=SCALAR
 
-// A contraction becomes a call to its packed kernel (a private function fusion cannot enter):
-// B seen as 64-wide column panels, the contraction tagged with how to tile it (64 rows, the
-// whole K of 96 as one block); the decision on the module.
+// A contraction becomes a call to its kernel, a private declaration fusion cannot enter (the
+// kernel is defined by etc-cpu-gemm-regions); the call carries the contraction's geometry; the
+// decision is on the module.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm", where = "{{.*}}gemm-kernels.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
 // CHECK-LABEL: func.func @mm
 // CHECK-NOT: linalg.matmul
-// CHECK: %[[R:.*]] = call @[[KERNEL:etc_gemm_m[0-9]+]](%arg0, %arg1, %{{.*}})
+// CHECK: %[[R:.*]] = call @[[KERNEL:etc_gemm_m[0-9]+]](%arg0, %arg1, %{{.*}}) {etc.cpu.gemm = {K = 96 : i64, M = 64 : i64, N = 128 : i64, a_batched = false, b_batched = false, b_layout = "kn", batch = 1 : i64, transposed = false}}
 // CHECK: return %[[R]]
-// CHECK: func.func private @[[KERNEL]]
-// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2]] output_shape [96, 2, 64]
-// CHECK: linalg.generic {{.*}} attrs = {etc.cpu.gemm_tile = array<i64: 64, 96>, etc.etc_gemm_m{{[0-9]+}}}
+// CHECK: func.func private @[[KERNEL]](tensor<64x96xf32>, tensor<96x128xf32>, tensor<64x128xf32>) -> tensor<64x128xf32>
 // SCALAR: {kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no vector unit the GEMM kernel is written for"
 // SCALAR-NOT: vector.fma
 func.func @mm(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> tensor<64x128xf32> {
@@ -56,15 +54,13 @@ func.func @not_taken(%a: tensor<8x16xf32>, %b: tensor<16x16xf32>, %v: tensor<1x2
 
 // -----
 
-// A convolution becomes filter x im2col in the kernel; the kernel's own contraction (in the
-// private function added and inlined) is not a second decision.
+// A convolution becomes a kernel call too (filter x im2col, its geometry on the call); the
+// kernel's own contraction is not a second decision.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "convolution", op = "linalg.conv_2d_nchw_fchw", path = "gemm", where = "{{[^"]*}}"}]}
 // CHECK-LABEL: func.func @conv
 // CHECK-NOT: linalg.conv_2d_nchw_fchw
-// CHECK: call @etc_gemm_c
+// CHECK: call @etc_gemm_c{{[0-9]+}}(%arg1, %arg0, %{{.*}}) {etc.cpu.gemm = {K = 144 : i64, M = 32 : i64, N = 64 : i64, {{.*}}b_layout = "im2col", batch = 1 : i64, conv = {c = 16 : i64, {{.*}}kh = 3 : i64, kw = 3 : i64{{.*}}}, transposed = false}}
 // CHECK: func.func private @etc_gemm_c
-// CHECK: linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%arg1
-// CHECK: etc.cpu.gemm_tile = array<i64: 32, 144>
 func.func @conv(%x: tensor<1x16x10x10xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x8x8xf32> {
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<1x32x8x8xf32>

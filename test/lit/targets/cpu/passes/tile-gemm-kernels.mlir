@@ -1,19 +1,64 @@
-// RUN: etc-opt %s --etc-cpu-gemm-kernels --etc-cpu-tile-gemm-kernels | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels --etc-cpu-fuse-elementwise --etc-cpu-gemm-regions --etc-cpu-tile-gemm-kernels | filecheck %s
 
-// The kernel is inlined and tiled: column panels (the loop threads share), 6-row blocks (the
-// partial block of 4 rows peeled), one k step per iteration with the 6x64 accumulator carried
-// in registers as six 64-wide vector FMAs.
-// CHECK-LABEL: func.func @mm
+// One K block (96 <= 1.5 kc): each 6x64 tile starts from the broadcast bias in registers,
+// accumulates the whole K as six 64-wide vector FMAs per k step, takes its ReLU in registers and
+// is stored once. Column panels are the loop threads share; the partial row block (4 of 6) is
+// peeled.
+// CHECK-LABEL: func.func @one_block
 // CHECK-NOT: call @etc_gemm
+// CHECK: %[[BIAS:.*]] = tensor.expand_shape %arg2 {{\[\[}}0, 1]] output_shape [2, 64]
 // CHECK: scf.for
+// CHECK: scf.for
+// CHECK: vector.transfer_read %[[BIAS]]
 // CHECK: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
 // CHECK-COUNT-6: vector.fma {{.*}} : vector<64xf32>
+// CHECK: arith.maximumf {{.*}} : vector<6x64xf32>
+// CHECK: vector.transfer_write
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<4x64xf32>)
+// CHECK: arith.maximumf {{.*}} : vector<4x64xf32>
 // CHECK: } {etc.thread_split}
+// CHECK-NOT: linalg.generic {
 // CHECK-NOT: func.func private
-func.func @mm(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> tensor<64x128xf32> {
+#mn = affine_map<(m, n) -> (m, n)>
+#n = affine_map<(m, n) -> (n)>
+func.func @one_block(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>, %bias: tensor<128xf32>) -> tensor<64x128xf32> {
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<64x128xf32>
-  %c = linalg.fill ins(%z : f32) outs(%e : tensor<64x128xf32>) -> tensor<64x128xf32>
+  %c = linalg.broadcast ins(%bias : tensor<128xf32>) outs(%e : tensor<64x128xf32>) dimensions = [0]
   %r = linalg.matmul ins(%a, %b : tensor<64x96xf32>, tensor<96x128xf32>) outs(%c : tensor<64x128xf32>) -> tensor<64x128xf32>
-  return %r : tensor<64x128xf32>
+  %y = linalg.generic {indexing_maps = [#mn, #mn], iterator_types = ["parallel", "parallel"]} ins(%r : tensor<64x128xf32>) outs(%e : tensor<64x128xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %m = arith.maximumf %x, %z : f32
+    linalg.yield %m : f32
+  } -> tensor<64x128xf32>
+  return %y : tensor<64x128xf32>
+}
+
+// -----
+
+// K = 512 in blocks of 128 (the 128 x 64 block of B stays in L1 across the row blocks): per
+// column panel, the init is a row loop, the K blocks accumulate the panel's tiles in memory, and
+// the epilogue is a row loop over the panel after the last block.
+// CHECK-LABEL: func.func @k_blocks
+// CHECK: scf.for
+// CHECK: scf.for %{{.*}} = %c0 to %c48 step %c6
+// CHECK: scf.for %{{.*}} = %c0 to %c512 step %c128
+// CHECK: scf.for %{{.*}} = %c0 to %c48 step %c6
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
+// CHECK-COUNT-6: vector.fma {{.*}} : vector<64xf32>
+// CHECK: scf.for %{{.*}} = %c0 to %c48 step %c6
+// CHECK: arith.maximumf {{.*}} : vector<6x64xf32>
+// CHECK: } {etc.thread_split}
+// CHECK-NOT: linalg.generic {
+func.func @k_blocks(%a: tensor<48x512xf32>, %b: tensor<512x128xf32>) -> tensor<48x128xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<48x128xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<48x128xf32>) -> tensor<48x128xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<48x512xf32>, tensor<512x128xf32>) outs(%c : tensor<48x128xf32>) -> tensor<48x128xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%r : tensor<48x128xf32>) outs(%e : tensor<48x128xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %m = arith.maximumf %x, %z : f32
+    linalg.yield %m : f32
+  } -> tensor<48x128xf32>
+  return %y : tensor<48x128xf32>
 }
