@@ -49,7 +49,8 @@ class Isa:
     """The sizes the cpu pipeline's passes use on one kind of CPU (all f32 element counts).
 
     `gemm_mr` x `gemm_nr` is the register tile of the GEMM microkernel (nr a multiple of the lanes),
-    `gemm_kc` its K block (the kc x nr micro-panel of B stays in L1); `window_width` is how many
+    `gemm_kc` its K block: a tile accumulates up to 1.5 kc in registers, longer K is split into
+    blocks of about kc (the kc x nr block of B stays in L1); `window_width` is how many
     output columns one step of a depthwise/pooling kernel computes. `lanes == 1` means no SIMD
     unit worth tiling for: contractions and windows then run as plain loops (a decision the
     delegation report shows)."""
@@ -103,10 +104,31 @@ PRESETS = {
     "x86-64-v3": CpuTarget("x86_64-unknown-linux-gnu", "haswell", "+avx2,+fma,+f16c", "x86-64-v3"),
 }
 
+# What `cpu="generic"` compiles for: the oldest CPU of each architecture worth targeting, as an
+# explicit feature list so the blob records (in `required_features`) exactly what it needs and
+# runs on any CPU of that level. x86-64: the x86-64-v2 psABI level (SSE4.2, POPCNT; no AVX), every
+# x86-64 CPU since about 2009; aarch64: the armv8-a baseline (NEON and FP are mandatory). Other
+# architectures: the triple's own defaults, nothing extra. `features=` given too wins over this.
+GENERIC_BASELINES = {
+    "x86_64": ("x86-64-v2", "+64bit,+cmov,+cx8,+fxsr,+mmx,+sse,+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,"
+                            "+cx16,+sahf,+crc32"),
+    "aarch64": ("armv8-a", "+neon,+fp-armv8"),
+}
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def generic_baseline(arch: str) -> tuple[str, str]:
+    """(level name, LLVM feature string) that `cpu="generic"` means for `arch` (("", "") if none)."""
+    return GENERIC_BASELINES.get(_ARCH_ALIASES.get(arch, arch), ("", ""))
+
 
 def resolve_target(spec: "str | CpuTarget | None" = None, *, cpu: str | None = None,
                    features: str | None = None) -> CpuTarget:
-    """'host' (default), a preset name, a CpuTarget, or an LLVM triple (with optional cpu/features)."""
+    """'host' (default), a preset name, a CpuTarget, or an LLVM triple (with optional cpu/features).
+
+    `cpu="generic"` without `features` means the architecture's portable baseline
+    (`GENERIC_BASELINES`), not the spec's features: a host or preset target would otherwise keep
+    recording the compiling machine's features, and the blob would refuse older CPUs."""
     if isinstance(spec, CpuTarget):
         target = spec
     elif spec in (None, "", "host"):
@@ -115,6 +137,8 @@ def resolve_target(spec: "str | CpuTarget | None" = None, *, cpu: str | None = N
         target = PRESETS[spec]
     else:
         target = CpuTarget(triple=spec, cpu="generic", features="", name=spec)
+    if cpu == "generic" and features is None:
+        features = generic_baseline(target.arch)[1]
     if cpu is not None or features is not None:
         target = CpuTarget(target.triple, cpu or target.cpu, target.features if features is None else features,
                            target.name)

@@ -94,13 +94,24 @@ def check_host_compatible(metadata: dict) -> None:
             want_os.split(".")[0] not in host_os and host_os.split(".")[0] not in want_os:
         raise BackendError(f"cpu delegate was compiled for {metadata['triple']}; this process runs on {host} "
                            "(recompile with target='host' or a matching triple)")
-    missing = sorted(set(metadata.get("required_features", [])) - host_features())
+    have = host_features()
+    missing = sorted(set(metadata.get("required_features", [])) - have)
     if missing:
+        # What to suggest: cpu='generic' (the architecture's baseline) when this CPU has it; below
+        # the baseline, only the bare architecture (features='') runs here.
+        from etc.targets.cpu.isa import generic_baseline
+
+        level, baseline = generic_baseline(aliases.get(host_arch, host_arch))
+        below = sorted({f[1:] for f in baseline.split(",") if f.startswith("+")} - have)
+        portable = (f"for this architecture's bare baseline with CpuPartitioner(cpu='generic', features='') "
+                    f"(this CPU lacks {'+' + ', +'.join(below)} of the {level} level cpu='generic' targets)"
+                    if below else
+                    f"portably with CpuPartitioner(cpu='generic') (the {level or 'architecture'} baseline; "
+                    "CpuPartitioner(cpu='generic', features='') for the bare architecture)")
         raise BackendError(
             f"cpu delegate needs CPU feature(s) {', '.join('+' + m for m in missing)} that this CPU "
             f"({llvm.get_host_cpu_name()}) lacks; recompile on this machine (CpuPartitioner(), the host's "
-            "features), or for every CPU of its architecture with CpuPartitioner(cpu='generic', features='') "
-            "(cpu='generic' alone keeps the compiling machine's features)")
+            f"features), or {portable}")
 
 
 # What MCJIT's ELF linker aborts the process on (report_fatal_error or an assertion) rather than

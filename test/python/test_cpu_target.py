@@ -552,3 +552,75 @@ def test_elementwise_chains_with_broadcasts_match_torch(shape):
     with torch.no_grad():
         for g, want in zip(got, model(x)):
             np.testing.assert_allclose(g, want.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class ConvLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def test_generic_cpu_means_the_architecture_baseline():
+    """cpu='generic' recorded the compiling machine's features (issue 11): now the portable level
+    of the triple's architecture, whatever the spec's own features; explicit features still win."""
+    from etc.targets.cpu.isa import isa_for, resolve_target
+
+    x86 = resolve_target("x86-64-v3", cpu="generic")  # a preset with AVX2: generic drops it
+    assert {"sse4.2", "popcnt", "cx16"} <= set(x86.required_features)
+    assert not [f for f in x86.required_features if f.startswith(("avx", "fma", "f16c"))]
+    assert isa_for(x86).name == "scalar"  # the ISA table has no SSE row: plain loops, LLVM vectorizes
+    arm = resolve_target("aarch64", cpu="generic")  # the preset's cortex-a76 -> armv8-a
+    assert (arm.cpu, set(arm.required_features), isa_for(arm).name) == ("generic", {"neon", "fp-armv8"}, "neon")
+    assert resolve_target("riscv64-unknown-linux-gnu", cpu="generic").required_features == []
+    assert resolve_target("x86-64-v3", cpu="generic", features="").required_features == []
+    assert resolve_target("x86-64-v3", cpu="generic", features="+avx2,+fma").required_features == ["avx2", "fma"]
+    assert resolve_target("x86-64-v3").required_features == ["avx2", "fma", "f16c"]  # no cpu=: unchanged
+
+
+def test_generic_blob_needs_no_avx_and_matches_torch():
+    """A conv + linear model with CpuPartitioner(cpu='generic'): the blob asks for no AVX feature,
+    loads past the runtime's feature check and computes what eager torch does."""
+    pytest.importorskip("etc.runtime.backends")
+    import etc
+    from etc.runtime import Runtime
+    from etc.targets.cpu.isa import generic_baseline, resolve_target
+
+    torch.manual_seed(0)
+    model, x = ConvLinear().eval(), torch.randn(2, 3, 8, 8)
+    edge = etc.to_edge(torch.export.export(model, (x,))).to_backend(CpuPartitioner(cpu="generic"))
+    assert "0 op(s) on portable kernels" in edge.delegation_info()
+    (data,) = edge.program_ir.delegate_blobs
+    meta = cpu_blob.deserialize(data).metadata
+    host = resolve_target(None)
+    _, baseline = generic_baseline(host.arch)
+    assert meta["cpu"] == "generic" and meta["features"] == baseline
+    assert not [f for f in meta["required_features"] if f.startswith("avx")], meta["required_features"]
+    if host.arch == "x86_64":
+        assert {"sse4.2", "popcnt"} <= set(meta["required_features"])
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    (got,) = method.execute([x.numpy()])
+    with torch.no_grad():
+        assert rel_error(got, model(x).numpy()) <= 1e-4
+
+
+def test_missing_feature_error_suggests_generic_or_the_bare_architecture(host_blob, monkeypatch):
+    """The suggestion in the missing-feature error must produce a blob this CPU runs: cpu='generic'
+    when the CPU has its architecture's baseline, features='' when it is below it."""
+    from etc.targets.cpu import runtime as cpu_runtime
+    from etc.targets.cpu.isa import generic_baseline, resolve_target
+
+    level, baseline = generic_baseline(resolve_target(None).arch)
+    if not baseline:
+        pytest.skip("no baseline above the bare architecture on this host")
+    bad = _with_metadata(host_blob, required_features=["etc-nonexistent"])
+    with pytest.raises(BackendError, match=r"CpuPartitioner\(cpu='generic'\) \(the " + level):
+        CpuRuntimeBackend().init(bad, [])
+    dropped = baseline.split(",")[-1][1:]  # a CPU below the baseline: lacks one of its features
+    below = cpu_runtime.host_features() - {dropped}
+    monkeypatch.setattr(cpu_runtime, "host_features", lambda: below)
+    with pytest.raises(BackendError, match=r"features=''\) \(this CPU lacks \+" + dropped) as error:
+        CpuRuntimeBackend().init(bad, [])
+    assert "CpuPartitioner(cpu='generic') " not in str(error.value)
