@@ -624,3 +624,31 @@ def test_missing_feature_error_suggests_generic_or_the_bare_architecture(host_bl
     with pytest.raises(BackendError, match=r"features=''\) \(this CPU lacks \+" + dropped) as error:
         CpuRuntimeBackend().init(bad, [])
     assert "CpuPartitioner(cpu='generic') " not in str(error.value)
+
+
+class LinearNewGelu(torch.nn.Module):
+    """GPT-2's MLP: a Linear and the tanh GELU written with torch.pow(x, 3.0) (transformers'
+    NewGELUActivation): the power becomes the GEMM's vectorized epilogue."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 192)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return 0.5 * h * (1.0 + torch.tanh(0.7978845608028654 * (h + 0.044715 * torch.pow(h, 3.0))))
+
+
+def test_a_power_in_a_gemm_epilogue_is_vectorized_and_matches_torch():
+    """A constant integer power in an epilogue: LLVM's powi takes only a scalar exponent, so the
+    vectorized epilogue would not verify (GPT-2 failed to compile); it is expanded into products."""
+    torch.manual_seed(0)
+    model, x = LinearNewGelu().eval(), torch.randn(1, 24, 64)
+    program_ir, report = delegated(model, (x,))
+    lines = [line for ls in report.backend_lines.values() for line in ls]
+    assert any("epilogue -> fused" in line for line in lines), lines
+    fn = CompiledFunction(program_ir.delegate_blobs[0], {})
+    with torch.no_grad():
+        want = model(x)
+    assert rel_error(fn(x.numpy())[0], want.numpy()) <= 1e-5
+    fn.close()

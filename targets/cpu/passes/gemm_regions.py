@@ -75,6 +75,18 @@ def _body_ops(op) -> list:
     return found
 
 
+def _vectorizable(consumer) -> "str | None":
+    """Why the consumer's body cannot run on vectors, or None. (A power's integer exponent must
+    be a constant: etc-cpu-tile-gemm-kernels turns those into multiplications; LLVM's powi takes
+    only a scalar exponent.)"""
+    for inner in _body_ops(consumer):
+        if inner.name in ("math.fpowi", "math.ipowi"):
+            exponent = defining_op(inner.operands[1])
+            if exponent is None or exponent.name != "arith.constant":
+                return f"its body raises to a computed integer power ({inner.name})"
+    return None
+
+
 def _external_constants(consumer) -> "list | str":
     """The arith.constant ops outside `consumer` that its body reads, or why the body reads
     something else from outside."""
@@ -283,6 +295,9 @@ class GemmRegions(Pass):
                 return str(e)
             new_extras.append((v, extra))
             inputs.append(len(new_extras) - 1)
+        why = _vectorizable(consumer)
+        if why is not None:
+            return why
         constants = _external_constants(consumer)
         if isinstance(constants, str):
             return constants

@@ -54,8 +54,11 @@ class TileGemmKernels(Pass):
             return
         with module_op.context, ir.Location.unknown():
             # No canonicalization before tiling: it would erase a kernel's identity epilogue,
-            # the root the script tiles (and fuses the contraction and its init into).
-            run_upstream(module_op, "builtin.module(inline{default-pipeline=}, symbol-dce)", "inlining GEMM kernels", self.error)
+            # the root the script tiles (and fuses the contraction and its init into). A power
+            # with a constant integer exponent (GPT-2's GELU: x^3) becomes multiplications: the
+            # epilogue is vectorized, and LLVM's powi takes only a scalar exponent.
+            run_upstream(module_op, "builtin.module(inline{default-pipeline=}, symbol-dce, "
+                         "func.func(math-expand-ops{ops=fpowi}))", "inlining GEMM kernels", self.error)
             script = gemm.transform_script(kernels, cfg)
             try:
                 gemm._apply_script(module_op, script)

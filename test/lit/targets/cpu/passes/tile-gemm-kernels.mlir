@@ -62,3 +62,24 @@ func.func @k_blocks(%a: tensor<48x512xf32>, %b: tensor<512x128xf32>) -> tensor<4
   } -> tensor<48x128xf32>
   return %y : tensor<48x128xf32>
 }
+
+// -----
+
+// A constant integer power in the epilogue (GPT-2's GELU: x^3) becomes products before the
+// epilogue is vectorized (LLVM's powi takes only a scalar exponent).
+// CHECK-LABEL: func.func @power_epilogue
+// CHECK-NOT: math.fpowi
+// CHECK: arith.mulf {{.*}} : vector<6x64xf32>
+func.func @power_epilogue(%a: tensor<12x64xf32>, %b: tensor<64x64xf32>) -> tensor<12x64xf32> {
+  %z = arith.constant 0.0 : f32
+  %three = arith.constant 3 : i64
+  %e = tensor.empty() : tensor<12x64xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<12x64xf32>) -> tensor<12x64xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<12x64xf32>, tensor<64x64xf32>) outs(%c : tensor<12x64xf32>) -> tensor<12x64xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%r : tensor<12x64xf32>) outs(%e : tensor<12x64xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %p = math.fpowi %x, %three : f32, i64
+    linalg.yield %p : f32
+  } -> tensor<12x64xf32>
+  return %y : tensor<12x64xf32>
+}
