@@ -545,7 +545,8 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
     dims4 = "(b, i, jb, j)"
     extras = [f"%X{n}" for n in range(len(region.extras))]
     empty = t.fresh("e")
-    if k_block(g.K, region.kc) < g.K:
+    blocked = k_block(g.K, region.kc) < g.K
+    if blocked and region.body:
         # K in blocks: each column panel's accumulator lives in memory between the blocks. A
         # tensor.empty would fold into one panel-sized buffer allocated inside the panel loop,
         # which the threads sharing that loop would share; a whole-size buffer gives each
@@ -579,6 +580,10 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
         t.emit(f"}} -> {tile}")
     out = _mul_add_generic(t, "b, jb, i, j, k", (a_map, b_map, "(b, i, jb, j)"), (a, b, init),
                            (a_type, b_type, tile), tag)
+    if blocked and not region.body:
+        # K in blocks and nothing to finish: the blocks accumulate in the result itself (the init
+        # a pass of its own before them); an identity epilogue would copy every panel once more.
+        return out
     ins, types, maps = [], [], []
     for source in region.inputs:
         if source == "acc":

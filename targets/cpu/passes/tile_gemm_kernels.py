@@ -44,7 +44,9 @@ class TileGemmKernels(Pass):
             if not role:  # the contraction: rows of its tile layout, and K (A's last dimension)
                 entry["rows"] = ir.RankedTensorType(op.results[0].type).shape[1]
                 entry["K"] = ir.RankedTensorType(op.operands[0].type).shape[-1]
-        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e, gemm.k_block(e["K"], o.kc), e["K"])
+        # Without an epilogue the contraction is the root and its init stays a pass of its own
+        # (a destination cannot be fused into the loops that carry it).
+        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e, gemm.k_block(e["K"], o.kc), e["K"])
                    for tag, e in found.items()]
         for op in walk(module_op, ("func.call",)):
             if gemm.GEMM_ATTR in op.attributes:

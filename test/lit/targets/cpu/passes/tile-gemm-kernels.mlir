@@ -83,3 +83,23 @@ func.func @power_epilogue(%a: tensor<12x64xf32>, %b: tensor<64x64xf32>) -> tenso
   } -> tensor<12x64xf32>
   return %y : tensor<12x64xf32>
 }
+
+// -----
+
+// K in blocks and no consumer: the blocks accumulate in the result itself after a fill pass of
+// its own (no whole-size accumulator, no identity epilogue copying each panel).
+// CHECK-LABEL: func.func @k_blocks_plain
+// CHECK-NOT: bufferization.alloc_tensor
+// CHECK: linalg.yield %cst : f32
+// CHECK: scf.for %{{.*}} = %c0 to %c512 step %c128
+// CHECK: scf.for {{.*}} iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
+// CHECK: } {etc.thread_split}
+// CHECK-NEXT: tensor.collapse_shape
+// CHECK-NEXT: return
+func.func @k_blocks_plain(%a: tensor<48x512xf32>, %b: tensor<512x128xf32>) -> tensor<48x128xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<48x128xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<48x128xf32>) -> tensor<48x128xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<48x512xf32>, tensor<512x128xf32>) outs(%c : tensor<48x128xf32>) -> tensor<48x128xf32>
+  return %r : tensor<48x128xf32>
+}
