@@ -448,15 +448,6 @@ class Region:
     body: bool = True  # False: no epilogue (the tile is stored as accumulated)
     kc: int = 1 << 30  # the K block (`k_block`): K longer than 1.5 kc is split into blocks
 
-    @staticmethod
-    def plain(c_type) -> "Region":
-        """The kernel alone: the accumulator starts at C, no epilogue."""
-        rank = ir.RankedTensorType(c_type).rank
-        return Region(("copy", 0), [Extra(c_type, list(range(rank)))], ["acc"], ["f32", "f32"], body=False)
-
-
-_TILE_DIMS = ("b", "i", "jb", "j")
-
 
 def _plan_extra(extra: Extra, lay: Layout) -> tuple:
     """(reassociation collapsing the extra to one dimension per group it runs along, those groups
