@@ -1,5 +1,5 @@
 """`executorch.runtime` parity: a script written for ExecuTorch's Python runtime runs on etc's by
-changing its import, and does the same on both (test/data/executorch_runtime_script.py)."""
+changing its import, and does the same on both (test/data/interop_executorch_runtime_script.py)."""
 
 import os
 import runpy
@@ -10,7 +10,7 @@ import torch
 
 import etc
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "data", "executorch_runtime_script.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "data", "interop_executorch_runtime_script.py")
 
 
 class LinearReluAdd(torch.nn.Module):
