@@ -1,0 +1,68 @@
+"""tools/bench_llm.py without its bench-only dependencies: a tiny Llama measured in-process on etc
+(dynamic and static exports) and torch, each backend's logits checked against eager; the table
+renders what the child reports. `make bench` measures the real sizes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from etc.tools import bench_llm
+
+
+def test_imports_without_bench_only_dependencies():
+    code = ("import sys, etc.tools.bench_llm; "
+            "print(sorted(m for m in ('executorch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def _tiny_llama():
+    import torch
+
+    from etc.llm.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    return Llama(LlamaConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=2, hidden_dim=64,
+                             max_context_len=bench_llm.MAX_CONTEXT_LEN)).eval()
+
+
+def test_measure_reports_every_phase_and_matches_eager(monkeypatch, capsys):
+    monkeypatch.setitem(bench_llm.MODELS, "tiny", bench_llm.Model("tiny", "a tiny Llama", _tiny_llama))
+    bench_llm.measure("tiny", runs=1, decode_tokens=2, backends={"etc", "torch", "etc_static"}, budget_s=0.0)
+    row = {}
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("{"):
+            row.update(json.loads(line))
+    assert row["stage"] == "done", row
+    assert not [k for k in row if k.endswith("_error")], row
+    for key in ("etc", "torch"):
+        for kind in ("prefill32", "prefill128", "decode"):
+            assert row[f"{key}_{kind}_tps"] > 0
+    assert row["etc_static_decode_tps"] > 0 and "etc_static_prefill32_tps" not in row
+    assert row["etc_maxdiff"] < 1e-4 * max(1.0, row["ref_max"])
+    assert row["etc_static_maxdiff"] < 1e-4 * max(1.0, row["ref_max"])
+    assert row["etc_static_portable_ops"] == 0  # a static length: the whole decoder in one cpu delegate
+    table = bench_llm.render([{**row, "name": "tiny"}], decode_tokens=2)
+    assert "| tiny | decode | " in table and "| tiny | decode, static 1-token export | " in table
+
+
+def test_measure_isolated_names_the_backend_that_crashed(monkeypatch):
+    calls = []
+
+    def fake_child(name, runs, decode_tokens, backends, timeout_s):
+        calls.append(list(backends))
+        if "xnnpack" in backends:
+            return {"name": name, "stage": "xnnpack compile", "torch_decode_tps": 1.0}, "crashed (signal 11)"
+        return {"name": name, "stage": "done", "torch_decode_tps": 2.0}, None
+
+    monkeypatch.setattr(bench_llm, "_child", fake_child)
+    row = bench_llm.measure_isolated("m", 1, 1, 1.0)
+    assert calls == [list(bench_llm.BACKENDS), [b for b in bench_llm.BACKENDS if b != "xnnpack"]]
+    assert row["xnnpack_error"] == "crashed (signal 11)" and row["torch_decode_tps"] == 2.0
+
+
+def test_decode_tokens_must_fit_the_cache():
+    with pytest.raises(SystemExit):
+        bench_llm.main(["--decode-tokens", str(bench_llm.MAX_CONTEXT_LEN)])
