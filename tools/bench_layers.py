@@ -78,6 +78,33 @@ class ResNetConv(nn.Module):
         return torch.relu(self.bn(self.conv(x)) + x)
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block as `transformers` builds it: 1x1 expand + BN + ReLU6, TensorFlow
+    "SAME" padding as an explicit F.pad, depthwise 3x3 + BN + ReLU6, 1x1 project + BN, and the
+    residual add at stride 1. The depthwise op between two GEMMs with a pad in front is what the
+    single-op layers above do not show: whether its neighbours leave it its tuned path."""
+
+    def __init__(self, cin, cout, stride, expand=6):
+        super().__init__()
+        mid = cin * expand
+        self.stride = stride
+        self.expand = ConvBnAct(cin, mid, 1, 1)
+        self.dw = nn.Conv2d(mid, mid, 3, stride, 0, groups=mid, bias=False)
+        self.dw_bn = nn.BatchNorm2d(mid)
+        self.project = nn.Conv2d(mid, cout, 1, bias=False)
+        self.project_bn = nn.BatchNorm2d(cout)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.expand(x)
+        h = y.shape[-1]
+        pad = max(3 - (self.stride if h % self.stride == 0 else h % self.stride), 0)  # TF "SAME"
+        y = F.pad(y, (pad // 2, pad - pad // 2, pad // 2, pad - pad // 2))
+        y = F.relu6(self.dw_bn(self.dw(y)))
+        y = self.project_bn(self.project(y))
+        return x + y if self.residual else y
+
+
 class ConvNeXtBlock(nn.Module):
     """ConvNeXt: depthwise 7x7 -> permute to channels-last -> LayerNorm -> Linear x4 -> GELU."""
 
@@ -212,6 +239,14 @@ def _layers() -> list[Layer]:
     add("dw3x3s1_960c7", "MobileNetV2: dw 3x3/1 960ch@7 + BN + ReLU6",
         lambda: ConvBnAct(960, 960, 3, 1, groups=960), _f32(1, 960, 7, 7),
         flops=_conv_flops(960, 960, 3, 7, 7, 960))
+    add("mbv2_block_s2_24c56", "MobileNetV2 block 2 (transformers): 1x1 24->144, pad, dw 3x3/2, 1x1 144->32",
+        lambda: InvertedResidual(24, 32, 2), _f32(1, 24, 56, 56),
+        flops=_conv_flops(24, 144, 1, 56, 56) + _conv_flops(144, 144, 3, 28, 28, 144)
+        + _conv_flops(144, 32, 1, 28, 28))
+    add("mbv2_block_res_64c14", "MobileNetV2 block 7 (transformers): 1x1 64->384, pad, dw 3x3, 1x1 384->64, + x",
+        lambda: InvertedResidual(64, 64, 1), _f32(1, 64, 14, 14),
+        flops=_conv_flops(64, 384, 1, 14, 14) + _conv_flops(384, 384, 3, 14, 14, 384)
+        + _conv_flops(384, 64, 1, 14, 14))
     # dense convolutions
     add("pw1x1_24to144c56", "MobileNetV2 expansion: 1x1 24->144 @56 + BN + ReLU6",
         lambda: ConvBnAct(24, 144, 1, 1), _f32(1, 24, 56, 56),

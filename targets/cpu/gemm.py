@@ -825,10 +825,12 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
         # gives each thread a chunk of them (parallel.py).
         emit(f"transform.annotate {panel} \"{THREAD_SPLIT}\" : {_ANY}")
         panels.append(panel)
-    emit(f"transform.apply_patterns to %f {{ transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices }} "
-         f": {_ANY}")
     for n, (tag, rows, epilogue, init, kc, K) in enumerate(kernels):
         panel = panels[n]
+        # Unit dimensions folded inside this panel loop only: the rest of the function (a
+        # depthwise convolution's tensor.pad, its consumers) stays as the next passes match it.
+        emit(f"transform.apply_patterns to {panel} {{ transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices }} "
+             f": {_ANY}")
         # Unit dimensions folded: find the ops again in the panel loop (exactly the contraction,
         # its init and its epilogue were fused into it) and tag them.
         emit(f"%all{n} = transform.structured.match ops{{[{vector_ops}]}} in {panel} : ({_ANY}) -> {_ANY}",

@@ -160,8 +160,9 @@ def test_real_ir_form():
     assert "linalg.depthwise_conv_2d_nchw_chw" in text
     out = run_window_pass(text)
     assert "= linalg.depthwise_conv_2d_nchw_chw" not in out
-    assert "linalg.generic" not in out and "linalg.broadcast" not in out
-    assert "tensor.pad" not in out  # the kernel reads the unpadded input
+    assert "= linalg.generic" not in out and "= linalg.broadcast" not in out  # (decisions name them)
+    assert out.count("path = \"fused\"") == 3  # the padding and both ReLU6 generics
+    assert "= tensor.pad" not in out  # the kernel reads the unpadded input
     assert "2 consumer(s) fused" in out
 
 

@@ -31,7 +31,10 @@ output's `tensor.empty`. The channel loop carries `etc.thread_split` (channels a
 
 Every window op the pass sees is a decision: `etc.cpu.path = "window"` on the outer loop of a
 kernel it built (with `etc.cpu.window` describing it), `"loops: <reason>"` on an op it left
-alone, and the same in the module's `etc.cpu.decisions` (targets/cpu/decisions.py). Not taken:
+alone, and the same in the module's `etc.cpu.decisions` (targets/cpu/decisions.py). So are the
+input's `tensor.pad` (`padding -> fused`, or `copy` with the reason) and a single elementwise
+consumer (`epilogue -> fused`, or `second-pass` with the reason): both cost a pass over the
+activation when they stay outside the kernel. Not taken:
 NHWC and 1-D/3-D window ops, min pooling, channel multipliers (not a depthwise_conv_2d_nchw_chw),
 dynamic shapes, other element types, column strides above `max-stride`.
 """
@@ -174,6 +177,8 @@ class Window:
     pw: int = 0
     pad_op: object = None
     chain: list = field(default_factory=list)  # fused elementwise consumers, in order
+    # (op, kind, path, reason) about its padding and consumers, recorded once the kernel is built
+    decisions: list = field(default_factory=list)
     operands: list = field(default_factory=list)  # Operand list (function arguments after x, w, init)
 
 
@@ -218,28 +223,70 @@ def _body_values(block) -> list:
     return values
 
 
+VIEWS = ("tensor.extract_slice", "tensor.insert_slice", "tensor.collapse_shape", "tensor.expand_shape")
+
+
+def _behind_views(value, name: str):
+    """(op, view op name) when `value` is an op `name` seen through a chain of reshapes and
+    slices (which hide it from the pattern that would fold it), else None."""
+    owner, via = _owner(value), None
+    while owner is not None and owner.name in VIEWS:
+        via = via or owner.name
+        owner = _owner(owner.operands[0])
+    return (owner, via) if owner is not None and owner.name == name and via else None
+
+
+def _ahead_of_views(value, name: str):
+    """(op, view op name) when `value`'s single user, seen through single-use reshapes and
+    slices, is an op `name`, else None."""
+    via = None
+    while True:
+        uses = _uses(value)
+        if len(uses) != 1:
+            return None
+        user, number = uses[0]
+        if user.name in VIEWS and number == 0:
+            via = via or user.name
+            value = user.results[0]
+            continue
+        return (user, via) if user.name == name and via else None
+
+
+class NotFused(Exception):
+    """Why the elementwise consumer of a window op stays a pass of its own (a decision's reason)."""
+
+
 def _fusable_consumer(value, shape, block_of_root):
-    """The elementwise `linalg.generic` that is `value`'s only user, with its extra operands, or
-    None. It must be all-parallel over the output's 4 dims, read `value` once with the identity
-    map, not read its outs argument, and have a body of arith/math ops on scalars."""
+    """The elementwise `linalg.generic` that is `value`'s only user, with its extra operands;
+    None when `value` has no such candidate (several users, or a user that is not a generic);
+    NotFused with the reason when the candidate cannot be applied before the store. It must be
+    all-parallel over the output's 4 dims, read `value` once with the identity map, not read its
+    outs argument, and have a body of arith/math ops on scalars."""
     ir = _ir()
     uses = _uses(value)
     if len(uses) != 1:
         return None
     user, number = uses[0]
-    if user.name != "linalg.generic" or len(user.results) != 1 or not _all_parallel(user, 4):
+    if user.name != "linalg.generic" or len(user.results) != 1:
         return None
+    iterators = [str(a) for a in ir.ArrayAttr(user.attributes["iterator_types"])]
+    if any("reduction" in it for it in iterators):
+        return None  # a reduction (a global pool): an op of its own, with its own decision
+    if not _all_parallel(user, 4):
+        raise NotFused(f"elementwise over {len(iterators)} dims, not the output's 4")
     if user.operation.block != block_of_root:
-        return None
+        raise NotFused("in another block than the window op")
     n_in = len(user.operands) - 1
-    if number >= n_in or _static_f32(user.results[0]) != shape:
-        return None
+    if number >= n_in:
+        raise NotFused("reads the window's result as its destination")
+    if _static_f32(user.results[0]) != shape:
+        raise NotFused("its result is not the window's static f32 shape")
     maps = _maps(user)
     if _map_dims(maps[-1]) != [0, 1, 2, 3] or _map_dims(maps[number]) != [0, 1, 2, 3]:
-        return None
+        raise NotFused("reads or writes the window's result through a permutation or broadcast")
     block = user.regions[0].blocks[0]
     if len(list(block.arguments[n_in].uses)) != 0:
-        return None
+        raise NotFused("reads its destination")
     extras = {}
     for i in range(n_in):
         if i == number:
@@ -247,9 +294,9 @@ def _fusable_consumer(value, shape, block_of_root):
         operand, dims = user.operands[i], _map_dims(maps[i])
         t = operand.type
         if not isinstance(t, ir.RankedTensorType) or not isinstance(t.element_type, ir.F32Type) or dims is None:
-            return None
+            raise NotFused(f"operand {i} is not an f32 tensor read by a projection")
         if operand == value:
-            return None
+            raise NotFused("reads the window's result twice")
         if dims == [0, 1, 2, 3] and _static_f32(operand) == shape:
             extras[i] = Operand("full", operand)
         elif dims == [1] and _static_f32(operand) == [shape[1]]:
@@ -257,17 +304,17 @@ def _fusable_consumer(value, shape, block_of_root):
         elif dims == [] and list(t.shape) == []:
             extras[i] = Operand("rank0", operand)
         else:
-            return None
+            raise NotFused(f"operand {i} is neither the output's shape, per channel, nor a scalar tensor")
     body = list(block.operations)
     if len(body[-1].operands) != 1 or not isinstance(body[-1].operands[0].type, ir.F32Type):
-        return None
+        raise NotFused("does not yield one f32")
     for inner in body[:-1]:
         name = inner.operation.name
         if not name.startswith(ELEMENTWISE_DIALECTS) or len(inner.regions) or len(inner.results) != 1:
-            return None
+            raise NotFused(f"its body has {name}, not scalar arith/math")
         for v in list(inner.operands) + list(inner.results):
             if not (isinstance(v.type, ir.FloatType) or isinstance(v.type, ir.IntegerType)):
-                return None
+                raise NotFused(f"its body computes on {v.type}, not scalars")
     inside = _body_values(block)
     for inner in body:
         for v in inner.operands:
@@ -747,11 +794,11 @@ def _f32(value: float) -> str:
 # ------------------------------------------------------------------ the pass
 
 
-def _record(op, path: str, reason: str = "") -> None:
+def _record(op, path: str, reason: str = "", kind: str = "window") -> None:
     """The decision in the module's `etc.cpu.decisions`, where the cpu pipeline keeps them."""
     from etc.targets.cpu import decisions
 
-    decisions.record(op, "window", path, reason)
+    decisions.record(op, kind, path, reason)
 
 
 def _global_pool_source(op, kind: str):
@@ -874,6 +921,8 @@ class WindowKernels(Pass):
                 self.count("not taken")
                 continue
             _record(window_op, "window")
+            for about, kind, path, reason in win.decisions:
+                _record(about, path, reason, kind)
             try:
                 self.rewrite(win, text)
             except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
@@ -954,35 +1003,63 @@ class WindowKernels(Pass):
     def fold_padding(win: Window) -> None:
         """Read the source of a `tensor.pad` (spatial, static, padding with the reduction's
         identity: 0 for sums and convolutions, -inf for max) instead of a padded copy: taps on
-        padding rows are skipped, loads across a row's ends are masked or shifted in registers."""
-        ir = _ir()
+        padding rows are skipped, loads across a row's ends are masked or shifted in registers.
+        A pad it cannot fold is a decision (`padding -> copy` with the reason): the copy costs a
+        pass over the activation, as much as the window op itself."""
         pad = _owner(win.x)
-        if pad is None or pad.name != "tensor.pad" or len(pad.operands) != 1:
+        if pad is None or pad.name != "tensor.pad":
+            hidden = _behind_views(win.x, "tensor.pad")
+            if hidden is not None:
+                win.decisions.append((hidden[0], "padding", "copy", f"reaches the window through {hidden[1]}"))
             return
-        low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
-        high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
-        if len(low) != 4 or low[:2] != [0, 0] or high[:2] != [0, 0] or min(low + high) < 0:
-            return
-        yielded = list(pad.regions[0].blocks[0].operations)[-1].operands
-        value = _float_constant(yielded[0]) if len(yielded) == 1 else None
-        identity = IDENTITY[win.kind]
-        if value is None or value != identity:
+        reason = WindowKernels._unfoldable_padding(win, pad)
+        if reason:
+            win.decisions.append((pad, "padding", "copy", reason))
             return
         source = _static_f32(pad.operands[0])
-        if source is None:
-            return
+        low = list(_ir().DenseI64ArrayAttr(pad.attributes["static_low"]))
         win.x, win.pad_op = pad.operands[0], pad
         win.h, win.wd = source[2], source[3]
         win.ph, win.pw = low[2], low[3]
+        win.decisions.append((pad, "padding", "fused", ""))
+
+    @staticmethod
+    def _unfoldable_padding(win: Window, pad) -> str:
+        """Why the window kernel cannot read `pad`'s source instead of it ('' when it can)."""
+        ir = _ir()
+        if len(pad.operands) != 1:
+            return "dynamic padding amounts"
+        low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
+        high = list(ir.DenseI64ArrayAttr(pad.attributes["static_high"]))
+        if len(low) != 4 or low[:2] != [0, 0] or high[:2] != [0, 0] or min(low + high) < 0:
+            return f"pads {low} low, {high} high: not only the spatial dims, or negative"
+        yielded = list(pad.regions[0].blocks[0].operations)[-1].operands
+        value = _float_constant(yielded[0]) if len(yielded) == 1 else None
+        if value is None:
+            return "the padding value is not a constant"
+        if value != IDENTITY[win.kind]:
+            return f"pads with {value}, not the {win.kind} window's identity {IDENTITY[win.kind]}"
+        if _static_f32(pad.operands[0]) is None:
+            return "the padded tensor is not static f32"
+        return ""
 
     def fuse_chain(self, win: Window, shape: list) -> None:
         value = win.op.results[0]
         block = win.op.operation.block
         index = {}
         while True:
-            found = _fusable_consumer(value, shape, block)
-            if found is None:
+            try:
+                found = _fusable_consumer(value, shape, block)
+            except NotFused as reason:
+                win.decisions.append((_uses(value)[0][0], "epilogue", "second-pass", str(reason)))
                 break
+            if found is None:
+                hidden = _ahead_of_views(value, "linalg.generic")
+                if hidden is not None:
+                    win.decisions.append((hidden[0], "epilogue", "second-pass",
+                                          f"reads the window's result through {hidden[1]}"))
+                break
+            win.decisions.append((found[0], "epilogue", "fused", ""))
             user, number, extras = found
             for key, operand in extras.items():
                 ident = (operand.kind, operand.value)

@@ -10,6 +10,8 @@
 // the pad value in front. The 56-wide row is a static first block, a loop over the next two,
 // and an 8-wide last block, all reads inside the row (nothing masked).
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "window", op = "linalg.depthwise_conv_2d_nchw_chw", path = "window"
+// CHECK-SAME: {kind = "padding", op = "tensor.pad", path = "fused"
+// CHECK-SAME: {kind = "epilogue", op = "linalg.generic", path = "fused"
 // CHECK-LABEL: func.func @dw3x3s2_relu6
 // CHECK-NOT: tensor.pad
 // CHECK-NOT: linalg.broadcast
@@ -148,6 +150,37 @@ func.func @two_users(%x: tensor<1x4x8x8xf32>, %w: tensor<4x3x3xf32>, %init: tens
     linalg.yield %3 : f32
   } -> tensor<1x4x6x6xf32>
   return %1, %2 : tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>
+}
+
+// -----
+
+// A pad the kernel cannot read through (padding with 1.0, not the convolution's 0) and a
+// consumer it cannot apply in registers (a per-row bias: neither per channel nor the output's
+// shape) stay passes of their own, each a decision with its reason: nothing is dropped silently.
+// CHECK: etc.cpu.decisions = [{kind = "window", op = "linalg.depthwise_conv_2d_nchw_chw", path = "window"
+// CHECK-SAME: {kind = "padding", op = "tensor.pad", path = "copy", reason = "pads with 1.0, not the dw window's identity 0.0"
+// CHECK-SAME: {kind = "epilogue", op = "linalg.generic", path = "second-pass", reason = "operand 1 is neither the output's shape, per channel, nor a scalar tensor"
+// CHECK-LABEL: func.func @pad_one_row_bias
+// CHECK: tensor.pad
+// CHECK: etc.cpu.window = "depthwise 3x3 stride 1x1 on 1x4x10x10 -> 8x8"
+// CHECK: linalg.generic
+// CHECK: arith.addf
+func.func @pad_one_row_bias(%x: tensor<1x4x8x8xf32>, %w: tensor<4x3x3xf32>, %row: tensor<8xf32>) -> tensor<1x4x8x8xf32> {
+  %one = arith.constant 1.0 : f32
+  %zero = arith.constant 0.0 : f32
+  %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+    tensor.yield %one : f32
+  } : tensor<1x4x8x8xf32> to tensor<1x4x10x10xf32>
+  %e = tensor.empty() : tensor<1x4x8x8xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %1 = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%p, %w : tensor<1x4x10x10xf32>, tensor<4x3x3xf32>) outs(%init : tensor<1x4x8x8xf32>) -> tensor<1x4x8x8xf32>
+  %2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1, %row : tensor<1x4x8x8xf32>, tensor<8xf32>) outs(%e : tensor<1x4x8x8xf32>) {
+  ^bb0(%in: f32, %b: f32, %out: f32):
+    %3 = arith.addf %in, %b : f32
+    linalg.yield %3 : f32
+  } -> tensor<1x4x8x8xf32>
+  return %2 : tensor<1x4x8x8xf32>
 }
 
 // -----
