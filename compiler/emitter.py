@@ -24,6 +24,7 @@ import numpy as np
 
 
 from etc.errors import LoweringError
+from etc.passes.in_place_state import in_place_symbols
 
 # Core ATen view ops have no out variant; ExecuTorch's edge dialect runs their
 # `_copy` counterparts. When the memory planner placed the result on the input's
@@ -392,8 +393,11 @@ class _MethodEmitter:
         values = decode_op(op)
         schema = kernel_schema(kernel)
         results = list(op.results)
-        # Results first: an out argument names its storage.
-        result_indices = [self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(results)]
+        # Results first: an out argument names its storage (a mutable buffer's own, for a result
+        # etc-in-place-state marked: the kernel updates the buffer, which its store then skips).
+        in_place = in_place_symbols(op)
+        result_indices = [self._state_result(in_place[n], r, op) if in_place[n] else
+                          self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(results)]
         args, out_args = [], []
         out_position = 0
         for a, type_text in zip(schema.arguments, kernel_argument_types(kernel)):
@@ -450,6 +454,12 @@ class _MethodEmitter:
             self.state_values[symbol] = index
         return self.state_values[symbol]
 
+    def _state_result(self, symbol: str, value, op) -> int:
+        """A result that is buffer `symbol`'s new value, computed in the buffer's own storage."""
+        index = self._state(symbol, value, op)
+        self.index[value] = index
+        return index
+
     def load_state(self, op) -> None:
         from torch_mlir import ir
 
@@ -470,6 +480,8 @@ class _MethodEmitter:
         if value not in self.index:
             raise LoweringError("the value stored into a buffer is not defined by an emitted value",
                                 location=_where(op))
+        if self.index[value] == buffer:  # computed in the buffer's storage (etc-in-place-state): nothing to copy
+            return
         args = [buffer, self.index[value], self.scalar(False), buffer, buffer]
         self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args), op)
 

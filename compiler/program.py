@@ -256,7 +256,10 @@ class EdgeProgram:
         from etc.compiler.emitter import emit_program
         from etc.passes.memory_planning import plan_memory
 
+        from etc.passes.in_place_state import mark_in_place_state
+
         config = config or ExecutorchBackendConfig()
+        mark_in_place_state(self.module)  # buffer updates (KV caches) written in the buffer, not copied back
         report = plan_memory(
             self.module,
             algorithm=config.memory_planning_algorithm,

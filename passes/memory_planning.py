@@ -6,7 +6,8 @@ The last pass before emission. For each public `func.func` (one per method) it
    i + 1; a value lives from its definition to its last use; a returned value
    lives to the end;
 2. decides what is planned: tensor op results, except values loaded from
-   `ml_program` globals (they live in the constant segment) and, unless
+   `ml_program` globals (they live in the constant segment or the state arena), results
+   `etc-in-place-state` writes into a mutable buffer's storage, and, unless
    `alloc_graph_output`, returned values (their memory is supplied at execute);
    function arguments only with `alloc_graph_input` (ExecuTorch's default is
    that inputs are supplied at execute);
@@ -65,6 +66,15 @@ ALIAS_OPS: dict[str, int] = {
 UNPLANNED_PRODUCERS = frozenset({"ml_program.global_load_const", "ml_program.global_load"})
 
 DEFAULT_MEM_ID = 1
+
+
+def _in_place_results(op) -> set:
+    """Indices of op's results that etc-in-place-state gave a mutable buffer's storage (unplanned)."""
+    if "etc.in_place_state" not in op.attributes:
+        return set()
+    from etc.passes.in_place_state import in_place_symbols
+
+    return {n for n, symbol in enumerate(in_place_symbols(op)) if symbol is not None}
 
 
 @dataclass
@@ -311,9 +321,10 @@ class _MethodAnalysis:
         for step, op in enumerate(self.ops, start=1):
             if op.name in UNPLANNED_PRODUCERS:
                 continue
+            in_place = _in_place_results(op)
             for index, result in enumerate(op.results):
-                if not self._is_tensor(result):
-                    continue
+                if not self._is_tensor(result) or index in in_place:
+                    continue  # (a result written into a mutable buffer's own storage: etc-in-place-state)
                 is_output = result in returned
                 if is_output and not alloc_graph_output and op.name != "scf.while":
                     continue  # (a loop's carries always need storage: the loop copies into them)

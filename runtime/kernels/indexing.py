@@ -61,14 +61,16 @@ def index_put_impl_out(self, indices, values, accumulate=False, unsafe=False, ou
 @kernel("aten::index_put.out")
 def index_put_out(self, indices, values, accumulate=False, out=None):
     key = _index_tuple(self, list(indices), "index_put")
-    res = self.copy()
     vals = to_dtype(values, self.dtype)
+    # out = self, then the new rows into out. When out already is self's storage (a buffer updated
+    # in place, see passes/in_place_state.py) write_out copies nothing. `values` never shares out's
+    # storage: the planner gives a result memory no live operand uses.
+    res = write_out(out, self)
     if accumulate:
-        target_shape = res[key].shape
-        np.add.at(res, key, np.broadcast_to(vals, target_shape))
+        np.add.at(res, key, np.broadcast_to(vals, res[key].shape))
     else:
         res[key] = vals
-    return write_out(out, res)
+    return res
 
 
 @kernel("aten::index_select.out")

@@ -1,0 +1,108 @@
+"""etc-in-place-state end to end: a buffer updated with index_copy_ (a KV cache) is written in its
+own storage (no whole-buffer copy back, no planned copy of it), and every call still computes what
+eager does, on etc's runtime and on stock ExecuTorch; where the old value is still needed, the
+update keeps its copy."""
+
+import numpy as np
+import pytest
+import torch
+
+import etc
+from etc.runtime import Runtime
+from etc.runtime.kernels.indexing import index_put_out
+from etc.schema import program as S
+
+
+class Cache(torch.nn.Module):
+    """A tiny decoder-like state: rows written at `pos`, then the whole cache read."""
+
+    def __init__(self, keep_old: bool = False):
+        super().__init__()
+        self.keep_old = keep_old
+        self.register_buffer("cache", torch.zeros(16, 4))
+
+    def forward(self, x, pos):
+        old = self.cache.clone() if self.keep_old else None
+        self.cache.index_copy_(0, pos, x * 2.0)
+        out = self.cache.sum(0, keepdim=True) + x.sum(0, keepdim=True)
+        return out - old.sum(0, keepdim=True) if self.keep_old else out
+
+
+def _program(module):
+    length = torch.export.Dim("length", min=1, max=8)
+    ep = torch.export.export(module, (torch.randn(2, 4), torch.arange(2)),
+                             dynamic_shapes=({0: length}, {0: length}))
+    return etc.to_edge(ep).to_executorch()
+
+
+def _calls():
+    torch.manual_seed(0)
+    steps, position = [], 0
+    for length in (5, 1, 1, 3, 1):
+        steps.append((torch.randn(length, 4), torch.arange(position, position + length)))
+        position += length
+    return steps
+
+
+def _kernel_calls(program):
+    plan = program.pte.program.execution_plan[0]
+    names = [f"{op.name}.{op.overload}" for op in plan.operators]
+    return plan, [(names[i.instr_args.op_index], i.instr_args.args) for i in plan.chains[0].instructions
+                  if isinstance(i.instr_args, S.KernelCall)]
+
+
+@pytest.mark.parametrize("keep_old", [False, True])
+def test_buffer_update_matches_eager_call_after_call(keep_old):
+    module = Cache(keep_old)
+    program = _program(Cache(keep_old))
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    for x, pos in _calls():
+        with torch.no_grad():
+            want = module(x, pos)
+        np.testing.assert_allclose(method.execute([x.numpy(), pos.numpy()])[0], want.numpy(), rtol=1e-6)
+
+
+def test_update_writes_the_buffer_itself():
+    program = _program(Cache())
+    plan, calls = _kernel_calls(program)
+    assert [name for name, _ in calls if name == "aten::copy.out"] == []  # no copy back into the buffer
+    (args,) = [args for name, args in calls if name == "aten::index_put.out"]
+    self_index, out_index = args[0], args[-2]
+    assert self_index == out_index
+    state = plan.values[self_index].val
+    assert state.data_buffer_idx > 0  # the mutable buffer itself (initialised from the mutable data)
+    # ... and no planned tensor of the buffer's size is left for a copy of it.
+    planned = [v.val for v in plan.values if isinstance(v.val, S.Tensor) and v.val.allocation_info is not None
+               and v.val.data_buffer_idx == 0 and list(v.val.sizes) == [16, 4]]
+    assert planned == []
+
+
+def test_old_value_still_read_keeps_the_copy():
+    _, calls = _kernel_calls(_program(Cache(keep_old=True)))
+    (args,) = [args for name, args in calls if name == "aten::index_put.out"]
+    assert args[0] != args[-2]
+    assert any(name == "aten::copy.out" for name, _ in calls)
+
+
+def test_index_put_kernel_with_out_as_self():
+    cache = np.arange(12, dtype=np.float32).reshape(4, 3)
+    expected = cache.copy()
+    expected[[1, 3]] = [[-1, -2, -3], [-4, -5, -6]]
+    values = np.array([[-1, -2, -3], [-4, -5, -6]], dtype=np.float32)
+    result = index_put_out(cache, [np.array([1, 3])], values, False, out=cache)
+    np.testing.assert_array_equal(cache, expected)
+    assert np.shares_memory(result, cache)
+    accumulated = index_put_out(cache, [np.array([0, 0])], np.ones((2, 3), np.float32), True, out=cache)
+    np.testing.assert_array_equal(accumulated[0], expected[0] + 2)
+
+
+def test_in_place_program_runs_on_executorch(tmp_path):
+    executorch_runtime = pytest.importorskip("executorch.runtime")
+    module = Cache()
+    path = tmp_path / "cache.pte"
+    _program(Cache()).save(path)
+    method = executorch_runtime.Runtime.get().load_program(path).load_method("forward")
+    for x, pos in _calls():
+        with torch.no_grad():
+            want = module(x, pos)
+        torch.testing.assert_close(method.execute([x, pos])[0], want)
