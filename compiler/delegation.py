@@ -65,6 +65,12 @@ class BackendDetails:
     """A compile-time backend: `preprocess` turns an outlined function into a blob."""
 
     backend_id: str = ""
+    # True when the backend's code is correct with an output in the same memory as the input it
+    # replaces, for the pairs `etc.in_place_outputs` lists on the outlined function. `delegate()`
+    # then gives a partition updating a mutable buffer (a KV cache's index_put) the buffer itself
+    # as that output, instead of planned memory the program copies back into the buffer after
+    # every call (see `_mark_in_place_outputs`).
+    in_place_state: bool = False
 
     def preprocess(self, func_op, compile_specs: list, constants: dict) -> PreprocessResult:
         raise NotImplementedError
@@ -252,6 +258,8 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
             func_name = f"delegate_{partition.spec.backend_id}_{counter}"
             counter += 1
             outlined, call = outline(program_ir, partition, func_name, interface=(inputs, outputs))
+            if getattr(backend, "in_place_state", False):
+                _mark_in_place_outputs(outlined, call)
             processed = backend.preprocess(outlined, partition.spec.compile_specs, program_ir.constants)
             program_ir.delegate_blobs.append(bytes(processed.processed_bytes))
             report.backend_lines[func_name] = list(processed.report_lines)
@@ -337,6 +345,52 @@ def _split_at_control_flow(partition: Partition) -> list:
         pieces[min(users) if users else 0].append(load)
     pieces = [sorted(piece, key=lambda o: position.get(o, 0)) for piece in pieces]
     return [Partition(ops=piece, spec=partition.spec) for piece in pieces if _worth_delegating(piece)]
+
+
+def _mark_in_place_outputs(outlined, call) -> None:
+    """Let the delegate update mutable buffers in their own storage (etc-in-place-state, for a backend
+    with `in_place_state`): for each buffer the method loads only as operand j of `call` and stores
+    only from its result k (`passes/in_place_state.buffer_updates`), where inside the partition
+    argument j is read by nothing but the `self` of the index_put returned as output k. The outlined
+    function gets `etc.in_place_outputs = array<i64: k, j, ...>` (result k is computed in argument
+    j's memory, for the backend), the call `etc.in_place_state` (for the planner and the emitter,
+    which pass the buffer as both and copy nothing back)."""
+    from torch_mlir import ir
+
+    from etc.passes.in_place_state import ATTRIBUTE, IN_PLACE_OPS, buffer_updates, state_attribute
+
+    method = call.operation.parent
+    entry = outlined.regions[0].blocks[0]
+    returned = list(list(entry.operations)[-1].operands)
+    symbols, pairs = [None] * len(call.results), []
+    for symbol, old, new in buffer_updates(method):
+        if _user_op_of(new) != call.operation:
+            continue
+        (use,) = list(old.uses)
+        if _user_op(use) != call.operation:
+            continue
+        j, k = use.operand_number, ir.OpResult(new).result_number
+        arg_uses = list(entry.arguments[j].uses)
+        if len(arg_uses) != 1 or arg_uses[0].operand_number != 0 or _user_op(arg_uses[0]).name not in IN_PLACE_OPS:
+            continue
+        update = _user_op(arg_uses[0]).results[0]
+        if [n for n, v in enumerate(returned) if v == update] != [k]:
+            continue
+        symbols[k] = symbol
+        pairs += [k, j]
+    if pairs:
+        outlined.attributes["etc.in_place_outputs"] = ir.DenseI64ArrayAttr.get(pairs)
+        call.attributes[ATTRIBUTE] = state_attribute(symbols)
+
+
+def _user_op_of(value):
+    """The op defining `value` (None for a block argument)."""
+    from torch_mlir import ir
+
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _existing_delegate_count(module) -> int:

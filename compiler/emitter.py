@@ -507,7 +507,9 @@ class _MethodEmitter:
 
         S = self.S
         inputs = [self.index[v] for v in op.operands]
-        outputs = [self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(op.results)]
+        in_place = in_place_symbols(op)  # outputs computed in a mutable buffer (delegation._mark_in_place_outputs)
+        outputs = [self._state_result(in_place[n], r, op) if in_place[n] else
+                   self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(op.results)]
         backend_id = ir.StringAttr(op.attributes["backend_id"]).value
         blob_index = int(ir.IntegerAttr(op.attributes["etc.blob_index"]).value)
         specs = []

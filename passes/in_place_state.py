@@ -62,8 +62,11 @@ def _walk(block):
                 yield from _walk(nested)
 
 
-def in_place_updates(func) -> list:
-    """(op, symbol) for each op of `func` whose result may be written into buffer `symbol` directly."""
+def buffer_updates(func) -> list:
+    """(symbol, old, new) for each buffer `func` updates with nothing else reading or writing it:
+    one `global_load` (result `old`, with exactly one use) and one `global_store` (of `new`, not
+    returned), both in the function's body. Whether the op using `old` and computing `new` may do
+    so in the same storage is its caller's question."""
     body = func.regions[0].blocks[0]
     loads: dict = {}
     stores: dict = {}
@@ -73,7 +76,7 @@ def in_place_updates(func) -> list:
             loads.setdefault(_symbol(op), []).append(op)
         elif op.name == "ml_program.global_store":
             stores.setdefault(_symbol(op), []).append(op)
-        elif op.name == "func.return" and op.parent.name == "func.func":
+        elif op.name == "func.return" and _same(op.parent, func):
             returned = list(op.operands)
     found = []
     for symbol, symbol_stores in stores.items():
@@ -83,24 +86,35 @@ def in_place_updates(func) -> list:
         store, load = symbol_stores[0], symbol_loads[0]
         if not (_same(store.parent, func) and _same(load.parent, func)):  # both in the function's body
             continue
-        new = store.operands[0]
+        new, old = store.operands[0], load.results[0]
+        if new in returned or len(list(old.uses)) != 1:
+            continue
+        found.append((symbol, old, new))
+    return found
+
+
+def in_place_updates(func) -> list:
+    """(op, symbol) for each op of `func` whose result may be written into buffer `symbol` directly."""
+    found = []
+    for symbol, old, new in buffer_updates(func):
         producer = _owner_op(new)
         if not hasattr(producer, "name") or producer.name not in IN_PLACE_OPS or not _same(producer.parent, func):
             continue
-        if new in returned:
-            continue
-        old = load.results[0]
-        uses = list(old.uses)
-        if len(uses) != 1 or not _same(_owner_op(uses[0]), producer) or uses[0].operand_number != 0:
-            continue
-        found.append((producer, symbol))
+        (use,) = list(old.uses)
+        if _same(_owner_op(use), producer) and use.operand_number == 0:
+            found.append((producer, symbol))
     return found
+
+
+def state_attribute(symbols: list):
+    """`etc.in_place_state` for an op's results: each result's buffer symbol, or None."""
+    from torch_mlir import ir
+
+    return ir.ArrayAttr.get([ir.FlatSymbolRefAttr.get(s) if s else ir.UnitAttr.get() for s in symbols])
 
 
 def mark_in_place_state(module) -> int:
     """Mark every in-place buffer update of the module's public functions; returns how many."""
-    from torch_mlir import ir
-
     module_op = module.operation
     count = 0
     for op in module_op.regions[0].blocks[0].operations:
@@ -109,9 +123,8 @@ def mark_in_place_state(module) -> int:
             continue
         for producer, symbol in in_place_updates(op):
             with op.context:
-                producer.attributes[ATTRIBUTE] = ir.ArrayAttr.get(
-                    [ir.FlatSymbolRefAttr.get(symbol) if n == 0 else ir.UnitAttr.get()
-                     for n in range(len(producer.results))])
+                producer.attributes[ATTRIBUTE] = state_attribute(
+                    [symbol if n == 0 else None for n in range(len(producer.results))])
             count += 1
     return count
 

@@ -106,3 +106,80 @@ def test_in_place_program_runs_on_executorch(tmp_path):
         with torch.no_grad():
             want = module(x, pos)
         torch.testing.assert_close(method.execute([x, pos])[0], want)
+
+
+class _IndexPutDetails:
+    """A test-only backend taking each index_put (along dim 0) as one delegate call."""
+
+    @staticmethod
+    def make(backend_id: str, in_place: bool):
+        from etc.compiler.delegation import BackendDetails, PreprocessResult
+
+        class Details(BackendDetails):
+            in_place_state = in_place
+            seen_pairs: list = []
+
+            def preprocess(self, func_op, compile_specs, constants):
+                from torch_mlir import ir
+
+                pairs = ([int(x) for x in ir.DenseI64ArrayAttr(func_op.attributes["etc.in_place_outputs"])]
+                         if "etc.in_place_outputs" in func_op.attributes else [])
+                Details.seen_pairs.append(pairs)
+                return PreprocessResult(b"index_put")
+
+        Details.backend_id = backend_id
+        return Details()
+
+
+def _index_put_runtime(backend_id: str):
+    from etc.runtime import Backend
+
+    class IndexPut(Backend):
+        aliased: list = []
+
+        def init(self, blob, compile_specs):
+            return blob
+
+        def execute(self, handle, args):
+            self_, index, values, out = args  # inputs in first-use order, then the output
+            IndexPut.aliased.append(np.shares_memory(self_, out))
+            if not np.shares_memory(self_, out):
+                np.copyto(out, self_)
+            out[index] = values
+
+    IndexPut.backend_id = backend_id
+    return IndexPut()
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_a_delegate_that_takes_the_update_gets_the_buffer_when_its_backend_says_it_can(in_place):
+    """With `BackendDetails.in_place_state` the delegate's output is the buffer (the same memory as its
+    input, no copy back); without it, the output is planned and the store copies it back. Both
+    compute what eager does, call after call."""
+    from etc.compiler.delegation import CapabilityPartitioner, DelegationSpec, register_backend_details
+    from etc.runtime import register_backend, unregister_backend
+
+    backend_id = f"etc_test_index_put_{int(in_place)}"
+    details = register_backend_details(_IndexPutDetails.make(backend_id, in_place))
+    runtime = _index_put_runtime(backend_id)
+    register_backend(runtime)
+    try:
+        length = torch.export.Dim("length", min=1, max=8)
+        ep = torch.export.export(Cache(), (torch.randn(2, 4), torch.arange(2)),
+                                 dynamic_shapes=({0: length}, {0: length}))
+        partitioner = CapabilityPartitioner(DelegationSpec(backend_id), lambda op: op.name == "edge.index_put")
+        program = etc.to_edge(ep).to_backend(partitioner).to_executorch()
+        assert details.seen_pairs == ([[0, 0]] if in_place else [[]])  # result 0 over argument 0 (the cache)
+        plan, calls = _kernel_calls(program)
+        assert any(name == "aten::copy.out" for name, _ in calls) != in_place
+        (call,) = [i.instr_args for i in plan.chains[0].instructions if isinstance(i.instr_args, S.DelegateCall)]
+        assert (call.args[0] == call.args[-1]) == in_place
+        method = Runtime.get().load_program(program.buffer).load_method("forward")
+        module = Cache()
+        for x, pos in _calls():
+            with torch.no_grad():
+                want = module(x, pos)
+            np.testing.assert_allclose(method.execute([x.numpy(), pos.numpy()])[0], want.numpy(), rtol=1e-6)
+        assert runtime.aliased and set(runtime.aliased) == {in_place}
+    finally:
+        unregister_backend(backend_id)
