@@ -559,6 +559,10 @@ class Method:
                 written |= self._written(step[2])
             if isinstance(instruction.instr_args, S.DelegateCall):
                 self._delegate_steps.add((chain_index, position))
+                # A value passed twice is an input the delegate updates in place (a mutable buffer,
+                # compiler/delegation.py `_mark_in_place_outputs`): written, though defined before.
+                args = list(instruction.instr_args.args or [])
+                written |= {i for i in args if args.count(i) > 1}
             self._step_writes[(chain_index, position)] = sorted(
                 i for i in written if isinstance(self._values[i], _Tensor) and not self._values[i].constant)
             steps.append(step)

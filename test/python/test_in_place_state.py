@@ -183,3 +183,29 @@ def test_a_delegate_that_takes_the_update_gets_the_buffer_when_its_backend_says_
         assert runtime.aliased and set(runtime.aliased) == {in_place}
     finally:
         unregister_backend(backend_id)
+
+
+def test_debug_buffer_keeps_a_buffer_a_delegate_updated_in_place():
+    """A recorded run's debug buffer holds what each instruction wrote: for a delegate updating the
+    cache in place, the cache (passed as its input and its output), as for any other output."""
+    from etc.compiler.delegation import CapabilityPartitioner, DelegationSpec, register_backend_details
+    from etc.runtime import register_backend, unregister_backend
+
+    backend_id = "etc_test_index_put_debug"
+    register_backend_details(_IndexPutDetails.make(backend_id, True))
+    register_backend(_index_put_runtime(backend_id))
+    try:
+        ep = torch.export.export(Cache(), (torch.randn(2, 4), torch.arange(2)))
+        partitioner = CapabilityPartitioner(DelegationSpec(backend_id), lambda op: op.name == "edge.index_put")
+        program = etc.to_edge(ep).to_backend(partitioner).to_executorch()
+        plan = program.pte.program.execution_plan[0]
+        (position, call), = [(n, i.instr_args) for n, i in enumerate(plan.chains[0].instructions)
+                             if isinstance(i.instr_args, S.DelegateCall)]
+        loaded = Runtime.get().load_program(program.buffer, enable_etdump=True, debug_buffer_size=1 << 20)
+        x, pos = torch.randn(2, 4), torch.tensor([3, 5])
+        loaded.load_method("forward").execute([x.numpy(), pos.numpy()])
+        written = dict(loaded.run_record.intermediates[("forward", 0, 0, position)])
+        expected = torch.zeros(16, 4).index_copy_(0, pos, x * 2.0)
+        np.testing.assert_allclose(written[call.args[0]], expected.numpy(), rtol=1e-6)
+    finally:
+        unregister_backend(backend_id)
