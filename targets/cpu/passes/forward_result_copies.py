@@ -4,7 +4,8 @@ After bufferization, `buffer-results-to-out-params` copies a result that loops w
 a temporary (`memref.alloc`) into the out-parameter instead of hoisting the alloc, when
 tiled loop nests use it: a whole extra pass over the output. This pass computes into the
 out-parameter directly when the alloc is static, identity-layout, and the copy is its last
-use and the out-parameter's only one (safe: the caller never reads an output before the
+use and the out-parameter's only one (also through one reshape: the alloc becomes the
+out-parameter reshaped back) (safe: the caller never reads an output before the
 call returns, and outputs alias no input). It also erases `memref.copy %x, %x`, which tiled
 `tensor.insert_slice`s leave behind.
 """
@@ -57,17 +58,28 @@ def forward_result_copies(module: ir.Module) -> int:
             if op.name != "memref.copy":
                 continue
             src, dst = op.operands[0], op.operands[1]
-            if dst not in args or src.type != dst.type:
+            if dst not in args:
                 continue
             owner = src.owner
             if isinstance(owner, ir.Block):
                 continue
             owner = owner if isinstance(owner, ir.Operation) else owner.operation
+            # A GEMM's result in its tile layout ([b, rows, NB, nr]) reaches the out-param
+            # through a reshape: the alloc becomes the inverse reshape of the out-param.
+            view = None
+            if owner.name in _INVERSE and sum(1 for _ in src.uses) == 1:
+                view, src = owner, owner.operands[0]
+                owner = src.owner
+                if isinstance(owner, ir.Block):
+                    continue
+                owner = owner if isinstance(owner, ir.Operation) else owner.operation
             if owner.name != "memref.alloc" or owner.parent != fn or len(list(owner.operands)):
                 continue
             if sum(1 for _ in dst.uses) != 1:
                 continue
             t = ir.MemRefType(src.type)
+            if view is None and src.type != dst.type:
+                continue
             if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
                 continue
             # every use of the alloc must come before the copy (the copy is its last use)
@@ -83,10 +95,34 @@ def forward_result_copies(module: ir.Module) -> int:
             if later:
                 continue
             op.erase()
-            src.replace_all_uses_with(dst)
+            if view is None:
+                src.replace_all_uses_with(dst)
+            else:
+                with ir.InsertionPoint.at_block_begin(block), view.location:
+                    target = _inverse_reshape(view, dst)
+                view.erase()
+                src.replace_all_uses_with(target)
             owner.erase()
             count += 1
     return count
+
+
+# A reshape view and the one that undoes it (same reassociation, the other direction).
+_INVERSE = {"memref.collapse_shape": "memref.expand_shape", "memref.expand_shape": "memref.collapse_shape"}
+
+
+def _inverse_reshape(view, dst):
+    """`dst` reshaped back to the type of `view`'s source (before `view`'s copy made it `dst`)."""
+    source_type = view.operands[0].type
+    association = view.attributes["reassociation"]
+    if view.name == "memref.collapse_shape":  # the source had more dims: expand dst to it
+        shape = list(ir.MemRefType(source_type).shape)
+        return ir.Operation.create(
+            "memref.expand_shape", results=[source_type], operands=[dst],
+            attributes={"reassociation": association,
+                        "static_output_shape": ir.DenseI64ArrayAttr.get(shape)}).result
+    return ir.Operation.create("memref.collapse_shape", results=[source_type], operands=[dst],
+                               attributes={"reassociation": association}).result
 
 
 def _uses_value(op, value) -> bool:
