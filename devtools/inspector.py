@@ -15,9 +15,9 @@ edge and aten op, and lists the ops inside each delegate, shown as indented rows
 under the delegate), else from the program's own stack traces (`Chain.stacktrace`).
 A delegate's row times its whole call; a backend that times its own regions
 (`execute_profiled`, see `etc.runtime.backends`) gets one timed row per region under
-it, named by the ops it computed and their lines. The cpu target does not time its
-dispatch regions yet (that needs counters compiled into its code), so under a cpu
-delegate the rows list its ops, untimed.
+it, named by the ops it computed and their lines: a cpu delegate compiled with
+`CpuPartitioner(profile=True)` times its dispatch regions (cycle counters in its code);
+under any other delegate the rows list its ops, untimed.
 """
 
 from __future__ import annotations

@@ -88,12 +88,32 @@ class DelegateEvents:
     """What a backend's `execute_profiled(handle, args, events)` fills: the regions of one call, in order."""
 
     def __init__(self):
-        self.regions: list = []
+        self._entries: list = []  # (name, ns, ops) or a deferred report
 
     def add(self, name: str, duration_ns: int, ops=()) -> None:
         """A region `name` that took `duration_ns`, computing the partition's ops `ops` (their indices in
         the order the partition lists them, as the compile record does)."""
-        self.regions.append((str(name), int(duration_ns), tuple(int(i) for i in ops)))
+        self._entries.append((str(name), int(duration_ns), tuple(map(int, ops))))
+
+    def add_later(self, report) -> None:
+        """Regions to be made after the call: `report()` returns [(name, duration_ns, ops)] and runs once the
+        runtime has taken the call's end time (`regions` is first read), so a backend that must convert
+        what it measured (counter ticks to ns, names) does that outside the time it reports. `report` must
+        not depend on anything the next call changes (copy the measurements first)."""
+        self._entries.append(report)
+
+    @property
+    def regions(self) -> list:
+        """[(name, duration_ns, ops)] in the order they were added, deferred reports made now."""
+        if any(callable(entry) for entry in self._entries):
+            entries, self._entries = self._entries, []
+            for entry in entries:
+                if callable(entry):
+                    for name, duration_ns, ops in entry():
+                        self.add(name, duration_ns, ops)
+                else:
+                    self._entries.append(entry)
+        return self._entries
 
 
 class RunRecord:

@@ -18,7 +18,10 @@ Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
 up to that many of the runtime's threads; the object still needs only libc/libm). At load the
 runtime times the delegate on one thread and on `num_threads` and keeps the faster (waking a
 thread costs tens of microseconds: small models stay on one); the runtime-side compile spec
-`calibrate_threads=0` turns that off.
+`calibrate_threads=0` turns that off. `profile` ("1"; `CpuPartitioner(profile=True)`): the code
+reads a cycle counter between its dispatch regions (`passes/profile_regions.py`) and a recording
+run (`enable_etdump=True`) shows each region's time and source lines; absent (the default), the
+code is exactly the unprofiled one.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ def _spec_dict(compile_specs) -> dict:
 
 
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
-                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False):
+                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, profile: bool = False):
     """An outlined edge function -> (blob bytes, debug info): lower.py to linalg, then
     `pipeline.compile_linalg` (the cpu pass pipeline, LLVM, object code)."""
     from torch_mlir import ir
@@ -77,14 +80,24 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
 
     t0 = time.perf_counter()
     context, fn = lower.import_for_lowering(func_op)
+    if profile:  # the regions name the user's nodes: keep their locations through the lowering
+        from etc.targets.cpu.passes.profile_regions import relocate_like
+
+        relocate_like(func_op, fn)
     with context, ir.Location.unknown():
         resolved = resolve_target(target, cpu=cpu, features=features)
         lowered = lower.lower_to_linalg(fn, constants)
         linalg_text = str(lowered.module) if keep_ir else ""
         t1 = time.perf_counter()
         result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
-                                threads=int(num_threads), constants=lowered.constants)
+                                threads=int(num_threads), constants=lowered.constants, profile=profile)
     metadata = blob_metadata(result, num_threads)
+    if profile:  # each region's partition ops, indexed as the compile record lists them
+        from etc.targets.cpu.passes.profile_regions import partition_op_indices
+
+        index = partition_op_indices(func_op)
+        for region in metadata["profile"]["regions"]:
+            region["ops"] = sorted({index[n] for n in region["nodes"] if n in index})
     # The IR's type is the constant's shape: a scalar the edge program stores as [1] is a 0-d
     # tensor here (same bytes); the blob's constant table must agree with the ABI.
     used = {a.name: np.asarray(lowered.constants[a.name]).reshape(a.shape) for a in result.args
@@ -110,7 +123,8 @@ class CpuBackend(BackendDetails):
         data, debug = compile_function(
             func_op, constants, target=specs.get("target") or None, cpu=specs.get("cpu") or None,
             features=specs.get("features"), opt_level=int(specs.get("opt_level", 3)),
-            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1")
+            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1",
+            profile=specs.get("profile") == "1")
         return PreprocessResult(processed_bytes=data, debug_info=debug, report_lines=debug["decision_summary"])
 
 
@@ -126,9 +140,11 @@ class CpuPartitioner(CapabilityPartitioner):
     """
 
     def __init__(self, target: str | None = None, *, cpu: str | None = None, features: str | None = None,
-                 opt_level: int = 3, num_threads: int = 1, compile_specs: list | None = None):
+                 opt_level: int = 3, num_threads: int = 1, profile: bool = False, compile_specs: list | None = None):
         specs = [CompileSpec("target", (target or "host").encode()), CompileSpec("opt_level", str(opt_level).encode()),
                  CompileSpec("num_threads", str(num_threads).encode())]
+        if profile:  # only when on: an unprofiled program is byte for byte what it was without the option
+            specs.append(CompileSpec("profile", b"1"))
         if cpu is not None:
             specs.append(CompileSpec("cpu", cpu.encode()))
         if features is not None:

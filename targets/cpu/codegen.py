@@ -59,6 +59,7 @@ class CodegenResult:
     threaded: bool = False  # entry(args, tid, nthreads, barrier) rather than entry(args)
     decisions: list = field(default_factory=list)  # decisions.Decision per heavy op
     stats: dict = field(default_factory=dict)
+    profile: dict | None = None  # profiled builds: the regions the code times (profile_regions.read_profile)
 
 
 def check_llvm_dialect(module: ir.Module) -> None:

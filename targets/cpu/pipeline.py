@@ -22,9 +22,16 @@ from etc.errors import LoweringError
 from etc.targets.cpu.isa import CpuTarget, isa_for, resolve_target
 
 
-def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | None = None) -> str:
+def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | None = None,
+                 profile: bool = False) -> str:
     """The pass pipeline for `target`, its sizes from the ISA table (isa.py); `gemm_min_flops=0`
-    makes the GEMM kernel take every contraction (tests of odd sizes)."""
+    makes the GEMM kernel take every contraction (tests of odd sizes); `profile=True` adds
+    `etc-cpu-profile-regions` (counter reads between the dispatch regions; off: not in the pipeline)."""
+    from etc.targets.cpu.passes.profile_regions import COUNTER_ARCHES
+
+    if profile and target.arch not in COUNTER_ARCHES:
+        raise LoweringError(f"cpu target: profile=True needs a user-mode cycle counter ({', '.join(COUNTER_ARCHES)}); "
+                            f"{target.triple} has none")
     isa = isa_for(target)
     ib = f"index-bitwidth={target.index_bits}"
     loops = "etc-cpu-split-threads" if threads > 1 else "func.func(convert-linalg-to-loops)"
@@ -58,6 +65,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         "etc-cpu-drop-assertions",
         # Loops, then the LLVM dialect (vector ops lower before scf and cf).
         loops,
+        *(["etc-cpu-profile-regions"] if profile else []),
         "lower-affine", "func.func(convert-vector-to-scf{full-unroll=true}, lower-affine)", "convert-vector-to-llvm",
         "canonicalize", "convert-scf-to-cf", "expand-strided-metadata", "lower-affine",
         "convert-math-to-llvm", "convert-math-to-libm",
@@ -78,7 +86,7 @@ def label_arguments(fn, arg_kinds: list) -> None:
 
 
 def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threads: int = 1,
-                     verify: bool = False, gemm_min_flops: int | None = None) -> None:
+                     verify: bool = False, gemm_min_flops: int | None = None, profile: bool = False) -> None:
     """Label the arguments and run `cpu_pipeline` on `module` (in place, down to the LLVM dialect).
 
     The pipeline verifies the module after it; `verify=True` verifies after every pass (the
@@ -87,7 +95,8 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
     from etc.targets.cpu.passes._util import entry_function
 
     label_arguments(entry_function(module.operation), arg_kinds)
-    run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops), verify=verify)
+    run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops, profile=profile),
+                 verify=verify)
     if not module.operation.verify():
         raise LoweringError("cpu codegen: the pipeline left an invalid module")
 
@@ -95,12 +104,13 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
 def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str | None" = None, *,
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False, threads: int = 1,
                    constants: dict | None = None, verify: bool = False,
-                   gemm_min_flops: int | None = None):
+                   gemm_min_flops: int | None = None, profile: bool = False):
     """linalg-on-tensors module (one public func) -> `codegen.CodegenResult` (object code + ABI).
 
     `arg_kinds`: (kind, name) of each function argument ("input"/"constant"); results become
     outputs. `constants`: the constant arguments' data; packed constants the pipeline asked
-    for (`etc.cpu.pack`) are evaluated and added to it."""
+    for (`etc.cpu.pack`) are evaluated and added to it. `profile=True`: the code also times its
+    dispatch regions (`result.profile`: passes/profile_regions.py)."""
     from torch_mlir.dialects import llvm as llvm_d
 
     from etc.targets.cpu import codegen, decisions
@@ -108,11 +118,13 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
     from etc.targets.cpu.passes._util import entry_function
     from etc.targets.cpu.passes.entry_abi import read_abi
     from etc.targets.cpu.passes.prepack_constants import evaluate_pack
+    from etc.targets.cpu.passes.profile_regions import read_profile
 
     target = resolve_target(target)
     t0 = time.perf_counter()
     inner = ir.StringAttr(entry_function(module.operation).attributes["sym_name"]).value
-    run_cpu_pipeline(module, arg_kinds, target, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops)
+    run_cpu_pipeline(module, arg_kinds, target, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops,
+                     profile=profile)
     t1 = time.perf_counter()
     codegen.check_llvm_dialect(module)
     abi = read_abi(module)
@@ -141,7 +153,7 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
     obj, optimized = codegen.emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner])
     return codegen.CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
                                  llvm_ir=optimized if keep_ir else "", threaded=threaded,
-                                 decisions=decisions.read(module),
+                                 decisions=decisions.read(module), profile=read_profile(module),
                                  stats={"pipeline_s": t1 - t0, "llvm_s": time.perf_counter() - t1})
 
 
@@ -163,11 +175,13 @@ def blob_metadata(result, threads: int) -> dict:
         # int32_t barrier[2]), called from nthreads threads at once (see parallel.py).
         "entry_abi": "threaded" if result.threaded else "flat",
         "decisions": [d.to_json() for d in result.decisions],
+        # Profiled builds: where the counter reads go in the scratch buffer and what each region computed.
+        **({"profile": result.profile} if result.profile is not None else {}),
     }
 
 
 def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: int = 3,
-                        gemm_min_flops: int | None = None):
+                        gemm_min_flops: int | None = None, profile: bool = False):
     """linalg-on-tensors text (one public func, every argument an input) -> a callable
     `runtime.CompiledFunction` (f(*arrays) -> outputs): the whole cpu pipeline, for tests and tools."""
     from etc.targets.cpu import blob, runtime
@@ -181,7 +195,7 @@ def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: 
         fn = entry_function(module.operation)
         n = len(fn.regions[0].blocks[0].arguments)
         result = compile_linalg(module, [("input", str(i)) for i in range(n)], target, opt_level=opt_level,
-                                threads=threads, verify=True, gemm_min_flops=gemm_min_flops)
+                                threads=threads, verify=True, gemm_min_flops=gemm_min_flops, profile=profile)
     function = runtime.CompiledFunction(blob.serialize(blob_metadata(result, threads), result.object_bytes, {}))
     function.decisions = result.decisions
     return function
@@ -197,11 +211,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m etc.targets.cpu.pipeline", description=main.__doc__.split("\n")[0])
     parser.add_argument("--target", default="host", help="host, a preset (x86-64-v3, aarch64, cortex-m7) or a triple")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", action="store_true", help="the pipeline of CpuPartitioner(profile=True)")
     parser.add_argument("--run", metavar="FILE", help="run the pipeline on FILE ('-': stdin) and print the result")
     args = parser.parse_args(argv)
     target = resolve_target(args.target)
     if not args.run:
-        print(cpu_pipeline(target, threads=args.threads))
+        print(cpu_pipeline(target, threads=args.threads, profile=args.profile))
         return 0
     from etc.errors import EtcError
     from etc.passes.pipeline import run_pipeline
@@ -211,7 +226,7 @@ def main(argv=None) -> int:
     try:
         with shared_context(), ir.Location.unknown():
             module = ir.Module.parse(text)
-            run_pipeline(module, cpu_pipeline(target, threads=args.threads))
+            run_pipeline(module, cpu_pipeline(target, threads=args.threads, profile=args.profile))
             print(module)
     except (EtcError, ir.MLIRError) as e:
         print(f"error: {e}", file=sys.stderr)
