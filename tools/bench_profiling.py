@@ -190,18 +190,31 @@ def render_profiled(rows: list) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(models: list | None = None, runs: int = 30) -> str:
-    """The cpu-profiled table as markdown (for `make bench`)."""
+def render_recording(rows: list) -> str:
+    lines = ["| model | backend | off ms | execute body ms | recording ms | rows / execute (recorded) "
+             "| rows / latency (off) |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['backend']} | {r['off_ms']:.3f} | {r['direct_ms']:.3f} | {r['on_ms']:.3f} "
+                     f"| {100 * r['coverage_recorded']:.1f}% | {100 * r['coverage_unrecorded']:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def run(models: list | None = None, profiled_models: list | None = None, runs: int = 30) -> str:
+    """Both tables as markdown (for `make bench`)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test"))
     from etc.runtime import Runtime
 
     Runtime.get().set_num_threads(1)
-    intro = ("The cpu delegate's regions (`CpuPartitioner(profile=True)`, one thread): latency with profiling "
-             "off (the program is byte for byte the unprofiled one), with the counters compiled in but not "
-             "recording, and recording; the regions' share of the delegate call, and the table's rows "
-             "(delegate broken into regions) over the unrecorded latency (`python -m "
-             "etc.tools.bench_profiling`).\n\n")
-    return intro + render_profiled([measure_profiled(name, runs) for name in (models or PROFILED_MODELS)])
+    recording = [measure(name, backend, runs) for name in (models or MODELS) for backend in ("portable", "cpu")]
+    profiled = [measure_profiled(name, runs) for name in (profiled_models or PROFILED_MODELS)]
+    return ("What recording costs (`enable_etdump=True`) and how well the Inspector's rows add up, one thread "
+            "(`python -m etc.tools.bench_profiling`): latency not recording, execute's body without its one "
+            "check, recording; the rows over the recorded executes and over the unrecorded latency.\n\n"
+            + render_recording(recording) +
+            "\nThe cpu delegate's regions (`CpuPartitioner(profile=True)`): latency with profiling off (the "
+            "program is byte for byte the unprofiled one), with the counters compiled in but not recording, and "
+            "recording; the regions' share of the delegate call, and the table's rows (the delegate broken into "
+            "its regions) over the unrecorded latency.\n\n" + render_profiled(profiled))
 
 
 def main(argv=None) -> int:
