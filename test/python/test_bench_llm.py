@@ -66,3 +66,20 @@ def test_measure_isolated_names_the_backend_that_crashed(monkeypatch):
 def test_decode_tokens_must_fit_the_cache():
     with pytest.raises(SystemExit):
         bench_llm.main(["--decode-tokens", str(bench_llm.MAX_CONTEXT_LEN)])
+
+
+def test_make_bench_has_an_llm_section(monkeypatch, tmp_path, capsys):
+    from etc.tools import bench
+
+    calls = []
+
+    def fake_run(only=None, runs=5, decode_tokens=64, timeout_s=1800.0, log=None):
+        calls.append(runs)
+        return "| llama_15m | decode | ... |\n"
+
+    monkeypatch.setattr(bench_llm, "run", fake_run)
+    output = tmp_path / "BENCHMARKS.md"
+    assert bench.main(["--sections", "llm", "--runs", "20", "--output", str(output)]) == 0
+    text = output.read_text()
+    assert "## LLM" in text and "| llama_15m | decode | ... |" in text and "## Zoo" not in text
+    assert calls == [5]
