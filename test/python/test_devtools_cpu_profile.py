@@ -195,3 +195,17 @@ def test_deferred_region_reports_keep_their_place_and_run_once():
     assert not calls  # nothing made while the call is being timed
     assert events.regions == [("a", 5, (0,)), ("b", 7, (1, 2)), ("c", 1, ()), ("d", 2, ())]
     assert events.regions == [("a", 5, (0,)), ("b", 7, (1, 2)), ("c", 1, ()), ("d", 2, ())] and calls == [1]
+
+
+def test_the_scratch_buffer_and_the_constants_start_at_64_byte_boundaries(profiled):
+    """The code lays out its buffers at 64-byte offsets from these bases (found by this profiler: the
+    same program ran 25% slower when numpy's 16-byte aligned scratch landed off a 64-byte boundary)."""
+    from etc.targets.cpu.runtime import CompiledFunction, aligned_empty
+
+    assert all(aligned_empty(n).ctypes.data % 64 == 0 and aligned_empty(n).nbytes == n for n in (1, 63, 4097))
+    _, program = profiled
+    function = CompiledFunction(program.pte.delegate_segments[0])
+    assert function.blob.constants_bytes.ctypes.data % 64 == 0
+    assert all(c.ctypes.data % 64 == 0 for c in function._constants.values())
+    function._slots()
+    assert function._local.scratch.ctypes.data % 64 == 0
