@@ -100,6 +100,7 @@ class ProfileRegions(Pass):
         merge: bool = option(True, help="one region for consecutive nests sharing an edge op")
 
     def run(self, module_op) -> None:
+        from etc.targets.cpu.parallel import _after
         from etc.targets.cpu.passes.entry_abi import ABI_ATTR
         from etc.targets.cpu.passes.plan_scratch import SCRATCH_ATTR
 
@@ -123,6 +124,7 @@ class ProfileRegions(Pass):
             tid = block.arguments[len(block.arguments) - 2] if threaded else None
             self._read_into(buffer, 0, ir.InsertionPoint.at_block_begin(block), tid)
             for k, region in enumerate(regions):
+                # After the region's last op (never the terminator); an empty entry: before the return.
                 at = _after(region["last"]) if region["last"] is not None else ir.InsertionPoint(ops[-1])
                 self._read_into(buffer, k + 1, at, tid)
             # The ABI and the scratch size the blob records (entry-abi wrote them before the loops).
@@ -216,14 +218,6 @@ class ProfileRegions(Pass):
             with ir.InsertionPoint(guard.then_block):
                 memref.StoreOp(value, buffer, [where])
                 scf.YieldOp([])
-
-
-def _after(op) -> ir.InsertionPoint:
-    nxt = op.next_sibling if hasattr(op, "next_sibling") else None
-    if nxt is not None:
-        return ir.InsertionPoint(nxt)
-    ops = [o.operation for o in op.block.operations]
-    return ir.InsertionPoint(op.block.operations[ops.index(op) + 1])
 
 
 def read_profile(module) -> dict | None:
