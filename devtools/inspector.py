@@ -184,14 +184,27 @@ class Inspector:
         instructions = sum(sum(r.times_ns) for r in self.rows if r.method == method and r.parent is None)
         return instructions / executes if executes else 0.0
 
-    def top_ops(self, n: int = 10, method: str | None = None) -> list[tuple[str, float, int]]:
-        """[(operator or delegate, total ms over all runs, calls)] by total time, largest first."""
+    def top_ops(self, n: int = 10, method: str | None = None, regions: bool = False) -> list[tuple[str, float, int]]:
+        """[(operator or delegate, total ms over all runs, calls)] by total time, largest first. `regions=True`:
+        a delegate whose backend timed its regions is ranked by them instead (`"delegate 'cpu': conv2d"`), so a
+        fully delegated model still says where its time goes."""
+        broken_down = {(r.method, r.instruction) for r in self.rows if r.parent is not None and r.times_ns} \
+            if regions else set()
+        by_instruction = {(r.method, r.instruction): r.name for r in self.rows if r.parent is None}
         totals: dict = {}
         for row in self.rows:
-            if row.parent is not None or (method is not None and row.method != method):
+            if method is not None and row.method != method:
                 continue
-            ms, calls = totals.get(row.name, (0.0, 0))
-            totals[row.name] = (ms + row.total_ms, calls + row.calls)
+            if row.parent is None:
+                if (row.method, row.instruction) in broken_down:
+                    continue
+                name = row.name
+            elif (row.method, row.parent) in broken_down and row.times_ns:
+                name = f"{by_instruction[(row.method, row.parent)]}: {row.name}"
+            else:
+                continue
+            ms, calls = totals.get(name, (0.0, 0))
+            totals[name] = (ms + row.total_ms, calls + row.calls)
         ranked = sorted(totals.items(), key=lambda item: -item[1][0])
         return [(name, ms, calls) for name, (ms, calls) in ranked[:n]]
 

@@ -209,3 +209,18 @@ def test_the_scratch_buffer_and_the_constants_start_at_64_byte_boundaries(profil
     assert all(c.ctypes.data % 64 == 0 for c in function._constants.values())
     function._slots()
     assert function._local.scratch.ctypes.data % 64 == 0
+
+
+def test_top_ops_can_rank_a_delegates_regions_in_its_place(profiled):
+    zoo_model, program = profiled
+    loaded, _ = _recorded(program, _inputs(zoo_model), runs=2)
+    inspector = Inspector(loaded.run_record, etrecord=program.get_etrecord())
+    assert "delegate 'cpu'" in [name for name, _, _ in inspector.top_ops(100)]  # the default: as before
+    ranked = inspector.top_ops(100, regions=True)
+    names = [name for name, _, _ in ranked]
+    assert "delegate 'cpu'" not in names
+    regions = [r for r in inspector.rows if r.parent is not None]
+    assert {f"delegate 'cpu': {r.name}" for r in regions} <= set(names)
+    assert [ms for _, ms, _ in ranked] == sorted((ms for _, ms, _ in ranked), reverse=True)
+    assert sum(ms for name, ms, _ in ranked if name.startswith("delegate")) == pytest.approx(
+        sum(r.total_ms for r in regions))
