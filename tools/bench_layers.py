@@ -78,6 +78,22 @@ class ResNetConv(nn.Module):
         return torch.relu(self.bn(self.conv(x)) + x)
 
 
+class Bottleneck(nn.Module):
+    """ResNet-50's bottleneck: 1x1 reduce + BN + ReLU, 3x3 + BN + ReLU, 1x1 expand + BN, + x, ReLU.
+    At 14x14 (stage 3, most of ResNet-50's time) every GEMM has 196 columns: three full panels
+    and a partial one, and K long enough to run in blocks."""
+
+    def __init__(self, c, mid):
+        super().__init__()
+        self.reduce = ConvBnAct(c, mid, 1, 1, act="relu")
+        self.conv = ConvBnAct(mid, mid, 3, 1, act="relu")
+        self.expand = nn.Conv2d(mid, c, 1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.expand(self.conv(self.reduce(x)))) + x)
+
+
 class InvertedResidual(nn.Module):
     """MobileNetV2's block as `transformers` builds it: 1x1 expand + BN + ReLU6, TensorFlow
     "SAME" padding as an explicit F.pad, depthwise 3x3 + BN + ReLU6, 1x1 project + BN, and the
@@ -253,6 +269,9 @@ def _layers() -> list[Layer]:
         flops=_conv_flops(24, 144, 1, 56, 56))
     add("conv3x3_64c56_res", "ResNet: 3x3 64->64 @56 + BN + residual add + ReLU",
         lambda: ResNetConv(64), _f32(1, 64, 56, 56), flops=_conv_flops(64, 64, 3, 56, 56))
+    add("bottleneck_1024c14", "ResNet-50 stage 3: 1x1 1024->256, 3x3 256, 1x1 256->1024 (BN, ReLU, + x) @14",
+        lambda: Bottleneck(1024, 256), _f32(1, 1024, 14, 14),
+        flops=2 * _conv_flops(1024, 256, 1, 14, 14) + _conv_flops(256, 256, 3, 14, 14))
     add("stem7x7s2_3to64c224", "ResNet stem: 7x7/2 3->64 @224 + BN + ReLU",
         lambda: ConvBnAct(3, 64, 7, 2, act="relu"), _f32(1, 3, 224, 224),
         flops=_conv_flops(3, 64, 7, 112, 112))

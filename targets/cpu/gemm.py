@@ -2,13 +2,15 @@
 
 Every static f32 contraction big enough to pay for it becomes one *GEMM kernel*, the root
 of a dispatch region: a private function built as text, called, then inlined and tiled.
-On the tile layout [batch, rows, NB, nr] (`Layout`: the result with its columns padded to
-whole panels of nr = a few vector widths) it computes
+On its tile layout (`Layout`) it computes
 
     init      the accumulator's start: a constant, a broadcast bias, or the C operand
     C += A x B   A [M, K] read in place (row blocks of mr; the partial block is peeled);
-                 B [NB, K, nr] packed into column panels (zero padded), or read in place
-                 through expand_shape when N % nr == 0 and its rows are not 2 KiB apart
+                 B an activation (or an im2col, or a 1x1 convolution's input) read in place
+                 as [K, N]: the layout is [batch, rows, N], the columns tiled by nr = a few
+                 vector widths, the partial panel peeled, nothing padded or copied; B a
+                 weight: packed into contiguous column panels [NB, K, nr] (zero padded) when
+                 the blob is built, the layout [batch, rows, NB, nr] (`b_in_place`)
     epilogue  the contraction's elementwise consumer (BN, activation, residual add...)
 
 and a transform-dialect script (built here as text, applied with the transform
@@ -348,6 +350,7 @@ class Layout:
     rows: int
     cols: int
     nr: int
+    split: bool = True  # columns as [panels, nr] (B packed in panels) or one dimension (B read in place)
 
     @property
     def panels(self) -> int:
@@ -355,7 +358,15 @@ class Layout:
 
     @property
     def tile_shape(self) -> list:
-        return [self.batch, self.rows, self.panels, self.nr]
+        return [self.batch, self.rows, self.panels, self.nr] if self.split else [self.batch, self.rows, self.cols]
+
+    @property
+    def dims(self) -> str:
+        return "(b, i, jb, j)" if self.split else "(b, i, n)"
+
+    @property
+    def col_names(self) -> tuple:
+        return ("jb", "j") if self.split else ("n",)
 
 
 def layout(g: Gemm, cfg: KernelConfig, reshape: "tuple | None" = None) -> Layout:
@@ -374,7 +385,27 @@ def layout(g: Gemm, cfg: KernelConfig, reshape: "tuple | None" = None) -> Layout
     if reshape is not None:
         groups = _regroup(own, groups, *reshape)
         own = tuple(reshape[2])
-    return Layout(own, groups, g.batch, rows, cols, cfg.nr)
+    return Layout(own, groups, g.batch, rows, cols, cfg.nr, split=not b_in_place(g))
+
+
+def b_in_place(g: Gemm) -> bool:
+    """B is read where it is (an activation, a direct 1x1 input, an im2col): the tile's columns are
+    then one dimension tiled by nr with a peeled partial panel, never padded (no copies of B or
+    C). B packed into panels keeps the [panels, nr] layout, zero padded: a weight (any layout:
+    packed when the blob is written, so its panels are contiguous for free) and a transposed
+    convolution's filter."""
+    return g.b_layout in ("kn", "im2col") and not g.transposed and not _is_constant(g.b)
+
+
+def _is_constant(value) -> bool:
+    """`value` is an entry argument labelled `constant:<name>` (a weight in the program)."""
+    if not isinstance(value, ir.BlockArgument):
+        return False
+    fn = value.owner.owner
+    if fn is None or "arg_attrs" not in fn.attributes:
+        return False
+    attrs = ir.DictAttr(ir.ArrayAttr(fn.attributes["arg_attrs"])[value.arg_number])
+    return "etc.cpu.arg" in attrs and ir.StringAttr(attrs["etc.cpu.arg"]).value.startswith("constant:")
 
 
 def _regroup(own: tuple, groups: tuple, kind: str, reassociation: list, shape: tuple) -> tuple:
@@ -489,7 +520,7 @@ def check_extra(extra: Extra, lay: Layout) -> None:
     """Raise NotFusable when the kernel cannot read `extra` in its tile layout."""
     _, present, order = _plan_extra(extra, lay)
     element = str(ir.RankedTensorType(extra.type).element_type)
-    if 2 in present and lay.panels * lay.nr != lay.cols and element != "f32":
+    if 2 in present and lay.split and lay.panels * lay.nr != lay.cols and element != "f32":
         raise NotFusable(f"a {element} operand would need padding to whole column panels")
     if order != sorted(order) and element != "f32":
         raise NotFusable(f"a {element} operand would need a transpose into the tile layout")
@@ -498,7 +529,7 @@ def check_extra(extra: Extra, lay: Layout) -> None:
 def _adapt_map(extra: Extra, lay: Layout) -> str:
     """The map results over (b, i, jb, j) the adapted `extra` is read with."""
     _, present, _ = _plan_extra(extra, lay)
-    names = [("b",), ("i",), ("jb", "j")]
+    names = [("b",), ("i",), lay.col_names]
     return "(" + ", ".join(d for n in present for d in names[n]) + ")"
 
 
@@ -518,9 +549,9 @@ def _adapt(t: _Text, value: str, extra: Extra, lay: Layout) -> tuple[str, str, s
     shape = collapsed
     if order != present:
         value, shape = _transpose(t, value, shape, [order.index(n) for n in present])
-    names = [("b",), ("i",), ("jb", "j")]
+    names = [("b",), ("i",), lay.col_names]
     results = [d for n in present for d in names[n]]
-    if 2 in present:
+    if 2 in present and lay.split:
         value, shape = _pad(t, value, shape, [0] * (len(shape) - 1) + [lay.panels * lay.nr - lay.cols], element)
         new = shape[:-1] + [lay.panels, lay.nr]
         value = _reshape(t, "expand", value, shape, new, [[i] for i in range(len(shape) - 1)] +
@@ -533,7 +564,7 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
                  b: str, b_map: str, b_type: str) -> str:
     """The init, the contraction and the epilogue on the tile layout; returns the epilogue's result."""
     tile = _t(lay.tile_shape)
-    dims4 = "(b, i, jb, j)"
+    dims4 = lay.dims
     extras = [f"%X{n}" for n in range(len(region.extras))]
     empty = t.fresh("e")
     blocked = k_block(g.K, region.kc) < g.K
@@ -547,7 +578,7 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
         t.emit(f"{empty} = tensor.empty() : {tile}")
     kind, what = region.init
     init = t.fresh("init")
-    par = ", ".join(['"parallel"'] * 4)
+    par = ", ".join(['"parallel"'] * len(lay.tile_shape))
     if kind == "copy" and _adapt_map(region.extras[what], lay) == dims4:
         # C itself: a named copy (an identity generic would be folded away before tiling)
         value, vtype, _ = _adapt(t, extras[what], region.extras[what], lay)
@@ -569,8 +600,8 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
         t.emit("^bb0(%x: f32, %o: f32):")
         t.emit("  linalg.yield %x : f32")
         t.emit(f"}} -> {tile}")
-    out = _mul_add_generic(t, "b, jb, i, j, k", (a_map, b_map, "(b, i, jb, j)"), (a, b, init),
-                           (a_type, b_type, tile), tag)
+    loops = "b, jb, i, j, k" if lay.split else "b, i, n, k"
+    out = _mul_add_generic(t, loops, (a_map, b_map, dims4), (a, b, init), (a_type, b_type, tile), tag)
     if blocked and not region.body:
         # K in blocks and nothing to finish: the blocks accumulate in the result itself (the init
         # a pass of its own before them); an identity epilogue would copy every panel once more.
@@ -586,7 +617,7 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
     t.emit(f"{e2} = tensor.empty() : {tile}")
     amaps = ", ".join(f"affine_map<{dims4} -> {m}>" for m in maps + [dims4])
     t.emit(f"{result} = linalg.generic {{indexing_maps = [{amaps}], iterator_types = "
-           f"[\"parallel\", \"parallel\", \"parallel\", \"parallel\"]}} ins({', '.join(ins)} : {', '.join(types)}) "
+           f"[{par}]}} ins({', '.join(ins)} : {', '.join(types)}) "
            f"outs({e2} : {tile}) attrs = {{{tag}_epi}} {{")
     args = ", ".join(f"%p{n}: {ty}" for n, ty in enumerate(region.arg_types))
     t.emit(f"^bb0({args}):")
@@ -624,35 +655,34 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     if g.conv is not None:  # filter [F, C, KH, KW] -> [F, CKK]
         a = _reshape(t, "collapse", a, a_shape, [g.M, g.K], [[0], [1, 2, 3]])
 
-    # B -> packed
+    ab = "b, " if g.a_batched else ""
+    bb = "b, " if g.b_batched else ""
+    a_type = _t(([g.batch] if g.a_batched else []) + [g.M, g.K])
     b = "%B"
     lead = [g.batch] if g.b_batched else []
-    if g.b_layout in ("kn", "im2col"):
+    if not lay.split:  # B read in place as [B?, K, N]: the columns are tiled, never padded
         if g.b_layout == "im2col":
             b, b_shape = _im2col(t, b, g)
         elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
             b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
-            b_shape = [g.batch, g.K, g.N]
-        b_direct = Np == g.N and not _should_pack(g, cfg)
+        out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)",
+                           _t(lead + [g.K, g.N]))
+        r = _to_result(t, out, [g.batch, g.M, g.N], [0, 1, 2], lay)
+        t.emit(f"return {r} : {_t(lay.shape)}")
+        return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
+
+    # A weight packed into panels [B?, NB, K, nr] (evaluated when the blob is written)
+    n = len(lead)
+    if g.b_layout == "kn":  # [B?, K, N]
         b, b_shape = _pad(t, b, b_shape, [0] * (len(b_shape) - 1) + [Np - g.N])
-        b = _reshape(t, "expand", b, b_shape, lead + [g.K, NB, nr], [[i] for i in range(len(lead))] +
-                     [[len(lead)], [len(lead) + 1, len(lead) + 2]])
-        if not b_direct:
-            n = len(lead)
-            b, _ = _transpose(t, b, lead + [g.K, NB, nr], list(range(n)) + [n + 1, n, n + 2])
+        b = _reshape(t, "expand", b, b_shape, lead + [g.K, NB, nr], [[i] for i in range(n)] + [[n], [n + 1, n + 2]])
+        b, _ = _transpose(t, b, lead + [g.K, NB, nr], list(range(n)) + [n + 1, n, n + 2])
     else:  # "nk": [B?, N, K]
         b, b_shape = _pad(t, b, b_shape, [0] * (len(b_shape) - 2) + [Np - g.N, 0])
-        n = len(lead)
         b = _reshape(t, "expand", b, b_shape, lead + [NB, nr, g.K], [[i] for i in range(n)] + [[n, n + 1], [n + 2]])
         b, _ = _transpose(t, b, lead + [NB, nr, g.K], list(range(n)) + [n, n + 2, n + 1])
-        b_direct = False
-
-    ab = "b, " if g.a_batched else ""
-    bb = "b, " if g.b_batched else ""
-    bmap = f"({bb}k, jb, j)" if b_direct else f"({bb}jb, k, j)"
-    b_type = _t(lead + ([g.K, NB, nr] if b_direct else [NB, g.K, nr]))
-    a_type = _t(([g.batch] if g.a_batched else []) + [g.M, g.K])
-    out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, bmap, b_type)
+    out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}jb, k, j)",
+                       _t(lead + [NB, g.K, nr]))
 
     # back to the result type
     r = _reshape(t, "collapse", out, [g.batch, g.M, NB, nr], [g.batch, g.M, Np], [[0], [1], [2, 3]])
@@ -688,16 +718,18 @@ def _mul_add_generic(t: _Text, dims: str, maps: tuple, values: tuple, types: tup
 def transpose_conv(g: Gemm, cfg: KernelConfig) -> bool:
     """Compute this convolution as C^T[P, F] = im2col^T[P, K] x filter^T[K, F]?
 
-    Column panels are nr wide and zero padded: a late MobileNet layer (P = OH*OW = 9 output
-    pixels, F = 256 filters) would fill 9 of 64 lanes. Transposed, the filters run along the
-    vector (F padded to nr) and the pixels become rows (a peeled partial row block, not padded).
-    Chosen when the padded work shrinks by a quarter or more: the transposes of the im2col and
-    the output cost P*(K+F) moves against P*F*K FMAs."""
-    if g.conv is None:
+    B (the input or its im2col) is read in place, its P = OH*OW columns tiled by nr with one
+    partial panel: a late layer (7x7: P = 49) would be nothing but that partial panel, 49 odd
+    lanes wide. Transposed, the filters run along the vector (the packed filter padded to whole
+    panels) and the pixels become rows (a peeled partial row block). Chosen when there is no
+    full column panel (P < nr) and the transposed padded work is no larger than the lanes the
+    partial panel fills: the transposes of the im2col and the output cost P*(K+F) moves against
+    P*F*K FMAs."""
+    if g.conv is None or g.N >= cfg.nr:
         return False
-    padded = g.M * (-(-g.N // cfg.nr) * cfg.nr)
+    lanes_used = g.M * (-(-g.N // cfg.vector_width) * cfg.vector_width)
     padded_t = g.N * (-(-g.M // cfg.nr) * cfg.nr)
-    return padded_t * 5 <= padded * 4
+    return padded_t <= lanes_used
 
 
 def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Region,
@@ -737,14 +769,6 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, regi
     return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
 
 
-def _should_pack(g: Gemm, cfg: KernelConfig) -> bool:
-    """Pack B when its rows are a multiple of 2 KiB apart (the K rows of a panel would share
-    few L1 sets) and the copy (N*K moves) is small against the work (M*N*K FMAs). Measured: packing
-    costs 15% on the MobileNet 1x1 convolution (K=32) and is within noise at 512..1024."""
-    row_bytes = g.N * 4
-    return g.M >= 256 and g.K >= 256 and row_bytes % 2048 == 0
-
-
 # ------------------------------------------------------------------ transform script
 
 _ANY = "!transform.any_op"
@@ -759,9 +783,64 @@ def k_block(K: int, kc: int) -> int:
     return max(divisors) if divisors else kc
 
 
+def _second_level(emit, fuse_into, sfx: str, panel: str, tag: str, rows: int, epilogue: bool, init: bool, kc: int,
+                  K: int, cfg: KernelConfig, vector_ops: str, wide: bool = True) -> None:
+    """The rows of one column-panel loop `panel` (unit dimensions folded): find its ops again
+    (exactly the contraction, its init and its epilogue were fused into it), tag them, and tile
+    the rows (see `transform_script`). `wide`: the panel has more than one column (a single
+    column folds away like a single row)."""
+    cols = ", 0" if wide else ""
+    tile = f"({_ANY}) -> ({_ANY}, {_ANY})"
+    emit(f"%all{sfx} = transform.structured.match ops{{[{vector_ops}]}} in {panel} : ({_ANY}) -> {_ANY}",
+         f"transform.annotate %all{sfx} \"{tag}_v\" : {_ANY}",
+         f"%g{sfx} = transform.collect_matching @gemm_step in {panel} : ({_ANY}) -> {_ANY}",
+         f"transform.annotate %g{sfx} \"{tag}_g\" : {_ANY}")
+    ep = ini = None
+    if epilogue or init:
+        emit(f"%el{sfx} = transform.collect_matching @elementwise in {panel} : ({_ANY}) -> {_ANY}")
+        if epilogue and init:  # walk order: the init, then the epilogue
+            emit(f"%in{sfx}, %ep{sfx} = transform.split_handle %el{sfx} : ({_ANY}) -> ({_ANY}, {_ANY})")
+            ep, ini = f"%ep{sfx}", f"%in{sfx}"
+        elif epilogue:
+            ep = f"%el{sfx}"
+        else:
+            ini = f"%el{sfx}"
+    tr = min(cfg.mr, rows)
+
+    def peel(loop, name):
+        if rows % tr:
+            emit(f"%{name}f = transform.cast {loop} : {_ANY} to !transform.op<\"scf.for\">",
+                 f"%{name}p, %{name}q = transform.loop.peel %{name}f : (!transform.op<\"scf.for\">) "
+                 f"-> ({_ANY}, {_ANY})")
+
+    if rows == 1:  # the row dimension folded away: the panel is one row tile
+        if kc < K:
+            emit(f"%kb{sfx}, %lkb{sfx} = transform.structured.tile_using_for %g{sfx} tile_sizes "
+                 f"[{cols[2:] + ', ' if wide else ''}{kc}] : {tile}")
+        return
+    if kc >= K:
+        # One K block: the row tile accumulates the whole K in registers, with the init (the
+        # accumulator's start) and the epilogue fused around it.
+        root = ep or f"%g{sfx}"
+        emit(f"%u{sfx}, %li{sfx} = transform.structured.tile_using_for {root} tile_sizes "
+             f"[{tr}{cols}{'' if ep else ', 0'}] : {tile}")
+        loop = fuse_into(([f"%g{sfx}"] if ep else []) + ([ini] if ini else []), f"%li{sfx}", f"rf{sfx}_")
+        peel(loop, f"r{sfx}_")
+        return
+    # K blocks of kc (the kc x nr block of B stays in L1 across the row blocks): the panel's
+    # accumulator lives in cache between blocks; the init and the epilogue are row loops over
+    # the panel before and after them.
+    emit(f"%kb{sfx}, %lkb{sfx} = transform.structured.tile_using_for %g{sfx} tile_sizes [0{cols}, {kc}] : {tile}",
+         f"%rb{sfx}, %lr{sfx} = transform.structured.tile_using_for %kb{sfx} tile_sizes [{tr}{cols}, 0] : {tile}")
+    peel(f"%lr{sfx}", f"r{sfx}_")
+    for m, op in enumerate([x for x in (ini, ep) if x]):
+        emit(f"%w{sfx}_{m}, %lw{sfx}_{m} = transform.structured.tile_using_for {op} tile_sizes [{tr}{cols}] : {tile}")
+        peel(f"%lw{sfx}_{m}", f"w{sfx}_{m}_")
+
+
 def transform_script(kernels: list, cfg: KernelConfig) -> str:
     """The tiling/vectorization script for `kernels` = [(tag, rows, has an epilogue, init is a
-    generic, K block, K)].
+    generic, K block, K, columns split into panels, columns)].
 
     Each kernel's epilogue (tagged `<tag>_epi`; without one, the contraction tagged `<tag>`) is
     the root: tiled into batch and column panels with the contraction and its accumulator init
@@ -807,82 +886,57 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
             loop = f"%{name}c{m}"
         return loop
 
-    for n, (tag, rows, epilogue, init, kc, K) in enumerate(kernels):
-        # Batch and column panels: the epilogue's (b, i, jb, j), or the contraction's (b, jb, i, j, k).
+    for n, (tag, rows, epilogue, init, kc, K, split, cols) in enumerate(kernels):
+        # Batch and column panels: the epilogue's (b, i, jb, j) or (b, i, n), or the contraction's
+        # (b, jb, i, j, k): loops b, then panels.
         match(f"%e{n}", f"{tag}_epi" if epilogue else tag)
-        sizes = "[1, 0, 1, 0] interchange = [0, 2, 1, 3]" if epilogue else "[1, 1, 0, 0, 0]"
+        tn = min(cfg.nr, cols)
+        if not split:
+            sizes = f"[1, 0, {tn}] interchange = [0, 2, 1]"
+        else:
+            sizes = "[1, 0, 1, 0] interchange = [0, 2, 1, 3]" if epilogue else "[1, 1, 0, 0, 0]"
         emit(f"%t{n}, %lb{n}, %lj{n} = transform.structured.tile_using_for %e{n} tile_sizes {sizes} "
              f": ({_ANY}) -> ({_ANY}, {_ANY}, {_ANY})")
         producers = []
         if epilogue:
-            match(f"%g0_{n}", tag)
-            producers.append(f"%g0_{n}")
+            match(f"%gm{n}", tag)
+            producers.append(f"%gm{n}")
         if init:
-            match(f"%i0_{n}", f"{tag}_init")
-            producers.append(f"%i0_{n}")
+            match(f"%im{n}", f"{tag}_init")
+            producers.append(f"%im{n}")
         panel = fuse_into(producers, f"%lj{n}", f"pf{n}_")
         # Column panels are independent (each writes its own columns): the threaded entry
         # gives each thread a chunk of them (parallel.py).
         emit(f"transform.annotate {panel} \"{THREAD_SPLIT}\" : {_ANY}")
         panels.append(panel)
-    for n, (tag, rows, epilogue, init, kc, K) in enumerate(kernels):
-        panel = panels[n]
+    for n, (tag, rows, epilogue, init, kc, K, split, cols) in enumerate(kernels):
         # Unit dimensions folded inside this panel loop only: the rest of the function (a
         # depthwise convolution's tensor.pad, its consumers) stays as the next passes match it.
-        emit(f"transform.apply_patterns to {panel} {{ transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices }} "
-             f": {_ANY}")
-        # Unit dimensions folded: find the ops again in the panel loop (exactly the contraction,
-        # its init and its epilogue were fused into it) and tag them.
-        emit(f"%all{n} = transform.structured.match ops{{[{vector_ops}]}} in {panel} : ({_ANY}) -> {_ANY}",
-             f"transform.annotate %all{n} \"{tag}_v\" : {_ANY}",
-             f"%g{n} = transform.collect_matching @gemm_step in {panel} : ({_ANY}) -> {_ANY}",
-             f"transform.annotate %g{n} \"{tag}_g\" : {_ANY}")
-        ep = ini = None
-        if epilogue or init:
-            emit(f"%el{n} = transform.collect_matching @elementwise in {panel} : ({_ANY}) -> {_ANY}")
-            if epilogue and init:  # walk order: the init, then the epilogue
-                emit(f"%in{n}, %ep{n} = transform.split_handle %el{n} : ({_ANY}) -> ({_ANY}, {_ANY})")
-                ep, ini = f"%ep{n}", f"%in{n}"
-            elif epilogue:
-                ep = f"%el{n}"
-            else:
-                ini = f"%el{n}"
-        tr = min(cfg.mr, rows)
-
-        def peel(loop, name):
-            if rows % tr:
-                emit(f"%{name}f = transform.cast {loop} : {_ANY} to !transform.op<\"scf.for\">",
-                     f"%{name}p, %{name}q = transform.loop.peel %{name}f : (!transform.op<\"scf.for\">) "
-                     f"-> ({_ANY}, {_ANY})")
-
-        if rows == 1:  # the row dimension folded away: the panel is one row tile
-            if kc < K:
-                emit(f"%kb{n}, %lkb{n} = transform.structured.tile_using_for %g{n} tile_sizes [0, {kc}] : {tile}")
-            continue
-        if kc >= K:
-            # One K block: the row tile accumulates the whole K in registers, with the init
-            # (the accumulator's start) and the epilogue fused around it.
-            root = ep or f"%g{n}"
-            emit(f"%u{n}, %li{n} = transform.structured.tile_using_for {root} tile_sizes "
-                 f"[{tr}, 0{'' if ep else ', 0'}] : {tile}")
-            loop = fuse_into(([f"%g{n}"] if ep else []) + ([ini] if ini else []), f"%li{n}", f"rf{n}_")
-            peel(loop, f"r{n}_")
-            continue
-        # K blocks of kc (the kc x nr block of B stays in L1 across the row blocks): the panel's
-        # accumulator lives in cache between blocks; the init and the epilogue are row loops
-        # over the panel before and after them.
-        emit(f"%kb{n}, %lkb{n} = transform.structured.tile_using_for %g{n} tile_sizes [0, 0, {kc}] : {tile}",
-             f"%rb{n}, %lr{n} = transform.structured.tile_using_for %kb{n} tile_sizes [{tr}, 0, 0] : {tile}")
-        peel(f"%lr{n}", f"r{n}_")
-        for m, op in enumerate([x for x in (ini, ep) if x]):
-            emit(f"%w{n}_{m}, %lw{n}_{m} = transform.structured.tile_using_for {op} tile_sizes [{tr}, 0] : {tile}")
-            peel(f"%lw{n}_{m}", f"w{n}_{m}_")
+        # A partial panel's width is dynamic until peeling: the slices folding unit dimensions
+        # read it back through tensor.dim; resolved, each extract of an insert folds away.
+        emit(f"transform.apply_patterns to {panels[n]} {{ "
+             f"transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices }} : {_ANY}",
+             f"transform.apply_patterns to %f {{ "
+             f"transform.apply_patterns.memref.resolve_ranked_shaped_type_result_dims "
+             f"transform.apply_patterns.tensor.merge_consecutive_insert_extract_slice }} : {_ANY}")
+        _second_level(emit, fuse_into, f"{n}", panels[n], tag, rows, epilogue, init, kc, K, cfg, vector_ops,
+                      wide=split or cols > 1)
+        tn = min(cfg.nr, cols)
+        if not split and cols % tn:
+            # The partial column panel, peeled once everything inside is tiled: after
+            # canonicalization both panels have static widths (nr and cols % nr).
+            emit(f"%pc{n} = transform.cast {panels[n]} : {_ANY} to !transform.op<\"scf.for\">",
+                 f"%pm{n}, %pr{n} = transform.loop.peel %pc{n} : (!transform.op<\"scf.for\">) -> ({_ANY}, {_ANY})")
+    # The K-block loops carry the accumulator with the width the panel had when they were
+    # tiled (dynamic in a partial panel of B read in place, until the peel): the sizes read back
+    # through them (tensor.dim of a loop result) resolve to the static widths the loops start from.
     emit(f"transform.apply_patterns to %f {{ transform.apply_patterns.canonicalization "
-         f"transform.apply_patterns.linalg.tiling_canonicalization }} : {_ANY}")
-    for n, (tag, rows, *_) in enumerate(kernels):
+         f"transform.apply_patterns.linalg.tiling_canonicalization "
+         f"transform.apply_patterns.scf.for_loop_canonicalization }} : {_ANY}")
+    for n, (tag, rows, epilogue, init, kc, K, split, cols) in enumerate(kernels):
         match(f"%s{n}", f"{tag}_g")
-        emit(f"%k{n}, %lk{n} = transform.structured.tile_using_for %s{n} tile_sizes "
-             f"[{'0, ' if rows > 1 else ''}0, 1] : {tile}",
+        lead = "0, " * (int(rows > 1) + int(split or cols > 1))
+        emit(f"%k{n}, %lk{n} = transform.structured.tile_using_for %s{n} tile_sizes [{lead}1] : {tile}",
              f"transform.structured.vectorize %k{n} : {_ANY}")
         match(f"%o{n}", f"{tag}_v", ops=vector_ops)
         emit(f"transform.structured.vectorize %o{n} : {_ANY}")

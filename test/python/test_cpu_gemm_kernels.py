@@ -208,6 +208,44 @@ def test_linear_relu_transposed_weight(m, k, n):
     assert rel_error(out, expected.numpy()) < 1e-5
 
 
+def matmul_bias_relu_text(m, k, n) -> str:
+    """B read in place (an activation), the bias and ReLU its epilogue."""
+    return f"""
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}, %bias: {t([n])}) -> {t([m, n])} {{
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : {t([m, n])}
+  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}
+  %r = linalg.matmul ins(%a, %b : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}
+  %o = linalg.generic {{indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}}
+      ins(%r, %bias : {t([m, n])}, {t([n])}) outs(%e : {t([m, n])}) {{
+  ^bb0(%x: f32, %y: f32, %out: f32):
+    %s = arith.addf %x, %y : f32
+    %p = arith.maximumf %s, %z : f32
+    linalg.yield %p : f32
+  }} -> {t([m, n])}
+  return %o : {t([m, n])}
+}}"""
+
+
+@needs_simd
+@pytest.mark.parametrize("m,k,n", [
+    (13, 300, 70),   # K in blocks, a partial column panel of 6 under them
+    (7, 400, 130),   # two full panels and a partial one of 2
+    (13, 300, 1),    # a single column: only the partial panel
+    (6, 100, 70),    # K in registers, partial panel
+    (64, 256, 128),  # whole panels only
+])
+def test_matmul_epilogue_with_partial_column_panels(m, k, n):
+    """B read in place is never padded: the last column panel is peeled, its width static in
+    the K-block loops, the init and the epilogue."""
+    fn = compile_standalone(matmul_bias_relu_text(m, k, n), min_flops=0)
+    a, b, bias = rand(m, k), rand(k, n), rand(n)
+    (out,) = fn(a, b, bias)
+    assert rel_error(out, np.maximum(a.astype(np.float64) @ b + bias, 0)) < 1e-5
+
+
 @needs_simd
 @pytest.mark.parametrize("n,c,h,w,f,k,stride,pad,dil", [
     (1, 7, 33, 33, 33, 3, 1, 1, 1),   # padded 3x3
@@ -216,6 +254,7 @@ def test_linear_relu_transposed_weight(m, k, n):
     (1, 16, 9, 9, 8, 1, 2, 0, 1),     # 1x1 stride 2 (a strided gather)
     (1, 4, 12, 12, 9, 3, 1, 2, 2),    # dilation 2
     (1, 1, 1, 1, 7, 1, 1, 0, 1),      # one input channel, one pixel
+    (1, 64, 14, 14, 32, 3, 1, 1, 1),  # K = 576 in blocks over 196 pixels: a partial panel of 4
 ])
 def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
     text, shape = conv_text(n, c, h, w, f, k, stride, pad, dil)
@@ -232,8 +271,8 @@ def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
 @pytest.mark.parametrize("n,c,h,w,f,k,stride,pad", [
     (1, 128, 3, 3, 256, 1, 1, 0),   # MobileNet's last 1x1: 9 pixels, 256 filters
     (1, 64, 6, 6, 128, 3, 1, 1),    # 3x3 through the transposed im2col
-    (2, 16, 4, 4, 70, 1, 1, 0),     # batch 2, filters not a whole panel (padded, sliced back)
-    (1, 24, 7, 7, 100, 1, 2, 0),    # 1x1 stride 2: 16 pixels
+    (2, 16, 3, 3, 120, 1, 1, 0),    # batch 2, filters not a whole panel (padded, sliced back)
+    (1, 24, 9, 9, 100, 1, 2, 0),    # 1x1 stride 2: 25 pixels
 ])
 def test_conv2d_with_few_pixels_runs_transposed(n, c, h, w, f, k, stride, pad):
     """Few output pixels and many filters: C^T = im2col^T x filter^T keeps the vector lanes full."""
@@ -278,15 +317,17 @@ func.func @chain(%x: {t([1, 16, 8, 8])}, %w1: {t([32, 16, 1, 1])}, %w2: {t([64, 
     assert rel_error(out, c @ m @ m) < 1e-5
 
 
-def test_conv_transposes_only_when_padding_waste_shrinks():
+def test_conv_transposes_only_without_a_full_column_panel():
     cfg = strategy.KernelConfig(16, 6, 64, 128)
 
     def gemm(f, pixels):
         return strategy.Gemm(None, 1, f, pixels, 9, None, False, None, "im2col", True, None, None, conv={})
 
-    assert strategy.transpose_conv(gemm(256, 9), cfg)      # 9 of 64 lanes -> all of them
+    assert strategy.transpose_conv(gemm(256, 9), cfg)       # 9 of 64 lanes -> all of them
     assert strategy.transpose_conv(gemm(128, 36), cfg)
-    assert not strategy.transpose_conv(gemm(100, 49), cfg)  # about even: no transposes
+    assert strategy.transpose_conv(gemm(160, 49), cfg)      # MobileNetV2 at 7x7: 192 filter lanes
+    assert not strategy.transpose_conv(gemm(70, 49), cfg)   # 70 filters would pad to 128
+    assert not strategy.transpose_conv(gemm(576, 196), cfg)  # 14x14: full panels, read in place
     assert not strategy.transpose_conv(gemm(16, 2304), cfg)  # early layer: many pixels, few filters
 
 

@@ -41,13 +41,14 @@ class TileGemmKernels(Pass):
             role = next((r for r in ("_epi", "_init") if tag.endswith(r)), "")
             entry = found.setdefault(tag[:len(tag) - len(role)], {})
             entry[role] = True
-            if not role:  # the contraction: rows of its tile layout, and K (A's last dimension)
-                entry["rows"] = ir.RankedTensorType(op.results[0].type).shape[1]
+            if not role:  # the contraction: its tile layout [b, rows, NB, nr] or [b, rows, cols], and K
+                shape = ir.RankedTensorType(op.results[0].type).shape
+                entry["rows"], entry["split"], entry["cols"] = shape[1], len(shape) == 4, shape[-1]
                 entry["K"] = ir.RankedTensorType(op.operands[0].type).shape[-1]
         # Without an epilogue the contraction is the root and its init stays a pass of its own
         # (a destination cannot be fused into the loops that carry it).
-        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e, gemm.k_block(e["K"], o.kc), e["K"])
-                   for tag, e in found.items()]
+        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e, gemm.k_block(e["K"], o.kc), e["K"],
+                    e["split"], e["cols"]) for tag, e in found.items()]
         for op in walk(module_op, ("func.call",)):
             if gemm.GEMM_ATTR in op.attributes:
                 raise self.error(f"{self.name}: a GEMM kernel call without its kernel (run etc-cpu-gemm-regions "

@@ -16,8 +16,8 @@
 // ROOTS: math.rsqrt
 // ROOTS: vector.fma {{.*}} : vector<16xf32>
 
-// The head is read as 16-wide column panels: its reshape is evaluated when the blob is built.
-// CHECK: module attributes {etc.cpu.abi = [{dtype = "float32", kind = "input", name = "0", shape = array<i64: 32, 288>}, {dtype = "float32", kind = "constant", name = "w", shape = array<i64: 288>}, {dtype = "float32", kind = "constant", name = "head#packed0", pack = "func.func @pack(%arg0: tensor<288x512xf32>) -> tensor<288x32x16xf32> {{.*}}", shape = array<i64: 288, 32, 16>}, {dtype = "float32", kind = "output", name = "0", shape = array<i64: 32, 512>}, {dtype = "uint8", kind = "scratch"
+// The head (a weight) is packed into contiguous 16-wide column panels when the blob is built.
+// CHECK: module attributes {etc.cpu.abi = [{dtype = "float32", kind = "input", name = "0", shape = array<i64: 32, 288>}, {dtype = "float32", kind = "constant", name = "w", shape = array<i64: 288>}, {dtype = "float32", kind = "constant", name = "head#packed0", pack = "func.func @pack(%arg0: tensor<288x512xf32>) -> tensor<32x288x16xf32> {{.*}}", shape = array<i64: 32, 288, 16>}, {dtype = "float32", kind = "output", name = "0", shape = array<i64: 32, 512>}, {dtype = "uint8", kind = "scratch"
 // CHECK-SAME: etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"{{.*}}}, {kind = "reduction", op = "linalg.generic", path = "row-reduction"
 // CHECK: llvm.func @head
 // CHECK: llvm.intr.fmuladd{{.*}}vector<16xf32>

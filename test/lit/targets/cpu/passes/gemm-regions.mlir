@@ -1,19 +1,19 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels --etc-cpu-fuse-elementwise --etc-cpu-gemm-regions | filecheck %s
 
-// A Linear: the accumulator starts at a constant (a generic the tiling fuses into each tile) and
-// the bias + GELU-like consumer, read through the unit-dimension reshape to [1, 32, 256], becomes
-// the kernel's epilogue: the bias is a kernel argument split into column panels, the body moves
-// in, and the kernel returns the consumer's shape.
+// A matmul on an activation: the accumulator starts at a constant (a generic the tiling fuses
+// into each tile) and the bias + GELU-like consumer, read through the unit-dimension reshape to
+// [1, 32, 256], becomes the kernel's epilogue: the body moves in, and the kernel returns the
+// consumer's shape. B is read in place, so the tile layout is [b, rows, cols] (the tiling splits
+// the columns into panels, never padded), and the bias is read as it is.
 // CHECK: {kind = "epilogue", op = "linalg.generic", path = "fused"
 // CHECK-LABEL: func.func @linear
 // CHECK: %[[R:.*]] = call @[[K:etc_gemm_m[0-9]+]](%arg0, %arg1, %arg2) : (tensor<32x128xf32>, tensor<128x256xf32>, tensor<256xf32>) -> tensor<1x32x256xf32>
 // CHECK-NEXT: return %[[R]]
 // CHECK: func.func private @[[K]]
-// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x32x4x64xf32>){{.*}}etc.[[K]]_init
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x32x256xf32>){{.*}}etc.[[K]]_init
 // CHECK: arith.constant 0.000000e+00 : f32
-// CHECK: linalg.generic {{.*}}{etc.[[K]]}
-// CHECK: %[[BIAS:.*]] = tensor.expand_shape %arg2 {{\[\[}}0, 1]] output_shape [4, 64]
-// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %[[BIAS]] : tensor<1x32x4x64xf32>, tensor<4x64xf32>){{.*}}etc.[[K]]_epi
+// CHECK: linalg.generic {{.*}} ins(%arg0, %arg1 : tensor<32x128xf32>, tensor<128x256xf32>){{.*}}{etc.[[K]]}
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %arg2 : tensor<1x32x256xf32>, tensor<256xf32>){{.*}}etc.[[K]]_epi
 // CHECK: math.tanh
 // CHECK: return %{{.*}} : tensor<1x32x256xf32>
 #id3 = affine_map<(b, t, n) -> (b, t, n)>
@@ -38,7 +38,7 @@ func.func @linear(%x: tensor<32x128xf32>, %w: tensor<128x256xf32>, %bias: tensor
 
 // A convolution with its bias broadcast as the accumulator's start, then BN-folded scale,
 // residual add and ReLU: the residual [1, 32, 8, 8] is reshaped into the tile layout
-// [1, 32, 1, 64] (filters as rows, pixels as one column panel), the per-filter scale is read
+// [1, 32, 64] (filters as rows, pixels as columns), the per-filter scale is read
 // along the rows, and the call moves to the consumer (the residual is computed after the conv).
 // CHECK-LABEL: func.func @conv_residual
 // CHECK: %[[RES:.*]] = call @etc_gemm_c{{[0-9]+}}(
@@ -47,7 +47,7 @@ func.func @linear(%x: tensor<32x128xf32>, %w: tensor<128x256xf32>, %bias: tensor
 // CHECK: func.func private @[[K]]
 // CHECK: linalg.generic {{.*}} ins(%arg2 : tensor<32xf32>){{.*}}etc.[[K]]_init
 // CHECK: tensor.collapse_shape %arg4 {{\[\[}}0], [1], [2, 3]] : tensor<1x32x8x8xf32> into tensor<1x32x64xf32>
-// CHECK: ins(%{{.*}}, %arg3, %{{.*}} : tensor<1x32x1x64xf32>, tensor<32xf32>, tensor<1x32x1x64xf32>){{.*}}etc.[[K]]_epi
+// CHECK: ins(%{{.*}}, %arg3, %{{.*}} : tensor<1x32x64xf32>, tensor<32xf32>, tensor<1x32x64xf32>){{.*}}etc.[[K]]_epi
 // CHECK: arith.maximumf
 #i4 = affine_map<(n, c, h, w) -> (n, c, h, w)>
 #c4 = affine_map<(n, c, h, w) -> (c)>
