@@ -12,10 +12,11 @@ the layer kinds of real CNNs and transformers at real sizes against torch and XN
 and real models (tools/bench_models.py: transformers architectures with random weights,
 latency, numerics, compile time, and the geomean of etc cpu over ExecuTorch XNNPACK).
 Then LLM prefill and decode tokens/s (tools/bench_llm.py: etc.llm exports, etc cpu against
-ExecuTorch + XNNPACK on the same program, and torch eager). All run in child processes, so
-that a crash of the compiler under test is a row.
+ExecuTorch + XNNPACK on the same program, and torch eager), and what profiling costs and
+explains (tools/bench_profiling.py). All but the last run in child processes, so that a crash
+of the compiler under test is a row.
 
-    python -m etc.tools.bench [--sections zoo,layers,models,llm] [--models a,b] [--layers a,b]
+    python -m etc.tools.bench [--sections zoo,layers,models,llm,profiling] [--models a,b] [--layers a,b]
                               [--real-models a,b] [--runs N] [--output BENCHMARKS.md]
 """
 
@@ -206,9 +207,9 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", default="zoo,layers,models,llm",
+    parser.add_argument("--sections", default="zoo,layers,models,llm,profiling",
                         help="comma-separated parts to run: zoo, layers (layer sweep), models (real models), "
-                             "llm (prefill/decode tokens/s)")
+                             "llm (prefill/decode tokens/s), profiling (its cost and coverage)")
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
     parser.add_argument("--layers", help="comma-separated layer-sweep names (default: all)")
     parser.add_argument("--real-models", help="comma-separated real-model names (default: all)")
@@ -217,9 +218,10 @@ def main(argv=None) -> int:
     parser.add_argument("--no-gemm", action="store_true")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = sorted(set(sections) - {"zoo", "layers", "models", "llm"})
+    known = ("zoo", "layers", "models", "llm", "profiling")
+    unknown = sorted(set(sections) - set(known))
     if unknown:
-        parser.error(f"unknown section(s) {unknown}: choose among zoo, layers, models, llm")
+        parser.error(f"unknown section(s) {unknown}: choose among {', '.join(known)}")
 
     warnings.filterwarnings("ignore")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
@@ -252,6 +254,8 @@ def main(argv=None) -> int:
         parts.append(_section("Real models", _models_text, args))
     if "llm" in sections:
         parts.append(_section("LLM", _llm_text, args))
+    if "profiling" in sections:
+        parts.append(_section("Profiling", _profiling_text, args))
     summary = [line for part in parts for line in part.splitlines() if line.startswith("**Geomean")]
     text = "\n".join(_header() + [f"{line} See Real models.\n" for line in summary]) + "\n" + "\n".join(parts)
     with open(args.output, "w") as f:
@@ -285,6 +289,12 @@ def _llm_text(args) -> str:
              "program lowered by etc cpu and by ExecuTorch + XNNPACK, and torch eager, one thread each, each model "
              "in its own child process (`python -m etc.tools.bench_llm`).\n\n")
     return intro + run(runs=max(3, args.runs // 4))
+
+
+def _profiling_text(args) -> str:
+    from etc.tools.bench_profiling import run
+
+    return run(runs=max(10, args.runs))
 
 
 def _section(title: str, body, args) -> str:
