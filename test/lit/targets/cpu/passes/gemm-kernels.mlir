@@ -25,7 +25,7 @@ func.func @mm(%a: tensor<64x96xf32>, %b: tensor<96x128xf32>) -> tensor<64x128xf3
 // Too small to pay for packing, a single output row (a GEMV), and a producer fused into the
 // contraction's body: each stays as it is, with the reason on the module.
 // CHECK: path = "small", reason = "4096 flops, below the 65536 that pay for packing"
-// CHECK: path = "gemv", reason = "1 row(s) of output: a matrix-vector product, memory bound"
+// CHECK: path = "gemv", reason = "1 row(s) of output times an activation: a matrix-vector product, memory bound"
 // CHECK: path = "loops", reason = "its body is more than a multiply-add (fused producer or epilogue)"
 // CHECK-LABEL: func.func @not_taken
 // CHECK-COUNT-3: linalg.generic
@@ -72,9 +72,9 @@ func.func @conv(%x: tensor<1x16x10x10xf32>, %w: tensor<32x16x3x3xf32>) -> tensor
 
 // -----
 
-// A one-token Linear (a GEMV, left as loops) reads its weight W[n, k] in place instead of
-// through the transpose torch-mlir put in front of it: the default loops then keep k innermost,
-// a contiguous dot product per output, the weight streamed once.
+// One row times a transposed activation (a GEMV, left as loops: %w is not labelled a
+// constant here) reads W[n, k] in place instead of through the transpose torch-mlir put in
+// front of it: the default loops then keep k innermost, a contiguous dot product per output.
 // CHECK-DAG: #[[A:.*]] = affine_map<(d0, d1, d2) -> (d0, d2)>
 // CHECK-DAG: #[[W:.*]] = affine_map<(d0, d1, d2) -> (d1, d2)>
 // CHECK: path = "gemv"
@@ -84,6 +84,28 @@ func.func @conv(%x: tensor<1x16x10x10xf32>, %w: tensor<32x16x3x3xf32>) -> tensor
 #t_in = affine_map<(n, k) -> (n, k)>
 #t_out = affine_map<(n, k) -> (k, n)>
 func.func @decode(%x: tensor<1x288xf32>, %w: tensor<32000x288xf32>) -> tensor<1x32000xf32> {
+  %z = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<288x32000xf32>
+  %wt = linalg.generic {indexing_maps = [#t_in, #t_out], iterator_types = ["parallel", "parallel"]} ins(%w : tensor<32000x288xf32>) outs(%et : tensor<288x32000xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  } -> tensor<288x32000xf32>
+  %e = tensor.empty() : tensor<1x32000xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<1x32000xf32>) -> tensor<1x32000xf32>
+  %r = linalg.matmul ins(%x, %wt : tensor<1x288xf32>, tensor<288x32000xf32>) outs(%c : tensor<1x32000xf32>) -> tensor<1x32000xf32>
+  return %r : tensor<1x32000xf32>
+}
+
+// -----
+
+// The same one-token Linear through a weight (an entry argument labelled constant) is the GEMM
+// kernel: the weight is packed into panels when the blob is built and streamed once.
+// CHECK: path = "gemm"
+// CHECK-LABEL: func.func @decode_weight
+// CHECK: call @etc_gemm_m{{[0-9]+}}(%arg0, %arg1, %{{.*}}) {etc.cpu.gemm = {K = 288 : i64, M = 1 : i64, N = 32000 : i64, {{.*}}b_layout = "nk"
+#t_in = affine_map<(n, k) -> (n, k)>
+#t_out = affine_map<(n, k) -> (k, n)>
+func.func @decode_weight(%x: tensor<1x288xf32>, %w: tensor<32000x288xf32> {etc.cpu.arg = "constant:head"}) -> tensor<1x32000xf32> {
   %z = arith.constant 0.0 : f32
   %et = tensor.empty() : tensor<288x32000xf32>
   %wt = linalg.generic {indexing_maps = [#t_in, #t_out], iterator_types = ["parallel", "parallel"]} ins(%w : tensor<32000x288xf32>) outs(%et : tensor<288x32000xf32>) {
