@@ -121,11 +121,13 @@ def cmd_compile(args) -> int:
     ep = model if inputs is None else torch.export.export(model, inputs)
     _progress("lowering to the edge dialect")
     edge = etc.to_edge(ep)
+    if args.profile and args.backend != "cpu":
+        raise UsageError("--profile times the regions inside cpu delegates: use it with --backend cpu")
     if args.backend == "cpu":
         from etc.targets.cpu import CpuPartitioner
 
         _progress("delegating to the cpu target (MLIR -> LLVM -> object code)")
-        edge = edge.to_backend(CpuPartitioner())
+        edge = edge.to_backend(CpuPartitioner(profile=args.profile))
         print(edge.delegation_info())
     _progress("planning memory and emitting")
     program = edge.to_executorch(generate_etrecord=bool(args.etrecord))
@@ -244,7 +246,7 @@ def cmd_profile(args) -> int:
     inspector = Inspector(program.run_record, etrecord=args.etrecord, program=program.pte)
     inspector.print_data_tabular()
     print("\ntop operators by time:")
-    for name, ms, calls in inspector.top_ops(args.top, method=args.method):
+    for name, ms, calls in inspector.top_ops(args.top, method=args.method, regions=True):
         print(f"  {ms / args.runs:9.4f} ms/run  {calls // args.runs:4d} call(s)/run  {name}")
     if args.trace:
         inspector.write_chrome_trace(args.trace)
@@ -370,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--backend", choices=["portable", "cpu"], default="portable")
     c.add_argument("-o", "--output", required=True)
     c.add_argument("--etrecord", help="also write the compile record (for etc profile and numeric debugging)")
+    c.add_argument("--profile", action="store_true",
+                   help="cpu delegates time their dispatch regions (etc profile shows them with source lines)")
     c.set_defaults(fn=cmd_compile)
 
     r = sub.add_parser("run", help="load a program and execute a method")

@@ -58,7 +58,21 @@ def test_inspect_lists_methods_operators_memory(compiled):
     assert "checksums: CRC-32 of the program data and of every segment, verified" in result.stdout
 
 
+def test_profile_breaks_a_profiled_cpu_delegate_into_regions(compiled):
+    """`etc compile --backend cpu --profile` then `etc profile`: the top operators are the
+    delegate's regions (its Linear and ReLU by name), not one opaque delegate call."""
+    folder, _ = compiled
+    result = etc_cli("compile", folder / "tiny.py:Tiny", "--example-inputs", "2x6", "--backend", "cpu", "--profile",
+                     "-o", folder / "tiny_cpu.pte", "--etrecord", folder / "tiny_cpu.etrecord")
+    assert result.returncode == 0, result.stderr
+    result = etc_cli("profile", folder / "tiny_cpu.pte", "--etrecord", folder / "tiny_cpu.etrecord", "--runs", "3")
+    assert result.returncode == 0, result.stderr
+    top = result.stdout.split("top operators by time:")[1]
+    assert "delegate 'cpu': " in top, result.stdout
+
+
 @pytest.mark.parametrize("args, message", [
+    (("compile", "tiny.py:Tiny", "--example-inputs", "2x6", "--profile", "-o", "x.pte"), "use it with --backend cpu"),
     (("inspect", "missing.pte"), "No such file"),
     (("run", "missing.pte"), "cannot read program"),
     (("compile", "nofile.py:Model", "-o", "x.pte"), "no such file: nofile.py"),
