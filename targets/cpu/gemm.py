@@ -385,16 +385,18 @@ def layout(g: Gemm, cfg: KernelConfig, reshape: "tuple | None" = None) -> Layout
     if reshape is not None:
         groups = _regroup(own, groups, *reshape)
         own = tuple(reshape[2])
-    return Layout(own, groups, g.batch, rows, cols, cfg.nr, split=not b_in_place(g))
+    return Layout(own, groups, g.batch, rows, cols, cfg.nr, split=not b_in_place(g, cfg))
 
 
-def b_in_place(g: Gemm) -> bool:
+def b_in_place(g: Gemm, cfg: KernelConfig) -> bool:
     """B is read where it is (an activation, a direct 1x1 input, an im2col): the tile's columns are
     then one dimension tiled by nr with a peeled partial panel, never padded (no copies of B or
     C). B packed into panels keeps the [panels, nr] layout, zero padded: a weight (any layout:
-    packed when the blob is written, so its panels are contiguous for free) and a transposed
-    convolution's filter."""
-    return g.b_layout in ("kn", "im2col") and not g.transposed and not _is_constant(g.b)
+    packed when the blob is written, so its panels are contiguous for free), a transposed
+    convolution's filter, and a B narrower than one panel (attention over a few tokens: read in
+    place, Llama-15M's 32-token attention took 4.4x as long as through one packed panel)."""
+    return (g.b_layout in ("kn", "im2col") and not g.transposed and not _is_constant(g.b)
+            and g.N >= cfg.nr)
 
 
 def _is_constant(value) -> bool:
@@ -671,9 +673,15 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
         t.emit(f"return {r} : {_t(lay.shape)}")
         return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
 
-    # A weight packed into panels [B?, NB, K, nr] (evaluated when the blob is written)
+    # B packed into panels [B?, NB, K, nr]: a weight (evaluated when the blob is written) or an
+    # activation narrower than one panel (`b_in_place`)
     n = len(lead)
-    if g.b_layout == "kn":  # [B?, K, N]
+    if g.b_layout in ("kn", "im2col"):  # [B?, K, N]
+        if g.b_layout == "im2col":
+            b, b_shape = _im2col(t, b, g)
+        elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
+            b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
+            b_shape = [g.batch, g.K, g.N]
         b, b_shape = _pad(t, b, b_shape, [0] * (len(b_shape) - 1) + [Np - g.N])
         b = _reshape(t, "expand", b, b_shape, lead + [g.K, NB, nr], [[i] for i in range(n)] + [[n], [n + 1, n + 2]])
         b, _ = _transpose(t, b, lead + [g.K, NB, nr], list(range(n)) + [n + 1, n, n + 2])

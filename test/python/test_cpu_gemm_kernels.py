@@ -417,3 +417,22 @@ def test_avx2_tile_runs_on_this_host():
     assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
     text = lowered(matmul_text(100, 70, 33), PRESETS["x86-64-v3"])
     assert "vector<16xf32>" in text and "vector<64xf32>" not in text
+
+
+@needs_simd
+@pytest.mark.parametrize("n,c,h,w,f,k,stride,pad", [
+    (1, 32, 7, 7, 40, 1, 1, 0),   # 1x1, 49 pixels, too few filters to transpose: one packed panel
+    (2, 8, 6, 6, 24, 3, 1, 1),    # 3x3 through the im2col, 36 pixels, batch 2
+])
+def test_conv2d_narrower_than_one_panel_packs_its_input(n, c, h, w, f, k, stride, pad):
+    """An activation B with fewer columns than a panel is packed (padded to one panel), not read in
+    place: the 1x1 input and the im2col reach the packing reshaped."""
+    text, shape = conv_text(n, c, h, w, f, k, stride, pad)
+    fn = compile_standalone(text, min_flops=0)
+    assert [d.path for d in fn.decisions if d.kind == "convolution"] == ["gemm"]
+    x, wt, b = rand(n, c, h, w), rand(f, c, k, k), rand(f)
+    (out,) = fn(x, wt, b)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b),
+                                          stride=stride, padding=pad)
+    assert out.shape == shape
+    assert rel_error(out, expected.numpy()) < 1e-5
