@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -253,25 +252,9 @@ def _child(name: str, runs: int, decode_tokens: int, backends, timeout_s: float)
     # One thread each: numpy's BLAS (etc's portable matmuls) would otherwise compute on other threads too,
     # which the calling thread's CPU time does not count.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    row: dict = {}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        out, code = proc.stdout, proc.returncode
-        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:]
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        code, tail = None, []
-    for line in out.splitlines():
-        if line.startswith("{"):
-            row.update(json.loads(line))
-    if row.get("stage") == "done":
-        return row, None
-    where = row.get("stage", "building the model")
-    if code is None:
-        return row, f"timed out after {timeout_s:.0f} s in {where}"
-    if code < 0:
-        return row, f"crashed (signal {-code}) in {where}"
-    return row, f"exit {code} in {where}: {tail[0][:120] if tail else ''}"
+    from etc.tools.bench_models import run_child
+
+    return run_child(cmd, timeout_s, env)
 
 
 def measure_isolated(name: str, runs: int, decode_tokens: int, timeout_s: float) -> dict:

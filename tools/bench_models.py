@@ -229,9 +229,15 @@ def _child(name: str, runs: int, backends: list, timeout_s: float) -> tuple[dict
     """(fields the child reported, None or why it ended early)."""
     cmd = [sys.executable, "-m", "etc.tools.bench_models", "--child", name, "--runs", str(runs),
            "--backends", ",".join(backends)]
+    return run_child(cmd, timeout_s)
+
+
+def run_child(cmd: list, timeout_s: float, env: dict | None = None) -> tuple[dict, str | None]:
+    """Run a benchmark child that prints JSON lines (its last `stage`, "done" at the end):
+    (the fields it reported, None or why it ended early: a timeout, a signal, an exit code)."""
     row: dict = {}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
         out, code = proc.stdout, proc.returncode
         tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:]
     except subprocess.TimeoutExpired as e:

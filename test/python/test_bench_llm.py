@@ -83,3 +83,16 @@ def test_make_bench_has_an_llm_section(monkeypatch, tmp_path, capsys):
     text = output.read_text()
     assert "## LLM" in text and "| llama_15m | decode | ... |" in text and "## Zoo" not in text
     assert calls == [5]
+
+
+def test_a_benchmark_child_ends_as_a_row_or_a_reason():
+    """bench_models.run_child (bench_llm's and bench_models' children): the JSON fields a child
+    printed, and why it ended early when it did: its exit code, a timeout, in its last stage."""
+    from etc.tools.bench_models import run_child
+
+    done = 'print(\'{"stage": "done", "x": 1}\')'
+    assert run_child([sys.executable, "-c", done], 30) == ({"stage": "done", "x": 1}, None)
+    failed = 'import json; print(json.dumps({"stage": "export"})); raise SystemExit(3)'
+    assert run_child([sys.executable, "-c", failed], 30) == ({"stage": "export"}, "exit 3 in export: ")
+    row, why = run_child([sys.executable, "-c", "import time; time.sleep(10)"], 0.5)
+    assert row == {} and why == "timed out after 0 s in building the model"
