@@ -27,7 +27,6 @@ crash or hang of a compiler under test is a row, not the end of the run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -79,13 +78,9 @@ MODELS: dict[str, Model] = {m.name: m for m in [
 
 
 # ---------------------------------------------------------------- one model, in the child
-def _emit(**fields):
-    print(json.dumps(fields), flush=True)
-
-
-def _error(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:120] if text else ''}"
+# The child's protocol is bench_models': JSON lines to the parent, a failing backend a one-line error in
+# its row (printed under Failures in BENCHMARKS.md), a crash or a timeout a row too (run_child).
+from etc.tools.bench_models import _emit, _error  # noqa: E402
 
 
 class _Backend:
