@@ -13,6 +13,6 @@ config.test_source_root = os.path.dirname(__file__)
 _bin = os.path.dirname(sys.executable)
 config.environment["PATH"] = _bin + os.pathsep + config.environment.get("PATH", os.environ.get("PATH", ""))
 config.substitutions.append(("%PYTHON", sys.executable))
-for var in ("HOME", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+for var in ("HOME", "TMPDIR", "PYTHONPATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
