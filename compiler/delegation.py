@@ -406,15 +406,17 @@ def outline(program_ir, partition: Partition, func_name: str, interface=None):
 
     ops = partition.ops
     inputs, outputs = interface or partition_interface(partition)
+    sizes, inputs = _size_computations(inputs, set(ops))
     module = program_ir.module
     with ir.InsertionPoint(module.body):
         ftype = ir.FunctionType.get([v.type for v in inputs], [v.type for v in outputs])
         fn = func_d.FuncOp(func_name, ftype)
         fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
         entry = fn.add_entry_block()
+    _record_bounds(fn, inputs)
     mapping = {v: entry.arguments[i] for i, v in enumerate(inputs)}
     with ir.InsertionPoint(entry):
-        for op in ops:
+        for op in sizes + ops:
             clone = op.clone()
             for i, v in enumerate(op.operands):
                 if v in mapping:
@@ -426,6 +428,7 @@ def outline(program_ir, partition: Partition, func_name: str, interface=None):
     # The call goes where the last member was; ops between the members that
     # depend on them move below it (there is no cycle, so none of them feeds the call).
     last = ops[-1]
+    from etc.compiler.ir import UPPER_BOUNDS_ATTR, upper_bounds
     from etc.dialects.backend import delegate as delegate_op
 
     specs = {s.key: s.value.decode("latin-1") if isinstance(s.value, bytes) else str(s.value)
@@ -433,12 +436,87 @@ def outline(program_ir, partition: Partition, func_name: str, interface=None):
     with ir.InsertionPoint(last), last.location:
         call = delegate_op(inputs, [v.type for v in outputs], partition.spec.backend_id, func_name, specs)
     call.move_after(last)
+    bounds = [upper_bounds(v) for v in outputs]
+    if any(not ir.RankedTensorType(v.type).has_static_shape for v in outputs) and None not in bounds:
+        call.attributes[UPPER_BOUNDS_ATTR] = ir.DenseI64ArrayAttr.get([s for b in bounds for s in b])
     for old, new in zip(outputs, call.results):
         old.replace_all_uses_with(new)
     _sink_dependents(ops, call)
     for op in reversed(ops):
         op.erase()
     return fn, call
+
+
+# Pure ops on symbolic sizes (`index` values: the importer's tensor.dim and arith ops).
+SIZE_OPS = frozenset({"tensor.dim", "arith.constant", "arith.addi", "arith.subi", "arith.muli", "arith.floordivsi",
+                      "arith.remsi", "arith.maxsi", "arith.minsi"})
+
+
+def _size_computations(inputs: list, members: set) -> tuple[list, list]:
+    """A symbolic size a partition reads from outside is computed again inside its function (the
+    ops that compute it, cloned in order), so that a delegate takes tensors, not sizes; the tensors
+    those ops measure become inputs instead. Returns (ops to clone, the partition's inputs)."""
+    from torch_mlir import ir
+
+    chain, seen = [], set()
+
+    def visit(value):
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            return False
+        op = owner.operation if hasattr(owner, "operation") else owner
+        if op in members or op.name not in SIZE_OPS:
+            return False
+        if op not in seen:
+            if not all(visit(v) for v in op.operands if isinstance(v.type, ir.IndexType)):
+                return False  # a size from elsewhere: the partition takes it as it is
+            seen.add(op)
+            chain.append(op)
+        return True
+
+    new_inputs = []
+    for v in inputs:
+        if isinstance(v.type, ir.IndexType) and visit(v):
+            continue
+        new_inputs.append(v)
+    for op in chain:
+        for v in op.operands:
+            if not isinstance(v.type, ir.IndexType) and v not in new_inputs:
+                new_inputs.append(v)
+    return chain, new_inputs
+
+
+def _record_bounds(fn, inputs: list) -> None:
+    """`etc.dim_bounds` on the delegate function's arguments with dynamic dims (a back end compiles
+    for the upper bounds; the lower bound of a value computed in the method is 0)."""
+    from torch_mlir import ir
+
+    from etc.compiler.ir import DIM_BOUNDS_ATTR, upper_bounds
+
+    dynamic = [isinstance(v.type, ir.RankedTensorType) and not ir.RankedTensorType(v.type).has_static_shape
+               for v in inputs]
+    if not any(dynamic):
+        return
+    attrs = []
+    for v, is_dynamic in zip(inputs, dynamic):
+        bounds = upper_bounds(v) if is_dynamic else None
+        if bounds is None:
+            attrs.append(ir.DictAttr.get({}))
+            continue
+        t = ir.RankedTensorType(v.type)
+        owner = v.owner
+        lows = None
+        if isinstance(owner, ir.Block):  # a method argument: its own lower bounds
+            parent = owner.owner
+            parent = parent.operation if hasattr(parent, "operation") else parent
+            d = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[v.arg_number])
+            lows = [int(x) for x in ir.DenseI64ArrayAttr(d[DIM_BOUNDS_ATTR])][0::2]
+        pairs = []
+        for i, upper in enumerate(bounds):
+            low = upper if not t.is_dynamic_dim(i) else (lows[i] if lows else 0)
+            pairs += [low, upper]
+        attrs.append(ir.DictAttr.get({DIM_BOUNDS_ATTR: ir.DenseI64ArrayAttr.get(pairs)}))
+    fn.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
 
 
 def partition_interface(partition: Partition):

@@ -298,18 +298,12 @@ class _MethodEmitter:
         """Dynamic dims are planned at their upper bound, recorded by to_edge as `etc.upper_bounds`."""
         from torch_mlir import ir
 
+        from etc.compiler.ir import upper_bounds
+
+        bounds = upper_bounds(value)
+        if bounds is not None:
+            return bounds
         owner = value.owner
-        if isinstance(owner, ir.Block):  # a function argument
-            bounds = _arg_attr(self.func, value.arg_number, "etc.dim_bounds")
-            if bounds is not None:
-                b = _attr_ints(bounds)
-                return [b[2 * d + 1] if s < 0 else s for d, s in enumerate(sizes)]
-        else:
-            op = owner.operation if hasattr(owner, "operation") else owner
-            if "etc.upper_bounds" in op.attributes:
-                flat = _attr_ints(op.attributes["etc.upper_bounds"])
-                start = sum(len(ir.RankedTensorType(r.type).shape) for r in list(op.results)[: value.result_number])
-                return flat[start: start + len(sizes)]
         raise LoweringError("a tensor with a dynamic dimension has no known upper bound", location=_where(
             owner if not isinstance(owner, ir.Block) else self.func))
 

@@ -489,6 +489,9 @@ class _MethodImporter:
         location = node_location(node)
         if node.target is torch.ops.aten.sym_size.int:
             source, dim = node.args
+            # A size that is an input's dim is read from that input: sizes then depend on the
+            # inputs only, not on intermediate tensors (a partition can compute them itself).
+            source, dim = self._input_dim(node.meta.get("val")) or (source, dim)
             source_value = self._value(source, node)
             rank = len(source.meta["val"].shape)
             dim_index = arith.ConstantOp(ir.IndexType.get(), dim % rank, loc=location).result
@@ -500,6 +503,23 @@ class _MethodImporter:
                                     f"(node '{node.name}') is not supported")
         lhs, rhs = (self._index(argument, node, location) for argument in node.args)
         self.values[node] = arithmetic(lhs, rhs, loc=location).result
+
+    def _input_dim(self, size):
+        """(placeholder node, dim) of the first tensor input whose dim is the symbol `size`, or None."""
+        expr = getattr(getattr(size, "node", None), "expr", None)
+        if expr is None or not getattr(expr, "is_Symbol", False):
+            return None
+        if not hasattr(self, "_symbol_dims"):
+            self._symbol_dims = {}
+            for placeholder in self.ep.graph.nodes:
+                if placeholder.op != "placeholder" or not isinstance(placeholder.meta.get("val"), torch.Tensor):
+                    continue
+                for d, n in enumerate(placeholder.meta["val"].shape):
+                    e = getattr(getattr(n, "node", None), "expr", None)
+                    if e is not None and getattr(e, "is_Symbol", False):
+                        self._symbol_dims.setdefault(e, (placeholder, d))
+        found = self._symbol_dims.get(expr)
+        return found if found is not None and found[0] in self.values else None
 
     def _index(self, argument, node, location) -> ir.Value:
         value = self._value(argument, node)

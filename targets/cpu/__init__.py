@@ -90,7 +90,8 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         linalg_text = str(lowered.module) if keep_ir else ""
         t1 = time.perf_counter()
         result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
-                                threads=int(num_threads), constants=lowered.constants, profile=profile)
+                                threads=int(num_threads), constants=lowered.constants, profile=profile,
+                                dim_bounds=lowered.dim_bounds)
     metadata = blob_metadata(result, num_threads)
     if profile:  # each region's partition ops, indexed as the compile record lists them
         from etc.targets.cpu.passes.profile_regions import partition_op_indices
@@ -153,6 +154,7 @@ class CpuPartitioner(CapabilityPartitioner):
         super().__init__(DelegationSpec(BACKEND_ID, specs), is_supported)
 
     def partition(self, program_ir) -> PartitionResult:
+        from etc.compiler.delegation import SIZE_OPS
         from etc.dialects.quantized_ops import quantized_pattern_ops
 
         result = PartitionResult(partitions=[])
@@ -160,7 +162,8 @@ class CpuPartitioner(CapabilityPartitioner):
             ops = [op.operation for op in func.regions[0].blocks[0].operations]
             body = [op for op in ops if op.name != "func.return"]
             loads = [op for op in body if op.name == "ml_program.global_load_const"]
-            work = [op for op in body if op.name != "ml_program.global_load_const"]
+            # Symbolic sizes are not work: a partition that reads one computes it again (outline).
+            work = [op for op in body if op.name != "ml_program.global_load_const" and op.name not in SIZE_OPS]
             # Until the target has int8 kernels, quantized computations stay whole on the portable
             # ones (taking their float middle would dequantize every weight on every call).
             quantized = quantized_pattern_ops(work)
@@ -177,7 +180,21 @@ class CpuPartitioner(CapabilityPartitioner):
             if work and all(support.values()):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
                 continue
-            groups = merge_independent(group_cycle_free(work, lambda o: support.get(o, False)), body)
+            if _has_dynamic_shapes(work):
+                # Partitions of a method with dynamic shapes, interleaved with the ops left on the
+                # portable kernels, do not keep their order yet: such a method is delegated whole
+                # or not at all (what keeps it from being whole is in the reasons above).
+                blocker = next(op for op in work if not support[op])
+                for op in work:
+                    if support[op]:
+                        result.rejected.setdefault(op.name, f"the method has dynamic shapes and {blocker.name} stays on "
+                                                            "the portable kernels: a dynamic method is delegated whole "
+                                                            "or not at all")
+                continue
+            # Size ops take part in the cycle check (a partition must not read a size computed
+            # from its own result); they are never members.
+            flow = [op for op in body if op.name != "ml_program.global_load_const"]
+            groups = merge_independent(group_cycle_free(flow, lambda o: support.get(o, False)), body)
             member = {op: i for i, g in enumerate(groups) for op in g}
             extra = {i: [] for i in range(len(groups))}
             for load in loads:
@@ -201,6 +218,13 @@ class CpuPartitioner(CapabilityPartitioner):
             return trial_function(func, getattr(program_ir, "constants", {}))[0]
         except Exception:  # noqa: BLE001 - fall back to the per-op checks
             return False
+
+
+def _has_dynamic_shapes(ops: list) -> bool:
+    from torch_mlir import ir
+
+    return any(isinstance(v.type, ir.RankedTensorType) and not ir.RankedTensorType(v.type).has_static_shape
+               for op in ops for v in list(op.operands) + list(op.results))
 
 
 def merge_independent(groups: list, ops: list) -> list:

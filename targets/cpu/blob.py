@@ -179,7 +179,7 @@ def _aligned_copy(section) -> np.ndarray:
     return out
 
 
-_ARG_KINDS = ("input", "constant", "output", "scratch")
+_ARG_KINDS = ("input", "constant", "output", "dims", "scratch")
 
 
 def check_metadata(metadata, constants_size: int) -> None:
@@ -239,6 +239,12 @@ def check_metadata(metadata, constants_size: int) -> None:
         if arg["kind"] == "scratch":
             continue
         dtype = dtype_of(arg.get("dtype"), f"{where}.dtype")
+        dynamic = arg.get("dynamic", [])
+        if not isinstance(dynamic, list) or not all(type(d) is int and 0 <= d < len(shape) for d in dynamic) \
+                or (dynamic and arg["kind"] not in ("input", "output")):
+            fail(f"{where}.dynamic", f"{dynamic!r} is not a list of dims of an input or output")
+        if arg["kind"] == "dims" and (arg.get("name") not in ("in", "out") or dtype != np.int64 or len(shape) != 1):
+            fail(where, "a dims argument is an int64 vector named 'in' or 'out'")
         if arg["kind"] == "constant":
             info = constants.get(arg.get("name"))
             if info is None:

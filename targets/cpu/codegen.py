@@ -30,10 +30,11 @@ from etc.targets.cpu.isa import CpuTarget, init_llvm
 # --------------------------------------------------------------- arguments
 @dataclass
 class ArgSpec:
-    kind: str  # input | constant | output | scratch
+    kind: str  # input | constant | output | scratch | dims (name "in": the inputs' dynamic dims, "out": the outputs')
     dtype: str  # numpy dtype name
-    shape: tuple
+    shape: tuple  # a dynamically shaped input/output: at its upper bounds
     name: str = ""  # constant fqn; input/output index as text
+    dynamic: tuple = ()  # the dims given at run time (through the `dims` arguments)
 
     @property
     def nbytes(self) -> int:
@@ -41,11 +42,11 @@ class ArgSpec:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "dtype": self.dtype, "rank": len(self.shape), "shape": list(self.shape),
-                "name": self.name}
+                "name": self.name, **({"dynamic": list(self.dynamic)} if self.dynamic else {})}
 
     @staticmethod
     def from_json(d: dict) -> "ArgSpec":
-        return ArgSpec(d["kind"], d["dtype"], tuple(d["shape"]), d.get("name", ""))
+        return ArgSpec(d["kind"], d["dtype"], tuple(d["shape"]), d.get("name", ""), tuple(d.get("dynamic", ())))
 
 
 @dataclass

@@ -20,10 +20,13 @@ does not exist (as_strided): each a function emitting several torch ops that do 
 at compile time from the static shapes (cumsum, as_strided, index_put).
 
 Constants become extra function arguments (kind "constant", in first-use
-order); the caller passes their bytes as buffers.
+order); the caller passes their bytes as buffers. Symbolic sizes (the edge function's
+`tensor.dim`/`arith` ops on `index`) become torch's int ops, and the inputs' `etc.dim_bounds`
+travel with the function (`LoweredFunction.dim_bounds`) to etc-cpu-dynamic-shapes.
 
 Support (`is_supported`): a structural check (edge op with schema info, ranked
-static-shaped tensors of supported dtypes, a torch-mlir op to map onto), then a
+tensors of supported dtypes, each dynamic dim with an upper bound; contractions static; a
+torch-mlir op to map onto), then a
 trial lowering of the op alone down to the LLVM dialect, cached per op signature;
 the partitioner first tries the whole method in one trial.
 
@@ -132,6 +135,8 @@ class LoweredFunction:
     # One entry per function argument: ("input", index) or ("constant", fqn).
     arguments: list = field(default_factory=list)
     constants: dict = field(default_factory=dict)  # fqn -> numpy array (those the function reads)
+    # Argument position -> its `etc.dim_bounds` (lo0, hi0, lo1, hi1, ...), for inputs with dynamic dims.
+    dim_bounds: dict = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------- support
@@ -160,25 +165,34 @@ def structural_check(op) -> tuple[bool, str]:
     name = op.name
     if name in ("ml_program.global_load_const",):
         return True, ""
+    if name in _SIZE_OPS and all(isinstance(r.type, ir.IndexType) for r in op.results):
+        return True, ""  # arithmetic on symbolic sizes
     if not name.startswith("edge."):
         return False, f"'{name}' is not an edge op"
     info = _schema_info(op)
     if info is None:
         return False, f"'{name}' has no schema information"
+    results = set(op.results)
     for v in list(op.operands) + list(op.results):
+        if isinstance(v.type, ir.IndexType) and v not in results:
+            continue  # a symbolic size (SymInt argument)
         if not isinstance(v.type, ir.RankedTensorType):
             return False, f"operand/result of type {v.type}: the cpu target takes ranked tensors only"
         t = ir.RankedTensorType(v.type)
-        if not t.has_static_shape:
-            return False, "dynamic shapes are not supported by the cpu target yet"
+        if not t.has_static_shape and v in results and "etc.upper_bounds" not in op.attributes:
+            return False, "a result with a dynamic shape and no upper bound (export with Dim(..., max=N))"
         if str(t.element_type) not in CPU_DTYPES:
             return False, f"element type {t.element_type} is not supported by the cpu target"
     # Codegen cannot compile a function with an empty result (the trial passes, the compile fails);
     # an empty tensor costs nothing on the portable kernels. Unused empty results (a no_training
     # batch norm's saved statistics) are fine.
     live = list(op.operands) + [r for r in op.results if any(True for _ in r.uses)]
-    if any(0 in ir.RankedTensorType(v.type).shape for v in live):
+    if any(0 in ir.RankedTensorType(v.type).shape for v in live if isinstance(v.type, ir.RankedTensorType)):
         return False, "zero-size tensors are left to the portable kernels"
+    if info.torch_name in _CONTRACTIONS and not all(ir.RankedTensorType(v.type).has_static_shape for v in live
+                                                    if isinstance(v.type, ir.RankedTensorType)):
+        return False, ("a contraction with dynamic dims stays on the portable kernels: the cpu GEMM kernel is "
+                       "compiled for static rows (plain loops would be slower than BLAS)")
     if info.torch_name in EXPANSIONS:
         return True, ""
     if not op.context.is_registered_operation(torch_op_name(target_overload(info.torch_name))):
@@ -207,7 +221,8 @@ def _trial_pipeline(lowered) -> None:
     from etc.targets.cpu.isa import CpuTarget
     from etc.targets.cpu.pipeline import run_cpu_pipeline
 
-    run_cpu_pipeline(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"))
+    run_cpu_pipeline(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"),
+                     dim_bounds=lowered.dim_bounds)
 
 
 _REGISTERED_CACHE: dict = {}
@@ -242,6 +257,18 @@ def _trial_key(op) -> str:
             f"{_used_results(op)}")
 
 
+def _bounds_text(value) -> str:
+    """` {etc.dim_bounds = ...}` for a trial argument with dynamic dims (0 up to its upper bound)."""
+    from etc.compiler.ir import upper_bounds
+
+    if not isinstance(value.type, ir.RankedTensorType) or ir.RankedTensorType(value.type).has_static_shape:
+        return ""
+    bounds = upper_bounds(value)
+    if bounds is None:
+        return ""
+    return " {etc.dim_bounds = array<i64: " + ", ".join(f"0, {b}" for b in bounds) + ">}"
+
+
 def _trial_lowering(op) -> tuple[bool, str]:
     """Lower `op` alone (operands become arguments, its used results the results) to linalg;
     the answer is cached per op signature."""
@@ -249,13 +276,25 @@ def _trial_lowering(op) -> tuple[bool, str]:
     if key in _TRIAL_CACHE:
         return _TRIAL_CACHE[key]
     used = _used_results(op)
-    args = ", ".join(f"%a{i}: {v.type}" for i, v in enumerate(op.operands))
+    sizes = [i for i, v in enumerate(op.operands) if isinstance(v.type, ir.IndexType)]
+    tensors = [i for i in range(len(op.operands)) if i not in sizes]
+    args = ", ".join(f"%a{i}: {op.operands[i].type}{_bounds_text(op.operands[i])}" for i in tensors)
+    prologue = ""
+    if sizes:  # symbolic sizes: dims of one more argument, bounded by the op's largest bound
+        from etc.compiler.ir import upper_bounds
+
+        bound = max([b for r in op.results if isinstance(r.type, ir.RankedTensorType)
+                     for b in (upper_bounds(r) or [])] or [1])
+        args += (", " if args else "") + f"%sizes: tensor<{'x'.join('?' * len(sizes))}xi8> " \
+            f"{{etc.dim_bounds = array<i64: {', '.join(f'0, {bound}' for _ in sizes)}>}}"
+        prologue = "".join(f"  %c{k} = arith.constant {k} : index\n  %a{i} = tensor.dim %sizes, %c{k} : "
+                           f"tensor<{'x'.join('?' * len(sizes))}xi8>\n" for k, i in enumerate(sizes))
     names = ", ".join(f"%a{i}" for i in range(len(op.operands)))
     all_types = ", ".join(str(r.type) for r in op.results)
     rtypes = ", ".join(str(op.results[i].type) for i in used)
     rnames = ", ".join(f"%r#{i}" for i in used)
     attrs = ", ".join(f"{name} = {attr}" for name, attr in _named_attributes(op))
-    text = (f"func.func private @trial({args}) -> ({rtypes}) {{\n"
+    text = (f"func.func private @trial({args}) -> ({rtypes}) {{\n{prologue}"
             f"  %r:{len(op.results)} = \"{op.name}\"({names}) {{{attrs}}} : "
             f"({', '.join(str(v.type) for v in op.operands)}) -> ({all_types})\n"
             f"  return {rnames} : {rtypes}\n}}")
@@ -341,12 +380,14 @@ class _TorchBuilder:
             # index.Tensor / index_put: torch-mlir's schema says !torch.list<optional<vtensor>> whether
             # or not an entry is None.
             return self.list([tensors[x] if x is not None else self.none() for x in v], "optional<vtensor>")
-        if isinstance(v, ir.Value):
-            raise LoweringError(f"symbolic value for '{arg.name}' is not supported by the cpu target")
+        if isinstance(v, ir.Value):  # a symbolic size: its !torch.int (edge_to_torch mapped it)
+            if v not in tensors:
+                raise LoweringError(f"symbolic value for '{arg.name}' is defined outside the delegate")
+            return tensors[v]
         if base in ("int", "SymInt"):
             return self.int(v)
         if base in ("int[]", "SymInt[]"):
-            return self.list([self.int(x) for x in v], "int")
+            return self.list([tensors[x] if isinstance(x, ir.Value) else self.int(x) for x in v], "int")
         if base == "float":
             return self.float(v)
         if base == "float[]":
@@ -422,6 +463,7 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
     module = ir.Module.create()
     lowered = LoweredFunction(module=module, name=name)
     lowered.arguments = [("input", i) for i in range(len(block.arguments))] + [("constant", c) for c in const_names]
+    lowered.dim_bounds = _dim_bounds(func_op)
     for c in const_names:
         if c not in constants:
             raise LoweringError(f"constant '{c}' used by {name} has no data")
@@ -444,6 +486,8 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
                         tensors[op.result] = const_args[sym]
                 elif op.name == "func.return":
                     func_d.ReturnOp([tensors[v] for v in op.operands])
+                elif op.name in _SIZE_OPS:
+                    tensors[op.result] = _size_value(op, builder, tensors)
                 elif op.name.startswith("edge.") and _schema_info(op).torch_name in EXPANSIONS:
                     expand = EXPANSIONS[_schema_info(op).torch_name]
                     results = expand(_Emitter(builder), _torch_values(decode_op(op), tensors), op)
@@ -468,6 +512,52 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
                 else:
                     raise LoweringError(f"'{op.name}' inside a cpu delegate has no lowering", location=str(op.location))
     return lowered
+
+
+# The ops the GEMM kernel takes (static shapes only, for now).
+_CONTRACTIONS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                           "aten::convolution"})
+
+# Arithmetic on symbolic sizes (the importer's `index` ops) -> torch's int ops, which torch-mlir
+# lowers back to `arith` on the sizes its own `tensor.dim`s give.
+_SIZE_OPS = {"tensor.dim": "torch.aten.size.int", "arith.constant": "torch.constant.int",
+             "arith.addi": "torch.aten.add.int", "arith.subi": "torch.aten.sub.int", "arith.muli": "torch.aten.mul.int",
+             "arith.floordivsi": "torch.aten.floordiv.int", "arith.remsi": "torch.aten.remainder.int",
+             "arith.maxsi": "torch.prim.max.int", "arith.minsi": "torch.prim.min.int"}
+
+
+def _size_value(op, builder, tensors: dict) -> ir.Value:
+    """The !torch.int of a symbolic-size op of the edge function."""
+    if op.name == "arith.constant":
+        return builder.int(ir.IntegerAttr(op.attributes["value"]).value)
+    operands = []
+    for v in op.operands:
+        if v not in tensors:
+            raise LoweringError(f"'{op.name}' reads a size defined outside the delegate", location=str(op.location))
+        operands.append(tensors[v])
+    return ir.Operation.create(_SIZE_OPS[op.name], results=[ir.Type.parse("!torch.int")], operands=operands).result
+
+
+def _dim_bounds(func_op) -> dict:
+    """Argument position -> `etc.dim_bounds` of the edge function's dynamically shaped inputs;
+    a dynamic input without them cannot be compiled for an upper bound."""
+    from etc.compiler.ir import DIM_BOUNDS_ATTR
+
+    out = {}
+    args = func_op.regions[0].blocks[0].arguments
+    dicts = list(ir.ArrayAttr(func_op.attributes["arg_attrs"])) if "arg_attrs" in func_op.attributes else []
+    for i, a in enumerate(args):
+        if not isinstance(a.type, ir.RankedTensorType) or ir.RankedTensorType(a.type).has_static_shape:
+            continue
+        d = ir.DictAttr(dicts[i]) if i < len(dicts) else None
+        if d is None or DIM_BOUNDS_ATTR not in d:
+            raise LoweringError(f"input {i} ({a.type}) of the delegate has a dynamic dim without bounds")
+        bounds = [int(x) for x in ir.DenseI64ArrayAttr(d[DIM_BOUNDS_ATTR])]
+        if any(hi < 0 for hi in bounds[1::2]):
+            raise LoweringError(f"input {i} ({a.type}) has a dynamic dim without an upper bound "
+                                "(export it with torch.export.Dim(..., max=N))")
+        out[i] = bounds
+    return out
 
 
 def _kept_results(info, op) -> list[int]:

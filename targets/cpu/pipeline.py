@@ -57,6 +57,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         "etc-cpu-distinct-results",
         "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
         "canonicalize", "cse",
+        # Dynamic dims: static buffers at the upper bounds plus the sizes as arguments.
+        "etc-cpu-dynamic-shapes",
         "etc-cpu-forward-result-copies",
         "etc-collapse-elementwise-dims",
         "etc-cpu-plan-scratch{alignment=64}",
@@ -76,17 +78,25 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     return "builtin.module(" + ", ".join(steps) + ")"
 
 
-def label_arguments(fn, arg_kinds: list) -> None:
-    """Mark the entry's arguments with the pipeline's input contract (kind:name, read-only)."""
-    from etc.targets.cpu.passes._util import ARG_ATTR, set_arg_attrs
+def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None) -> None:
+    """Mark the entry's arguments with the pipeline's input contract (kind:name, read-only, and
+    `etc.dim_bounds` on those with dynamic dims: `dim_bounds` maps an argument's position to its
+    lo0, hi0, lo1, hi1, ...; bounds already on the function's arguments are kept)."""
+    from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, set_arg_attrs
 
     with fn.context:
-        set_arg_attrs(fn, [{ARG_ATTR: ir.StringAttr.get(f"{kind}:{name}"),
-                            "bufferization.writable": ir.BoolAttr.get(False)} for kind, name in arg_kinds])
+        attrs = arg_attrs(fn)
+        for i, (kind, name) in enumerate(arg_kinds):
+            attrs[i][ARG_ATTR] = ir.StringAttr.get(f"{kind}:{name}")
+            attrs[i]["bufferization.writable"] = ir.BoolAttr.get(False)
+            if dim_bounds and i in dim_bounds:
+                attrs[i]["etc.dim_bounds"] = ir.DenseI64ArrayAttr.get([int(x) for x in dim_bounds[i]])
+        set_arg_attrs(fn, attrs)
 
 
 def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threads: int = 1,
-                     verify: bool = False, gemm_min_flops: int | None = None, profile: bool = False) -> None:
+                     verify: bool = False, gemm_min_flops: int | None = None, profile: bool = False,
+                     dim_bounds: dict | None = None) -> None:
     """Label the arguments and run `cpu_pipeline` on `module` (in place, down to the LLVM dialect).
 
     The pipeline verifies the module after it; `verify=True` verifies after every pass (the
@@ -94,7 +104,7 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
     from etc.passes.pipeline import run_pipeline
     from etc.targets.cpu.passes._util import entry_function
 
-    label_arguments(entry_function(module.operation), arg_kinds)
+    label_arguments(entry_function(module.operation), arg_kinds, dim_bounds)
     run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops, profile=profile),
                  verify=verify)
     if not module.operation.verify():
@@ -104,7 +114,7 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
 def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str | None" = None, *,
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False, threads: int = 1,
                    constants: dict | None = None, verify: bool = False,
-                   gemm_min_flops: int | None = None, profile: bool = False):
+                   gemm_min_flops: int | None = None, profile: bool = False, dim_bounds: dict | None = None):
     """linalg-on-tensors module (one public func) -> `codegen.CodegenResult` (object code + ABI).
 
     `arg_kinds`: (kind, name) of each function argument ("input"/"constant"); results become
@@ -124,7 +134,7 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
     t0 = time.perf_counter()
     inner = ir.StringAttr(entry_function(module.operation).attributes["sym_name"]).value
     run_cpu_pipeline(module, arg_kinds, target, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops,
-                     profile=profile)
+                     profile=profile, dim_bounds=dim_bounds)
     t1 = time.perf_counter()
     codegen.check_llvm_dialect(module)
     abi = read_abi(module)
@@ -138,7 +148,7 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
             # function (the partitioner's trial) may be another pack of the same weight.
             source = a["name"].rsplit("#packed", 1)[0]
             constants[a["name"]] = evaluate_pack(a["pack"], constants[source])
-        args.append(codegen.ArgSpec(a["kind"], a["dtype"], tuple(a["shape"]), a["name"]))
+        args.append(codegen.ArgSpec(a["kind"], a["dtype"], tuple(a["shape"]), a["name"], a.get("dynamic", ())))
     scratch = ir.IntegerAttr(module.operation.attributes["etc.cpu.scratch_bytes"]).value
     if offsets:
         args.append(codegen.ArgSpec("scratch", "uint8", (scratch,), "scratch"))

@@ -339,6 +339,9 @@ class CompiledFunction:
         self.args = meta["args"]
         self.inputs = [a for a in self.args if a["kind"] == "input"]
         self.outputs = [a for a in self.args if a["kind"] == "output"]
+        # Dynamically shaped inputs/outputs: their run-time dims travel in the `dims` arguments.
+        self._dims_in = [(i, d) for i, a in enumerate(self.inputs) for d in a.get("dynamic", ())]
+        self._dims_out = [(i, d) for i, a in enumerate(self.outputs) for d in a.get("dynamic", ())]
         self.threaded = meta.get("entry_abi", "flat") == "threaded"
         self.num_threads = max(1, int(self.specs.get("num_threads", meta.get("num_threads", 1)) or 1))
         if not self.threaded:
@@ -466,6 +469,10 @@ class CompiledFunction:
                 elif a["kind"] == "scratch":
                     local.scratch = aligned_empty(a["shape"][0])
                     local.ptrs[i] = local.scratch.ctypes.data
+                elif a["kind"] == "dims":
+                    dims = np.zeros(a["shape"], dtype=np.int64)
+                    setattr(local, f"dims_{a['name']}", dims)
+                    local.ptrs[i] = dims.ctypes.data
         return local.ptrs
 
     def _prepare(self, array, spec, what: str, writable: bool):
@@ -473,7 +480,13 @@ class CompiledFunction:
         dtype = np.dtype(spec["dtype"])
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
-        if tuple(array.shape) != shape:
+        dynamic = spec.get("dynamic")
+        if dynamic:  # the dims in `dynamic` may be anything up to the compiled bound
+            if array.ndim != len(shape) or any(n != m if d not in dynamic else n > m
+                                               for d, (n, m) in enumerate(zip(array.shape, shape))):
+                raise BackendError(f"cpu delegate: {what} has shape {tuple(array.shape)}, compiled for "
+                                   f"{self._bounded(spec)}")
+        elif tuple(array.shape) != shape:
             raise BackendError(f"cpu delegate: {what} has shape {tuple(array.shape)}, compiled for {shape}")
         if array.dtype != dtype or not array.flags.c_contiguous:
             if writable:
@@ -488,8 +501,30 @@ class CompiledFunction:
             raise BackendError(f"cpu delegate: {what} is read-only")
         return array
 
-    def run(self, inputs, outputs) -> None:
-        """Compute into `outputs` (arrays of the compiled shapes/dtypes, written in place)."""
+    @staticmethod
+    def _bounded(spec) -> str:
+        dynamic = spec.get("dynamic", ())
+        return "(" + ", ".join(f"<={n}" if d in dynamic else str(n) for d, n in enumerate(spec["shape"])) + ")"
+
+    def _shaped_outputs(self, outputs) -> list:
+        """The outputs at the sizes the code wrote into `dims:out` (views of the buffers given)."""
+        if not self._dims_out:
+            return list(outputs)
+        written = self._local.dims_out
+        shapes = [list(a["shape"]) for a in self.outputs]
+        for k, (i, d) in enumerate(self._dims_out):
+            shapes[i][d] = int(written[k])
+        shaped = []
+        for out, shape, spec in zip(outputs, shapes, self.outputs):
+            if spec.get("dynamic"):
+                out = out.reshape(-1)[: int(np.prod(shape, dtype=np.int64))].reshape(shape)
+            shaped.append(out)
+        return shaped
+
+    def run(self, inputs, outputs) -> list:
+        """Compute into `outputs` (arrays of the compiled shapes/dtypes, written in place; a
+        dynamically shaped output at its upper bound). Returns the outputs, each dynamically
+        shaped one as a view at the shape the call computed."""
         if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
             raise BackendError(f"cpu delegate takes {len(self.inputs)} input(s) and {len(self.outputs)} "
                                f"output(s), got {len(inputs)} and {len(outputs)}")
@@ -501,8 +536,11 @@ class CompiledFunction:
         if last is not None and not self.threaded \
                 and all(a is b for a, b in zip(inputs, last[0])) and all(a is b for a, b in zip(outputs, last[1])):
             self._fn(ctypes.addressof(ptrs))
-            return
+            return self._shaped_outputs(outputs)
         local.last = None
+        if self._dims_in:
+            for k, (i, d) in enumerate(self._dims_in):
+                local.dims_in[k] = np.shape(inputs[i])[d]
         keep = []
         ii = oi = 0
         for i, a in enumerate(self.args):
@@ -525,7 +563,7 @@ class CompiledFunction:
             if all(a is b for a, b in zip(keep, inputs)):  # nothing was copied: safe to reuse
                 local.last = (tuple(inputs), tuple(outputs))
             self._fn(ctypes.addressof(ptrs))
-            return
+            return self._shaped_outputs(outputs)
         n = self._threads_now
         with self._call_lock:  # one parallel call at a time per handle: they share the barrier
             barrier = self._barrier.ctypes.data
@@ -534,6 +572,7 @@ class CompiledFunction:
             self._fn(address, 0, n, barrier)
             for f in futures:
                 f.result()
+        return self._shaped_outputs(outputs)
 
     def close(self) -> None:
         if getattr(self, "_pool", None) is not None:
@@ -541,8 +580,7 @@ class CompiledFunction:
             self._pool = None
 
     def __call__(self, *inputs):
-        outputs = [np.empty(a["shape"], dtype=a["dtype"]) for a in self.outputs]
-        self.run(list(inputs), outputs)
+        outputs = self.run(list(inputs), [np.empty(a["shape"], dtype=a["dtype"]) for a in self.outputs])
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
@@ -564,8 +602,8 @@ class CpuRuntimeBackend:
     def execute(self, handle: CompiledFunction, args) -> list:
         n_in = len(handle.inputs)
         args = list(args)
-        handle.run(args[:n_in], args[n_in:n_in + len(handle.outputs)])
-        return args[n_in:]
+        outputs = handle.run(args[:n_in], args[n_in:n_in + len(handle.outputs)])
+        return outputs + args[n_in + len(handle.outputs):]
 
     def execute_profiled(self, handle: CompiledFunction, args, events) -> list:
         """`execute`, then (a blob built with profile=True) each dispatch region's time and ops into `events`."""

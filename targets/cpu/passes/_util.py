@@ -81,3 +81,148 @@ def run_upstream(op, pipeline: str, what: str, error) -> None:
         PassManager.parse(pipeline, context=op.context).run(op)
     except Exception as e:  # noqa: BLE001 - MLIR reports through a generic exception
         raise error(f"{what} failed: {e}") from None
+
+
+# ------------------------------------------------------------------ ranges of sizes
+DIM_RANGES_ATTR = "etc.cpu.dim_ranges"  # on the `dims:in` argument: lo0, hi0, lo1, hi1, ... per element
+
+
+def index_range(value, _depth: int = 0) -> tuple[int, int] | None:
+    """[lo, hi] of an integer/index SSA value computed from the run-time sizes (`memref.load`s of
+    the `dims:in` argument, whose `etc.cpu.dim_ranges` bound them), constants, loop variables and
+    arithmetic/affine ops on those; None when some source is unknown. What a dynamically sized
+    buffer is planned for (its size at `hi`)."""
+    if _depth > 64:
+        return None
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        parent = owner.owner
+        parent = parent.operation if hasattr(parent, "operation") else parent
+        if parent is not None and parent.name == "scf.for" and value.arg_number == 0:
+            lb, ub = (index_range(parent.operands[i], _depth + 1) for i in (0, 1))
+            return (lb[0], max(lb[0], ub[1] - 1)) if lb and ub else None
+        return None
+    op = owner.operation if hasattr(owner, "operation") else owner
+    name = op.name
+    if name == "arith.constant":
+        attr = op.attributes["value"]
+        return (ir.IntegerAttr(attr).value,) * 2 if isinstance(attr, ir.IntegerAttr) else None
+    if name in ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci"):
+        return index_range(op.operands[0], _depth + 1)
+    if name == "memref.load":
+        source = op.operands[0]
+        if not isinstance(source.owner, ir.Block):
+            return None
+        fn = source.owner.owner
+        fn = fn.operation if hasattr(fn, "operation") else fn
+        attrs = arg_attrs(fn)[source.arg_number]
+        index = index_range(op.operands[1], _depth + 1) if len(op.operands) == 2 else None
+        if DIM_RANGES_ATTR not in attrs or index is None or index[0] != index[1]:
+            return None
+        ranges = [int(x) for x in ir.DenseI64ArrayAttr(attrs[DIM_RANGES_ATTR])]
+        return ranges[2 * index[0]], ranges[2 * index[0] + 1]
+    if name in ("memref.dim", "tensor.dim"):
+        dim = index_range(op.operands[1], _depth + 1)
+        return _dim_range(op.operands[0], dim[0], _depth) if dim is not None and dim[0] == dim[1] else None
+    if name in ("affine.apply", "affine.min", "affine.max"):
+        ranges = [index_range(v, _depth + 1) for v in op.operands]
+        if None in ranges:
+            return None
+        amap = ir.AffineMapAttr(op.attributes["map"]).value
+        dims, symbols = ranges[:amap.n_dims], ranges[amap.n_dims:]
+        results = [_affine_range(e, dims, symbols) for e in amap.results]
+        if None in results:
+            return None
+        if name == "affine.min":
+            return min(r[0] for r in results), min(r[1] for r in results)
+        if name == "affine.max":
+            return max(r[0] for r in results), max(r[1] for r in results)
+        return results[0]
+    binary = _BINARY_RANGES.get(name)
+    if binary is not None:
+        a, b = (index_range(v, _depth + 1) for v in op.operands[:2])
+        return binary(a, b) if a is not None and b is not None else None
+    if name == "arith.select":
+        a, b = (index_range(v, _depth + 1) for v in op.operands[1:3])
+        return (min(a[0], b[0]), max(a[1], b[1])) if a and b else None
+    return None
+
+
+def _dim_range(value, d: int, depth: int):
+    """[lo, hi] of dim `d` of a shaped value: static, or what its producer's sizes say."""
+    shaped = ir.ShapedType(value.type)
+    if not shaped.is_dynamic_dim(d):
+        return shaped.shape[d], shaped.shape[d]
+    producer = defining_op(value)
+    if producer is None or depth > 64:
+        return None
+    dynamic = [i for i in range(shaped.rank) if shaped.is_dynamic_dim(i)]
+    name = producer.name
+    if name in ("memref.alloc", "tensor.empty"):
+        return index_range(producer.operands[dynamic.index(d)], depth + 1)
+    if name in ("memref.reinterpret_cast", "memref.subview", "tensor.extract_slice"):
+        segments = list(ir.DenseI32ArrayAttr(producer.attributes["operandSegmentSizes"]))
+        sizes = list(producer.operands)[segments[0] + segments[1]:][:segments[2]]
+        return index_range(sizes[dynamic.index(d)], depth + 1)
+    if name in ("memref.expand_shape", "tensor.expand_shape"):
+        return index_range(list(producer.operands)[1:][dynamic.index(d)], depth + 1)
+    if name in ("memref.cast", "tensor.cast"):
+        return _dim_range(producer.operands[0], d, depth + 1)
+    if name in ("memref.collapse_shape", "tensor.collapse_shape"):
+        total = (1, 1)
+        for source_dim in ir.ArrayAttr(ir.ArrayAttr(producer.attributes["reassociation"])[d]):
+            r = _dim_range(producer.operands[0], ir.IntegerAttr(source_dim).value, depth + 1)
+            if r is None:
+                return None
+            total = _mul_range(total, r)
+        return total
+    return None
+
+
+def _div_range(a, b, ceil=False):
+    if b[0] <= 0:
+        return None
+    div = (lambda x, y: -(-x // y)) if ceil else (lambda x, y: x // y)
+    candidates = [div(x, y) for x in a for y in b]
+    return min(candidates), max(candidates)
+
+
+def _rem_range(a, b):
+    if b[0] <= 0 or a[0] < 0:
+        return None
+    return 0, min(a[1], b[1] - 1)
+
+
+def _mul_range(a, b):
+    candidates = [x * y for x in a for y in b]
+    return min(candidates), max(candidates)
+
+
+_BINARY_RANGES = {
+    "arith.addi": lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    "arith.subi": lambda a, b: (a[0] - b[1], a[1] - b[0]),
+    "arith.muli": _mul_range,
+    "arith.divsi": _div_range, "arith.divui": _div_range, "arith.floordivsi": _div_range,
+    "arith.ceildivsi": lambda a, b: _div_range(a, b, ceil=True), "arith.ceildivui": lambda a, b: _div_range(a, b, ceil=True),
+    "arith.remsi": _rem_range, "arith.remui": _rem_range,
+    "arith.maxsi": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+    "arith.minsi": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
+}
+
+
+def _affine_range(expr, dims: list, symbols: list):
+    expr = expr.maybe_downcast() if hasattr(expr, "maybe_downcast") else expr
+    if isinstance(expr, ir.AffineConstantExpr):
+        return expr.value, expr.value
+    if isinstance(expr, ir.AffineDimExpr):
+        return dims[expr.position]
+    if isinstance(expr, ir.AffineSymbolExpr):
+        return symbols[expr.position]
+    for kind, combine in ((ir.AffineAddExpr, _BINARY_RANGES["arith.addi"]), (ir.AffineMulExpr, _mul_range),
+                          (ir.AffineFloorDivExpr, _div_range),
+                          (ir.AffineCeilDivExpr, lambda a, b: _div_range(a, b, ceil=True)),
+                          (ir.AffineModExpr, _rem_range)):
+        if isinstance(expr, kind):
+            a, b = _affine_range(expr.lhs, dims, symbols), _affine_range(expr.rhs, dims, symbols)
+            return combine(a, b) if a is not None and b is not None else None
+    return None

@@ -9,7 +9,9 @@ header records as the module attribute
 
     etc.cpu.abi = [{kind = "input", name = "0", dtype = "float32", shape = array<i64: 1, 3>}, ...]
 
-(`pack` too, for constants packed at blob-build time), and the scratch buffer's size as
+(`pack` too, for constants packed at blob-build time; `dynamic`, the dims given at run time, for
+buffers of dynamically shaped tensors, whose `shape` is then their upper bound; kinds `dims` for
+the run-time sizes, see etc-cpu-dynamic-shapes), and the scratch buffer's size as
 `etc.cpu.scratch_bytes` (0 without scratch). It survives the lowering to the LLVM
 dialect, which is where the cpu target reads it back.
 """
@@ -37,6 +39,8 @@ def numpy_dtype_of(element_type) -> str:
 
 @function_pass("etc-cpu-entry-abi", "Label the entry's output buffers, mark all noalias, record the ABI on the module")
 def entry_abi(module, options=None) -> int:
+    from etc.targets.cpu.passes._util import DIM_RANGES_ATTR
+    from etc.targets.cpu.passes.dynamic_shapes import DYNAMIC_ATTR, SHAPE_ATTR
     from etc.targets.cpu.passes.plan_scratch import SCRATCH_ATTR
     from etc.targets.cpu.passes.prepack_constants import PACK_ATTR
 
@@ -57,11 +61,17 @@ def entry_abi(module, options=None) -> int:
             t = ir.MemRefType(arg.type)
             kind, name = label
             shape = list(t.shape) if kind != "scratch" else [int(name)]
+            if SHAPE_ATTR in a:  # a flat buffer of a dynamically shaped tensor (etc-cpu-dynamic-shapes)
+                shape = list(ir.DenseI64ArrayAttr(a.pop(SHAPE_ATTR)))
             entry = {"kind": ir.StringAttr.get(kind), "name": ir.StringAttr.get(name if kind != "scratch" else "scratch"),
                      "dtype": ir.StringAttr.get(numpy_dtype_of(t.element_type) if kind != "scratch" else "uint8"),
                      "shape": ir.DenseI64ArrayAttr.get(shape)}
             if PACK_ATTR in a:
                 entry["pack"] = a[PACK_ATTR]
+            if DYNAMIC_ATTR in a:
+                entry["dynamic"] = a.pop(DYNAMIC_ATTR)
+            for attr in (DIM_RANGES_ATTR, "etc.dim_bounds"):
+                a.pop(attr, None)
             entries.append(ir.DictAttr.get(entry))
             a.pop("bufferization.writable", None)
             a.pop(PACK_ATTR, None)
@@ -84,5 +94,7 @@ def read_abi(module) -> list[dict]:
         item["shape"] = tuple(ir.DenseI64ArrayAttr(d["shape"]))
         if "pack" in d:
             item["pack"] = ir.StringAttr(d["pack"]).value
+        if "dynamic" in d:
+            item["dynamic"] = tuple(ir.DenseI64ArrayAttr(d["dynamic"]))
         out.append(item)
     return out

@@ -8,7 +8,9 @@ attribute on the function). One argument per buffer, rather than views of one sc
 argument, keeps every buffer a distinct `noalias` pointer for LLVM: with views of a shared
 base it could not prove that a store into one buffer leaves another unchanged, and kept
 per-row statistics (layer norm's mean and rstd) inside the innermost loop, scalar. No
-lifetime reuse yet (that would break `noalias`): the offsets add up.
+lifetime reuse yet (that would break `noalias`): the offsets add up. A buffer with dynamic dims
+is planned at its upper bound (`index_range` of its sizes, from the bounded run-time dims) and
+viewed at its run-time sizes.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
-from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type, \
-    walk
+from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, entry_function, index_range, set_arg_attrs, \
+    update_function_type, walk
 
 SCRATCH_ATTR = "etc.cpu.scratch_bytes"
 
@@ -48,15 +50,24 @@ class PlanScratch(Pass):
             block = fn.regions[0].blocks[0]
             for op in allocs:
                 t = ir.MemRefType(op.result.type)
-                if not t.has_static_shape or list(op.operands):
-                    raise self.error("a dynamically sized intermediate buffer is not supported", at=op)
                 if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
                     raise self.error(f"intermediate buffer with layout {t.layout}", at=op)
-                nbytes = int(np.prod(t.shape, dtype=np.int64)) * element_bytes(t.element_type)
+                upper = self._upper_shape(op, t)
+                nbytes = int(np.prod(upper, dtype=np.int64)) * element_bytes(t.element_type)
                 total = (total + align - 1) // align * align
-                arg = block.add_argument(op.result.type, ir.Location.unknown())
                 attrs.append({ARG_ATTR: ir.StringAttr.get(f"scratch:{total}")})
-                op.result.replace_all_uses_with(arg)
+                if t.has_static_shape:
+                    arg = block.add_argument(op.result.type, ir.Location.unknown())
+                    op.result.replace_all_uses_with(arg)
+                else:  # planned at its upper bound, viewed at its run-time sizes
+                    from etc.targets.cpu.passes.dynamic_shapes import view_flat
+
+                    arg = block.add_argument(ir.MemRefType.get([int(np.prod(upper, dtype=np.int64))], t.element_type),
+                                             ir.Location.unknown())
+                    operands = iter(op.operands)
+                    sizes = [next(operands) if t.is_dynamic_dim(d) else t.shape[d] for d in range(t.rank)]
+                    with ir.InsertionPoint(op):
+                        op.result.replace_all_uses_with(view_flat(arg, t, sizes))
                 op.erase()
                 total += max(nbytes, 1)
             for op in walk(fn, ("memref.dealloc",)):
@@ -66,6 +77,22 @@ class PlanScratch(Pass):
             set_arg_attrs(fn, attrs)
             fn.attributes[SCRATCH_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), total)
         self.count("scratch buffers", len(allocs))
+
+
+    def _upper_shape(self, op, t) -> list[int]:
+        """The alloc's dims, each dynamic one at its upper bound (index_range of its size)."""
+        operands = iter(op.operands)
+        upper = []
+        for d in range(t.rank):
+            if not t.is_dynamic_dim(d):
+                upper.append(t.shape[d])
+                continue
+            bound = index_range(next(operands))
+            if bound is None:
+                raise self.error(f"no upper bound for dim {d} of an intermediate buffer {t} (its size is not "
+                                 "computed from the inputs' bounded sizes)", at=op)
+            upper.append(max(bound[1], 0))
+        return upper
 
 
 def element_bytes(element_type) -> int:

@@ -1,0 +1,120 @@
+"""Bounded dynamic shapes in the cpu target: one delegate compiled for the upper bounds, run at
+every size within them (etc-cpu-dynamic-shapes: flat buffers at the bound, sizes in `dims`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import etc
+from etc.errors import InputError
+from etc.runtime import Runtime
+from etc.targets.cpu import CpuPartitioner
+from etc.targets.cpu.pipeline import compile_linalg_text
+
+
+class NormActSoftmax(torch.nn.Module):
+    """Row reductions, elementwise chains and a residual add on [B, T, 48] (no contraction)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(48)
+
+    def forward(self, x, y):
+        h = torch.nn.functional.gelu(self.norm(x)) + y
+        return h.softmax(-1), (h * 2.0).mean(1)
+
+
+def _compile(module, inputs, dynamic_shapes):
+    ep = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    return report, method
+
+
+@pytest.fixture(scope="module")
+def norm_act_softmax():
+    torch.manual_seed(0)
+    module = NormActSoftmax().eval()
+    batch, tokens = torch.export.Dim("batch", min=1, max=4), torch.export.Dim("tokens", min=1, max=64)
+    inputs = (torch.randn(2, 8, 48), torch.randn(2, 8, 48))
+    report, method = _compile(module, inputs, ({0: batch, 1: tokens}, {0: batch, 1: tokens}))
+    return module, report, method
+
+
+def test_a_model_with_dims_is_one_delegate(norm_act_softmax):
+    _, report, _ = norm_act_softmax
+    assert report.partitions == 1 and not report.portable, str(report)
+
+
+@pytest.mark.parametrize("batch,tokens", [(1, 1), (2, 8), (3, 17), (4, 64), (1, 63)])
+def test_every_size_within_the_bounds_matches_eager(norm_act_softmax, batch, tokens):
+    module, _, method = norm_act_softmax
+    x, y = torch.randn(batch, tokens, 48), torch.randn(batch, tokens, 48)
+    got = method.execute([x.numpy(), y.numpy()])
+    with torch.no_grad():
+        want = module(x, y)
+    assert [g.shape for g in got] == [tuple(w.shape) for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_sizes_run_in_any_order(norm_act_softmax):
+    """The same planned buffers serve a large call after a small one and back."""
+    module, _, method = norm_act_softmax
+    for tokens in (64, 1, 33, 2, 64):
+        x, y = torch.randn(2, tokens, 48), torch.randn(2, tokens, 48)
+        got = method.execute([x.numpy(), y.numpy()])
+        with torch.no_grad():
+            np.testing.assert_allclose(got[0], module(x, y)[0].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_size_above_the_bound_is_an_input_error(norm_act_softmax):
+    _, _, method = norm_act_softmax
+    x = np.zeros((2, 65, 48), dtype=np.float32)
+    with pytest.raises(InputError, match="65"):
+        method.execute([x, x])
+
+
+def test_a_dynamic_contraction_stays_on_portable_with_its_reason():
+    """Until the GEMM kernel takes dynamic rows, a dynamic matmul is not compiled as plain loops
+    (slower than the portable kernels' BLAS): the method stays whole on portable and says why."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    tokens = torch.export.Dim("tokens", min=1, max=32)
+    report, method = _compile(module, (torch.randn(4, 16),), ({0: tokens},))
+    assert report.partitions == 0
+    assert "static rows" in str(report) and "delegated whole or not at all" in str(report)
+    x = torch.randn(5, 16)
+    np.testing.assert_allclose(method.execute([x.numpy()])[0], module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+LINALG = """
+func.func @f(%x: tensor<?x?xf32> {etc.dim_bounds = array<i64: 1, 6, 1, 40>}) -> tensor<?x?xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %m = tensor.dim %x, %c0 : tensor<?x?xf32>
+  %n = tensor.dim %x, %c1 : tensor<?x?xf32>
+  %e = tensor.empty(%m, %n) : tensor<?x?xf32>
+  %r = linalg.exp ins(%x : tensor<?x?xf32>) outs(%e : tensor<?x?xf32>) -> tensor<?x?xf32>
+  return %r : tensor<?x?xf32>
+}
+"""
+
+
+def test_the_blob_records_bounds_and_dynamic_dims():
+    function = compile_linalg_text(LINALG)
+    kinds = [(a["kind"], a.get("name"), a["shape"], a.get("dynamic")) for a in function.args]
+    assert ("input", "0", [6, 40], [0, 1]) in kinds and ("output", "0", [6, 40], [0, 1]) in kinds
+    assert ("dims", "in", [2], None) in kinds and ("dims", "out", [2], None) in kinds
+    for shape in [(1, 1), (6, 40), (3, 7), (5, 33)]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        out = function(x)
+        assert out.shape == shape
+        np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)
+    from etc.errors import BackendError
+
+    with pytest.raises(BackendError, match=r"compiled for \(<=6, <=40\)"):
+        function(np.zeros((7, 3), dtype=np.float32))
