@@ -180,17 +180,6 @@ class CpuPartitioner(CapabilityPartitioner):
             if work and all(support.values()):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
                 continue
-            if _has_dynamic_shapes(work):
-                # Partitions of a method with dynamic shapes, interleaved with the ops left on the
-                # portable kernels, do not keep their order yet: such a method is delegated whole
-                # or not at all (what keeps it from being whole is in the reasons above).
-                blocker = next(op for op in work if not support[op])
-                for op in work:
-                    if support[op]:
-                        result.rejected.setdefault(op.name, f"the method has dynamic shapes and {blocker.name} stays on "
-                                                            "the portable kernels: a dynamic method is delegated whole "
-                                                            "or not at all")
-                continue
             # Size ops take part in the cycle check (a partition must not read a size computed
             # from its own result); they are never members.
             flow = [op for op in body if op.name != "ml_program.global_load_const"]
@@ -220,28 +209,27 @@ class CpuPartitioner(CapabilityPartitioner):
             return False
 
 
-def _has_dynamic_shapes(ops: list) -> bool:
-    from torch_mlir import ir
-
-    return any(isinstance(v.type, ir.RankedTensorType) and not ir.RankedTensorType(v.type).has_static_shape
-               for op in ops for v in list(op.operands) + list(op.results))
-
-
 def merge_independent(groups: list, ops: list) -> list:
     """Merge partitions when no path between them leaves both (fewer delegate calls).
 
     `group_cycle_free` joins an op only to a producer's partition, so independent
     branches (x.exp() and x.tanh()) become separate calls; two partitions can be one
-    call when no op outside them is both reachable from one and reaching the other.
+    call when no path from one to the other passes through anything else. Paths are
+    taken over the graph where every other partition is ONE node (it runs as one call,
+    after all its inputs): partition C fed by A (through one member) and feeding B
+    (through another) orders A before C before B even when no single op path goes
+    A -> ... -> B, so A and B cannot merge (the Llama export's attention: its K/V
+    projections and the scores, interleaved with the cache writes left on portable).
     """
     groups = [list(g) for g in groups]
     order = {op: i for i, op in enumerate(ops)}
     merged = True
     while merged and len(groups) > 1:
         merged = False
+        successors = _condensed_successors(groups, ops)
         for i in range(len(groups)):
             for j in range(i + 1, len(groups)):
-                if _no_outside_path(groups[i], groups[j], ops):
+                if not _indirect_path(i, j, successors) and not _indirect_path(j, i, successors):
                     groups[i] = sorted(groups[i] + groups[j], key=lambda o: order.get(o, 0))
                     del groups[j]
                     merged = True
@@ -251,24 +239,35 @@ def merge_independent(groups: list, ops: list) -> list:
     return groups
 
 
-def _no_outside_path(a: list, b: list, ops: list) -> bool:
-    inside = set(a) | set(b)
-    for src, dst in ((set(a), set(b)), (set(b), set(a))):
-        reach: dict = {}  # op -> (reachable from src, reachable from src through an outside op)
-        for op in ops:
-            from_src = op in src
-            through = False
-            for v in op.operands:
-                producer = _producer(v)
-                if producer is None or producer not in reach:
-                    continue
-                r, t = reach[producer]
-                from_src = from_src or r
-                through = through or t or (r and producer not in inside)
-            reach[op] = (from_src, through)
-            if through and op in dst:
-                return False
-    return True
+def _condensed_successors(groups: list, ops: list) -> dict:
+    """Node -> the nodes that read it: a node is a partition (its index) or an op outside all."""
+    node = {op: n for n, g in enumerate(groups) for op in g}
+    successors: dict = {}
+    for op in ops:
+        target = node.get(op, op)
+        for v in op.operands:
+            producer = _producer(v)
+            if producer is None:
+                continue
+            source = node.get(producer, producer)
+            if source != target:
+                successors.setdefault(source, set()).add(target)
+    return successors
+
+
+def _indirect_path(a, b, successors: dict) -> bool:
+    """A path a -> x -> ... -> b through at least one other node."""
+    stack = [n for n in successors.get(a, ()) if n != b]
+    seen = set(stack)
+    while stack:
+        n = stack.pop()
+        for m in successors.get(n, ()):
+            if m == b:
+                return True
+            if m not in seen and m != a:
+                seen.add(m)
+                stack.append(m)
+    return False
 
 
 def _producer(value):

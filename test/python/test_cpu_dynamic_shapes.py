@@ -80,15 +80,45 @@ def test_a_size_above_the_bound_is_an_input_error(norm_act_softmax):
 
 def test_a_dynamic_contraction_stays_on_portable_with_its_reason():
     """Until the GEMM kernel takes dynamic rows, a dynamic matmul is not compiled as plain loops
-    (slower than the portable kernels' BLAS): the method stays whole on portable and says why."""
+    (slower than the portable kernels' BLAS): it stays on portable, saying why; the rest of the
+    method is delegated around it."""
     torch.manual_seed(0)
-    module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4), torch.nn.Tanh()).eval()
     tokens = torch.export.Dim("tokens", min=1, max=32)
     report, method = _compile(module, (torch.randn(4, 16),), ({0: tokens},))
-    assert report.partitions == 0
-    assert "static rows" in str(report) and "delegated whole or not at all" in str(report)
-    x = torch.randn(5, 16)
-    np.testing.assert_allclose(method.execute([x.numpy()])[0], module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert report.partitions >= 1 and set(report.portable) == {"edge.addmm"}, str(report)
+    assert "static rows" in str(report)
+    for n in (1, 5, 32):
+        x = torch.randn(n, 16)
+        np.testing.assert_allclose(method.execute([x.numpy()])[0], module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_partitions_merge_only_without_a_path_through_another_partition():
+    """A -> u1 -> C -> u2 -> B (u1, u2 left on portable): A and B have no op path between them, but C
+    runs as one call after u1 and before u2, so one call for A and B would have to run both before
+    u1 and after u2. merge_independent keeps them apart (the Llama export's attention needed this)."""
+    from torch_mlir import ir
+
+    from etc.targets.cpu import merge_independent
+
+    text = """
+    func.func @f(%x: f32) -> (f32, f32, f32) {
+      %a = arith.negf %x : f32
+      %u1 = arith.addf %a, %a : f32
+      %c1 = arith.negf %u1 : f32
+      %c2 = arith.negf %x : f32
+      %u2 = arith.addf %c2, %c2 : f32
+      %b = arith.negf %u2 : f32
+      return %b, %c1, %a : f32, f32, f32
+    }"""
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        ops = [op.operation for op in module.body.operations[0].regions[0].blocks[0].operations]
+        a, u1, c1, c2, u2, b = ops[:6]
+        groups = merge_independent([[a], [c1, c2], [b]], ops)
+        assert sorted(len(g) for g in groups) == [1, 1, 2]
+        # Without C in between, A and B are independent: one call.
+        assert len(merge_independent([[a], [b]], ops)) == 1
 
 
 LINALG = """
