@@ -148,3 +148,21 @@ def test_the_blob_records_bounds_and_dynamic_dims():
 
     with pytest.raises(BackendError, match=r"compiled for \(<=6, <=40\)"):
         function(np.zeros((7, 3), dtype=np.float32))
+
+
+@pytest.mark.parametrize("options", [{"num_threads": 2}, {"profile": True}], ids=["threads", "profile"])
+def test_threaded_and_profiled_delegates_take_dynamic_sizes(options):
+    torch.manual_seed(0)
+    module = NormActSoftmax().eval()
+    batch, tokens = torch.export.Dim("batch", min=1, max=4), torch.export.Dim("tokens", min=1, max=64)
+    ep = torch.export.export(module, (torch.randn(2, 8, 48), torch.randn(2, 8, 48)),
+                             dynamic_shapes=({0: batch, 1: tokens}, {0: batch, 1: tokens}))
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner(**options))
+    assert edge.delegation_reports[-1].partitions == 1 and not edge.delegation_reports[-1].portable
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for shape in [(1, 1, 48), (4, 64, 48), (3, 9, 48)]:
+        x, y = torch.randn(*shape), torch.randn(*shape)
+        got = method.execute([x.numpy(), y.numpy()])
+        with torch.no_grad():
+            for g, w in zip(got, module(x, y)):
+                np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
