@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from etc.targets.cpu.parallel import THREAD_SPLIT  # marks the loop over column panels
-from etc.targets.cpu.passes._util import defining_op
+from etc.targets.cpu.passes._util import defining_op, dim_range
 
 # ------------------------------------------------------------------ configuration
 
@@ -77,6 +77,9 @@ class Gemm:
     result_type: object
     conv: dict | None = None  # im2col/conv geometry
     transposed: bool = False  # conv computed as C^T[P, F] = im2col^T x filter^T (see `transpose_conv`)
+    # M is dynamic (a bounded dynamic dim: tokens of a prompt); `M` is then its upper bound, the
+    # kernel reads the actual rows from A, and its row loop runs to them (partial block peeled).
+    dynamic_rows: bool = False
 
 
 def _maps(op) -> list:
@@ -96,9 +99,16 @@ def _iterators(op) -> list[str]:
     return [re.search(r"parallel|reduction|window", str(a)).group(0) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
 
 
-def _is_f32(v) -> bool:
-    return isinstance(v.type, ir.RankedTensorType) and str(ir.RankedTensorType(v.type).element_type) == "f32" and \
-        ir.RankedTensorType(v.type).has_static_shape
+DYNAMIC = ir.ShapedType.get_dynamic_size()
+
+
+def _is_f32(v, dynamic_dims=()) -> bool:
+    """An f32 tensor, static but for `dynamic_dims` (negative: counted from the end)."""
+    if not isinstance(v.type, ir.RankedTensorType) or str(ir.RankedTensorType(v.type).element_type) != "f32":
+        return False
+    t = ir.RankedTensorType(v.type)
+    allowed = {d % t.rank for d in dynamic_dims} if t.rank else set()
+    return all(not t.is_dynamic_dim(d) or d in allowed for d in range(t.rank))
 
 
 def _mul_add_body(op) -> bool:
@@ -170,8 +180,8 @@ def match_generic(op) -> "tuple[Gemm | None, str]":
     Returns (the Gemm, "") or (None, why not)."""
     if len(op.results) != 1 or len(op.operands) != 3:
         return None, f"{len(op.operands) - len(op.results)} inputs (a GEMM has two)"
-    if not all(_is_f32(v) for v in op.operands):
-        return None, "not static f32"
+    if not all(_is_f32(v, (-2,)) for v in op.operands):
+        return None, "not f32, static but for the rows"
     if not _mul_add_body(op):
         return None, "its body is more than a multiply-add (fused producer or epilogue)"
     its = _iterators(op)
@@ -201,6 +211,14 @@ def match_generic(op) -> "tuple[Gemm | None, str]":
     batch = shape[0] if batch_dims else 1
     M, N = shape[-2], shape[-1]
     K = ir.RankedTensorType(a_val.type).shape[-1]
+    dynamic_rows = M == DYNAMIC
+    if dynamic_rows:  # rows up to a bound; A's rows are C's, nothing else may be dynamic
+        bound = dim_range(op.operands[2], len(shape) - 2)
+        if bound is None:
+            return None, "dynamic rows without an upper bound"
+        if not _is_f32(b_val) or ir.RankedTensorType(a_val.type).shape[-2] != DYNAMIC:
+            return None, "a dynamic dim other than the rows"
+        M = bound[1]
     if rhs[-2:] == [d_k, d_n]:
         layout = "kn"
         src = _transpose_source(b_val) if not b_b else None
@@ -211,7 +229,8 @@ def match_generic(op) -> "tuple[Gemm | None, str]":
         layout = "nk"
     else:
         return None, "B is indexed neither (k, n) nor (n, k)"
-    g = Gemm(op, batch, M, N, K, a_val, bool(a_b), b_val, layout, bool(b_b), op.operands[2], op.results[0].type)
+    g = Gemm(op, batch, M, N, K, a_val, bool(a_b), b_val, layout, bool(b_b), op.operands[2], op.results[0].type,
+             dynamic_rows=dynamic_rows)
     if layout == "nk" and rhs[-2:] == [d_k, d_n]:
         g.b_through_transpose = transposed_operand
     return g, ""
@@ -258,7 +277,11 @@ def match_conv(op) -> Gemm | None:
 
 
 def _t(shape, element: str = "f32") -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + element + ">"
+    return "tensor<" + "".join(f"{d if d >= 0 else '?'}x" for d in shape) + element + ">"
+
+
+# The SSA name of a dynamic kernel's row count (`tensor.dim` of A at the kernel's entry).
+ROWS = "%rows"
 
 
 class _Text:
@@ -293,7 +316,8 @@ def _reshape(t: _Text, kind: str, value: str, src: list, dst: list, groups: list
     out = t.fresh("r")
     g = "[" + ", ".join("[" + ", ".join(map(str, grp)) + "]" for grp in groups) + "]"
     if kind == "expand":
-        t.emit(f"{out} = tensor.expand_shape {value} {g} output_shape [{', '.join(map(str, dst))}] "
+        sizes = [str(d) if d >= 0 else ROWS for d in dst]
+        t.emit(f"{out} = tensor.expand_shape {value} {g} output_shape [{', '.join(sizes)}] "
                f": {_t(src, element)} into {_t(dst, element)}")
     else:
         t.emit(f"{out} = tensor.collapse_shape {value} {g} : {_t(src, element)} into {_t(dst, element)}")
@@ -351,6 +375,7 @@ class Layout:
     cols: int
     nr: int
     split: bool = True  # columns as [panels, nr] (B packed in panels) or one dimension (B read in place)
+    dynamic_rows: bool = False  # `rows` is the upper bound of the run-time row count
 
     @property
     def panels(self) -> int:
@@ -358,7 +383,13 @@ class Layout:
 
     @property
     def tile_shape(self) -> list:
-        return [self.batch, self.rows, self.panels, self.nr] if self.split else [self.batch, self.rows, self.cols]
+        rows = DYNAMIC if self.dynamic_rows else self.rows
+        return [self.batch, rows, self.panels, self.nr] if self.split else [self.batch, rows, self.cols]
+
+    @property
+    def dynamic_sizes(self) -> str:
+        """The operands of a tensor.empty of `tile_shape`."""
+        return f"({ROWS})" if self.dynamic_rows else "()"
 
     @property
     def dims(self) -> str:
@@ -383,9 +414,11 @@ def layout(g: Gemm, cfg: KernelConfig, reshape: "tuple | None" = None) -> Layout
         groups = ((0,), (1,), (2,))
     rows, cols = (g.N, g.M) if g.transposed else (g.M, g.N)
     if reshape is not None:
+        if g.dynamic_rows:
+            raise NotFusable("the consumer reads the result reshaped, and its rows are dynamic")
         groups = _regroup(own, groups, *reshape)
         own = tuple(reshape[2])
-    return Layout(own, groups, g.batch, rows, cols, cfg.nr, split=not b_in_place(g, cfg))
+    return Layout(own, groups, g.batch, rows, cols, cfg.nr, split=not b_in_place(g, cfg), dynamic_rows=g.dynamic_rows)
 
 
 def b_in_place(g: Gemm, cfg: KernelConfig) -> bool:
@@ -520,6 +553,8 @@ def _plan_extra(extra: Extra, lay: Layout) -> tuple:
 
 def check_extra(extra: Extra, lay: Layout) -> None:
     """Raise NotFusable when the kernel cannot read `extra` in its tile layout."""
+    if not ir.RankedTensorType(extra.type).has_static_shape:
+        raise NotFusable("an operand with dynamic dims (only the contraction's own rows may be dynamic)")
     _, present, order = _plan_extra(extra, lay)
     element = str(ir.RankedTensorType(extra.type).element_type)
     if 2 in present and lay.split and lay.panels * lay.nr != lay.cols and element != "f32":
@@ -575,9 +610,9 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
         # tensor.empty would fold into one panel-sized buffer allocated inside the panel loop,
         # which the threads sharing that loop would share; a whole-size buffer gives each
         # panel its own columns.
-        t.emit(f"{empty} = bufferization.alloc_tensor() : {tile}")
+        t.emit(f"{empty} = bufferization.alloc_tensor{lay.dynamic_sizes} : {tile}")
     else:
-        t.emit(f"{empty} = tensor.empty() : {tile}")
+        t.emit(f"{empty} = tensor.empty{lay.dynamic_sizes} : {tile}")
     kind, what = region.init
     init = t.fresh("init")
     par = ", ".join(['"parallel"'] * len(lay.tile_shape))
@@ -616,7 +651,7 @@ def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: st
             value, vtype, vmap = _adapt(t, extras[source], region.extras[source], lay)
             ins.append(value), types.append(vtype), maps.append(vmap)
     e2, result = t.fresh("e"), t.fresh("epi")
-    t.emit(f"{e2} = tensor.empty() : {tile}")
+    t.emit(f"{e2} = tensor.empty{lay.dynamic_sizes} : {tile}")
     amaps = ", ".join(f"affine_map<{dims4} -> {m}>" for m in maps + [dims4])
     t.emit(f"{result} = linalg.generic {{indexing_maps = [{amaps}], iterator_types = "
            f"[{par}]}} ins({', '.join(ins)} : {', '.join(types)}) "
@@ -651,6 +686,10 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     t.emit("%zero = arith.constant 0.0 : f32")
     a_shape = list(ir.RankedTensorType(g.a.type).shape)
     b_shape = list(ir.RankedTensorType(g.b.type).shape)
+    M = DYNAMIC if g.dynamic_rows else g.M
+    if g.dynamic_rows:
+        t.emit(f"%c_rows = arith.constant {len(a_shape) - 2} : index")
+        t.emit(f"{ROWS} = tensor.dim %A, %c_rows : {g.a.type}")
 
     # A -> [B?, M, K]
     a = "%A"
@@ -659,7 +698,7 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
 
     ab = "b, " if g.a_batched else ""
     bb = "b, " if g.b_batched else ""
-    a_type = _t(([g.batch] if g.a_batched else []) + [g.M, g.K])
+    a_type = _t(([g.batch] if g.a_batched else []) + [M, g.K])
     b = "%B"
     lead = [g.batch] if g.b_batched else []
     if not lay.split:  # B read in place as [B?, K, N]: the columns are tiled, never padded
@@ -669,7 +708,7 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
             b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
         out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)",
                            _t(lead + [g.K, g.N]))
-        r = _to_result(t, out, [g.batch, g.M, g.N], [0, 1, 2], lay)
+        r = _to_result(t, out, [g.batch, M, g.N], [0, 1, 2], lay)
         t.emit(f"return {r} : {_t(lay.shape)}")
         return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
 
@@ -693,13 +732,13 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
                        _t(lead + [NB, g.K, nr]))
 
     # back to the result type
-    r = _reshape(t, "collapse", out, [g.batch, g.M, NB, nr], [g.batch, g.M, Np], [[0], [1], [2, 3]])
+    r = _reshape(t, "collapse", out, [g.batch, M, NB, nr], [g.batch, M, Np], [[0], [1], [2, 3]])
     if Np != g.N:
         s = t.fresh("s")
-        t.emit(f"{s} = tensor.extract_slice {r}[0, 0, 0] [{g.batch}, {g.M}, {g.N}] [1, 1, 1] "
-               f": {_t([g.batch, g.M, Np])} to {_t([g.batch, g.M, g.N])}")
+        t.emit(f"{s} = tensor.extract_slice {r}[0, 0, 0] [{g.batch}, {ROWS if g.dynamic_rows else g.M}, {g.N}] "
+               f"[1, 1, 1] : {_t([g.batch, M, Np])} to {_t([g.batch, M, g.N])}")
         r = s
-    r = _to_result(t, r, [g.batch, g.M, g.N], [0, 1, 2], lay)
+    r = _to_result(t, r, [g.batch, M, g.N], [0, 1, 2], lay)
     t.emit(f"return {r} : {_t(lay.shape)}")
     return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
 
@@ -813,13 +852,35 @@ def _second_level(emit, fuse_into, sfx: str, panel: str, tag: str, rows: int, ep
             ep = f"%el{sfx}"
         else:
             ini = f"%el{sfx}"
-    tr = min(cfg.mr, rows)
+    if rows < 0:  # roles the peeled row block finds its ops by (peel below)
+        for handle, role in ((f"%g{sfx}", "g"), (ep, "ep"), (ini, "in")):
+            if handle:
+                emit(f"transform.annotate {handle} \"{tag}_{role}\" : {_ANY}")
+    dynamic = rows < 0  # a run-time row count: whole blocks of mr, the rest one row at a time
+    tr = cfg.mr if dynamic else min(cfg.mr, rows)
 
-    def peel(loop, name):
-        if rows % tr:
-            emit(f"%{name}f = transform.cast {loop} : {_ANY} to !transform.op<\"scf.for\">",
-                 f"%{name}p, %{name}q = transform.loop.peel %{name}f : (!transform.op<\"scf.for\">) "
-                 f"-> ({_ANY}, {_ANY})")
+    def peel(loop, name, ops=()):
+        """Peel the partial row block; with dynamic rows, tile it again one row at a time (static
+        1 x nr tiles, which vectorize like the full ones). `ops`: (root, fused producers...) of
+        the loop body, found again in the peeled loop by the matchers."""
+        if not dynamic and not rows % tr:
+            return
+        emit(f"%{name}f = transform.cast {loop} : {_ANY} to !transform.op<\"scf.for\">",
+             f"%{name}p, %{name}q = transform.loop.peel %{name}f : (!transform.op<\"scf.for\">) "
+             f"-> ({_ANY}, {_ANY})")
+        if not dynamic:
+            return
+        # Fusion leaves dead clones of the fused producers in the loop: gone, each role is one op.
+        emit(f"transform.apply_dce to %{name}q : {_ANY}")
+        found = {}
+        for role in ops:  # the clones the peel made keep the roles' tags
+            emit(f"%{name}m{role} = transform.structured.match ops{{[\"linalg.generic\"]}} attributes "
+                 f"{{{tag}_{role}}} in %{name}q : ({_ANY}) -> {_ANY}")
+            found[role] = f"%{name}m{role}"
+        root, producers = ops[0], ops[1:]
+        sizes = "[1" + cols + (", 0" if root == "g" else "") + "]"
+        emit(f"%{name}u, %{name}l = transform.structured.tile_using_for {found[root]} tile_sizes {sizes} : {tile}")
+        fuse_into([found[p] for p in producers], f"%{name}l", f"{name}o")
 
     if rows == 1:  # the row dimension folded away: the panel is one row tile
         if kc < K:
@@ -833,17 +894,17 @@ def _second_level(emit, fuse_into, sfx: str, panel: str, tag: str, rows: int, ep
         emit(f"%u{sfx}, %li{sfx} = transform.structured.tile_using_for {root} tile_sizes "
              f"[{tr}{cols}{'' if ep else ', 0'}] : {tile}")
         loop = fuse_into(([f"%g{sfx}"] if ep else []) + ([ini] if ini else []), f"%li{sfx}", f"rf{sfx}_")
-        peel(loop, f"r{sfx}_")
+        peel(loop, f"r{sfx}_", ("ep", "g") + (("in",) if ini else ()) if ep else ("g",) + (("in",) if ini else ()))
         return
     # K blocks of kc (the kc x nr block of B stays in L1 across the row blocks): the panel's
     # accumulator lives in cache between blocks; the init and the epilogue are row loops over
     # the panel before and after them.
     emit(f"%kb{sfx}, %lkb{sfx} = transform.structured.tile_using_for %g{sfx} tile_sizes [0{cols}, {kc}] : {tile}",
          f"%rb{sfx}, %lr{sfx} = transform.structured.tile_using_for %kb{sfx} tile_sizes [{tr}{cols}, 0] : {tile}")
-    peel(f"%lr{sfx}", f"r{sfx}_")
-    for m, op in enumerate([x for x in (ini, ep) if x]):
+    peel(f"%lr{sfx}", f"r{sfx}_", ("g",))
+    for m, (op, role) in enumerate([(x, r) for x, r in ((ini, "in"), (ep, "ep")) if x]):
         emit(f"%w{sfx}_{m}, %lw{sfx}_{m} = transform.structured.tile_using_for {op} tile_sizes [{tr}{cols}] : {tile}")
-        peel(f"%lw{sfx}_{m}", f"w{sfx}_{m}_")
+        peel(f"%lw{sfx}_{m}", f"w{sfx}_{m}_", (role,))
 
 
 def transform_script(kernels: list, cfg: KernelConfig) -> str:
@@ -943,7 +1004,7 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
          f"transform.apply_patterns.scf.for_loop_canonicalization }} : {_ANY}")
     for n, (tag, rows, epilogue, init, kc, K, split, cols) in enumerate(kernels):
         match(f"%s{n}", f"{tag}_g")
-        lead = "0, " * (int(rows > 1) + int(split or cols > 1))
+        lead = "0, " * (int(rows > 1 or rows < 0) + int(split or cols > 1))
         emit(f"%k{n}, %lk{n} = transform.structured.tile_using_for %s{n} tile_sizes [{lead}1] : {tile}",
              f"transform.structured.vectorize %k{n} : {_ANY}")
         match(f"%o{n}", f"{tag}_v", ops=vector_ops)
@@ -1027,6 +1088,8 @@ def describe(g: Gemm):
     """The geometry of `g` as the dictionary attribute a kernel call carries (`GEMM_ATTR`)."""
     fields = {"batch": g.batch, "M": g.M, "N": g.N, "K": g.K, "a_batched": g.a_batched, "b_layout": g.b_layout,
               "b_batched": g.b_batched, "transposed": g.transposed}
+    if g.dynamic_rows:  # M is then the rows' upper bound
+        fields["dynamic_rows"] = True
     if g.conv is not None:
         fields["conv"] = g.conv
     return _to_attr(fields)
@@ -1037,7 +1100,8 @@ def from_call(call) -> Gemm:
     d = _from_attr(call.attributes[GEMM_ATTR])
     a, b, c = call.operands[0], call.operands[1], call.operands[2]
     return Gemm(None, d["batch"], d["M"], d["N"], d["K"], a, d["a_batched"], b, d["b_layout"], d["b_batched"], c,
-                call.results[0].type, conv=d.get("conv"), transposed=d["transposed"])
+                call.results[0].type, conv=d.get("conv"), transposed=d["transposed"],
+                dynamic_rows=d.get("dynamic_rows", False))
 
 
 def _rewrite_list(module_op, cfg, gemms: list, kind: str) -> list[str]:

@@ -25,8 +25,8 @@ order); the caller passes their bytes as buffers. Symbolic sizes (the edge funct
 travel with the function (`LoweredFunction.dim_bounds`) to etc-cpu-dynamic-shapes.
 
 Support (`is_supported`): a structural check (edge op with schema info, ranked
-tensors of supported dtypes, each dynamic dim with an upper bound; contractions static; a
-torch-mlir op to map onto), then a
+tensors of supported dtypes, each dynamic dim with an upper bound, a torch-mlir op to map
+onto), then a
 trial lowering of the op alone down to the LLVM dialect, cached per op signature;
 the partitioner first tries the whole method in one trial.
 
@@ -189,10 +189,6 @@ def structural_check(op) -> tuple[bool, str]:
     live = list(op.operands) + [r for r in op.results if any(True for _ in r.uses)]
     if any(0 in ir.RankedTensorType(v.type).shape for v in live if isinstance(v.type, ir.RankedTensorType)):
         return False, "zero-size tensors are left to the portable kernels"
-    if info.torch_name in _CONTRACTIONS and not all(ir.RankedTensorType(v.type).has_static_shape for v in live
-                                                    if isinstance(v.type, ir.RankedTensorType)):
-        return False, ("a contraction with dynamic dims stays on the portable kernels: the cpu GEMM kernel is "
-                       "compiled for static rows (plain loops would be slower than BLAS)")
     if info.torch_name in EXPANSIONS:
         return True, ""
     if not op.context.is_registered_operation(torch_op_name(target_overload(info.torch_name))):
@@ -513,10 +509,6 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
                     raise LoweringError(f"'{op.name}' inside a cpu delegate has no lowering", location=str(op.location))
     return lowered
 
-
-# The ops the GEMM kernel takes (static shapes only, for now).
-_CONTRACTIONS = frozenset({"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-                           "aten::convolution"})
 
 # Arithmetic on symbolic sizes (the importer's `index` ops) -> torch's int ops, which torch-mlir
 # lowers back to `arith` on the sizes its own `tensor.dim`s give.

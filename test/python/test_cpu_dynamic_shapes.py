@@ -78,18 +78,18 @@ def test_a_size_above_the_bound_is_an_input_error(norm_act_softmax):
         method.execute([x, x])
 
 
-def test_a_dynamic_contraction_stays_on_portable_with_its_reason():
-    """Until the GEMM kernel takes dynamic rows, a dynamic matmul is not compiled as plain loops
-    (slower than the portable kernels' BLAS): it stays on portable, saying why; the rest of the
-    method is delegated around it."""
+def test_linear_layers_with_dynamic_rows_take_the_gemm_kernel():
+    """A dynamic row count (tokens, batch) keeps the tuned GEMM kernel and its fused epilogue."""
     torch.manual_seed(0)
-    module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4), torch.nn.Tanh()).eval()
+    module = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(), torch.nn.Linear(96, 40), torch.nn.Tanh()).eval()
     tokens = torch.export.Dim("tokens", min=1, max=32)
-    report, method = _compile(module, (torch.randn(4, 16),), ({0: tokens},))
-    assert report.partitions >= 1 and set(report.portable) == {"edge.addmm"}, str(report)
-    assert "static rows" in str(report)
-    for n in (1, 5, 32):
-        x = torch.randn(n, 16)
+    report, method = _compile(module, (torch.randn(4, 64),), ({0: tokens},))
+    assert report.partitions == 1 and not report.portable, str(report)
+    lines = [line for lines in report.backend_lines.values() for line in lines]
+    assert not [line for line in lines if line.startswith("NOT TUNED")], "\n".join(lines)
+    assert any("contraction -> gemm x2" in line for line in lines), "\n".join(lines)
+    for n in (1, 5, 6, 7, 32):
+        x = torch.randn(n, 64)
         np.testing.assert_allclose(method.execute([x.numpy()])[0], module(x).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 

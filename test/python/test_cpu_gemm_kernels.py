@@ -421,3 +421,51 @@ def test_avx2_tile_runs_on_this_host():
     text = lowered(matmul_text(100, 70, 33), PRESETS["x86-64-v3"])
     assert "vector<16xf32>" in text and "vector<64xf32>" not in text
 
+
+
+def dynamic_rows_text(k: int, n: int, rows: int, batch: int | None = None) -> str:
+    """matmul (batched when `batch`) + bias + ReLU on A with a dynamic row count up to `rows`."""
+    lead, lead_s = ([batch], f"{batch}x") if batch else ([], "")
+    rank = len(lead) + 2
+    bounds = ", ".join([f"{batch}, {batch}"] * bool(batch) + [f"1, {rows}", f"{k}, {k}"])
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    op = "linalg.batch_matmul" if batch else "linalg.matmul"
+    return f"""
+#bias = affine_map<({dims}) -> (d{rank - 1})>
+#id = affine_map<({dims}) -> ({dims})>
+func.func @f(%x: tensor<{lead_s}?x{k}xf32> {{etc.dim_bounds = array<i64: {bounds}>}}, %w: tensor<{lead_s}{k}x{n}xf32>,
+             %b: tensor<{n}xf32>) -> tensor<{lead_s}?x{n}xf32> {{
+  %c = arith.constant {rank - 2} : index
+  %z = arith.constant 0.0 : f32
+  %m = tensor.dim %x, %c : tensor<{lead_s}?x{k}xf32>
+  %e = tensor.empty(%m) : tensor<{lead_s}?x{n}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{lead_s}?x{n}xf32>) -> tensor<{lead_s}?x{n}xf32>
+  %mm = {op} ins(%x, %w : tensor<{lead_s}?x{k}xf32>, tensor<{lead_s}{k}x{n}xf32>) outs(%f : tensor<{lead_s}?x{n}xf32>) -> tensor<{lead_s}?x{n}xf32>
+  %r = linalg.generic {{indexing_maps = [#bias, #id, #id], iterator_types = [{", ".join(['"parallel"'] * rank)}]}}
+      ins(%b, %mm : tensor<{n}xf32>, tensor<{lead_s}?x{n}xf32>) outs(%e : tensor<{lead_s}?x{n}xf32>) {{
+  ^bb0(%in: f32, %acc: f32, %out: f32):
+    %s = arith.addf %in, %acc : f32
+    %t = arith.maximumf %s, %z : f32
+    linalg.yield %t : f32
+  }} -> tensor<{lead_s}?x{n}xf32>
+  return %r : tensor<{lead_s}?x{n}xf32>
+}}
+"""
+
+
+@needs_simd
+@pytest.mark.parametrize("k,n,batch", [(288, 768, None), (768, 288, None), (64, 100, None), (32, 1000, None),
+                                       (48, 256, 3)])
+def test_dynamic_rows_take_the_gemm_kernel_at_every_row_count(k, n, batch):
+    """One kernel for up to 128 rows: whole blocks of mr, the partial block one row at a time
+    (one K block or K blocks; a partial column panel; batched), the bias and ReLU fused."""
+    fn = compile_standalone(dynamic_rows_text(k, n, 128, batch))
+    assert [str(d).split(" at ")[0] for d in fn.decisions] == ["contraction linalg.generic: gemm",
+                                                              "epilogue linalg.generic: fused"]
+    lead = (batch,) if batch else ()
+    w, b = rand(*lead, k, n), rand(n)
+    for m in (1, 2, CFG.mr - 1, CFG.mr, CFG.mr + 1, 2 * CFG.mr + 3, 127, 128):
+        x = rand(*lead, m, k)
+        (out,) = fn(x, w, b)
+        assert out.shape == lead + (m, n)
+        assert rel_error(out, np.maximum(np.matmul(x.astype(np.float64), w) + b, 0)) < 1e-5

@@ -21,7 +21,7 @@ from etc.tools.bench_layers import LAYERS, build
 from models.zoo import BENCH_ONLY, ZOO
 
 # Zoo models the cpu target does not take whole yet, and why (the report says it too).
-NOT_DELEGATED = {"dynamic_batch": "its Linear layers have dynamic rows, which the GEMM kernel does not take yet"}
+NOT_DELEGATED: dict = {}
 
 
 def compile_cpu(programs):

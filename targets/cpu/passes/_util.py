@@ -148,13 +148,28 @@ def index_range(value, _depth: int = 0) -> tuple[int, int] | None:
     return None
 
 
+def dim_range(value, d: int) -> tuple[int, int] | None:
+    """[lo, hi] of dim `d` of a shaped value (see `index_range`)."""
+    return _dim_range(value, d, 0)
+
+
 def _dim_range(value, d: int, depth: int):
     """[lo, hi] of dim `d` of a shaped value: static, or what its producer's sizes say."""
     shaped = ir.ShapedType(value.type)
     if not shaped.is_dynamic_dim(d):
         return shaped.shape[d], shaped.shape[d]
     producer = defining_op(value)
-    if producer is None or depth > 64:
+    if producer is None:  # an entry argument with its bounds (before etc-cpu-dynamic-shapes)
+        fn = value.owner.owner
+        fn = fn.operation if hasattr(fn, "operation") else fn
+        if fn is None or fn.name != "func.func":
+            return None
+        attrs = arg_attrs(fn)[value.arg_number]
+        if "etc.dim_bounds" not in attrs:
+            return None
+        bounds = [int(x) for x in ir.DenseI64ArrayAttr(attrs["etc.dim_bounds"])]
+        return bounds[2 * d], bounds[2 * d + 1]
+    if depth > 64:
         return None
     dynamic = [i for i in range(shaped.rank) if shaped.is_dynamic_dim(i)]
     name = producer.name
@@ -168,6 +183,8 @@ def _dim_range(value, d: int, depth: int):
         return index_range(list(producer.operands)[1:][dynamic.index(d)], depth + 1)
     if name in ("memref.cast", "tensor.cast"):
         return _dim_range(producer.operands[0], d, depth + 1)
+    if name.startswith("linalg.") and len(producer.results) == 1:  # destination style: the init's dims
+        return _dim_range(producer.operands[-1], d, depth + 1)
     if name in ("memref.collapse_shape", "tensor.collapse_shape"):
         total = (1, 1)
         for source_dim in ir.ArrayAttr(ir.ArrayAttr(producer.attributes["reassociation"])[d]):

@@ -117,3 +117,35 @@ func.func @decode_weight(%x: tensor<1x288xf32>, %w: tensor<32000x288xf32> {etc.c
   %r = linalg.matmul ins(%x, %wt : tensor<1x288xf32>, tensor<288x32000xf32>) outs(%c : tensor<1x32000xf32>) -> tensor<1x32000xf32>
   return %r : tensor<1x32000xf32>
 }
+
+// -----
+
+// Dynamic rows (a prompt of up to 128 tokens): the kernel is compiled for the rows' upper bound
+// (M, from the input's etc.dim_bounds) and takes the actual rows from A.
+// CHECK-LABEL: func.func @dynamic_rows
+// CHECK: call @[[KERNEL:etc_gemm_m[0-9]+]](%arg0, %arg1, %{{.*}}) {etc.cpu.gemm = {K = 96 : i64, M = 128 : i64, N = 128 : i64, a_batched = false, b_batched = false, b_layout = "kn", batch = 1 : i64, dynamic_rows = true, transposed = false}}
+// CHECK: func.func private @[[KERNEL]](tensor<?x96xf32>, tensor<96x128xf32>, tensor<?x128xf32>) -> tensor<?x128xf32>
+func.func @dynamic_rows(%a: tensor<?x96xf32> {etc.dim_bounds = array<i64: 1, 128, 96, 96>}, %b: tensor<96x128xf32>) -> tensor<?x128xf32> {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : f32
+  %m = tensor.dim %a, %c0 : tensor<?x96xf32>
+  %e = tensor.empty(%m) : tensor<?x128xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<?x128xf32>) -> tensor<?x128xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x96xf32>, tensor<96x128xf32>) outs(%c : tensor<?x128xf32>) -> tensor<?x128xf32>
+  return %r : tensor<?x128xf32>
+}
+
+// -----
+
+// Rows without a bound cannot be planned: plain loops, with the reason.
+// CHECK: path = "loops", reason = "dynamic rows without an upper bound"
+// CHECK-LABEL: func.func @unbounded_rows
+func.func @unbounded_rows(%a: tensor<?x96xf32>, %b: tensor<96x128xf32>) -> tensor<?x128xf32> {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : f32
+  %m = tensor.dim %a, %c0 : tensor<?x96xf32>
+  %e = tensor.empty(%m) : tensor<?x128xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<?x128xf32>) -> tensor<?x128xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x96xf32>, tensor<96x128xf32>) outs(%c : tensor<?x128xf32>) -> tensor<?x128xf32>
+  return %r : tensor<?x128xf32>
+}

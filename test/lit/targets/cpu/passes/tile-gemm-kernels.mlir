@@ -131,3 +131,28 @@ func.func @partial_panel(%a: tensor<13x300xf32>, %b: tensor<300x70xf32>, %bias: 
   } -> tensor<13x70xf32>
   return %o : tensor<13x70xf32>
 }
+
+// -----
+
+// Dynamic rows: whole blocks of 6 rows accumulate a 6x64 tile in registers; the partial block
+// (to the run-time row count) is peeled and runs one row at a time, a 1x64 tile (static shapes
+// that vectorize like the full ones).
+// CHECK-LABEL: func.func @dynamic_rows
+// CHECK: scf.for %{{.*}} = %c0 to %c128 step %c64
+// CHECK: %[[FULL:.*]] = affine.apply
+// CHECK: scf.for %{{.*}} = %c0 to %[[FULL]] step %c6
+// CHECK: scf.for {{.*}} -> (vector<6x64xf32>)
+// CHECK-COUNT-6: vector.fma {{.*}} : vector<64xf32>
+// CHECK: scf.for %{{.*}} = %[[FULL]] to %{{.*}} step %c6
+// CHECK: scf.for %{{.*}} = %c0 to %{{.*}} step %c1
+// CHECK: scf.for {{.*}} -> (vector<1x64xf32>)
+// CHECK: vector.fma {{.*}} : vector<64xf32>
+func.func @dynamic_rows(%a: tensor<?x96xf32> {etc.dim_bounds = array<i64: 1, 128, 96, 96>}, %b: tensor<96x128xf32>) -> tensor<?x128xf32> {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : f32
+  %m = tensor.dim %a, %c0 : tensor<?x96xf32>
+  %e = tensor.empty(%m) : tensor<?x128xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<?x128xf32>) -> tensor<?x128xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<?x96xf32>, tensor<96x128xf32>) outs(%c : tensor<?x128xf32>) -> tensor<?x128xf32>
+  return %r : tensor<?x128xf32>
+}
