@@ -377,9 +377,10 @@ class _TorchBuilder:
             # or not an entry is None.
             return self.list([tensors[x] if x is not None else self.none() for x in v], "optional<vtensor>")
         if isinstance(v, ir.Value):  # a symbolic size: its !torch.int (edge_to_torch mapped it)
-            if v not in tensors:
-                raise LoweringError(f"symbolic value for '{arg.name}' is defined outside the delegate")
-            return tensors[v]
+            try:
+                return tensors[v]
+            except KeyError:
+                raise LoweringError(f"symbolic value for '{arg.name}' is defined outside the delegate") from None
         if base in ("int", "SymInt"):
             return self.int(v)
         if base in ("int[]", "SymInt[]"):
@@ -597,7 +598,8 @@ class _Emitter:
 
     @staticmethod
     def type(shape, element: str) -> ir.Type:
-        return ir.Type.parse(f"!torch.vtensor<[{','.join(str(d) for d in shape)}],{_TORCH_ELEMENT[element]}>")
+        return ir.Type.parse(f"!torch.vtensor<[{','.join(str(d) if d >= 0 else '?' for d in shape)}],"
+                             f"{_TORCH_ELEMENT[element]}>")
 
     def literal(self, array) -> ir.Value:
         """A constant int64 tensor (index tensors computed at compile time)."""
@@ -612,7 +614,7 @@ class _Emitter:
     def shape(x) -> list:
         """The static shape of a !torch.vtensor value."""
         dims = re.match(r"!torch\.vtensor<\[([^\]]*)\]", str(x.type)).group(1)
-        return [int(d) for d in dims.split(",")] if dims else []
+        return [int(d) if d != "?" else _DYNAMIC for d in dims.split(",")] if dims else []
 
     @staticmethod
     def element(x) -> str:
@@ -629,7 +631,13 @@ class _Emitter:
     def view(self, x, shape, element):
         if self.shape(x) == list(shape):
             return x
-        return self("aten::view", {"self": x, "size": list(shape)}, shape, element)
+        # A dynamic dim (at most one) is torch's -1: the rest of the elements.
+        return self("aten::view", {"self": x, "size": [d if d >= 0 else -1 for d in shape]}, shape, element)
+
+    def size(self, x, dim: int) -> ir.Value:
+        """The !torch.int size of dim `dim` of `x` (a dynamic one is known at run time only)."""
+        return ir.Operation.create("torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
+                                   operands=[x, self.builder.int(dim)]).result
 
     def slice(self, x, shape, element, dim, start, end, step=1):
         out = list(shape)
@@ -652,6 +660,9 @@ def _torch_values(values: dict, tensors: dict) -> dict:
         return v
 
     return {k: convert(v) for k, v in values.items()}
+
+
+_DYNAMIC = ir.ShapedType.get_dynamic_size()
 
 
 def _tensor_type(value) -> tuple[list, str]:
@@ -794,8 +805,15 @@ def _expand_index_put(e: _Emitter, v: dict, op) -> list:
         raise LoweringError("index_put with a boolean mask index has a data-dependent shape")
     rest = [d for d in range(rank) if d not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
-    bshape = list(np.broadcast_shapes(*[tuple(e.shape(indices[d])) for d in dims]))
-    n_pos, n_idx = int(np.prod([shape[d] for d in dims])), int(np.prod(bshape))
+    index_shapes = [e.shape(indices[d]) for d in dims]
+    if any(_DYNAMIC in ishape for ishape in index_shapes):  # a dynamic count of indices (a prompt's positions)
+        if len(dims) != 1 or len(index_shapes[0]) != 1:
+            raise LoweringError("index_put with a dynamic number of indices takes one 1-D index tensor")
+        bshape, n_idx = list(index_shapes[0]), _DYNAMIC
+    else:
+        bshape = list(np.broadcast_shapes(*[tuple(ishape) for ishape in index_shapes]))
+        n_idx = int(np.prod(bshape))
+    n_pos = int(np.prod([shape[d] for d in dims]))
     if adjacent:  # x[indices] keeps the index dims where the indexed dims were
         pre, post = int(np.prod(shape[:dims[0]])), int(np.prod(shape[dims[-1] + 1:]))
         sub = shape[:dims[0]] + bshape + shape[dims[-1] + 1:]
@@ -839,7 +857,12 @@ def _expand_index_put(e: _Emitter, v: dict, op) -> list:
         added = e("aten::matmul", {"self": onehot, "other": values}, out_shape, element)
         out = e("aten::add.Tensor", {"self": x, "other": added, "alpha": 1}, out_shape, element)
     else:
-        ks = e.literal(np.arange(n_idx).reshape(n_idx, 1))
+        if n_idx == _DYNAMIC:
+            ks = e("aten::arange", {"end": e.size(linear, 0), "dtype": "int64", "layout": None, "device": None,
+                                    "pin_memory": None}, [n_idx], "i64")
+            ks = e.view(ks, [n_idx, 1], "i64")
+        else:
+            ks = e.literal(np.arange(n_idx).reshape(n_idx, 1))
         minus1 = e.literal(np.full((1, 1), -1))
         which = e("aten::where.self", {"condition": eq, "self": ks, "other": minus1}, [n_idx, n_pos], "i64")
         last = e("aten::amax", {"self": which, "dim": [0], "keepdim": False}, [n_pos], "i64")  # last k, or -1

@@ -166,3 +166,40 @@ def test_threaded_and_profiled_delegates_take_dynamic_sizes(options):
         with torch.no_grad():
             for g, w in zip(got, module(x, y)):
                 np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+class TinyDecoder(torch.nn.Module):
+    """A KV-cache write at dynamic positions (index_put), a gather of rows at them (index.Tensor),
+    attention over the whole cache and a Linear: the shape of an LLM step of T tokens."""
+
+    def __init__(self, positions=32, dim=16):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, positions, dim))
+        self.register_buffer("table", torch.randn(positions, dim))
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x, pos):
+        self.cache[:, pos] = x
+        scores = x @ self.cache.transpose(1, 2)  # [1, T, positions]
+        return self.proj(scores.softmax(-1) @ self.cache + self.table[pos])
+
+
+def test_a_decoder_step_with_dynamic_positions_is_one_delegate():
+    torch.manual_seed(0)
+    tokens = torch.export.Dim("tokens", min=1, max=8)
+    eager, compiled = TinyDecoder().eval(), TinyDecoder().eval()
+    compiled.load_state_dict(eager.state_dict())
+    ep = torch.export.export(compiled, (torch.randn(1, 3, 16), torch.arange(3)),
+                             dynamic_shapes=({1: tokens}, {0: tokens}))
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    assert report.partitions == 1 and not report.portable, str(report)
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    start = 0
+    for n in (3, 1, 8, 1, 2):  # a prompt, then steps: the cache carries over between calls
+        x, pos = torch.randn(1, n, 16), torch.arange(start, start + n)
+        got = method.execute([x.numpy(), pos.numpy()])[0]
+        with torch.no_grad():
+            want = eager(x, pos)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
+        start += n
