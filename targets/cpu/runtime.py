@@ -481,8 +481,11 @@ class CompiledFunction:
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
         dynamic = spec.get("dynamic")
-        if dynamic:  # the dims in `dynamic` may be anything up to the compiled bound
-            if array.ndim != len(shape) or any(n != m if d not in dynamic else n > m
+        if dynamic:
+            # An input's dynamic dims may be anything up to the compiled bound (its Dim's max). An
+            # output is the caller's buffer at the program's bound for it, which the sizes the code
+            # computes never exceed (the code writes that many elements): only its static dims count.
+            if array.ndim != len(shape) or any(n != m if d not in dynamic else (n > m and not writable)
                                                for d, (n, m) in enumerate(zip(array.shape, shape))):
                 raise BackendError(f"cpu delegate: {what} has shape {tuple(array.shape)}, compiled for "
                                    f"{self._bounded(spec)}")
