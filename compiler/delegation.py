@@ -421,6 +421,11 @@ def outline(program_ir, partition: Partition, func_name: str, interface=None):
             for i, v in enumerate(op.operands):
                 if v in mapping:
                     clone.operands[i] = mapping[v]
+            if len(op.regions):  # a branch's ops read the method's values directly
+                for inner in _nested(clone):
+                    for i, v in enumerate(inner.operands):
+                        if v in mapping:
+                            inner.operands[i] = mapping[v]
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
         func_d.ReturnOp([mapping[v] for v in outputs])
@@ -527,15 +532,42 @@ def partition_interface(partition: Partition):
     members = set(partition.ops)
     inputs, seen = [], set()
     for op in partition.ops:
-        for v in op.operands:
-            owner = v.owner
-            owner_op = None if isinstance(owner, ir.Block) else (owner.operation if hasattr(owner, "operation") else owner)
-            if (owner_op is None or owner_op not in members) and v not in seen:
-                seen.add(v)
-                inputs.append(v)
+        for inner in _nested(op):  # a branch's ops read values of the method too
+            for v in inner.operands:
+                owner = v.owner
+                owner_op = None if isinstance(owner, ir.Block) else (owner.operation if hasattr(owner, "operation") else owner)
+                if owner_op is not None and _top_level(owner_op) in members:
+                    continue
+                if owner_op is None and _top_level(owner.owner) in members:
+                    continue  # an argument of a member's own region
+                if v not in seen:
+                    seen.add(v)
+                    inputs.append(v)
     outputs = [r for op in partition.ops for r in op.results
-               if any(_user_op(u) not in members for u in r.uses)]
+               if any(_top_level(_user_op(u)) not in members for u in r.uses)]
     return inputs, outputs
+
+
+def _nested(op) -> list:
+    """`op` and every op inside its regions (in post-order: `op` last)."""
+    found = []
+
+    def visit(inner):
+        found.append(inner.operation if hasattr(inner, "operation") else inner)
+        return _walk_advance()
+
+    op.walk(visit)
+    return found
+
+
+def _top_level(op):
+    """The op of the function's body that holds `op` (itself when it is one)."""
+    op = op.operation if hasattr(op, "operation") else op
+    while True:
+        parent = op.parent
+        if parent is None or parent.name in ("func.func", "builtin.module"):
+            return op
+        op = parent.operation if hasattr(parent, "operation") else parent
 
 
 def _user_op(use):

@@ -177,6 +177,10 @@ class CpuPartitioner(CapabilityPartitioner):
                 support[op] = ok
                 if not ok:
                     result.rejected.setdefault(op.name, reason)
+            for op in work:  # a branch condition goes with its branch (a delegate takes tensors only)
+                if op.name == "tensor.extract" and support[op]:
+                    users = {_owner(u) for u in op.result.uses}
+                    support[op] = all(support.get(u, False) for u in users)
             if work and all(support.values()):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
                 continue

@@ -155,9 +155,20 @@ def is_supported(op) -> tuple[bool, str]:
     ok, reason = structural_check(op)
     if not ok:
         return ok, reason
-    if op.name == "ml_program.global_load_const":
+    if op.name in ("ml_program.global_load_const", "tensor.extract"):
+        return True, ""
+    if op.name == "scf.if":  # a branch of torch.cond: native when every op of both branches is
+        for inner in _branch_ops(op):
+            ok, reason = is_supported(inner)
+            if not ok:
+                return False, f"a branch holds {inner.name}: {reason}"
         return True, ""
     return _trial_lowering(op)
+
+
+def _branch_ops(op) -> list:
+    return [inner.operation for region in op.regions for inner in region.blocks[0].operations
+            if inner.operation.name != "scf.yield"]
 
 
 def structural_check(op) -> tuple[bool, str]:
@@ -167,6 +178,20 @@ def structural_check(op) -> tuple[bool, str]:
         return True, ""
     if name in _SIZE_OPS and all(isinstance(r.type, ir.IndexType) for r in op.results):
         return True, ""  # arithmetic on symbolic sizes
+    if name == "tensor.extract":  # the condition of a branch: a 0-d bool tensor's value
+        t = op.operands[0].type
+        ok = isinstance(t, ir.RankedTensorType) and ir.RankedTensorType(t).rank == 0 and \
+            str(ir.RankedTensorType(t).element_type) == "i1"
+        return (True, "") if ok else (False, "tensor.extract of other than a 0-d bool tensor")
+    if name == "scf.if":
+        if not all(isinstance(r.type, ir.RankedTensorType) and ir.RankedTensorType(r.type).has_static_shape
+                   for r in op.results):
+            return False, "a branch with dynamically shaped (or non-tensor) results"
+        for inner in _branch_ops(op):
+            ok, reason = structural_check(inner)
+            if not ok:
+                return False, f"a branch holds {inner.name}: {reason}"
+        return True, ""
     if not name.startswith("edge."):
         return False, f"'{name}' is not an edge op"
     info = _schema_info(op)
@@ -436,8 +461,6 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
     """
     from torch_mlir.dialects import func as func_d
 
-    from etc.dialects import decode_op
-
     name = ir.StringAttr(func_op.attributes["sym_name"]).value
     block = func_op.regions[0].blocks[0]
     ops = [op.operation for op in block.operations]
@@ -476,39 +499,69 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
     builder = _TorchBuilder()
     with ir.InsertionPoint(entry):
         for op in ops:
-            with op.location:
-                if op.name == "ml_program.global_load_const":
-                    sym = ir.FlatSymbolRefAttr(op.attributes["global"]).value
-                    if sym in const_args:
-                        tensors[op.result] = const_args[sym]
-                elif op.name == "func.return":
+            if op.name == "func.return":
+                with op.location:
                     func_d.ReturnOp([tensors[v] for v in op.operands])
-                elif op.name in _SIZE_OPS:
-                    tensors[op.result] = _size_value(op, builder, tensors)
-                elif op.name.startswith("edge.") and _schema_info(op).torch_name in EXPANSIONS:
-                    expand = EXPANSIONS[_schema_info(op).torch_name]
-                    results = expand(_Emitter(builder), _torch_values(decode_op(op), tensors), op)
-                    for old, repl in zip(op.results, results):
-                        tensors[old] = repl
-                elif op.name.startswith("edge."):
-                    info = _schema_info(op)
-                    target, arguments, values = _adapt(info, decode_op(op), op)
-                    operands = [builder.value(a, values.get(a.name), tensors) for a in arguments]
-                    kept = _kept_results(info, op)
-                    rtypes = [vtensor_type(op.results[i].type) for i in kept]
-                    if any(r["kind"] == "variadic_result" for r in info.returns):
-                        # A `Tensor[]` return is one !torch.list value in torch-mlir; unpack it.
-                        listed = ir.Operation.create(torch_op_name(target), operands=operands,
-                                                     results=[ir.Type.parse("!torch.list<vtensor>")])
-                        new = ir.Operation.create("torch.prim.ListUnpack", results=rtypes,
-                                                  operands=[listed.result])
-                    else:
-                        new = ir.Operation.create(torch_op_name(target), results=rtypes, operands=operands)
-                    for i, repl in zip(kept, new.results):
-                        tensors[op.results[i]] = repl
-                else:
-                    raise LoweringError(f"'{op.name}' inside a cpu delegate has no lowering", location=str(op.location))
+            else:
+                _lower_op(op, tensors, builder, const_args)
     return lowered
+
+
+def _lower_op(op, tensors: dict, builder, const_args: dict) -> None:
+    """The torch form of one edge-function op at the current insertion point (its results into
+    `tensors`); a branch (scf.if of torch.cond) recursively, as torch.prim.If."""
+    from etc.dialects import decode_op
+
+    with op.location:
+        if op.name == "ml_program.global_load_const":
+            sym = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+            if sym in const_args:
+                tensors[op.result] = const_args[sym]
+        elif op.name in _SIZE_OPS:
+            tensors[op.result] = _size_value(op, builder, tensors)
+        elif op.name == "tensor.extract":  # a 0-d bool tensor read as a branch condition
+            tensors[op.result] = ir.Operation.create("torch.aten.Bool.Tensor", results=[ir.Type.parse("!torch.bool")],
+                                                     operands=[tensors[op.operands[0]]]).result
+        elif op.name == "scf.if":
+            branch = ir.Operation.create("torch.prim.If", results=[vtensor_type(r.type) for r in op.results],
+                                         operands=[tensors[op.operands[0]]], regions=2)
+            for source, target in zip(op.regions, branch.regions):
+                block = target.blocks.append()
+                outer = builder.cache
+                builder.cache = dict(outer)  # constants made inside stay inside
+                with ir.InsertionPoint(block):
+                    for inner in source.blocks[0].operations:
+                        inner = inner.operation
+                        if inner.name == "scf.yield":
+                            with inner.location:
+                                ir.Operation.create("torch.prim.If.yield", operands=[tensors[v] for v in inner.operands])
+                        else:
+                            _lower_op(inner, tensors, builder, const_args)
+                builder.cache = outer
+            for old, new in zip(op.results, branch.results):
+                tensors[old] = new
+        elif op.name.startswith("edge.") and _schema_info(op).torch_name in EXPANSIONS:
+            expand = EXPANSIONS[_schema_info(op).torch_name]
+            results = expand(_Emitter(builder), _torch_values(decode_op(op), tensors), op)
+            for old, repl in zip(op.results, results):
+                tensors[old] = repl
+        elif op.name.startswith("edge."):
+            info = _schema_info(op)
+            target, arguments, values = _adapt(info, decode_op(op), op)
+            operands = [builder.value(a, values.get(a.name), tensors) for a in arguments]
+            kept = _kept_results(info, op)
+            rtypes = [vtensor_type(op.results[i].type) for i in kept]
+            if any(r["kind"] == "variadic_result" for r in info.returns):
+                # A `Tensor[]` return is one !torch.list value in torch-mlir; unpack it.
+                listed = ir.Operation.create(torch_op_name(target), operands=operands,
+                                             results=[ir.Type.parse("!torch.list<vtensor>")])
+                new = ir.Operation.create("torch.prim.ListUnpack", results=rtypes, operands=[listed.result])
+            else:
+                new = ir.Operation.create(torch_op_name(target), results=rtypes, operands=operands)
+            for i, repl in zip(kept, new.results):
+                tensors[op.results[i]] = repl
+        else:
+            raise LoweringError(f"'{op.name}' inside a cpu delegate has no lowering", location=str(op.location))
 
 
 # Arithmetic on symbolic sizes (the importer's `index` ops) -> torch's int ops, which torch-mlir

@@ -3,6 +3,7 @@ emitted as JumpFalseCall/MoveCall/copy chains, run on etc's runtime and on the s
 ExecuTorch runtime against eager; next to the cpu delegate they stay portable.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -207,17 +208,26 @@ def test_trip_count_depends_on_the_input():
 
 
 @pytest.mark.parametrize("name", ["cond", "flag_cond"])
-def test_control_flow_stays_outside_cpu_delegates(name):
-    """Ops before and after a cond go to the cpu target; the cond (and its branches) stays portable
-    with a line in the report saying why, even when the partitioner sees no operand edge
-    between the ops the branches read and the ops after the cond (flag_cond)."""
+def test_cond_with_supported_branches_is_one_cpu_delegate(name):
+    """Ops before and after a cond and the cond itself (its branches native code) are one cpu
+    delegate, even when the partitioner sees no operand edge between the ops the branches read
+    and the ops after the cond (flag_cond)."""
     from etc.targets.cpu import CpuPartitioner
 
     model, edge, program, calls = _program(name, CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    assert report.partitions == 1 and report.delegated.get("scf.if") == 1 and not report.portable, str(report)
+    _check(model, Runtime.get().load_program(program.buffer).load_method("forward"), calls)
+
+
+def test_loops_stay_outside_cpu_delegates():
+    """scf.while (torch.while_loop) runs on the portable runtime as jumps, with a report line."""
+    from etc.targets.cpu import CpuPartitioner
+
+    name = "doubling_loop"
+    model, edge, program, calls = _program(name, CpuPartitioner())
     report = edge.delegation_info()
-    assert "portable   scf.if x1: control flow runs on the portable runtime" in report
-    assert "(in scf.if)" in report
-    assert "backend.delegate" in str(edge) and "scf.if" in str(edge)
+    assert "portable   scf.while x1: control flow runs on the portable runtime" in report, report
     _check(model, Runtime.get().load_program(program.buffer).load_method("forward"), calls)
 
 
@@ -242,3 +252,52 @@ def test_carried_python_int_is_a_located_error():
     with pytest.raises(UnsupportedConstructError, match="carried value must be a tensor") as caught:
         etc.to_edge(ep)
     assert caught.value.location is not None and "test_control_flow.py" in caught.value.location
+
+
+class BranchyLinear(torch.nn.Module):
+    """torch.cond whose branches each hold a Linear (a GEMM kernel inside a branch) and activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(32, 48), torch.nn.Linear(32, 48)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: (torch.relu(self.up(x)) * 2,),
+                          lambda x: (torch.tanh(self.down(x)) - 1,), (x,))[0]
+
+
+def test_cond_is_native_code_in_the_cpu_target():
+    """Both branches supported: the branch is compiled into the delegate (scf.if in native
+    code), the method is one delegate, and each branch runs when its condition holds."""
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    module = BranchyLinear().eval()
+    edge = etc.to_edge(torch.export.export(module, (torch.randn(64, 32),))).to_backend(CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    assert report.partitions == 1 and not report.portable and report.delegated.get("scf.if") == 1, str(report)
+    lines = [line for lines in report.backend_lines.values() for line in lines]
+    assert any("contraction -> gemm x2" in line for line in lines), "\n".join(lines)
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    x = torch.rand(64, 32)
+    for sample in (x, -x):  # the true branch, then the false one
+        with torch.no_grad():
+            want = module(sample)
+        np.testing.assert_allclose(method.execute([sample.numpy()])[0], want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_branch_with_an_unsupported_op_keeps_the_cond_on_portable():
+    from etc.targets.cpu import CpuPartitioner
+
+    class Sorted(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: (torch.sort(x, dim=-1)[0],), lambda x: (x * 2,), (x,))[0]
+
+    module = Sorted()
+    edge = etc.to_edge(torch.export.export(module, (torch.randn(3, 5),))).to_backend(CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    assert "scf.if" in report.portable, str(report)
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    x = torch.randn(3, 5).abs()
+    for sample in (x, -x):
+        np.testing.assert_allclose(method.execute([sample.numpy()])[0], module(sample).numpy(), rtol=1e-6)
