@@ -19,7 +19,7 @@ from etc.targets.cpu.passes._util import entry_function
 @function_pass("etc-cpu-distinct-results",
                "After one-shot-bufferize: a result returned twice gets its own buffer (alloc + copy)")
 def distinct_results(module, options=None) -> int:
-    from torch_mlir.dialects import memref
+    from torch_mlir.dialects import arith, memref
 
     fn = entry_function(module)
     ret = list(fn.regions[0].blocks[0].operations)[-1].operation
@@ -28,7 +28,9 @@ def distinct_results(module, options=None) -> int:
         for i, value in enumerate(list(ret.operands)):
             if value in seen and isinstance(value.type, ir.MemRefType):
                 t = ir.MemRefType(value.type)
-                copy = memref.AllocOp(ir.MemRefType.get(t.shape, t.element_type), [], []).result
+                sizes = [memref.DimOp(value, arith.ConstantOp(ir.IndexType.get(), d).result).result
+                         for d in range(t.rank) if t.is_dynamic_dim(d)]  # a dynamic result: its run-time sizes
+                copy = memref.AllocOp(ir.MemRefType.get(t.shape, t.element_type), sizes, []).result
                 memref.CopyOp(value, copy)
                 ret.operands[i] = copy
                 copies += 1
