@@ -91,7 +91,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         t1 = time.perf_counter()
         result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
                                 threads=int(num_threads), constants=lowered.constants, profile=profile,
-                                dim_bounds=lowered.dim_bounds)
+                                dim_bounds=lowered.dim_bounds, result_bounds=lowered.result_bounds)
     metadata = blob_metadata(result, num_threads)
     if profile:  # each region's partition ops, indexed as the compile record lists them
         from etc.targets.cpu.passes.profile_regions import partition_op_indices

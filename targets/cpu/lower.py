@@ -137,6 +137,8 @@ class LoweredFunction:
     constants: dict = field(default_factory=dict)  # fqn -> numpy array (those the function reads)
     # Argument position -> its `etc.dim_bounds` (lo0, hi0, lo1, hi1, ...), for inputs with dynamic dims.
     dim_bounds: dict = field(default_factory=dict)
+    # Per result: its dims at their upper bounds (torch's, from to_edge), or None when unknown.
+    result_bounds: list = field(default_factory=list)
 
 
 # ----------------------------------------------------------------- support
@@ -243,7 +245,7 @@ def _trial_pipeline(lowered) -> None:
     from etc.targets.cpu.pipeline import run_cpu_pipeline
 
     run_cpu_pipeline(lowered.module, lowered.arguments, CpuTarget("x86_64-unknown-linux-gnu"),
-                     dim_bounds=lowered.dim_bounds)
+                     dim_bounds=lowered.dim_bounds, result_bounds=lowered.result_bounds)
 
 
 _REGISTERED_CACHE: dict = {}
@@ -392,6 +394,10 @@ class _TorchBuilder:
         if v is None:
             return self.none()
         if base == "Tensor":
+            if isinstance(v.type, ir.IndexType):  # a symbolic size given as a tensor: its 0-d tensor
+                return ir.Operation.create("torch.prim.NumToTensor.Scalar",
+                                           results=[ir.Type.parse("!torch.vtensor<[],si64>")],
+                                           operands=[tensors[v]]).result
             return tensors[v]
         if base == "Tensor[]":
             items = [tensors[x] if x is not None else self.none() for x in v]
@@ -484,6 +490,7 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
     lowered = LoweredFunction(module=module, name=name)
     lowered.arguments = [("input", i) for i in range(len(block.arguments))] + [("constant", c) for c in const_names]
     lowered.dim_bounds = _dim_bounds(func_op)
+    lowered.result_bounds = [_result_bounds(v) for v in ret.operands]
     for c in const_names:
         if c not in constants:
             raise LoweringError(f"constant '{c}' used by {name} has no data")
@@ -582,6 +589,12 @@ def _size_value(op, builder, tensors: dict) -> ir.Value:
             raise LoweringError(f"'{op.name}' reads a size defined outside the delegate", location=str(op.location))
         operands.append(tensors[v])
     return ir.Operation.create(_SIZE_OPS[op.name], results=[ir.Type.parse("!torch.int")], operands=operands).result
+
+
+def _result_bounds(value):
+    from etc.compiler.ir import upper_bounds
+
+    return upper_bounds(value) if isinstance(value.type, ir.RankedTensorType) else None
 
 
 def _dim_bounds(func_op) -> dict:

@@ -78,11 +78,12 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     return "builtin.module(" + ", ".join(steps) + ")"
 
 
-def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None) -> None:
+def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None, result_bounds: list | None = None) -> None:
     """Mark the entry's arguments with the pipeline's input contract (kind:name, read-only, and
     `etc.dim_bounds` on those with dynamic dims: `dim_bounds` maps an argument's position to its
     lo0, hi0, lo1, hi1, ...; bounds already on the function's arguments are kept)."""
     from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, set_arg_attrs
+    from etc.targets.cpu.passes.dynamic_shapes import RESULT_BOUNDS_ATTR
 
     with fn.context:
         attrs = arg_attrs(fn)
@@ -92,11 +93,14 @@ def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None) -> None
             if dim_bounds and i in dim_bounds:
                 attrs[i]["etc.dim_bounds"] = ir.DenseI64ArrayAttr.get([int(x) for x in dim_bounds[i]])
         set_arg_attrs(fn, attrs)
+        if result_bounds and any(b is not None for b in result_bounds):  # what etc-cpu-dynamic-shapes falls back on
+            fn.attributes[RESULT_BOUNDS_ATTR] = ir.ArrayAttr.get(
+                [ir.DenseI64ArrayAttr.get([int(x) for x in (b or [])]) for b in result_bounds])
 
 
 def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threads: int = 1,
                      verify: bool = False, gemm_min_flops: int | None = None, profile: bool = False,
-                     dim_bounds: dict | None = None) -> None:
+                     dim_bounds: dict | None = None, result_bounds: list | None = None) -> None:
     """Label the arguments and run `cpu_pipeline` on `module` (in place, down to the LLVM dialect).
 
     The pipeline verifies the module after it; `verify=True` verifies after every pass (the
@@ -104,7 +108,7 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
     from etc.passes.pipeline import run_pipeline
     from etc.targets.cpu.passes._util import entry_function
 
-    label_arguments(entry_function(module.operation), arg_kinds, dim_bounds)
+    label_arguments(entry_function(module.operation), arg_kinds, dim_bounds, result_bounds)
     run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops, profile=profile),
                  verify=verify)
     if not module.operation.verify():
@@ -114,7 +118,8 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
 def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str | None" = None, *,
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False, threads: int = 1,
                    constants: dict | None = None, verify: bool = False,
-                   gemm_min_flops: int | None = None, profile: bool = False, dim_bounds: dict | None = None):
+                   gemm_min_flops: int | None = None, profile: bool = False, dim_bounds: dict | None = None,
+                   result_bounds: list | None = None):
     """linalg-on-tensors module (one public func) -> `codegen.CodegenResult` (object code + ABI).
 
     `arg_kinds`: (kind, name) of each function argument ("input"/"constant"); results become
@@ -134,7 +139,7 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
     t0 = time.perf_counter()
     inner = ir.StringAttr(entry_function(module.operation).attributes["sym_name"]).value
     run_cpu_pipeline(module, arg_kinds, target, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops,
-                     profile=profile, dim_bounds=dim_bounds)
+                     profile=profile, dim_bounds=dim_bounds, result_bounds=result_bounds)
     t1 = time.perf_counter()
     codegen.check_llvm_dialect(module)
     abi = read_abi(module)

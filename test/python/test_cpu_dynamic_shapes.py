@@ -203,3 +203,29 @@ def test_a_decoder_step_with_dynamic_positions_is_one_delegate():
             want = eager(x, pos)
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-5)
         start += n
+
+
+def test_a_transformers_gpt2_export_is_one_delegate():
+    """GPT-2 (transformers, through etc.llm) with a dynamic length: its views to sizes computed at
+    run time are bounded by torch's own bounds; the whole method is one delegate, prompt and
+    decode steps match eager."""
+    transformers = pytest.importorskip("transformers")
+    from etc.llm.export import export_decoder
+    from etc.llm.hf import from_transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=512, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    edge = etc.to_edge(export_decoder(from_transformers(model, max_context_len=64), max_seq_len=16))
+    edge = edge.to_backend(CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    assert report.partitions == 1 and not report.portable, str(report)
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    eager = from_transformers(model, max_context_len=64)
+    tokens, start = torch.randint(0, 512, (1, 11)), 0
+    for n in (11, 1, 1):
+        chunk, pos = tokens[:, :n] if n > 1 else torch.tensor([[start + 3]]), torch.arange(start, start + n)
+        with torch.no_grad():
+            want = eager(chunk, pos).numpy()
+        np.testing.assert_allclose(method.execute([chunk.numpy(), pos.numpy()])[0], want, rtol=1e-4, atol=1e-5)
+        start += n

@@ -34,6 +34,9 @@ from etc.targets.cpu.passes._util import ARG_ATTR, DIM_RANGES_ATTR, arg_attrs, a
 
 DIM_BOUNDS_ATTR = "etc.dim_bounds"  # on an input: lo0, hi0, lo1, hi1, ... (the compiler's own attribute)
 SHAPE_ATTR = "etc.cpu.shape"  # on a rewritten argument: its dims at their upper bounds
+# On the entry: each result's dims at torch's upper bounds (empty: unknown), for an output whose size
+# the code computes in a way index_range cannot bound (a reshape to sizes built at run time).
+RESULT_BOUNDS_ATTR = "etc.cpu.result_bounds"
 DYNAMIC_ATTR = "etc.cpu.dynamic"  # ... and which of them are dynamic
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
 
@@ -140,8 +143,13 @@ def dynamic_shapes(module, options=None) -> int:
         dims_out = block.add_argument(ir.MemRefType.get([count], i64), ir.Location.unknown()) if count else None
         if count:
             attrs.append({ARG_ATTR: ir.StringAttr.get("dims:out")})
+        recorded = [list(ir.DenseI64ArrayAttr(b)) for b in ir.ArrayAttr(fn.attributes[RESULT_BOUNDS_ATTR])] \
+            if RESULT_BOUNDS_ATTR in fn.attributes else []
+        outputs = [i for i, a in enumerate(attrs[:len(args)]) if arg_label(a) is None]  # results, in order
         for i, copy, dynamic, start in copies:
             t = ir.MemRefType(args[i].type)
+            position = outputs.index(i)
+            fallback = recorded[position] if position < len(recorded) and len(recorded[position]) == t.rank else None
             source = copy.operands[0]
             with ir.InsertionPoint(copy):
                 sizes, upper = [], []
@@ -151,7 +159,7 @@ def dynamic_shapes(module, options=None) -> int:
                         upper.append(t.shape[d])
                         continue
                     size = memref.DimOp(source, _index(d)).result
-                    bound = index_range(size)
+                    bound = index_range(size) or ((0, fallback[d]) if fallback else None)
                     if bound is None:
                         raise PassError(f"etc-cpu-dynamic-shapes: no upper bound for dim {d} of output {i} "
                                         "(its size is not computed from the inputs' sizes)")
