@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ATTR = "etc.cpu.decisions"
-# On an op a pass rewrote into another and already decided about (a global pool turned into a
-# row reduction): the pass that would decide again about the new op skips it and drops this.
+# On an op a pass already decided about (a row reduction etc-cpu-row-kernels left as loops, with
+# its reason): the pass that would decide again about it (etc-cpu-default-loops) skips it and drops this.
 DECIDED = "etc.cpu.decided"
 
 # Paths that are not a fallback: the tuned code for that op kind, or a choice made by

@@ -49,6 +49,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         f"etc-cpu-tile-gemm-kernels{{{tile}}}",
         # Window ops are named ops fusion leaves alone; their fused consumer becomes the epilogue.
         *windows,
+        # Row reductions with their elementwise ops on the same rows (softmax, norms): one kernel per row.
+        f"etc-cpu-row-kernels{{lanes={isa.lanes}}}",
         "etc-cpu-expand-math",
         "etc-cpu-prepack-constants",
         "etc-cpu-default-loops",

@@ -9,9 +9,11 @@ softmax's max and sum) have their float arithmetic marked `reassoc contract`, so
 split the sum into vector lanes, as BLAS and torch do (changes results in the last bits
 only; elementwise code keeps strict IEEE semantics).
 
-Each reduction that is not a contraction gets its decision: `row-reduction` (vectorized
-along the reduced, contiguous loop), `column-reduction` (vectorized along the output), or
-`loops` with the reason (for example a body that reads loop indices, as argmax does).
+Each reduction that is not a contraction and that no earlier pass decided about gets its
+decision: `column-reduction` (vectorized along the output) or `loops` with the reason (for
+example a body that reads loop indices, as argmax does). Row reductions (the reduced loops
+innermost) are `etc-cpu-row-kernels`' to decide: it takes them or records why not, so one
+reaching this pass is one it never saw (not in the entry function's body).
 """
 
 from __future__ import annotations
@@ -54,12 +56,7 @@ def _reduction_path(op, kinds: list) -> tuple:
         return "loops", "its body reads loop indices (an arg-reduction or a gather)"
     if kinds[-1] == "parallel":
         return ("column-reduction",)
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    inner = f"d{len(kinds) - 1}"
-    inputs = maps[:len(op.operands) - len(op.results)]
-    if any(len(m.results) and inner in _dims_of(m.results[-1]) for m in inputs):
-        return ("row-reduction",)
-    return "loops", "the reduced loop walks no input contiguously"
+    return "loops", "a row reduction etc-cpu-row-kernels did not see"
 
 
 REASSOCIABLE = ("arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf")

@@ -837,7 +837,7 @@ def _global_pool_text(op, kind: str) -> str | None:
     average over the feature map, `adaptive_avg_pool2d(x, 1)` lowered as a pool, a window larger
     than the plane with `ceil_mode`) as a function
     reducing each contiguous plane: `tensor<NxCxHxW>` seen as `NxCx(H*W)`, a row reduction
-    (vectorized along the plane by the default loops), expanded back to `NxCx1x1`. None when
+    (a kernel of etc-cpu-row-kernels, which records its decision), expanded back to `NxCx1x1`. None when
     `op` is not such a pool."""
     ir = _ir()
     source = _global_pool_source(op, kind)
@@ -866,7 +866,7 @@ def _global_pool_text(op, kind: str) -> str | None:
         if rank3 else f"  %plane = tensor.collapse_shape %x {plane} : {x_t} into {p_t}",
         f"  %acc0 = tensor.collapse_shape %init [[0], [1, 2, 3]] : {y_t} into {r_t}",
         "  %r = linalg.generic {indexing_maps = [affine_map<(n, c, p) -> (n, c, p)>, affine_map<(n, c, p) -> (n, c)>],"
-        ' iterator_types = ["parallel", "parallel", "reduction"], etc.cpu.decided}',
+        ' iterator_types = ["parallel", "parallel", "reduction"]}',
         f"      ins(%plane : {p_t}) outs(%acc0 : {r_t}) {{",
         "  ^bb0(%v: f32, %acc: f32):",
         f"    %s = {combine} : f32",

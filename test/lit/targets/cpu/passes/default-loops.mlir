@@ -2,11 +2,12 @@
 
 // Named ops left over are generalized; a matmul's reduction moves outside its unit-stride
 // output column (i, j, k -> i, k, j) and is not reassociated; a row sum keeps its reduction
-// innermost, marked reassoc so LLVM splits it into vector lanes; an arg-max reads loop
-// indices: plain loops, with that reason.
+// innermost (marked reassoc), and is plain loops here: row reductions are etc-cpu-row-kernels'
+// (which runs before this pass in the pipeline); an arg-max reads loop indices: plain loops,
+// with that reason.
 // CHECK-DAG: #[[MK:.*]] = affine_map<(d0, d1, d2) -> (d0, d1)>
 // CHECK-DAG: #[[KN:.*]] = affine_map<(d0, d1, d2) -> (d1, d2)>
-// CHECK: etc.cpu.decisions = [{kind = "reduction", op = "linalg.generic", path = "row-reduction", where = "{{.*}}default-loops.mlir:{{[0-9]+}}:{{[0-9]+}}"}, {kind = "reduction", op = "linalg.generic", path = "loops", reason = "its body reads loop indices (an arg-reduction or a gather)"
+// CHECK: etc.cpu.decisions = [{kind = "reduction", op = "linalg.generic", path = "loops", reason = "a row reduction etc-cpu-row-kernels did not see", where = "{{.*}}default-loops.mlir:{{[0-9]+}}:{{[0-9]+}}"}, {kind = "reduction", op = "linalg.generic", path = "loops", reason = "its body reads loop indices (an arg-reduction or a gather)"
 // CHECK-LABEL: func.func @loops
 // CHECK: linalg.generic {indexing_maps = [#[[MK]], #[[KN]], #{{.*}}], iterator_types = ["parallel", "reduction", "parallel"]}
 // CHECK-NEXT: ^bb0
