@@ -172,3 +172,25 @@ def test_threaded_rows_match_one_thread():
     x = torch.randn(64, 300)
     (got,), (want,), _ = compile_and_run(Softmax(), (x,), num_threads=2)
     assert_close(got, want)
+
+
+class MaxMin(nn.Module):
+    def forward(self, x):
+        return x.amax(-1), x.amin(-1), torch.softmax(x, -1)
+
+
+def test_nan_and_inf_propagate_as_in_torch():
+    """Max and min combine lanes with a compare and a select and track NaN lanes aside: a NaN
+    anywhere in a row (main loop, leftover vector or masked tail) is the row's max and min."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 90)
+    x[0, 3] = float("nan")       # in the unrolled loop
+    x[1, 70] = float("nan")      # a leftover full vector
+    x[2, 89] = float("nan")      # the masked tail
+    x[3, 5] = float("inf")
+    x[4, :] = -float("inf")
+    got, want, _ = compile_and_run(MaxMin(), (x,))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        ok = ~np.isnan(w)
+        np.testing.assert_allclose(g[ok], w[ok], rtol=1e-5, atol=1e-6)

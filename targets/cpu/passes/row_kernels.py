@@ -747,14 +747,21 @@ class Kernel:
         # scalar values this pass needs, hoisted out of its loop
         self.hoist([r.operands[0] for r in reduces] + [n for n, _ in stores] + [n for n, _ in writes], p)
         accs = {(r, u): idents[r] for r in reduces for u in range(min(unroll, max(full, 1)))}
+        nans = [r for r in reduces if r.combiner in NAN_TRACKED]
+        if nans:
+            clear = w.fresh("nan")
+            w.emit(f"{clear} = arith.constant dense<false> : {_vt(lanes, 'i1')}")
+            accs.update({(r, u, "nan"): clear for r in nans for u in range(min(unroll, max(full, 1)))})
         if steps:
             res = w.fresh("pass")
-            acc_keys = [(r, u) for r in reduces for u in range(unroll)]
+            acc_keys = [(r, u) for r in reduces for u in range(unroll)] + \
+                [(r, u, "nan") for r in nans for u in range(unroll)]
             names = [f"%acc{p}_{i}" for i in range(len(acc_keys))]
             tnames = [f"%w{p}_{k}" for k in written]
             inits = [f"{n} = {accs[key]}" for n, key in zip(names, acc_keys)] + \
                 [f"{n} = {self.tensors[k]}" for n, k in zip(tnames, written)]
-            types = [_vt(lanes)] * len(acc_keys) + [self.out_view_type(k) for k in written]
+            types = [_vt(lanes, "i1" if len(key) == 3 else "f32") for key in acc_keys] + \
+                [self.out_view_type(k) for k in written]
             j = f"%j{p}"
             w.emit(f"{res}:{len(types)} = scf.for {j} = {self.index(0)} to {self.index(steps * unroll * lanes)} "
                    f"step {self.index(unroll * lanes)} iter_args({', '.join(inits)}) -> ({', '.join(types)}) {{")
@@ -791,9 +798,7 @@ class Kernel:
             while len(parts) > 1:
                 nxt = []
                 for a, b in zip(parts[::2], parts[1::2]):
-                    v = w.fresh("c")
-                    w.emit(f'{v} = "{r.combiner}"({a}, {b}) : ({_vt(lanes)}, {_vt(lanes)}) -> {_vt(lanes)}')
-                    nxt.append(v)
+                    nxt.append(_combine(w, r.combiner, a, b, _vt(lanes)))
                 if len(parts) % 2:
                     nxt.append(parts[-1])
                 parts = nxt
@@ -805,10 +810,20 @@ class Kernel:
                        f"{_vt(width)} to {_vt(half)}")
                 w.emit(f"{hi} = vector.extract_strided_slice {v} {{offsets = [{half}], sizes = [{half}], strides = [1]}} : "
                        f"{_vt(width)} to {_vt(half)}")
-                w.emit(f'{c} = "{r.combiner}"({lo}, {hi}) : ({_vt(half)}, {_vt(half)}) -> {_vt(half)}')
-                v, width = c, half
+                v, width = _combine(w, r.combiner, lo, hi, _vt(half)), half
             s = w.fresh("red")
             w.emit(f"{s} = vector.extract {v}[0] : f32 from {_vt(1)}")
+            if r.combiner in NAN_TRACKED:  # a NaN anywhere in the row is the result
+                flags = [accs[(r, u, "nan")] for u in range(unroll) if (r, u, "nan") in accs]
+                while len(flags) > 1:
+                    merged = w.fresh("nan")
+                    w.emit(f"{merged} = arith.ori {flags[0]}, {flags[1]} : {_vt(lanes, 'i1')}")
+                    flags = [merged] + flags[2:]
+                anynan, nanv, fixed = w.fresh("nan"), w.fresh("nan"), w.fresh("red")
+                w.emit(f"{anynan} = vector.reduction <or>, {flags[0]} : {_vt(lanes, 'i1')} into i1")
+                w.emit(f"{nanv} = arith.constant 0x7FC00000 : f32")
+                w.emit(f"{fixed} = arith.select {anynan}, {nanv}, {s} : f32")
+                s = fixed
             init = self.scalar(r.operands[1])
             total = w.fresh("red")
             w.emit(f'{total} = "{r.combiner}"({init}, {s}) : (f32, f32) -> f32')
@@ -851,9 +866,12 @@ class Kernel:
                 sel = w.fresh("sel")
                 w.emit(f"{sel} = arith.select {mask}, {v}, {ident} : {_vt(lanes, 'i1')}, {_vt(lanes)}")
                 v = sel
-            new = w.fresh("acc")
-            w.emit(f'{new} = "{r.combiner}"({accs[(r, slot)]}, {v}) : ({_vt(lanes)}, {_vt(lanes)}) -> {_vt(lanes)}')
-            accs[(r, slot)] = new
+            accs[(r, slot)] = _combine(w, r.combiner, accs[(r, slot)], v, _vt(lanes))
+            if r.combiner in NAN_TRACKED:
+                nan, new = w.fresh("nan"), w.fresh("nan")
+                w.emit(f"{nan} = arith.cmpf uno, {v}, {v} : {_vt(lanes)}")
+                w.emit(f"{new} = arith.ori {accs[(r, slot, 'nan')]}, {nan} : {_vt(lanes, 'i1')}")
+                accs[(r, slot, "nan")] = new
         in_bounds = "false" if tail else "true"
         for node, k in stores + writes:
             new = w.fresh("wr")
@@ -890,6 +908,23 @@ class Kernel:
         self.w.emit(f'{name} = "{node.text}"({", ".join(args)}){attrs} : ({", ".join(types)}) -> {_vt(lanes, node.type)}')
         self.remember(key, name)
         return name
+
+
+# max/min that propagate NaN: combined lane-wise as a compare and a select (one vmaxps), their NaN
+# lanes tracked in a mask accumulator (LLVM's lowering of a NaN-propagating max is five instructions)
+NAN_TRACKED = {"arith.maximumf": "ogt", "arith.minimumf": "olt"}
+
+
+def _combine(w: _Writer, combiner: str, a: str, b: str, vt: str) -> str:
+    """`a` combined with `b` (vectors of type `vt`); max/min without their NaN rule (see NAN_TRACKED)."""
+    name = w.fresh("c")
+    if combiner in NAN_TRACKED:
+        cmp = w.fresh("gt")
+        w.emit(f"{cmp} = arith.cmpf {NAN_TRACKED[combiner]}, {a}, {b} : {vt}")
+        w.emit(f"{name} = arith.select {cmp}, {a}, {b} : {vt.replace('xf32', 'xi1')}, {vt}")
+    else:
+        w.emit(f'{name} = "{combiner}"({a}, {b}) : ({vt}, {vt}) -> {vt}')
+    return name
 
 
 def _reassociation(big: list, small: list):

@@ -3,17 +3,21 @@
 
 // Softmax as torch-mlir lowers it (max, x - max, exp, sum, divide) over rows of 101: one loop nest
 // over the rows (the outer one split across threads); pass 0 the max (four 16-lane accumulators,
-// then the masked last vector of 5 lanes), pass 1 the sum of exp(x - max) stored into the
+// compare-and-select with their NaN lanes tracked aside, then the masked last vector of 5 lanes),
+// halved down to one lane, pass 1 the sum of exp(x - max) stored into the
 // output's row, pass 2 that row times 1/sum (a reciprocal per row, no divide per element).
 // CHECK: etc.cpu.decisions = [{kind = "reduction", op = "linalg.generic", path = "row-reduction"{{.*}}}, {kind = "reduction", op = "linalg.generic", path = "row-reduction"
 // CHECK-LABEL: func.func @softmax
 // CHECK-NOT: linalg.generic
 // CHECK: scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step
-// CHECK: iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>) {
+// CHECK: iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xi1>, vector<16xi1>, vector<16xi1>, vector<16xi1>) {
 // CHECK: vector.transfer_read {{.*}}[%[[R]], %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<6x101xf32>, vector<16xf32>
-// CHECK: arith.maximumf
+// CHECK: arith.cmpf ogt
+// CHECK: arith.select
+// CHECK: arith.cmpf uno
 // CHECK: vector.constant_mask [5] : vector<16xi1>
 // CHECK: vector.extract_strided_slice {{.*}} {offsets = [8], sizes = [8], strides = [1]}
+// CHECK: vector.reduction <or>
 // CHECK: math.exp %{{.*}} : vector<16xf32>
 // CHECK: arith.addf
 // CHECK: vector.transfer_write
