@@ -36,8 +36,9 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     ib = f"index-bitwidth={target.index_bits}"
     loops = "etc-cpu-split-threads" if threads > 1 else "func.func(convert-linalg-to-loops)"
     # A target without a vector unit (Cortex-M) records every contraction as plain loops and has
-    # no window kernels (they are vector code).
+    # no window or row kernels (they are vector code).
     windows = [f"etc-cpu-window-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
+    rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
     tile = f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1}"
     steps = [
         # Roots of dispatch regions, before fusion can put a producer into their operands: each
@@ -50,7 +51,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         # Window ops are named ops fusion leaves alone; their fused consumer becomes the epilogue.
         *windows,
         # Row reductions with their elementwise ops on the same rows (softmax, norms): one kernel per row.
-        f"etc-cpu-row-kernels{{lanes={isa.lanes}}}",
+        *rows,
         "etc-cpu-expand-math",
         "etc-cpu-prepack-constants",
         "etc-cpu-default-loops",

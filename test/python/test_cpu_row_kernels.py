@@ -194,3 +194,15 @@ def test_nan_and_inf_propagate_as_in_torch():
         np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
         ok = ~np.isnan(w)
         np.testing.assert_allclose(g[ok], w[ok], rtol=1e-5, atol=1e-6)
+
+
+def test_a_target_without_a_vector_unit_keeps_loops_and_says_why():
+    """Row kernels are vector code: Cortex-M gets the default loops, each reduction a decision."""
+    import etc
+
+    program_ir = etc.to_edge(torch.export.export(Softmax().eval(), (torch.randn(4, 33),))).program_ir
+    report = delegate(program_ir, CpuPartitioner(target="cortex-m7"))
+    assert report.partitions == 1 and not report.portable, str(report)
+    lines = [line for ls in report.backend_lines.values() for line in ls]
+    assert any(line.startswith("NOT TUNED  reduction -> loops: a row reduction etc-cpu-row-kernels did not take "
+                               "(a target without a vector unit") for line in lines), lines

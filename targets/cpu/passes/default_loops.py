@@ -13,7 +13,8 @@ Each reduction that is not a contraction and that no earlier pass decided about 
 decision: `column-reduction` (vectorized along the output) or `loops` with the reason (for
 example a body that reads loop indices, as argmax does). Row reductions (the reduced loops
 innermost) are `etc-cpu-row-kernels`' to decide: it takes them or records why not, so one
-reaching this pass is one it never saw (not in the entry function's body).
+reaching this pass is one it never saw (a target without a vector unit has no row kernels; a
+reduction outside the entry function's body).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _reduction_path(op, kinds: list) -> tuple:
         return "loops", "its body reads loop indices (an arg-reduction or a gather)"
     if kinds[-1] == "parallel":
         return ("column-reduction",)
-    return "loops", "a row reduction etc-cpu-row-kernels did not see"
+    return "loops", "a row reduction etc-cpu-row-kernels did not take (a target without a vector unit, or not in the entry's body)"
 
 
 REASSOCIABLE = ("arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf")

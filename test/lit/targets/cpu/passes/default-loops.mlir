@@ -7,7 +7,7 @@
 // with that reason.
 // CHECK-DAG: #[[MK:.*]] = affine_map<(d0, d1, d2) -> (d0, d1)>
 // CHECK-DAG: #[[KN:.*]] = affine_map<(d0, d1, d2) -> (d1, d2)>
-// CHECK: etc.cpu.decisions = [{kind = "reduction", op = "linalg.generic", path = "loops", reason = "a row reduction etc-cpu-row-kernels did not see", where = "{{.*}}default-loops.mlir:{{[0-9]+}}:{{[0-9]+}}"}, {kind = "reduction", op = "linalg.generic", path = "loops", reason = "its body reads loop indices (an arg-reduction or a gather)"
+// CHECK: etc.cpu.decisions = [{kind = "reduction", op = "linalg.generic", path = "loops", reason = "a row reduction etc-cpu-row-kernels did not take (a target without a vector unit, or not in the entry's body)", where = "{{.*}}default-loops.mlir:{{[0-9]+}}:{{[0-9]+}}"}, {kind = "reduction", op = "linalg.generic", path = "loops", reason = "its body reads loop indices (an arg-reduction or a gather)"
 // CHECK-LABEL: func.func @loops
 // CHECK: linalg.generic {indexing_maps = [#[[MK]], #[[KN]], #{{.*}}], iterator_types = ["parallel", "reduction", "parallel"]}
 // CHECK-NEXT: ^bb0
