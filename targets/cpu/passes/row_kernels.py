@@ -149,8 +149,6 @@ def _classify(op) -> RowOp:
         reduced.insert(0, d)
     if any(k == "reduction" for k in kinds[:n_loops - len(reduced)]) or any(k not in ("parallel", "reduction") for k in kinds):
         raise NotTaken("a reduced loop is not among the innermost ones")
-    def has_index(inner):
-        return inner.name == "linalg.index"
     found = []
     op.walk(lambda inner: (found.append(1) if inner.name == "linalg.index" else None) or ir.WalkResult.ADVANCE)
     if found:
@@ -765,7 +763,6 @@ class Kernel:
             j = f"%j{p}"
             w.emit(f"{res}:{len(types)} = scf.for {j} = {self.index(0)} to {self.index(steps * unroll * lanes)} "
                    f"step {self.index(unroll * lanes)} iter_args({', '.join(inits)}) -> ({', '.join(types)}) {{")
-            saved = dict(self.tensors)
             for n, k in zip(tnames, written):
                 self.tensors[k] = n
             inner = dict(zip(acc_keys, names))
@@ -782,7 +779,6 @@ class Kernel:
                 accs[key] = f"{res}#{i}"
             for i, k in enumerate(written):
                 self.tensors[k] = f"{res}#{len(acc_keys) + i}"
-            del saved
         for i in range(rest):
             off = self.index((steps * unroll + i) * lanes)
             self.push()
@@ -805,7 +801,7 @@ class Kernel:
             v, width = parts[0], lanes
             while width > 1:
                 half = width // 2
-                lo, hi, c = w.fresh("lo"), w.fresh("hi"), w.fresh("c")
+                lo, hi = w.fresh("lo"), w.fresh("hi")
                 w.emit(f"{lo} = vector.extract_strided_slice {v} {{offsets = [0], sizes = [{half}], strides = [1]}} : "
                        f"{_vt(width)} to {_vt(half)}")
                 w.emit(f"{hi} = vector.extract_strided_slice {v} {{offsets = [{half}], sizes = [{half}], strides = [1]}} : "
@@ -1012,7 +1008,6 @@ class RowKernels(Pass):
                                             "when it takes more operations than this to recompute")
 
     def run(self, op) -> None:
-        ir = _ir()
         from etc.targets.cpu import decisions
         from etc.targets.cpu.gemm import is_contraction
         from etc.targets.cpu.passes._util import entry_function
@@ -1025,8 +1020,7 @@ class RowKernels(Pass):
         fn = entry_function(op)
         block = fn.regions[0].blocks[0]
         ops = [_op(o) for o in block.operations]
-        position = {o: i for i, o in enumerate(ops)}
-        rows, reductions = {}, []
+        rows = {}
         for o in ops:
             if o.name != "linalg.generic" or decisions.DECIDED in o.attributes:
                 continue
@@ -1034,8 +1028,6 @@ class RowKernels(Pass):
             is_reduction = "reduction" in kinds
             if is_reduction and (kinds[-1] != "reduction" or is_contraction(o)):
                 continue  # a column reduction or a contraction: not a row
-            if is_reduction:
-                reductions.append(o)
             try:
                 rows[o] = _classify(o)
             except NotTaken as reason:
@@ -1055,7 +1047,6 @@ class RowKernels(Pass):
             op.attributes[decisions.DECIDED] = ir.UnitAttr.get(op.context)
 
     def take(self, members: list, block) -> None:
-        ir = _ir()
         position = {_op(o): i for i, o in enumerate(block.operations)}
         ops = [r.op for r in members]
         members_set = set(ops)
