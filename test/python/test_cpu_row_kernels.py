@@ -206,3 +206,28 @@ def test_a_target_without_a_vector_unit_keeps_loops_and_says_why():
     lines = [line for ls in report.backend_lines.values() for line in ls]
     assert any(line.startswith("NOT TUNED  reduction -> loops: a row reduction etc-cpu-row-kernels did not take "
                                "(a target without a vector unit") for line in lines), lines
+
+
+class MaskedAttention(nn.Module):
+    """torch's safe softmax under a bool mask (BERT/ViT through SDPA): the mask is read along the
+    row as vectors (bytes in memory, widened before the kernel), two layers sharing it."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.ModuleList([nn.Linear(64, 192) for _ in range(2)])
+
+    def forward(self, x, mask):
+        for lin in self.qkv:
+            q, k, v = lin(x).view(1, 19, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            x = x + torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask) \
+                .transpose(1, 2).reshape(1, 19, 64)
+        return x
+
+
+def test_bool_masked_attention_matches_torch():
+    torch.manual_seed(0)
+    x = torch.randn(1, 19, 64)
+    mask = torch.rand(1, 1, 19, 19) > 0.3
+    mask[..., 0] = True
+    (got,), (want,), _ = compile_and_run(MaskedAttention(), (x, mask))
+    assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -590,10 +590,18 @@ class Kernel:
             role = self.g.inputs[node.input][1]
             idx = ", ".join([self.ivs[i] for i in role.outer] + [offset])
             pad = "0.0" if node.type.startswith(("f", "bf")) else "0"
-            padv = self.w.fresh("p")
-            self.w.emit(f"{padv} = arith.constant {pad} : {node.type}")
-            self.w.emit(f"{name} = vector.transfer_read %t{node.input}[{idx}], {padv} {{in_bounds = [{in_bounds}]}} : "
-                        f"{self.view_type(node.input)}, {vt}")
+            if node.type != "i1":
+                padv = self.w.fresh("p")
+                self.w.emit(f"{padv} = arith.constant {pad} : {node.type}")
+            if node.type == "i1":  # read as the bytes it is stored in (see `function`)
+                wide, padv = self.w.fresh("e"), self.w.fresh("p")
+                self.w.emit(f"{padv} = arith.constant 0 : i8")
+                self.w.emit(f"{wide} = vector.transfer_read %t{node.input}[{idx}], {padv} {{in_bounds = [{in_bounds}]}} : "
+                            f"{self.view_type(node.input, 'i8')}, {_vt(lanes, 'i8')}")
+                self.w.emit(f"{name} = arith.trunci {wide} : {_vt(lanes, 'i8')} to {vt}")
+            else:
+                self.w.emit(f"{name} = vector.transfer_read %t{node.input}[{idx}], {padv} {{in_bounds = [{in_bounds}]}} : "
+                            f"{self.view_type(node.input)}, {vt}")
         elif node.kind == "cached":
             out = node.input
             idx = ", ".join(list(self.ivs) + [offset])
@@ -606,10 +614,10 @@ class Kernel:
         self.remember(key, name)
         return name
 
-    def view_type(self, i: int) -> str:
+    def view_type(self, i: int, elem: str = "") -> str:
         value, role = self.g.inputs[i]
         ir = _ir()
-        elem = str(ir.RankedTensorType(value.type).element_type)
+        elem = elem or str(ir.RankedTensorType(value.type).element_type)
         return _tt(role.shape(self.g.sizes, self.g.n), elem)
 
     def out_view_type(self, k: int) -> str:
@@ -676,7 +684,23 @@ class Kernel:
         for i, (value, role) in enumerate(g.inputs):
             src = list(ir.RankedTensorType(value.type).shape)
             elem = str(ir.RankedTensorType(value.type).element_type)
-            _reshape(pre, f"%in{i}", src, role.shape(g.sizes, g.n), elem, f"%t{i}")
+            view = role.shape(g.sizes, g.n)
+            if elem == "i1" and role.row:
+                # A bool tensor holds one byte per element, a vector<Nxi1> load reads N bits: the
+                # rows read as vectors are widened to i8 first (what the kernel loads, then truncates).
+                _reshape(pre, f"%in{i}", src, view, elem, f"%b{i}")
+                ids = ", ".join(f"d{d}" for d in range(len(view)))
+                amap = f"affine_map<({ids}) -> ({ids})>"
+                its = ", ".join(['"parallel"'] * len(view))
+                pre.emit(f"%be{i} = tensor.empty() : {_tt(view, 'i8')}")
+                pre.emit(f"%t{i} = linalg.generic {{indexing_maps = [{amap}, {amap}], iterator_types = [{its}]}} "
+                         f"ins(%b{i} : {_tt(view, 'i1')}) outs(%be{i} : {_tt(view, 'i8')}) {{")
+                pre.emit("^bb0(%x: i1, %y: i8):")
+                pre.emit("  %z = arith.extui %x : i1 to i8")
+                pre.emit("  linalg.yield %z : i8")
+                pre.emit(f"}} -> {_tt(view, 'i8')}")
+                continue
+            _reshape(pre, f"%in{i}", src, view, elem, f"%t{i}")
         for k, (r, node, role) in enumerate(g.outputs):
             pre.emit(f"%o{k} = tensor.empty() : {self.out_view_type(k)}")
             self.tensors[k] = f"%o{k}"
