@@ -210,7 +210,8 @@ def test_a_target_without_a_vector_unit_keeps_loops_and_says_why():
 
 class MaskedAttention(nn.Module):
     """torch's safe softmax under a bool mask (BERT/ViT through SDPA): the mask is read along the
-    row as vectors (bytes in memory, widened before the kernel), two layers sharing it."""
+    row as vectors (bytes in memory, widened before the kernel), two layers sharing it; the
+    reduction finding rows with an unmasked element is a bool one (arith.ori)."""
 
     def __init__(self):
         super().__init__()
@@ -229,5 +230,24 @@ def test_bool_masked_attention_matches_torch():
     x = torch.randn(1, 19, 64)
     mask = torch.rand(1, 1, 19, 19) > 0.3
     mask[..., 0] = True
-    (got,), (want,), _ = compile_and_run(MaskedAttention(), (x, mask))
+    (got,), (want,), lines = compile_and_run(MaskedAttention(), (x, mask))
+    assert row_reductions(lines) == 6  # max, sum and the bool "any row left" of each layer's softmax
     assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+class AnyAll(nn.Module):
+    def forward(self, x):
+        return (x > 1.0).any(-1), (x > -1.5).all(-1), torch.softmax(x, -1)
+
+
+@pytest.mark.parametrize("shape", [(5, 45), (3, 1), (2, 16)])
+def test_bool_row_reductions_match_torch(shape):
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    got, want, lines = compile_and_run(AnyAll(), (x,))
+    assert not any("NOT TUNED" in line for line in lines), lines
+    for g, w in zip(got, want):
+        if w.dtype == np.bool_:
+            np.testing.assert_array_equal(g, w)
+        else:
+            assert_close(g, w)

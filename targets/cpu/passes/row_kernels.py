@@ -1,7 +1,7 @@
 """etc-cpu-row-kernels: softmax, LayerNorm, RMSNorm and every other row reduction as one vector kernel per row.
 
 Runs on linalg on tensors after elementwise fusion and the GEMM and window passes. A *row
-reduction* is a static f32 `linalg.generic` whose trailing loops are the reduced ones and every
+reduction* is a static `linalg.generic` (f32 result, or i1 for any/all) whose trailing loops are the reduced ones and every
 other loop is parallel (a row sum, a norm's mean, softmax's max and sum). Each one, with the
 elementwise generics and further row reductions that share its rows (same outer loop sizes, same
 row length, linked directly or through reshapes), becomes ONE loop nest over the rows:
@@ -26,6 +26,10 @@ polynomial by `etc-cpu-expand-math`, which runs after this pass); reductions are
 (lane-wise partial results, as torch and BLAS do), and an elementwise division by a per-row value
 is a multiplication by its reciprocal (torch's softmax does the same; results differ in the last bit).
 
+Bool reductions (any/all: `arith.ori`/`arith.andi` into an i1, as torch's safe softmax has) run the
+same way on i1 vectors; a bool input read along the row is widened to bytes first (a vector<Nxi1>
+load would read bits, not the bytes a bool tensor holds).
+
 Every row reduction is a decision: `row-reduction` when taken, `loops` with the reason otherwise
 (marked `etc.cpu.decided`, so `etc-cpu-default-loops` does not decide about it again). Reductions
 whose innermost loop is parallel (column sums) and arg-reductions stay with the default loops.
@@ -46,7 +50,9 @@ COMBINERS = {
     "arith.addf": 0.0, "arith.mulf": 1.0,
     "arith.maximumf": float("-inf"), "arith.minimumf": float("inf"),
     "arith.maxnumf": float("-inf"), "arith.minnumf": float("inf"),
+    "arith.ori": False, "arith.andi": True,  # bool reductions (any, all: torch's safe softmax)
 }
+BOOL_COMBINERS = ("arith.ori", "arith.andi")
 ELEMENTWISE_DIALECTS = ("arith.", "math.")
 EXPENSIVE = ("math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p", "math.log2", "math.erf",
              "math.tanh", "math.powf", "math.sin", "math.cos", "math.atan", "math.sqrt", "math.rsqrt",
@@ -97,7 +103,9 @@ def _static(value) -> list | None:
     return list(t.shape)
 
 
-def _f(value: float) -> str:
+def _f(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if math.isinf(value):
         return "0x7F800000" if value > 0 else "0xFF800000"
     return repr(float(value))
@@ -168,8 +176,9 @@ def _classify(op) -> RowOp:
     if any(s is None for s in sizes):
         raise NotTaken("a loop size not given by an operand")
     for r in op.results:
-        if not isinstance(ir.RankedTensorType(r.type).element_type, ir.F32Type):
-            raise NotTaken(f"its result is {ir.RankedTensorType(r.type).element_type}, not f32")
+        elem = str(ir.RankedTensorType(r.type).element_type)
+        if elem != "f32" and not (elem == "i1" and kinds[-1] == "reduction"):
+            raise NotTaken(f"its result is {elem}, not f32")
     row_dims = [d for d in reduced if sizes[d] != 1] if reduced else []
     if reduced and not row_dims:
         row_dims = [reduced[-1]]
@@ -241,6 +250,8 @@ def _classify(op) -> RowOp:
     if len(others) != 1:
         raise NotTaken("its body combines the accumulator with itself")
     row.combiner, row.value = combine.name, others[0]
+    if (str(ir.RankedTensorType(op.results[0].type).element_type) == "i1") != (row.combiner in BOOL_COMBINERS):
+        raise NotTaken(f"its result is {ir.RankedTensorType(op.results[0].type).element_type} combined by {row.combiner}")
     return row
 
 
@@ -392,10 +403,10 @@ class Group:
                 else:
                     init = self.operand_node_init(row, n_in, produced)
                 if row.n == 1:  # a reduction over one element: combined with its init, per row
-                    node = Node("op", "row" if "row" in (value.shape, init.shape) else "uniform", "f32",
+                    node = Node("op", "row" if "row" in (value.shape, init.shape) else "uniform", init.type,
                                 operands=[init, value], text=row.combiner, level=max(value.level, init.level))
                 else:
-                    node = Node("reduce", "row", "f32", operands=[value, init], combiner=row.combiner)
+                    node = Node("reduce", "row", init.type, operands=[value, init], combiner=row.combiner)
                     node.level = max(value.level, init.level) + 1
                 produced[op.results[0]] = (node, Role(tuple(range(len(self.sizes))), False))
             else:
@@ -621,7 +632,9 @@ class Kernel:
         return _tt(role.shape(self.g.sizes, self.g.n), elem)
 
     def out_view_type(self, k: int) -> str:
-        return _tt(self.g.outputs[k][2].shape(self.g.sizes, self.g.n))
+        ir = _ir()
+        r, _, role = self.g.outputs[k]
+        return _tt(role.shape(self.g.sizes, self.g.n), str(ir.RankedTensorType(r.type).element_type))
 
     # -- planning
     def plan(self):
@@ -743,7 +756,8 @@ class Kernel:
         outs = []
         for k, (r, node, role) in enumerate(g.outputs):
             dst = list(ir.RankedTensorType(g.final(r).type).shape)
-            outs.append(_reshape(post, self.tensors[k], role.shape(g.sizes, g.n), dst, "f32", f"%res{k}"))
+            elem = str(ir.RankedTensorType(r.type).element_type)
+            outs.append(_reshape(post, self.tensors[k], role.shape(g.sizes, g.n), dst, elem, f"%res{k}"))
         lines = [f"func.func private @{name}({', '.join(args)}) -> ({', '.join(results)}) {{"]
         lines += pre.lines + self.top.lines + w.lines + post.lines
         lines.append(f"  return {', '.join(outs)} : {', '.join(results)}")
@@ -764,7 +778,7 @@ class Kernel:
         idents = {}
         for r in reduces:
             ident = w.fresh("id")
-            w.emit(f"{ident} = arith.constant dense<{_f(COMBINERS[r.combiner])}> : {_vt(lanes)}")
+            w.emit(f"{ident} = arith.constant dense<{_f(COMBINERS[r.combiner])}> : {_vt(lanes, r.type)}")
             idents[r] = ident
         # scalar values this pass needs, hoisted out of its loop
         self.hoist([r.operands[0] for r in reduces] + [n for n, _ in stores] + [n for n, _ in writes], p)
@@ -782,7 +796,7 @@ class Kernel:
             tnames = [f"%w{p}_{k}" for k in written]
             inits = [f"{n} = {accs[key]}" for n, key in zip(names, acc_keys)] + \
                 [f"{n} = {self.tensors[k]}" for n, k in zip(tnames, written)]
-            types = [_vt(lanes, "i1" if len(key) == 3 else "f32") for key in acc_keys] + \
+            types = [_vt(lanes, "i1" if len(key) == 3 else key[0].type) for key in acc_keys] + \
                 [self.out_view_type(k) for k in written]
             j = f"%j{p}"
             w.emit(f"{res}:{len(types)} = scf.for {j} = {self.index(0)} to {self.index(steps * unroll * lanes)} "
@@ -818,7 +832,7 @@ class Kernel:
             while len(parts) > 1:
                 nxt = []
                 for a, b in zip(parts[::2], parts[1::2]):
-                    nxt.append(_combine(w, r.combiner, a, b, _vt(lanes)))
+                    nxt.append(_combine(w, r.combiner, a, b, _vt(lanes, r.type)))
                 if len(parts) % 2:
                     nxt.append(parts[-1])
                 parts = nxt
@@ -827,12 +841,12 @@ class Kernel:
                 half = width // 2
                 lo, hi = w.fresh("lo"), w.fresh("hi")
                 w.emit(f"{lo} = vector.extract_strided_slice {v} {{offsets = [0], sizes = [{half}], strides = [1]}} : "
-                       f"{_vt(width)} to {_vt(half)}")
+                       f"{_vt(width, r.type)} to {_vt(half, r.type)}")
                 w.emit(f"{hi} = vector.extract_strided_slice {v} {{offsets = [{half}], sizes = [{half}], strides = [1]}} : "
-                       f"{_vt(width)} to {_vt(half)}")
-                v, width = _combine(w, r.combiner, lo, hi, _vt(half)), half
+                       f"{_vt(width, r.type)} to {_vt(half, r.type)}")
+                v, width = _combine(w, r.combiner, lo, hi, _vt(half, r.type)), half
             s = w.fresh("red")
-            w.emit(f"{s} = vector.extract {v}[0] : f32 from {_vt(1)}")
+            w.emit(f"{s} = vector.extract {v}[0] : {r.type} from {_vt(1, r.type)}")
             if r.combiner in NAN_TRACKED:  # a NaN anywhere in the row is the result
                 flags = [accs[(r, u, "nan")] for u in range(unroll) if (r, u, "nan") in accs]
                 while len(flags) > 1:
@@ -846,7 +860,7 @@ class Kernel:
                 s = fixed
             init = self.scalar(r.operands[1])
             total = w.fresh("red")
-            w.emit(f'{total} = "{r.combiner}"({init}, {s}) : (f32, f32) -> f32')
+            w.emit(f'{total} = "{r.combiner}"({init}, {s}) : ({r.type}, {r.type}) -> {r.type}')
             self.remember((r, None), total)
 
     def hoist(self, roots: list, p: int) -> None:
@@ -882,11 +896,11 @@ class Kernel:
             v = values[r]
             if mask is not None:
                 ident = w.fresh("id")
-                w.emit(f"{ident} = arith.constant dense<{_f(COMBINERS[r.combiner])}> : {_vt(lanes)}")
+                w.emit(f"{ident} = arith.constant dense<{_f(COMBINERS[r.combiner])}> : {_vt(lanes, r.type)}")
                 sel = w.fresh("sel")
-                w.emit(f"{sel} = arith.select {mask}, {v}, {ident} : {_vt(lanes, 'i1')}, {_vt(lanes)}")
+                w.emit(f"{sel} = arith.select {mask}, {v}, {ident} : {_vt(lanes, 'i1')}, {_vt(lanes, r.type)}")
                 v = sel
-            accs[(r, slot)] = _combine(w, r.combiner, accs[(r, slot)], v, _vt(lanes))
+            accs[(r, slot)] = _combine(w, r.combiner, accs[(r, slot)], v, _vt(lanes, r.type))
             if r.combiner in NAN_TRACKED:
                 nan, new = w.fresh("nan"), w.fresh("nan")
                 w.emit(f"{nan} = arith.cmpf uno, {v}, {v} : {_vt(lanes)}")
