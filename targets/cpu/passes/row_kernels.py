@@ -150,6 +150,8 @@ def _classify(op) -> RowOp:
     ir = _ir()
     kinds = _iterators(op)
     n_loops = len(kinds)
+    if n_loops == 0:
+        raise NotTaken("no loops")
     reduced = []
     for d in range(n_loops - 1, -1, -1):
         if kinds[d] != "reduction":
@@ -184,8 +186,6 @@ def _classify(op) -> RowOp:
         row_dims = [reduced[-1]]
     if not reduced:
         row_dims = [n_loops - 1]
-        if n_loops == 0:
-            raise NotTaken("no loops")
     outer_all = [d for d in range(n_loops) if d not in (reduced or [n_loops - 1])]
     outer = [d for d in outer_all if sizes[d] != 1]
     n = 1
