@@ -229,3 +229,36 @@ def test_a_transformers_gpt2_export_is_one_delegate():
             want = eager(chunk, pos).numpy()
         np.testing.assert_allclose(method.execute([chunk.numpy(), pos.numpy()])[0], want, rtol=1e-4, atol=1e-5)
         start += n
+
+
+def test_sizes_are_bounded_through_views_of_inferred_sizes():
+    """torch-mlir's view(-1): `size < 0 ? numel / (size < 0 ? 1 : size) : size`. The comparison is
+    decided by the size's range, and numel / size is an expression of the run-time dim (768, not
+    the 98304 interval arithmetic gives): buffers are planned at what they can hold, not GBs."""
+    from torch_mlir import ir
+
+    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.passes._util import index_range
+
+    text = """
+    func.func @f(%x: memref<?x768xf32> {etc.dim_bounds = array<i64: 1, 128, 768, 768>}) -> (index, i64) {
+      %c0 = arith.constant 0 : index
+      %zero = arith.constant 0 : i64
+      %one = arith.constant 1 : i64
+      %c768 = arith.constant 768 : i64
+      %d = memref.dim %x, %c0 : memref<?x768xf32>
+      %t = arith.index_cast %d : index to i64
+      %negative = arith.cmpi slt, %t, %zero : i64
+      %numel = arith.muli %t, %c768 : i64
+      %den = arith.select %negative, %one, %t : i64
+      %per_row = arith.divsi %numel, %den : i64
+      %rows = arith.select %negative, %per_row, %t : i64
+      %size = arith.index_cast %rows : i64 to index
+      return %size, %per_row : index, i64
+    }"""
+    with shared_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        ret = list(module.body.operations[0].regions[0].blocks[0].operations)[-1]
+        size, per_row = ret.operands
+        assert index_range(size) == (1, 128)
+        assert index_range(per_row) == (768, 768)
