@@ -155,8 +155,11 @@ class CpuPartitioner(CapabilityPartitioner):
 
     def partition(self, program_ir) -> PartitionResult:
         from etc.compiler.delegation import SIZE_OPS
-        from etc.dialects.quantized_ops import quantized_pattern_ops
+        from etc.targets.cpu.lower_quantized import fold_for_cpu, portable_reasons
 
+        # Quantized computations run as int8 (lower_quantized.py): first folded into the
+        # `etc_quantized` ops that carry their scales (etc-fold-quantized).
+        fold_for_cpu(program_ir.module)
         result = PartitionResult(partitions=[])
         for func in public_functions(program_ir.module):
             ops = [op.operation for op in func.regions[0].blocks[0].operations]
@@ -164,16 +167,15 @@ class CpuPartitioner(CapabilityPartitioner):
             loads = [op for op in body if op.name == "ml_program.global_load_const"]
             # Symbolic sizes are not work: a partition that reads one computes it again (outline).
             work = [op for op in body if op.name != "ml_program.global_load_const" and op.name not in SIZE_OPS]
-            # Until the target has int8 kernels, quantized computations stay whole on the portable
-            # ones (taking their float middle would dequantize every weight on every call).
-            quantized = quantized_pattern_ops(work)
+            # What of a quantized computation the target cannot run as int8 stays on the portable
+            # kernels, with the float ops reading it (they would dequantize weights on every call).
+            quantized = portable_reasons(work)
             if work and not quantized and self._whole_method_lowers(func, work, program_ir):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
                 continue
             support = {}
             for op in work:
-                ok, reason = (False, f"{quantized[op]}: the cpu target has no int8 kernels yet, so it stays "
-                                     "on portable kernels") if op in quantized else self._check(op)
+                ok, reason = (False, quantized[op]) if op in quantized else self._check(op)
                 support[op] = ok
                 if not ok:
                     result.rejected.setdefault(op.name, reason)

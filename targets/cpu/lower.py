@@ -165,6 +165,9 @@ def is_supported(op) -> tuple[bool, str]:
             if not ok:
                 return False, f"a branch holds {inner.name}: {reason}"
         return True, ""
+    info = _schema_info(op)
+    if info is not None and info.torch_name in lower_quantized.LOWERED:  # ours, and they need the weights' data
+        return lower_quantized.check(op)
     return _trial_lowering(op)
 
 
@@ -510,11 +513,11 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
                 with op.location:
                     func_d.ReturnOp([tensors[v] for v in op.operands])
             else:
-                _lower_op(op, tensors, builder, const_args)
+                _lower_op(op, tensors, builder, const_args, constants)
     return lowered
 
 
-def _lower_op(op, tensors: dict, builder, const_args: dict) -> None:
+def _lower_op(op, tensors: dict, builder, const_args: dict, constants: dict | None = None) -> None:
     """The torch form of one edge-function op at the current insertion point (its results into
     `tensors`); a branch (scf.if of torch.cond) recursively, as torch.prim.If."""
     from etc.dialects import decode_op
@@ -543,13 +546,13 @@ def _lower_op(op, tensors: dict, builder, const_args: dict) -> None:
                             with inner.location:
                                 ir.Operation.create("torch.prim.If.yield", operands=[tensors[v] for v in inner.operands])
                         else:
-                            _lower_op(inner, tensors, builder, const_args)
+                            _lower_op(inner, tensors, builder, const_args, constants)
                 builder.cache = outer
             for old, new in zip(op.results, branch.results):
                 tensors[old] = new
         elif op.name.startswith("edge.") and _schema_info(op).torch_name in EXPANSIONS:
             expand = EXPANSIONS[_schema_info(op).torch_name]
-            results = expand(_Emitter(builder), _torch_values(decode_op(op), tensors), op)
+            results = expand(_Emitter(builder, constants), _torch_values(decode_op(op), tensors), op)
             for old, repl in zip(op.results, results):
                 tensors[old] = repl
         elif op.name.startswith("edge."):
@@ -648,8 +651,9 @@ class _Emitter:
     """Builds torch ops for EXPANSIONS: `e("aten::slice.Tensor", {schema arg: value}, shape, element)`
     (every schema argument given; tensors as torch values, element as in the builtin type: f32, i64, i1)."""
 
-    def __init__(self, builder: _TorchBuilder):
+    def __init__(self, builder: _TorchBuilder, constants: dict | None = None):
         self.builder = builder
+        self.constants = constants or {}  # fqn -> array: what an expansion may compute from at compile time
 
     def __call__(self, torch_name: str, args: dict, shape, element: str) -> ir.Value:
         from etc.dialects import op_info
@@ -1048,5 +1052,10 @@ def _zero_constants(module) -> dict:
     return out
 
 
+
+from etc.targets.cpu import lower_quantized  # noqa: E402 - registers the int8 ops' EXPANSIONS
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -1,0 +1,669 @@
+"""Int8 ops of the cpu target: the folded quantized edge ops -> linalg on i8 with i32 accumulation.
+
+`etc-fold-quantized` (run by `CpuPartitioner` before it partitions) turns each dq -> op -> q
+computation into one `etc_quantized.*` op carrying its scales and zero points. Here each
+becomes linalg on builtin tensors (spliced into the torch-dialect function between
+`torch_c.to_builtin_tensor` / `from_builtin_tensor`, so torch-mlir's pipelines pass it through):
+
+  conv2d (groups 1), linear   a *qgemm*: an i8 x i8 -> i32 contraction on the layout an int8 dot
+                              product instruction reads (`etc.cpu.qgemm` on the generic), then
+                              the requantization (`etc.cpu.requant`), which `etc-cpu-int8-kernels`
+                              (passes/int8_kernels.py) turns into one register-tiled kernel with
+                              the requantization as its epilogue;
+  conv2d (depthwise, grouped) a direct convolution generic on i8 with i32 accumulation
+                              (`etc.cpu.qwindow`) and its requantization;
+  add, quantize_per_tensor,   elementwise generics computing exactly what the portable kernels
+  dequantize_per_tensor       compute (the same float32 operations in the same order).
+
+The qgemm layout, C[M, N] = A[M, K] x B[K, N]:
+  A  [M, KB, 4]        row m's K values in groups of 4 (K padded with zeros to KB * 4), the
+                       operand the kernel broadcasts 4 bytes at a time;
+  B  [NB, KB, 16, 4]   16-column panels, each column's 4 K values adjacent: one 64-byte row of
+                       a panel is what `vpdpbusd` multiplies against the broadcast group.
+The dot product multiplies an unsigned byte by a signed one, so the activation operand holds
+x + 128 (x xor 0x80, an unsigned byte) and the weights stay signed. As ExecuTorch's reference
+kernels compute sum((x - zx) * w) (symmetric int8 weights), the kernel subtracts
+(128 + zx) * sum_k w[c, k] per output channel (computed here from the weight, an i32
+constant) before requantizing: y = clamp(roundeven(float(acc - corr[c]) * mult[c] + bias[c] /
+s_out) + z_out), mult[c] = s_x * s_w[c] / s_out. Convolutions: A is the filter [F, C*KH*KW]
+(packed once when the blob is built: its layout chain is a weight's), B the image's im2col
+packed per call; linear layers: A the activation rows, B the weight (packed once).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from torch_mlir import ir
+
+from etc.errors import LoweringError
+from etc.targets.cpu.lower import EXPANSIONS, vtensor_type
+
+PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)
+GROUP = 4  # K values per dot-product lane
+
+QGEMM = "etc.cpu.qgemm"  # on the contraction generic: {operand roles}
+REQUANT = "etc.cpu.requant"  # on its requantization generic
+QWINDOW = "etc.cpu.qwindow"  # on a depthwise/grouped int8 convolution generic
+
+_CONV = "etc_quantized::conv2d"
+_LINEAR = "etc_quantized::linear"
+_ADD = "etc_quantized::add"
+_Q = "quantized_decomposed::quantize_per_tensor"
+_DQ = "quantized_decomposed::dequantize_per_tensor"
+LOWERED = (_CONV, _LINEAR, _ADD, _Q, _DQ)
+
+
+# ------------------------------------------------------------------ support
+def _constant_name(value) -> str | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    owner = owner.operation if hasattr(owner, "operation") else owner
+    if owner.name != "ml_program.global_load_const":
+        return None
+    return ir.FlatSymbolRefAttr(owner.attributes["global"]).value
+
+
+def _element(value) -> str:
+    return str(ir.RankedTensorType(value.type).element_type)
+
+
+def check(op) -> tuple[bool, str]:
+    """Can the cpu target's int8 lowering take `op` (an edge op of `LOWERED`)? No trial lowering:
+    these lowerings are ours and need the weights' data, which a lone op has not."""
+    from etc.dialects import decode_op, op_info
+
+    name = op_info(op.name).torch_name
+    a = decode_op(op)
+    if name in (_CONV, _LINEAR):
+        for arg in ("weight", "weight_scales") + (("bias",) if a["bias"] is not None else ()):
+            if _constant_name(a[arg]) is None:
+                return False, f"{name}: its {arg} is not a constant"
+        if name == _LINEAR and len(ir.RankedTensorType(a["input"].type).shape) != 2:
+            return False, f"{name}: the input is not 2-D"
+        return True, ""
+    if name == _Q:
+        if _element(op.operands[0]) != "f32" or _element(op.results[0]) != "i8":
+            return False, f"{name}: the cpu target quantizes float32 to int8 only"
+        return True, ""
+    if name == _DQ:
+        if _element(op.operands[0]) != "i8" or _element(op.results[0]) != "f32":
+            return False, f"{name}: the cpu target dequantizes int8 to float32 only"
+        return True, ""
+    return True, ""
+
+
+def portable_reasons(ops) -> dict:
+    """Op -> why it stays on portable kernels, for the quantized computations of one block that the
+    cpu target cannot run as int8: quantization ops it has no lowering for (dynamic activation
+    quantization, per-channel or torchao affine dequantization of a weight that was not folded,
+    the dynamic/4-bit linear), and the float ops reading their results (a weight dequantized on
+    every call would cost more than the portable int8 computation)."""
+    from etc.dialects import op_info
+    from etc.dialects.quantized_ops import quantized_pattern_ops, role
+
+    pattern = quantized_pattern_ops(ops)
+    reasons = {}
+    for op in ops:
+        op = op.operation if hasattr(op, "operation") else op
+        if op not in pattern or role(op.name) is None:
+            continue
+        name = op_info(op.name).torch_name
+        if name not in LOWERED:
+            reasons[op] = (f"{pattern[op]}: {name} has no int8 kernel in the cpu target "
+                           "(it takes static int8 conv2d, linear, add and the ops keeping their scales)")
+        else:
+            ok, why = check(op)
+            if not ok:
+                reasons[op] = why
+    for op in ops:
+        op = op.operation if hasattr(op, "operation") else op
+        if op in pattern and op not in reasons and role(op.name) is None:
+            producers = [_owner(v) for v in op.operands]
+            if any(p in reasons for p in producers):
+                reasons[op] = f"{pattern[op]}: it reads a value the cpu target leaves on portable int8 kernels"
+    return reasons
+
+
+def fold_for_cpu(module) -> dict:
+    """Fold the program's dq -> op -> q computations into `etc_quantized` ops (what this target
+    runs as int8); a program without quantization ops is left as it is."""
+    from etc.dialects.quantized_ops import role
+    from etc.passes.fold_quantized import fold_quantized
+
+    found = []
+
+    def visit(op):
+        if op.name.startswith("edge.") and role(op.name) is not None:
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return fold_quantized(module) if found else {}
+
+
+def _owner(value):
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+# ------------------------------------------------------------------ splicing text into the function
+def _load_torch_c(context) -> None:
+    """The torch_c dialect (builtin <-> torch tensor casts) is loaded by the torch-mlir passes that
+    use it; load it before building its ops (a pass on an empty module loads its dialects)."""
+    if context.is_registered_operation("torch_c.to_builtin_tensor"):
+        return
+    from torch_mlir.passmanager import PassManager
+
+    with context:
+        empty = ir.Module.create()
+        PassManager.parse("builtin.module(torch-func-backend-type-conversion)").run(empty.operation)
+
+
+def _builtin(value) -> tuple[ir.Value, list, str]:
+    """torch value -> (builtin tensor value, shape, element)."""
+    text = str(value.type)
+    import re
+
+    found = re.match(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>", text)
+    shape = [int(d) for d in found.group(1).split(",")] if found.group(1) else []
+    element = {"si8": "i8", "si32": "i32", "si64": "i64", "ui8": "ui8"}.get(found.group(2), found.group(2))
+    ttype = ir.RankedTensorType.get(shape, ir.Type.parse(element if element != "ui8" else "i8"))
+    cast = ir.Operation.create("torch_c.to_builtin_tensor", results=[ttype], operands=[value])
+    return cast.result, shape, element
+
+
+def _splice(op, inputs: list, body: str, result_type: str) -> ir.Value:
+    """Parse `body` as a function of `inputs` (builtin tensors, `%arg<i>`) returning `%result`, move
+    its ops to the insertion point with the edge op's location, return the torch value of the
+    result (edge result type)."""
+    _load_torch_c(op.context)
+    values, types = [], []
+    for v in inputs:
+        b, shape, element = _builtin(v)
+        values.append(b)
+        types.append(_t(shape, element))
+    signature = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(types))
+    text = f"func.func private @splice({signature}) -> {result_type} {{\n{body}\n  return %result : {result_type}\n}}"
+    try:
+        parsed = ir.Module.parse(text)
+    except Exception as e:  # noqa: BLE001 - text we generate: a failure is a compiler bug
+        raise LoweringError(f"int8 lowering: generated IR does not parse: {e}\n{text}") from None
+    func = parsed.body.operations[0]
+    block = func.regions[0].blocks[0]
+    for arg, value in zip(block.arguments, values):
+        arg.replace_all_uses_with(value)
+    location = op.location
+    ops = [o.operation for o in block.operations]
+    result = ops[-1].operands[0]
+    point = ir.InsertionPoint.current
+    for inner in ops[:-1]:
+        inner.detach_from_parent()
+        point.insert(inner)
+        _relocate(inner, location)
+    ops[-1].erase()
+    out = ir.Operation.create("torch_c.from_builtin_tensor", results=[vtensor_type(op.results[0].type)],
+                              operands=[result])
+    return out.result
+
+
+def _relocate(op, location) -> None:
+    def visit(inner):
+        inner.location = location
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+
+
+def _parallel(n: int) -> str:
+    return ", ".join(['"parallel"'] * n)
+
+
+def _t(shape, element: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + element + ">"
+
+
+def _f32(x: float) -> str:
+    return "0x%08X" % struct.unpack("<I", struct.pack("<f", np.float32(x)))[0]
+
+
+def _dense(array: np.ndarray, element: str) -> str:
+    array = np.ascontiguousarray(array)
+    return f'dense<"0x{array.tobytes().hex().upper()}"> : {_t(list(array.shape), element)}'
+
+
+class _Text:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.n = 0
+
+    def fresh(self, stem: str = "v") -> str:
+        self.n += 1
+        return f"%{stem}{self.n}"
+
+    def __call__(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def const(self, value, type_: str) -> str:
+        name = self.fresh("c")
+        self(f"{name} = arith.constant {value} : {type_}")
+        return name
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _requant_body(t: _Text, acc: str, corr: str, mult: str, bias: str, zp: int, lo: int, hi: int) -> str:
+    """Block ops: i32 accumulator -> i8 (see the module docstring); returns the i8 value."""
+    d, f, y, r, z, c1, c2, q = (t.fresh() for _ in range(8))
+    t(f"  {d} = arith.subi {acc}, {corr} : i32")
+    t(f"  {f} = arith.sitofp {d} : i32 to f32")
+    t(f"  {y} = math.fma {f}, {mult}, {bias} : f32")
+    t(f"  {r} = math.roundeven {y} : f32")
+    t(f"  {z} = arith.addf {r}, %zp : f32")
+    t(f"  {c1} = arith.maximumf {z}, %lo : f32")
+    t(f"  {c2} = arith.minimumf {c1}, %hi : f32")
+    t(f"  {q} = arith.fptosi {c2} : f32 to i8")
+    return q
+
+
+def _requant_constants(t: _Text, zp: int, lo: int, hi: int) -> None:
+    if getattr(t, "requant_constants", False):
+        return
+    t.requant_constants = True
+    t(f"%zp = arith.constant {_f32(zp)} : f32")
+    t(f"%lo = arith.constant {_f32(lo)} : f32")
+    t(f"%hi = arith.constant {_f32(hi)} : f32")
+
+
+def _data(e, value, what: str) -> np.ndarray:
+    name = _constant_name(value)
+    data = e.constants.get(name) if name is not None and e.constants else None
+    if data is None:
+        raise LoweringError(f"int8 lowering: the {what} must be a constant with data (got {name or 'a value'})")
+    return np.asarray(data)
+
+
+def _channel_params(e, a: dict, weight: np.ndarray, activation_unsigned_zp) -> tuple:
+    """(corr i32, mult f32, bias f32) per output channel."""
+    n = weight.shape[0]
+    scales = _data(e, a["weight_scales"], "weight scales").astype(np.float64).reshape(-1)
+    if scales.size == 1:
+        scales = np.full(n, scales[0])
+    out_scale = float(a["output_scale"])
+    mult = (float(a["input_scale"]) * scales / out_scale).astype(np.float32)
+    bias = (np.zeros(n) if a["bias"] is None else _data(e, a["bias"], "bias").astype(np.float64).reshape(-1))
+    bias = (bias / out_scale).astype(np.float32)
+    if activation_unsigned_zp is None:
+        corr = np.zeros(n, np.int32)
+    else:
+        wsum = weight.reshape(n, -1).astype(np.int64).sum(axis=1)
+        corr = ((128 + int(activation_unsigned_zp)) * wsum).astype(np.int32)
+    return corr, mult, bias
+
+
+# ------------------------------------------------------------------ the qgemm
+def _qgemm(t: _Text, a: str, b: str, M: int, N: int, KB: int, a_unsigned: bool, per: str,
+           params: tuple, zp: int, lo: int, hi: int, kind: str) -> str:
+    """acc[M, NB, 16] = A x B (i32), cut to [M, N], requantized to i8: the marked pair
+    etc-cpu-int8-kernels rewrites. Returns the [M, N] i8 value."""
+    NB = -(-N // PANEL)
+    corr, mult, bias = params
+    zero = t.const(0, "i32")
+    empty, acc0, acc = t.fresh(), t.fresh(), t.fresh()
+    t(f"{empty} = tensor.empty() : {_t([M, NB, PANEL], 'i32')}")
+    t(f"{acc0} = linalg.fill ins({zero} : i32) outs({empty} : {_t([M, NB, PANEL], 'i32')}) "
+      f"-> {_t([M, NB, PANEL], 'i32')}")
+    ea, eb = ("arith.extui", "arith.extsi") if a_unsigned else ("arith.extsi", "arith.extui")
+    t(f"{acc} = linalg.generic {{indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, "
+      f"affine_map<(m, nb, nl, kb, kl) -> (nb, kb, nl, kl)>, affine_map<(m, nb, nl, kb, kl) -> (m, nb, nl)>], "
+      f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\", \"reduction\"]}} "
+      f"ins({a}, {b} : {_t([M, KB, GROUP], 'i8')}, {_t([NB, KB, PANEL, GROUP], 'i8')}) "
+      f"outs({acc0} : {_t([M, NB, PANEL], 'i32')}) attrs = {{{QGEMM} = {{kind = \"{kind}\", "
+      f"a_unsigned = {str(a_unsigned).lower()}}}}} {{")
+    t("^bb0(%qa: i8, %qb: i8, %qc: i32):")
+    t(f"  %qa32 = {ea} %qa : i8 to i32")
+    t(f"  %qb32 = {eb} %qb : i8 to i32")
+    t("  %qm = arith.muli %qa32, %qb32 : i32")
+    t("  %qs = arith.addi %qc, %qm : i32")
+    t("  linalg.yield %qs : i32")
+    t(f"}} -> {_t([M, NB, PANEL], 'i32')}")
+    flat = t.fresh()
+    t(f"{flat} = tensor.collapse_shape {acc} [[0], [1, 2]] : {_t([M, NB, PANEL], 'i32')} "
+      f"into {_t([M, NB * PANEL], 'i32')}")
+    cut = flat
+    if NB * PANEL != N:
+        cut = t.fresh()
+        t(f"{cut} = tensor.extract_slice {flat}[0, 0] [{M}, {N}] [1, 1] : {_t([M, NB * PANEL], 'i32')} "
+          f"to {_t([M, N], 'i32')}")
+    channels = M if per == "row" else N
+    names = []
+    for array, element in ((corr, "i32"), (mult, "f32"), (bias, "f32")):
+        assert array.shape == (channels,)
+        name = t.fresh("p")
+        t(f"{name} = arith.constant {_dense(array, element)}")
+        names.append(name)
+    _requant_constants(t, zp, lo, hi)
+    out_empty, out = t.fresh(), t.fresh()
+    t(f"{out_empty} = tensor.empty() : {_t([M, N], 'i8')}")
+    cmap = "(m)" if per == "row" else "(n)"
+    t(f"{out} = linalg.generic {{indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> {cmap}>, "
+      f"affine_map<(m, n) -> {cmap}>, affine_map<(m, n) -> {cmap}>, affine_map<(m, n) -> (m, n)>], "
+      f"iterator_types = [\"parallel\", \"parallel\"]}} "
+      f"ins({cut}, {names[0]}, {names[1]}, {names[2]} : {_t([M, N], 'i32')}, {_t([channels], 'i32')}, "
+      f"{_t([channels], 'f32')}, {_t([channels], 'f32')}) outs({out_empty} : {_t([M, N], 'i8')}) "
+      f"attrs = {{{REQUANT} = {{per = \"{per}\", zero_point = {zp} : i64, min = {lo} : i64, max = {hi} : i64}}}} {{")
+    t("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
+    q = _requant_body(t, "%ra", "%rc", "%rm", "%rb", zp, lo, hi)
+    t(f"  linalg.yield {q} : i8")
+    t(f"}} -> {_t([M, N], 'i8')}")
+    return out
+
+
+def _pad(t: _Text, value: str, shape: list, low: list, high: list, fill: str, element: str = "i8") -> tuple:
+    if not any(low) and not any(high):
+        return value, shape
+    out_shape = [s + lo + hi for s, lo, hi in zip(shape, low, high)]
+    name = t.fresh()
+    idx = ", ".join(f"%i{k}: index" for k in range(len(shape)))
+    t(f"{name} = tensor.pad {value} low[{', '.join(map(str, low))}] high[{', '.join(map(str, high))}] {{")
+    t(f"^bb0({idx}):")
+    t(f"  tensor.yield {fill} : {element}")
+    t(f"}} : {_t(shape, element)} to {_t(out_shape, element)}")
+    return name, out_shape
+
+
+def _conv_qgemm(e, a: dict, op, weight: np.ndarray) -> ir.Value:
+    t = _Text()
+    x_shape = list(ir.RankedTensorType(a["input"].type).shape)
+    out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    nb_, C, H, W = x_shape
+    F, _, KH, KW = weight.shape
+    _, _, OH, OW = out_shape
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    zx = int(a["input_zero_point"])
+    K, P = C * KH * KW, OH * OW
+    KB = -(-K // GROUP)
+    NB = -(-P // PANEL)
+    fill = t.const(zx, "i8")
+    xp, (_, _, Hp, Wp) = _pad(t, "%arg0", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], fill)
+    # The filter as A [F, KB, 4]: a layout chain of the weight, packed when the blob is built.
+    wf = t.fresh()
+    t(f"{wf} = tensor.collapse_shape %arg1 [[0], [1, 2, 3]] : {_t([F, C, KH, KW], 'i8')} into {_t([F, K], 'i8')}")
+    zero8 = t.const(0, "i8")
+    wp, _ = _pad(t, wf, [F, K], [0, 0], [0, KB * GROUP - K], zero8)
+    wa = t.fresh()
+    t(f"{wa} = tensor.expand_shape {wp} [[0], [1, 2]] output_shape [{F}, {KB}, {GROUP}] : "
+      f"{_t([F, KB * GROUP], 'i8')} into {_t([F, KB, GROUP], 'i8')}")
+    params = _channel_params(e, a, weight, zx)
+    images = []
+    for image in range(nb_):
+        xs = t.fresh()
+        t(f"{xs} = tensor.extract_slice {xp}[{image}, 0, 0, 0] [1, {C}, {Hp}, {Wp}] [1, 1, 1, 1] : "
+          f"{_t([nb_, C, Hp, Wp], 'i8')} to {_t([C, Hp, Wp], 'i8')}")
+        # im2col of the image, packed as B [NB, KB, 16, 4], unsigned (x xor 0x80): per call.
+        pe, bp = t.fresh(), t.fresh()
+        t(f"{pe} = tensor.empty() : {_t([NB, KB, PANEL, GROUP], 'i8')}")
+        t(f"{bp} = linalg.generic {{indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>], "
+          f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]}} "
+          f"outs({pe} : {_t([NB, KB, PANEL, GROUP], 'i8')}) {{")
+        t("^bb0(%po: i8):")
+        s = image
+        t(f"  %nb{s} = linalg.index 0 : index")
+        t(f"  %kb{s} = linalg.index 1 : index")
+        t(f"  %nl{s} = linalg.index 2 : index")
+        t(f"  %kl{s} = linalg.index 3 : index")
+        for nm, val in (("c16", PANEL), ("c4", GROUP), ("pmax", P - 1), ("kmax", K - 1), ("khw", KH * KW),
+                        ("ckw", KW), ("cow", OW), ("csh", sh), ("csw", sw), ("cdh", dh), ("cdw", dw)):
+            t(f"  %{nm}{s} = arith.constant {val} : index")
+        t(f"  %p0{s} = arith.muli %nb{s}, %c16{s} : index")
+        t(f"  %p1{s} = arith.addi %p0{s}, %nl{s} : index")
+        t(f"  %p{s} = arith.minui %p1{s}, %pmax{s} : index")
+        t(f"  %k0{s} = arith.muli %kb{s}, %c4{s} : index")
+        t(f"  %k1{s} = arith.addi %k0{s}, %kl{s} : index")
+        t(f"  %k{s} = arith.minui %k1{s}, %kmax{s} : index")
+        t(f"  %ch{s} = arith.divui %k{s}, %khw{s} : index")
+        t(f"  %r{s} = arith.remui %k{s}, %khw{s} : index")
+        t(f"  %kh{s} = arith.divui %r{s}, %ckw{s} : index")
+        t(f"  %kw{s} = arith.remui %r{s}, %ckw{s} : index")
+        t(f"  %oh{s} = arith.divui %p{s}, %cow{s} : index")
+        t(f"  %ow{s} = arith.remui %p{s}, %cow{s} : index")
+        t(f"  %h0{s} = arith.muli %oh{s}, %csh{s} : index")
+        t(f"  %h1{s} = arith.muli %kh{s}, %cdh{s} : index")
+        t(f"  %h{s} = arith.addi %h0{s}, %h1{s} : index")
+        t(f"  %w0{s} = arith.muli %ow{s}, %csw{s} : index")
+        t(f"  %w1{s} = arith.muli %kw{s}, %cdw{s} : index")
+        t(f"  %w{s} = arith.addi %w0{s}, %w1{s} : index")
+        t(f"  %x{s} = tensor.extract {xs}[%ch{s}, %h{s}, %w{s}] : {_t([C, Hp, Wp], 'i8')}")
+        t(f"  %flip{s} = arith.constant -128 : i8")
+        t(f"  %u{s} = arith.xori %x{s}, %flip{s} : i8")
+        t(f"  linalg.yield %u{s} : i8")
+        t(f"}} -> {_t([NB, KB, PANEL, GROUP], 'i8')}")
+        y = _qgemm(t, wa, bp, F, P, KB, False, "row", params, int(a["output_zero_point"]), int(a["output_min"]),
+                   int(a["output_max"]), "convolution")
+        img = t.fresh()
+        t(f"{img} = tensor.expand_shape {y} [[0, 1], [2, 3]] output_shape [1, {F}, {OH}, {OW}] : "
+          f"{_t([F, P], 'i8')} into {_t([1, F, OH, OW], 'i8')}")
+        images.append(img)
+    if len(images) == 1:
+        t(f"%result = tensor.cast {images[0]} : {_t(out_shape, 'i8')} to {_t(out_shape, 'i8')}")
+    else:
+        t(f"%result = tensor.concat dim(0) {', '.join(images)} : "
+          f"({', '.join([_t([1, F, OH, OW], 'i8')] * len(images))}) -> {_t(out_shape, 'i8')}")
+    return _splice(op, [e_val for e_val in (a["_t_input"], a["_t_weight"])], t.text(), _t(out_shape, "i8"))
+
+
+def _conv_window(e, a: dict, op, weight: np.ndarray) -> ir.Value:
+    """Depthwise and grouped int8 convolutions: one generic with i32 accumulation over
+    (x - zx) * w, then the requantization."""
+    t = _Text()
+    x_shape = list(ir.RankedTensorType(a["input"].type).shape)
+    out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    nb_, C, H, W = x_shape
+    F, Cg, KH, KW = weight.shape
+    _, _, OH, OW = out_shape
+    G = int(a["groups"])
+    Fg = F // G
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    zx = int(a["input_zero_point"])
+    fill = t.const(zx, "i8")
+    xp, (_, _, Hp, Wp) = _pad(t, "%arg0", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], fill)
+    xg, wg = t.fresh(), t.fresh()
+    t(f"{xg} = tensor.expand_shape {xp} [[0], [1, 2], [3], [4]] output_shape [{nb_}, {G}, {Cg}, {Hp}, {Wp}] : "
+      f"{_t([nb_, C, Hp, Wp], 'i8')} into {_t([nb_, G, Cg, Hp, Wp], 'i8')}")
+    t(f"{wg} = tensor.expand_shape %arg1 [[0, 1], [2], [3], [4]] output_shape [{G}, {Fg}, {Cg}, {KH}, {KW}] : "
+      f"{_t([F, Cg, KH, KW], 'i8')} into {_t([G, Fg, Cg, KH, KW], 'i8')}")
+    acc_shape = [nb_, G, Fg, OH, OW]
+    zero, zx32 = t.const(0, "i32"), t.const(zx, "i32")
+    empty, acc0, acc = t.fresh(), t.fresh(), t.fresh()
+    t(f"{empty} = tensor.empty() : {_t(acc_shape, 'i32')}")
+    t(f"{acc0} = linalg.fill ins({zero} : i32) outs({empty} : {_t(acc_shape, 'i32')}) -> {_t(acc_shape, 'i32')}")
+    dims = "(b, g, j, oh, ow, c, kh, kw)"
+    t(f"{acc} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (b, g, c, oh * {sh} + kh * {dh}, "
+      f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> (g, j, c, kh, kw)>, affine_map<{dims} -> (b, g, j, oh, ow)>], "
+      f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\", "
+      f"\"reduction\", \"reduction\"]}} ins({xg}, {wg} : {_t([nb_, G, Cg, Hp, Wp], 'i8')}, "
+      f"{_t([G, Fg, Cg, KH, KW], 'i8')}) outs({acc0} : {_t(acc_shape, 'i32')}) "
+      f"attrs = {{{QWINDOW} = {{groups = {G} : i64}}}} {{")
+    t("^bb0(%wx: i8, %ww: i8, %wc: i32):")
+    t("  %wx32 = arith.extsi %wx : i8 to i32")
+    t(f"  %wxc = arith.subi %wx32, {zx32} : i32")
+    t("  %ww32 = arith.extsi %ww : i8 to i32")
+    t("  %wm = arith.muli %wxc, %ww32 : i32")
+    t("  %ws = arith.addi %wc, %wm : i32")
+    t("  linalg.yield %ws : i32")
+    t(f"}} -> {_t(acc_shape, 'i32')}")
+    corr, mult, bias = _channel_params(e, a, weight, None)
+    names = []
+    for array, element in ((corr, "i32"), (mult, "f32"), (bias, "f32")):
+        name = t.fresh("p")
+        t(f"{name} = arith.constant {_dense(array.reshape(G, Fg), element)}")
+        names.append(name)
+    zp, lo, hi = int(a["output_zero_point"]), int(a["output_min"]), int(a["output_max"])
+    _requant_constants(t, zp, lo, hi)
+    out_empty, out = t.fresh(), t.fresh()
+    t(f"{out_empty} = tensor.empty() : {_t(acc_shape, 'i8')}")
+    d5 = "(b, g, j, oh, ow)"
+    t(f"{out} = linalg.generic {{indexing_maps = [affine_map<{d5} -> {d5}>, affine_map<{d5} -> (g, j)>, "
+      f"affine_map<{d5} -> (g, j)>, affine_map<{d5} -> (g, j)>, affine_map<{d5} -> {d5}>], "
+      f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\"]}} "
+      f"ins({acc}, {names[0]}, {names[1]}, {names[2]} : {_t(acc_shape, 'i32')}, {_t([G, Fg], 'i32')}, "
+      f"{_t([G, Fg], 'f32')}, {_t([G, Fg], 'f32')}) outs({out_empty} : {_t(acc_shape, 'i8')}) {{")
+    t("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
+    q = _requant_body(t, "%ra", "%rc", "%rm", "%rb", zp, lo, hi)
+    t(f"  linalg.yield {q} : i8")
+    t(f"}} -> {_t(acc_shape, 'i8')}")
+    t(f"%result = tensor.collapse_shape {out} [[0], [1, 2], [3], [4]] : {_t(acc_shape, 'i8')} "
+      f"into {_t(out_shape, 'i8')}")
+    return _splice(op, [a["_t_input"], a["_t_weight"]], t.text(), _t(out_shape, "i8"))
+
+
+def _lower_conv(e, v: dict, op) -> list:
+    from etc.dialects import decode_op
+
+    a = decode_op(op)
+    a["_t_input"], a["_t_weight"] = v["input"], v["weight"]
+    weight = _data(e, a["weight"], "weight")
+    if weight.dtype != np.int8 or weight.ndim != 4:
+        raise LoweringError(f"{_CONV}: the weight must be int8 [F, C, KH, KW]")
+    if int(a["groups"]) == 1:
+        return [_conv_qgemm(e, a, op, weight)]
+    return [_conv_window(e, a, op, weight)]
+
+
+def _lower_linear(e, v: dict, op) -> list:
+    from etc.dialects import decode_op
+
+    a = decode_op(op)
+    weight = _data(e, a["weight"], "weight")
+    M, K = ir.RankedTensorType(a["input"].type).shape
+    N = weight.shape[0]
+    KB, NB = -(-K // GROUP), -(-N // PANEL)
+    t = _Text()
+    # Activation rows as A [M, KB, 4], unsigned (x xor 0x80); K padded (the weight's pad is zero).
+    xe, xa = t.fresh(), t.fresh()
+    t(f"{xe} = tensor.empty() : {_t([M, KB, GROUP], 'i8')}")
+    t(f"{xa} = linalg.generic {{indexing_maps = [affine_map<(m, kb, kl) -> (m, kb, kl)>], "
+      f"iterator_types = [\"parallel\", \"parallel\", \"parallel\"]}} outs({xe} : {_t([M, KB, GROUP], 'i8')}) {{")
+    t("^bb0(%lo_: i8):")
+    t("  %lm = linalg.index 0 : index")
+    t("  %lkb = linalg.index 1 : index")
+    t("  %lkl = linalg.index 2 : index")
+    t("  %lc4 = arith.constant 4 : index")
+    t(f"  %lkmax = arith.constant {K - 1} : index")
+    t("  %lk0 = arith.muli %lkb, %lc4 : index")
+    t("  %lk1 = arith.addi %lk0, %lkl : index")
+    t("  %lk = arith.minui %lk1, %lkmax : index")
+    t(f"  %lx = tensor.extract %arg0[%lm, %lk] : {_t([M, K], 'i8')}")
+    t("  %lflip = arith.constant -128 : i8")
+    t("  %lu = arith.xori %lx, %lflip : i8")
+    t("  linalg.yield %lu : i8")
+    t(f"}} -> {_t([M, KB, GROUP], 'i8')}")
+    # The weight as B [NB, KB, 16, 4]: a layout chain, packed when the blob is built.
+    zero8 = t.const(0, "i8")
+    wp, _ = _pad(t, "%arg1", [N, K], [0, 0], [NB * PANEL - N, KB * GROUP - K], zero8)
+    we, wt0, wt = t.fresh(), t.fresh(), t.fresh()
+    t(f"{we} = tensor.expand_shape {wp} [[0, 1], [2, 3]] output_shape [{NB}, {PANEL}, {KB}, {GROUP}] : "
+      f"{_t([NB * PANEL, KB * GROUP], 'i8')} into {_t([NB, PANEL, KB, GROUP], 'i8')}")
+    t(f"{wt0} = tensor.empty() : {_t([NB, KB, PANEL, GROUP], 'i8')}")
+    t(f"{wt} = linalg.transpose ins({we} : {_t([NB, PANEL, KB, GROUP], 'i8')}) "
+      f"outs({wt0} : {_t([NB, KB, PANEL, GROUP], 'i8')}) permutation = [0, 2, 1, 3]")
+    params = _channel_params(e, a, weight, int(a["input_zero_point"]))
+    y = _qgemm(t, xa, wt, M, N, KB, True, "col", params, int(a["output_zero_point"]), int(a["output_min"]),
+               int(a["output_max"]), "contraction")
+    t(f"%result = tensor.cast {y} : {_t([M, N], 'i8')} to {_t([M, N], 'i8')}")
+    return [_splice(op, [v["input"], v["weight"]], t.text(), _t([M, N], "i8"))]
+
+
+def _lower_add(e, v: dict, op) -> list:
+    from etc.dialects import decode_op
+
+    a = decode_op(op)
+    shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    n = len(shape)
+    ident = f"affine_map<({', '.join(f'd{i}' for i in range(n))}) -> ({', '.join(f'd{i}' for i in range(n))})>"
+    t = _Text()
+    _requant_constants(t, int(a["output_zero_point"]), int(a["output_min"]), int(a["output_max"]))
+    t(f"%za = arith.constant {int(a['a_zero_point'])} : i32")
+    t(f"%zb = arith.constant {int(a['b_zero_point'])} : i32")
+    t(f"%sa = arith.constant {_f32(a['a_scale'])} : f32")
+    t(f"%sb = arith.constant {_f32(a['b_scale'])} : f32")
+    t(f"%inv = arith.constant {_f32(1.0 / float(a['output_scale']))} : f32")
+    t(f"%e = tensor.empty() : {_t(shape, 'i8')}")
+    t(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}, {ident}], "
+      f"iterator_types = [{_parallel(n)}]}} ins(%arg0, %arg1 : {_t(shape, 'i8')}, "
+      f"{_t(shape, 'i8')}) outs(%e : {_t(shape, 'i8')}) {{")
+    t("^bb0(%a: i8, %b: i8, %o: i8):")
+    t("  %a32 = arith.extsi %a : i8 to i32")
+    t("  %ac = arith.subi %a32, %za : i32")
+    t("  %af = arith.sitofp %ac : i32 to f32")
+    t("  %x = arith.mulf %af, %sa : f32")
+    t("  %b32 = arith.extsi %b : i8 to i32")
+    t("  %bc = arith.subi %b32, %zb : i32")
+    t("  %bf = arith.sitofp %bc : i32 to f32")
+    t("  %y = arith.mulf %bf, %sb : f32")
+    t("  %s = arith.addf %x, %y : f32")
+    t("  %m = arith.mulf %s, %inv : f32")
+    t("  %r = math.roundeven %m : f32")
+    t("  %z = arith.addf %r, %zp : f32")
+    t("  %c1 = arith.maximumf %z, %lo : f32")
+    t("  %c2 = arith.minimumf %c1, %hi : f32")
+    t("  %q = arith.fptosi %c2 : f32 to i8")
+    t("  linalg.yield %q : i8")
+    t(f"}} -> {_t(shape, 'i8')}")
+    return [_splice(op, [v["a"], v["b"]], t.text(), _t(shape, "i8"))]
+
+
+def _elementwise(op, v_input, shape, in_el: str, out_el: str, body: list, head: list) -> ir.Value:
+    n = len(shape)
+    ident = f"affine_map<({', '.join(f'd{i}' for i in range(n))}) -> ({', '.join(f'd{i}' for i in range(n))})>"
+    t = _Text()
+    for line in head:
+        t(line)
+    t(f"%e = tensor.empty() : {_t(shape, out_el)}")
+    t(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}], "
+      f"iterator_types = [{_parallel(n)}]}} ins(%arg0 : {_t(shape, in_el)}) "
+      f"outs(%e : {_t(shape, out_el)}) {{")
+    t(f"^bb0(%x: {in_el}, %o: {out_el}):")
+    for line in body:
+        t("  " + line)
+    t(f"}} -> {_t(shape, out_el)}")
+    return _splice(op, [v_input], t.text(), _t(shape, out_el))
+
+
+def _lower_quantize(e, v: dict, op) -> list:
+    """clamp(roundeven(x * f32(1 / scale)) + zp): the portable kernel's float32 operations."""
+    from etc.dialects import decode_op
+
+    a = decode_op(op)
+    shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    head = [f"%inv = arith.constant {_f32(1.0 / float(a['scale']))} : f32",
+            f"%zp = arith.constant {_f32(int(a['zero_point']))} : f32",
+            f"%lo = arith.constant {_f32(int(a['quant_min']))} : f32",
+            f"%hi = arith.constant {_f32(int(a['quant_max']))} : f32"]
+    body = ["%m = arith.mulf %x, %inv : f32", "%r = math.roundeven %m : f32", "%z = arith.addf %r, %zp : f32",
+            "%c1 = arith.maximumf %z, %lo : f32", "%c2 = arith.minimumf %c1, %hi : f32",
+            "%q = arith.fptosi %c2 : f32 to i8", "linalg.yield %q : i8"]
+    return [_elementwise(op, v["input"], shape, "f32", "i8", body, head)]
+
+
+def _lower_dequantize(e, v: dict, op) -> list:
+    """(int32(x) - zp) * scale in float32, as the portable kernel."""
+    from etc.dialects import decode_op
+
+    a = decode_op(op)
+    shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    head = [f"%zp = arith.constant {int(a['zero_point'])} : i32",
+            f"%s = arith.constant {_f32(float(a['scale']))} : f32"]
+    body = ["%x32 = arith.extsi %x : i8 to i32", "%c = arith.subi %x32, %zp : i32",
+            "%f = arith.sitofp %c : i32 to f32", "%y = arith.mulf %f, %s : f32", "linalg.yield %y : f32"]
+    return [_elementwise(op, v["input"], shape, "i8", "f32", body, head)]
+
+
+EXPANSIONS.update({_CONV: _lower_conv, _LINEAR: _lower_linear, _ADD: _lower_add, _Q: _lower_quantize,
+                   _DQ: _lower_dequantize})
