@@ -14,7 +14,7 @@ tile (16 accumulators) measured 10-25% slower on the same shapes and is gone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ class Isa:
     gemm_nr: int = 0
     gemm_kc: int = 0
     window_width: int = 0
+    # The int8 dot-product instruction the int8 GEMM kernel uses (passes/int8_kernels.py): a row's
+    # vector ISA with its VNNI extension (`isa_for` reads the target's features), "none" without.
+    int8_dot: str = "none"
 
     @property
     def vectorizes(self) -> bool:
@@ -80,9 +83,11 @@ def isa_for(target: CpuTarget) -> Isa:
     features = {f[1:] for f in target.features.split(",") if f.startswith("+")}
     if target.arch in ("x86_64", "amd64"):
         if "avx512f" in features:
-            return ISA_TABLE["avx512"]
+            row = ISA_TABLE["avx512"]
+            return replace(row, int8_dot="avx512-vnni") if {"avx512vnni", "avx512bw"} <= features else row
         if {"avx2", "fma"} <= features:
-            return ISA_TABLE["avx2"]
+            row = ISA_TABLE["avx2"]
+            return replace(row, int8_dot="avx-vnni") if "avxvnni" in features else row
         return ISA_TABLE["scalar"]
     if target.arch in ("aarch64", "arm64"):
         return ISA_TABLE["neon"]

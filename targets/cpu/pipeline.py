@@ -41,6 +41,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
     tile = f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1}"
     steps = [
+        # Int8 contractions -> dot-product kernels with the requantization in registers (lower_quantized.py).
+        f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",
         # Roots of dispatch regions, before fusion can put a producer into their operands: each
         # contraction becomes a call to its kernel, which fusion cannot enter, then is inlined and tiled.
         f"etc-cpu-gemm-kernels{{{tile}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",

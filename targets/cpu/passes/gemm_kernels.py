@@ -83,7 +83,7 @@ class GemmKernels(Pass):
             self._generalize_contractions(module_op)
             chosen = []
             for op in walk(entry, ("linalg.generic",)):  # not the kernels just added (private functions)
-                if not gemm.is_contraction(op):
+                if not gemm.is_contraction(op) or decisions.DECIDED in op.attributes:  # decided before
                     continue
                 g, why = gemm.match_generic(op)
                 if g is None:
@@ -99,7 +99,7 @@ class GemmKernels(Pass):
             decisions.record(op, "convolution", "loops", why)
         self._generalize_contractions(module_op)
         for op in walk(module_op, ("linalg.generic",)):
-            if gemm.is_contraction(op):
+            if gemm.is_contraction(op) and decisions.DECIDED not in op.attributes:
                 decisions.record(op, "contraction", "loops", why)
 
     def _generalize_contractions(self, module_op) -> None:

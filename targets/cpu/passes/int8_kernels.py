@@ -1,0 +1,358 @@
+"""etc-cpu-int8-kernels: int8 contractions -> register-tiled dot-product kernels, requantized in registers.
+
+`lower_quantized.py` lowers each int8 convolution (groups 1) and linear layer to a *qgemm*: a
+`linalg.generic` marked `etc.cpu.qgemm`, acc[M, NB, 16] (i32) = A[M, KB, 4] x B[NB, KB, 16, 4]
+(i8; one operand unsigned, x + 128), then collapsed and cut to [M, N] and requantized to i8 by
+a generic marked `etc.cpu.requant` (per-row or per-column i32 correction, float multiplier and
+bias; output zero point and clamp as attributes). This pass replaces each such pair with one
+kernel, inline in the entry function (loops on tensors):
+
+    for each group of `panels` 16-column panels, for each tile of `mr` rows:
+        acc[mr][panels * 16 / lanes] = 0                    (vector<lanes x i32> registers)
+        for kb in K / 4:  b = the panels' 64-byte rows (one load each)
+                          a = A[m, kb, 0:4] broadcast (one 32-bit broadcast per row)
+                          acc = vpdpbusd(acc, unsigned operand, signed operand)
+        epilogue on the registers: acc - corr, to float, * mult + bias (fma), roundeven,
+        + zero point, clamp, to i8, one store per vector (masked on the last, partial panel)
+
+`vpdpbusd` is called as the LLVM intrinsic of the ISA row (`dot`: `avx512-vnni` on zmm
+registers, `avx-vnni` on ymm); rows and column tails are straight-line copies of the tile with
+fewer rows or panels. Without a dot-product instruction (`dot=none`: AVX2 without VNNI, NEON,
+scalar targets) the pair stays as it is (plain loops) and the pass records why; the same for
+the depthwise/grouped int8 convolutions (`etc.cpu.qwindow`): there is no int8 window kernel.
+Each op gets its decision (`decisions.py`) and the decided generics are marked so the passes
+after this one do not decide again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from etc.passes.pass_api import Pass, option, register_pass
+from etc.targets.cpu import decisions
+from etc.targets.cpu.passes._util import walk
+
+QGEMM = "etc.cpu.qgemm"
+REQUANT = "etc.cpu.requant"
+QWINDOW = "etc.cpu.qwindow"
+PANEL = 16
+GROUP = 4
+
+# dot -> (i32 lanes per vector, the LLVM intrinsic multiplying unsigned by signed bytes)
+DOTS = {"avx512-vnni": (16, "llvm.x86.avx512.vpdpbusd.512"), "avx-vnni": (8, "llvm.x86.avx512.vpdpbusd.256")}
+
+NO_DOT = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): plain i32 loops"
+NO_WINDOW = "int8 depthwise/grouped convolution: no int8 window kernel yet, plain i32 loops"
+
+
+def _owner(value):
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _shape(value) -> list:
+    return list(ir.ShapedType(value.type).shape)
+
+
+def _t(shape, element: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + element + ">"
+
+
+@dataclass
+class _Pair:
+    qgemm: object
+    requant: object
+    kind: str
+    a_unsigned: bool
+    per: str
+    zero_point: int
+    lo: int
+    hi: int
+    M: int
+    N: int
+    KB: int
+    NB: int
+
+
+def _match(requant) -> "_Pair | None":
+    attrs = ir.DictAttr(requant.attributes[REQUANT])
+    source = requant.operands[0]
+    op = _owner(source)
+    if op is not None and op.name == "tensor.extract_slice":
+        op = _owner(op.operands[0])
+    if op is None or op.name != "tensor.collapse_shape":
+        return None
+    qgemm = _owner(op.operands[0])
+    if qgemm is None or qgemm.name != "linalg.generic" or QGEMM not in qgemm.attributes:
+        return None
+    q = ir.DictAttr(qgemm.attributes[QGEMM])
+    M, KB, _ = _shape(qgemm.operands[0])
+    NB = _shape(qgemm.operands[1])[0]
+    _, N = _shape(requant.results[0])
+    return _Pair(qgemm, requant, ir.StringAttr(q["kind"]).value, ir.BoolAttr(q["a_unsigned"]).value,
+                 ir.StringAttr(attrs["per"]).value, ir.IntegerAttr(attrs["zero_point"]).value,
+                 ir.IntegerAttr(attrs["min"]).value, ir.IntegerAttr(attrs["max"]).value, M, N, KB, NB)
+
+
+class _Kernel:
+    """The kernel as text: a function of (A, B, corr, mult, bias) returning the [M, N] i8 tensor."""
+
+    def __init__(self, p: _Pair, dot: str, mr: int, panels: int):
+        self.p = p
+        self.lanes, self.intrinsic = DOTS[dot]
+        self.vp = PANEL // self.lanes  # vectors per panel
+        self.mr = max(1, min(mr, p.M))
+        self.panels = max(1, min(panels, p.NB))
+        self.lines: list[str] = []
+        self.n = 0
+
+    def fresh(self, stem="v") -> str:
+        self.n += 1
+        return f"%{stem}{self.n}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def index(self, value: int) -> str:
+        name = f"%i{value}"
+        if name not in self.indices:
+            self.indices[name] = value
+        return name
+
+    def text(self) -> str:
+        p, L = self.p, self.lanes
+        C = p.M if p.per == "row" else p.N
+        a_t, b_t = _t([p.M, p.KB, GROUP], "i8"), _t([p.NB, p.KB, PANEL, GROUP], "i8")
+        c_i, c_f, o_t = _t([C], "i32"), _t([C], "f32"), _t([p.M, p.N], "i8")
+        self.indices: dict = {}
+        body_start = len(self.lines)
+        self.emit(f"%zero = arith.constant dense<0> : vector<{L}xi32>")
+        self.emit("%pad8 = arith.constant 0 : i8")
+        self.emit("%pad32 = arith.constant 0 : i32")
+        self.emit("%padf = arith.constant 0.0 : f32")
+        self.emit(f"%zp = arith.constant dense<{float(p.zero_point)}> : vector<{L}xf32>")
+        self.emit(f"%lo = arith.constant dense<{float(p.lo)}> : vector<{L}xf32>")
+        self.emit(f"%hi = arith.constant dense<{float(p.hi)}> : vector<{L}xf32>")
+        self.emit(f"%init = tensor.empty() : {o_t}")
+        groups = (p.N // PANEL) // self.panels  # groups of whole panels (loop); the rest, a partial one too, after
+        out = "%init"
+        if groups:
+            g, o = self.fresh("g"), self.fresh("o")
+            res = self.fresh("r")
+            self.emit(f"{res} = scf.for {g} = {self.index(0)} to {self.index(groups)} step {self.index(1)} "
+                      f"iter_args({o} = {out}) -> ({o_t}) {{")
+            nb0 = self.fresh()
+            self.emit(f"  {nb0} = arith.muli {g}, {self.index(self.panels)} : index")
+            inner = self.rows(o, nb0, self.panels, static_panel=None)
+            self.emit(f"  scf.yield {inner} : {o_t}")
+            self.emit("}")
+            out = res
+        rest = p.NB - groups * self.panels
+        if rest:
+            out = self.rows(out, self.index(groups * self.panels), rest, static_panel=groups * self.panels)
+        self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
+        consts = [f"  {name} = arith.constant {value} : index" for name, value in sorted(self.indices.items())]
+        self.lines[body_start:body_start] = consts
+        return (f"func.func private @qgemm(%A: {a_t}, %B: {b_t}, %corr: {c_i}, %mult: {c_f}, %bias: {c_f}) "
+                f"-> {o_t} {{\n" + "\n".join(self.lines) + f"\n  return %result : {o_t}\n}}")
+
+    def rows(self, out: str, nb0: str, panels: int, static_panel) -> str:
+        """Row tiles over all M for `panels` panels starting at `nb0`; returns the updated tensor."""
+        p, o_t = self.p, _t([self.p.M, self.p.N], "i8")
+        tiles = p.M // self.mr
+        if tiles:
+            m, o, res = self.fresh("m"), self.fresh("o"), self.fresh("r")
+            self.emit(f"{res} = scf.for {m} = {self.index(0)} to {self.index(tiles)} step {self.index(1)} "
+                      f"iter_args({o} = {out}) -> ({o_t}) {{")
+            m0 = self.fresh()
+            self.emit(f"  {m0} = arith.muli {m}, {self.index(self.mr)} : index")
+            inner = self.tile(o, m0, self.mr, nb0, panels, static_panel)
+            self.emit(f"  scf.yield {inner} : {o_t}")
+            self.emit("}")
+            out = res
+        left = p.M - tiles * self.mr
+        if left:
+            out = self.tile(out, self.index(tiles * self.mr), left, nb0, panels, static_panel)
+        return out
+
+    def tile(self, out: str, m0: str, rows: int, nb0: str, panels: int, static_panel) -> str:
+        """One rows x panels tile: the K loop, then the requantizing epilogue and the stores."""
+        p, L, vp = self.p, self.lanes, self.vp
+        vec, bytes_ = f"vector<{L}xi32>", f"vector<{4 * L}xi8>"
+        ms = [m0] + [self.add(m0, r) for r in range(1, rows)]
+        nbs = [nb0] + [self.add(nb0, j) for j in range(1, panels)]
+        accs = [[self.fresh("acc") for _ in range(panels * vp)] for _ in range(rows)]
+        flat = [a for row in accs for a in row]
+        kb = self.fresh("kb")
+        carried = [self.fresh("c") for _ in flat]
+        res = self.fresh("k")
+        self.emit(f"{res}:{len(flat)} = scf.for {kb} = {self.index(0)} to {self.index(p.KB)} step {self.index(1)} "
+                  f"iter_args({', '.join(f'{c} = %zero' for c in carried)}) -> ({', '.join([vec] * len(flat))}) {{")
+        bvecs = []
+        for j in range(panels):
+            for h in range(vp):
+                raw, b = self.fresh(), self.fresh("b")
+                self.emit(f"  {raw} = vector.transfer_read %B[{nbs[j]}, {kb}, {self.index(h * L)}, {self.index(0)}], "
+                          f"%pad8 {{in_bounds = [true, true]}} : {_t([p.NB, p.KB, PANEL, GROUP], 'i8')}, "
+                          f"vector<{L}x{GROUP}xi8>")
+                self.emit(f"  {b} = vector.shape_cast {raw} : vector<{L}x{GROUP}xi8> to {bytes_}")
+                bvecs.append(b)
+        new = []
+        for r in range(rows):
+            raw, word, s, bc, a = (self.fresh() for _ in range(5))
+            self.emit(f"  {raw} = vector.transfer_read %A[{ms[r]}, {kb}, {self.index(0)}], %pad8 "
+                      f"{{in_bounds = [true]}} : {_t([p.M, p.KB, GROUP], 'i8')}, vector<{GROUP}xi8>")
+            self.emit(f"  {word} = vector.bitcast {raw} : vector<{GROUP}xi8> to vector<1xi32>")
+            self.emit(f"  {s} = vector.extract {word}[0] : i32 from vector<1xi32>")
+            self.emit(f"  {bc} = vector.broadcast {s} : i32 to {vec}")
+            self.emit(f"  {a} = vector.bitcast {bc} : {vec} to {bytes_}")
+            for v in range(panels * vp):
+                u, sg = (a, bvecs[v]) if p.a_unsigned else (bvecs[v], a)
+                acc = self.fresh("d")
+                self.emit(f"  {acc} = llvm.call_intrinsic \"{self.intrinsic}\"({carried[r * panels * vp + v]}, {u}, {sg}) "
+                          f": ({vec}, {bytes_}, {bytes_}) -> {vec}")
+                new.append(acc)
+        self.emit(f"  scf.yield {', '.join(new)} : {', '.join([vec] * len(new))}")
+        self.emit("}")
+        # Epilogue: requantize each accumulator in registers and store it.
+        for r in range(rows):
+            if p.per == "row":
+                row_params = [self.splat(name, ms[r], element) for name, element in
+                              (("%corr", "i32"), ("%mult", "f32"), ("%bias", "f32"))]
+            for v in range(panels * vp):
+                j, h = divmod(v, vp)
+                col = self.add(self.mul(nbs[j], PANEL), h * L)
+                inb = "true"
+                if static_panel is not None:
+                    first = (static_panel + j) * PANEL + h * L
+                    if first >= p.N:
+                        continue  # wholly past the last column
+                    inb = "true" if first + L <= p.N else "false"
+                params = row_params if p.per == "row" else [
+                    self.vector(name, col, element, inb) for name, element in
+                    (("%corr", "i32"), ("%mult", "f32"), ("%bias", "f32"))]
+                out = self.requant(out, f"{res}#{r * panels * vp + v}", params, ms[r], col, inb)
+        return out
+
+    def add(self, base: str, k: int) -> str:
+        if k == 0:
+            return base
+        name = self.fresh()
+        self.emit(f"{name} = arith.addi {base}, {self.index(k)} : index")
+        return name
+
+    def mul(self, base: str, k: int) -> str:
+        name = self.fresh()
+        self.emit(f"{name} = arith.muli {base}, {self.index(k)} : index")
+        return name
+
+    def splat(self, tensor: str, at: str, element: str) -> str:
+        p, L = self.p, self.lanes
+        s, v = self.fresh(), self.fresh()
+        self.emit(f"{s} = tensor.extract {tensor}[{at}] : {_t([p.M], element)}")
+        self.emit(f"{v} = vector.broadcast {s} : {element} to vector<{L}x{element}>")
+        return v
+
+    def vector(self, tensor: str, at: str, element: str, inb: str) -> str:
+        p, L = self.p, self.lanes
+        v = self.fresh()
+        pad = "%pad32" if element == "i32" else "%padf"
+        self.emit(f"{v} = vector.transfer_read {tensor}[{at}], {pad} {{in_bounds = [{inb}]}} : "
+                  f"{_t([p.N], element)}, vector<{L}x{element}>")
+        return v
+
+    def requant(self, out: str, acc: str, params: list, m: str, col: str, inb: str) -> str:
+        p, L = self.p, self.lanes
+        corr, mult, bias = params
+        d, f, y, r, z, c1, c2, q, res = (self.fresh() for _ in range(9))
+        self.emit(f"{d} = arith.subi {acc}, {corr} : vector<{L}xi32>")
+        self.emit(f"{f} = arith.sitofp {d} : vector<{L}xi32> to vector<{L}xf32>")
+        self.emit(f"{y} = math.fma {f}, {mult}, {bias} : vector<{L}xf32>")
+        self.emit(f"{r} = math.roundeven {y} : vector<{L}xf32>")
+        self.emit(f"{z} = arith.addf {r}, %zp : vector<{L}xf32>")
+        self.emit(f"{c1} = arith.maximumf {z}, %lo : vector<{L}xf32>")
+        self.emit(f"{c2} = arith.minimumf {c1}, %hi : vector<{L}xf32>")
+        self.emit(f"{q} = arith.fptosi {c2} : vector<{L}xf32> to vector<{L}xi8>")
+        self.emit(f"{res} = vector.transfer_write {q}, {out}[{m}, {col}] {{in_bounds = [{inb}]}} : "
+                  f"vector<{L}xi8>, {_t([p.M, p.N], 'i8')}")
+        return res
+
+
+@register_pass
+class Int8Kernels(Pass):
+    """Rewrite int8 contractions (qgemm + requantization pairs) into dot-product kernels."""
+
+    name = "etc-cpu-int8-kernels"
+    summary = "Int8 contractions -> register-tiled vpdpbusd kernels with the requantization in registers"
+
+    @dataclass
+    class Options:
+        dot: str = option("none", help="the int8 dot-product instruction: avx512-vnni, avx-vnni or none")
+        mr: int = option(6, help="rows of the register tile")
+        panels: int = option(4, help="16-column panels of the register tile")
+
+    def run(self, module_op) -> None:
+        o = self.options
+        if o.dot != "none" and o.dot not in DOTS:
+            raise self.error(f"{self.name}: dot={o.dot!r} is not one of none, {', '.join(DOTS)}")
+        with module_op.context, ir.Location.unknown():
+            for op in walk(module_op, ("linalg.generic",)):
+                if QWINDOW in op.attributes:
+                    decisions.record(op, "window", "loops", NO_WINDOW)
+                    op.attributes[decisions.DECIDED] = ir.UnitAttr.get()
+            for requant in walk(module_op, ("linalg.generic",)):
+                if REQUANT not in requant.attributes:
+                    continue
+                pair = _match(requant)
+                if pair is None:
+                    raise self.error(f"{self.name}: an int8 requantization that does not read a qgemm", at=requant)
+                if o.dot == "none":
+                    decisions.record(pair.qgemm, pair.kind, "loops", NO_DOT)
+                    pair.qgemm.attributes[decisions.DECIDED] = ir.UnitAttr.get()
+                    continue
+                try:
+                    self.rewrite(pair, _Kernel(pair, o.dot, o.mr, o.panels).text())
+                except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug
+                    raise self.error(f"{self.name}: building the int8 kernel failed: {e}", at=requant) from None
+                self.count("kernels")
+
+    def rewrite(self, pair: _Pair, text: str) -> None:
+        decisions.record(pair.qgemm, pair.kind, "gemm")
+        requant, qgemm = pair.requant, pair.qgemm
+        holder = ir.Module.parse(text, requant.context)
+        func = holder.body.operations[0]
+        block = func.regions[0].blocks[0]
+        values = [qgemm.operands[0], qgemm.operands[1], requant.operands[1], requant.operands[2],
+                  requant.operands[3]]
+        for arg, value in zip(block.arguments, values):
+            arg.replace_all_uses_with(value)
+        ops = [o.operation for o in block.operations]
+        result = ops[-1].operands[0]
+        location = requant.location
+        for inner in ops[:-1]:
+            inner.move_before(requant)
+            inner.location = location
+        requant.results[0].replace_all_uses_with(result)
+        requant.erase()
+        # The collapse/slice and the qgemm are dead now.
+        for dead in _dead_chain(qgemm):
+            dead.erase()
+
+
+def _dead_chain(qgemm) -> list:
+    """The qgemm, its fill and the collapse/slice between it and the requantization, once unused."""
+    out = []
+    users = [u.owner for u in qgemm.results[0].uses]
+    for user in users:
+        user = user.operation if hasattr(user, "operation") else user
+        for inner in [u.owner for u in user.results[0].uses]:
+            inner = inner.operation if hasattr(inner, "operation") else inner
+            if not list(inner.results[0].uses):
+                out.append(inner)
+        out.append(user)
+    out.append(qgemm)
+    return out
