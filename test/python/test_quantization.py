@@ -264,7 +264,7 @@ class _FloatHead(nn.Module):
         return torch.sigmoid(self.head(y))
 
 
-def test_cpu_partitioner_keeps_quantized_operations_portable_and_says_why():
+def test_cpu_partitioner_runs_quantized_operations_as_int8_next_to_float_ones():
     from etc.targets.cpu import CpuPartitioner, CpuQuantizer, get_symmetric_quantization_config
     from models.zoo import ZooModel
 
@@ -275,19 +275,16 @@ def test_cpu_partitioner_keeps_quantized_operations_portable_and_says_why():
     converted, ep = quantize(zoo_model, quantizer=quantizer)
     edge = etc.to_edge(ep).to_backend(CpuPartitioner())
     report = edge.delegation_info()
-    assert "portable   edge.convolution x1: part of a quantized operation" in report
-    assert "edge.quantized_decomposed_quantize_per_tensor" in report and "no int8 kernels yet" in report
-    # The float ops before the first quantize and after the last dequantized read are the cpu target's.
-    assert "delegated  edge.tanh x1" in report and "delegated  edge.exp x1" in report
-    assert "delegated  edge.sigmoid x1" in report
+    # The partitioner folds the int8 computation and delegates it with the float ops around it.
+    assert "0 op(s) on portable kernels" in report
+    assert "delegated  edge.etc_quantized_conv2d x1" in report
+    assert "delegated  edge.quantized_decomposed_quantize_per_tensor" in report
+    assert "delegated  edge.tanh x1" in report and "delegated  edge.sigmoid x1" in report
+    assert "edge.convolution" not in report
     got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
     with torch.no_grad():
         want = converted(*zoo_model.example_inputs)
     assert sqnr(want, got) >= 30
-    # Folded int8 ops are not taken either.
-    folded = etc.to_edge(ep).transform(["etc-fold-quantized"]).to_backend(CpuPartitioner())
-    assert "portable   edge.etc_quantized_conv2d x1: a quantization op (folded)" in folded.delegation_info()
-    assert sqnr(want, _run(folded.to_executorch(), zoo_model.example_inputs)[0]) >= 30
 
 
 # ------------------------------------------------------------------ etc-fold-quantized

@@ -1,0 +1,215 @@
+"""Int8 native code in the cpu target (issue 10, part 3): quantized programs fully delegated, their
+int8 ops lowered by targets/cpu/lower_quantized.py and the contractions run by the vpdpbusd kernel
+of passes/int8_kernels.py, checked against etc's portable int8 kernels (the reference semantics)
+and the eager quantized model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("torchao")
+
+import etc  # noqa: E402
+from etc.runtime import Runtime  # noqa: E402
+from etc.targets.cpu import CpuPartitioner  # noqa: E402
+from models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
+from models.zoo import ZooModel  # noqa: E402
+
+CNNS = ["small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn"]
+
+
+def _host_has(*features) -> bool:
+    from etc.targets.cpu.isa import host_target
+
+    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
+    return set(features) <= have
+
+
+def _run(program, inputs):
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    return [np.asarray(o) for o in method.execute(list(inputs))]
+
+
+def _output_scale(ep) -> float:
+    """The scale of the program's last dequantize (its output's int8 step)."""
+    nodes = [n for n in ep.graph.nodes if n.op == "call_function" and "dequantize_per_tensor" in str(n.target)]
+    return float(nodes[-1].args[1])
+
+
+def _within_one_step(got, want, step):
+    """The kernel scales in float32 with one fma where the reference kernel rounds a float64
+    product: an int8 output may differ by one step where the two land on either side of a
+    rounding tie, never by more, and rarely."""
+    diff = np.abs(got - want) / step
+    assert diff.max() <= 1.0 + 1e-3, diff.max()
+    assert np.count_nonzero(diff > 0.5) <= max(2, diff.size // 100)
+
+
+@pytest.mark.parametrize("name", CNNS)
+def test_zoo_cnn_int8_is_fully_delegated_and_matches_the_portable_int8_kernels(name):
+    zoo_model, converted, ep = quantized_zoo(name)
+    inputs = zoo_model.example_inputs
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "0 op(s) on portable kernels" in report, report
+    assert "delegated  edge.etc_quantized_conv2d" in report
+    assert "tuned      convolution -> gemm" in report  # the vpdpbusd kernel (or the AVX-VNNI one)
+    got = _run(edge.to_executorch(), inputs)[0]
+    portable = _run(etc.to_edge(ep).transform(["etc-fold-quantized"]).to_executorch(), inputs)[0]
+    _within_one_step(got, portable, _output_scale(ep))
+    with torch.no_grad():
+        want = converted(*inputs)
+    assert sqnr(want, torch.as_tensor(got)) >= 30
+
+
+class _Conv(nn.Module):
+    def __init__(self, c, f, k, stride, padding, groups=1, relu=True):
+        super().__init__()
+        self.conv = nn.Conv2d(c, f, k, stride=stride, padding=padding, groups=groups)
+        self.relu = relu
+
+    def forward(self, x):
+        y = self.conv(x)
+        return torch.relu(y) if self.relu else y
+
+
+class _Linear(nn.Module):
+    def __init__(self, k, n):
+        super().__init__()
+        self.linear = nn.Linear(k, n)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def _quantized(module, shape, sign, seed=0):
+    """Quantize `module` calibrated on inputs of one sign: all >= 0 puts the input zero point at
+    -128, all <= 0 at 127, both signs in between."""
+    torch.manual_seed(seed)
+    x = torch.randn(*shape)
+    x = x.abs() if sign > 0 else -x.abs() if sign < 0 else x
+    zoo_model = ZooModel("layer", module.eval(), (x,))
+    converted, ep = quantize(zoo_model, calibration_batches=0)
+    return converted, ep, x
+
+
+def _check_layer(module, shape, sign, *, partitioner=None, expect=("gemm",)):
+    converted, ep, x = _quantized(module, shape, sign)
+    zps = [int(n.args[2]) for n in ep.graph.nodes if "quantize_per_tensor" in str(n.target)]
+    if sign > 0:
+        assert -128 in zps
+    if sign < 0:
+        assert 127 in zps
+    edge = etc.to_edge(ep).to_backend(partitioner or CpuPartitioner())
+    report = edge.delegation_info()
+    assert "0 op(s) on portable kernels" in report, report
+    for path in expect:
+        assert f"-> {path}" in report, report
+    got = _run(edge.to_executorch(), [x])[0]
+    want = _run(etc.to_edge(ep).transform(["etc-fold-quantized"]).to_executorch(), [x])[0]
+    _within_one_step(got, want, _output_scale(ep))
+    with torch.no_grad():
+        assert sqnr(converted(x), torch.as_tensor(got)) >= 30
+    return report
+
+
+@pytest.mark.parametrize("c,f,k,stride,padding,hw", [
+    (3, 16, 3, 1, 1, 8),      # K = 27 (not a multiple of 4), P = 64
+    (5, 7, 3, 2, 1, 11),      # odd channels, F < mr, P = 36 (a partial panel)
+    (17, 70, 1, 1, 0, 9),     # 1x1, F = 70 (row tail), P = 81
+    (8, 13, 5, 1, 2, 13),     # 5x5, P = 169: whole panel groups, then a partial panel
+    (16, 96, 3, 1, 1, 16),    # P = 256: panel groups only
+])
+@pytest.mark.parametrize("sign", [1, -1, 0])
+def test_int8_conv_kernel_against_the_portable_reference(c, f, k, stride, padding, hw, sign):
+    _check_layer(_Conv(c, f, k, stride, padding), (1, c, hw, hw), sign, expect=("gemm",))
+
+
+def test_int8_conv_without_relu_and_batch_two():
+    _check_layer(_Conv(6, 10, 3, 1, 1, relu=False), (2, 6, 7, 7), 0)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 5, 17), (3, 33, 70), (7, 64, 16), (2, 130, 129)])
+@pytest.mark.parametrize("sign", [1, -1, 0])
+def test_int8_linear_kernel_against_the_portable_reference(m, k, n, sign):
+    _check_layer(_Linear(k, n), (m, k), sign, expect=("gemm",))
+
+
+@pytest.mark.parametrize("c,mult,k,stride", [(8, 1, 3, 1), (5, 1, 3, 2), (4, 2, 3, 1)])
+def test_int8_depthwise_is_plain_loops_with_a_reason(c, mult, k, stride):
+    report = _check_layer(_Conv(c, c * mult, k, stride, 1, groups=c), (1, c, 9, 9), 0, expect=())
+    assert "NOT TUNED  window -> loops: int8 depthwise/grouped convolution" in report
+
+
+def test_grouped_int8_conv():
+    _check_layer(_Conv(8, 12, 3, 1, 1, groups=4), (1, 8, 6, 6), 1, expect=())
+
+
+@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+def test_without_vnni_the_contractions_are_plain_loops_and_say_why():
+    report = _check_layer(_Conv(8, 16, 3, 1, 1), (1, 8, 8, 8), 0, partitioner=CpuPartitioner("x86-64-v3"),
+                          expect=())
+    assert "NOT TUNED  convolution -> loops: the target has no int8 dot-product instruction" in report
+
+
+def _assembly(module, x, **target) -> str:
+    """The cpu target's object code for `module` quantized, as assembly."""
+    import llvmlite.binding as llvm
+
+    from etc.targets.cpu import compile_function
+    from etc.targets.cpu.isa import init_llvm, resolve_target
+
+    _, ep, _ = _quantized(module, x, 0)
+    edge = etc.to_edge(ep)
+    from etc.targets.cpu.lower_quantized import fold_for_cpu
+
+    fold_for_cpu(edge.program_ir.module)
+    fn = [op for op in edge.program_ir.module.body.operations if op.operation.name == "func.func"][0]
+    _, debug = compile_function(fn.operation, edge.program_ir.constants, keep_ir=True, **target)
+    init_llvm()
+    resolved = resolve_target(target.get("target"), cpu=target.get("cpu"), features=target.get("features"))
+    tm = llvm.Target.from_triple(resolved.triple).create_target_machine(cpu=resolved.cpu,
+                                                                         features=resolved.features, opt=3)
+    return tm.emit_assembly(llvm.parse_assembly(debug["llvm_ir"]))
+
+
+@pytest.mark.skipif(not _host_has("avx512vnni", "avx512bw"), reason="the host has no AVX-512 VNNI")
+def test_host_kernel_is_avx512_vnni():
+    asm = _assembly(_Conv(16, 32, 3, 1, 1), (1, 16, 8, 8))
+    lines = [line for line in asm.splitlines() if "vpdpbusd" in line]
+    assert lines and all("%zmm" in line for line in lines)
+
+
+def test_avx_vnni_kernel_uses_ymm_dot_products():
+    asm = _assembly(_Conv(16, 32, 3, 1, 1), (1, 16, 8, 8), target="x86_64-unknown-linux-gnu", cpu="alderlake",
+                    features="+avx2,+fma,+f16c,+avxvnni")
+    lines = [line for line in asm.splitlines() if "vpdpbusd" in line]
+    assert lines and all("%ymm" in line and "%zmm" not in line for line in lines)
+
+
+def test_isa_rows_choose_the_dot_product_from_the_features():
+    from etc.targets.cpu.isa import CpuTarget, isa_for
+
+    x86 = "x86_64-unknown-linux-gnu"
+    assert isa_for(CpuTarget(x86, "x", "+avx512f,+avx512bw,+avx512vnni,+avx2,+fma")).int8_dot == "avx512-vnni"
+    assert isa_for(CpuTarget(x86, "x", "+avx512f,+avx2,+fma")).int8_dot == "none"
+    assert isa_for(CpuTarget(x86, "x", "+avx2,+fma,+avxvnni")).int8_dot == "avx-vnni"
+    assert isa_for(CpuTarget(x86, "x", "+avx2,+fma")).int8_dot == "none"
+    assert isa_for(CpuTarget("aarch64-unknown-linux-gnu", "x", "+neon")).int8_dot == "none"
+
+
+def test_dynamic_linear_stays_portable_and_the_report_says_why():
+    from models.zoo import ZOO
+
+    zoo_model = ZOO["mlp"]()
+    converted, ep = quantize(zoo_model, is_dynamic=True)
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "portable   edge.etc_quantized_linear_dynamic" in report
+    assert "etc_quantized::linear_dynamic has no int8 kernel in the cpu target" in report
+    got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
+    with torch.no_grad():
+        assert sqnr(converted(*zoo_model.example_inputs), torch.as_tensor(got)) >= 60
