@@ -406,44 +406,30 @@ def _conv_qgemm(e, a: dict, op, weight: np.ndarray) -> ir.Value:
         xs = t.fresh()
         t(f"{xs} = tensor.extract_slice {xp}[{image}, 0, 0, 0] [1, {C}, {Hp}, {Wp}] [1, 1, 1, 1] : "
           f"{_t([nb_, C, Hp, Wp], 'i8')} to {_t([C, Hp, Wp], 'i8')}")
-        # im2col of the image, packed as B [NB, KB, 16, 4], unsigned (x xor 0x80): per call.
-        pe, bp = t.fresh(), t.fresh()
+        # im2col of the image, unsigned (x xor 0x80), as an affine gather [C, KH, KW, OH, OW]
+        # (no index arithmetic: it vectorizes along the output row), then packed per call as
+        # B [NB, KB, 16, 4]: zero padded to whole groups and panels, one transpose.
+        ce, col = t.fresh(), t.fresh()
+        t(f"{ce} = tensor.empty() : {_t([C, KH, KW, OH, OW], 'i8')}")
+        dims = "(c, kh, kw, oh, ow)"
+        t(f"{col} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (c, oh * {sh} + kh * {dh}, "
+          f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> {dims}>], iterator_types = [{_parallel(5)}]}} "
+          f"ins({xs} : {_t([C, Hp, Wp], 'i8')}) outs({ce} : {_t([C, KH, KW, OH, OW], 'i8')}) {{")
+        t("^bb0(%cx: i8, %co: i8):")
+        t("  %cflip = arith.constant -128 : i8")
+        t("  %cu = arith.xori %cx, %cflip : i8")
+        t("  linalg.yield %cu : i8")
+        t(f"}} -> {_t([C, KH, KW, OH, OW], 'i8')}")
+        kp = t.fresh()
+        t(f"{kp} = tensor.collapse_shape {col} [[0, 1, 2], [3, 4]] : {_t([C, KH, KW, OH, OW], 'i8')} "
+          f"into {_t([K, P], 'i8')}")
+        padded, _ = _pad(t, kp, [K, P], [0, 0], [KB * GROUP - K, NB * PANEL - P], zero8)
+        ex, pe, bp = t.fresh(), t.fresh(), t.fresh()
+        t(f"{ex} = tensor.expand_shape {padded} [[0, 1], [2, 3]] output_shape [{KB}, {GROUP}, {NB}, {PANEL}] : "
+          f"{_t([KB * GROUP, NB * PANEL], 'i8')} into {_t([KB, GROUP, NB, PANEL], 'i8')}")
         t(f"{pe} = tensor.empty() : {_t([NB, KB, PANEL, GROUP], 'i8')}")
-        t(f"{bp} = linalg.generic {{indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>], "
-          f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\"]}} "
-          f"outs({pe} : {_t([NB, KB, PANEL, GROUP], 'i8')}) {{")
-        t("^bb0(%po: i8):")
-        s = image
-        t(f"  %nb{s} = linalg.index 0 : index")
-        t(f"  %kb{s} = linalg.index 1 : index")
-        t(f"  %nl{s} = linalg.index 2 : index")
-        t(f"  %kl{s} = linalg.index 3 : index")
-        for nm, val in (("c16", PANEL), ("c4", GROUP), ("pmax", P - 1), ("kmax", K - 1), ("khw", KH * KW),
-                        ("ckw", KW), ("cow", OW), ("csh", sh), ("csw", sw), ("cdh", dh), ("cdw", dw)):
-            t(f"  %{nm}{s} = arith.constant {val} : index")
-        t(f"  %p0{s} = arith.muli %nb{s}, %c16{s} : index")
-        t(f"  %p1{s} = arith.addi %p0{s}, %nl{s} : index")
-        t(f"  %p{s} = arith.minui %p1{s}, %pmax{s} : index")
-        t(f"  %k0{s} = arith.muli %kb{s}, %c4{s} : index")
-        t(f"  %k1{s} = arith.addi %k0{s}, %kl{s} : index")
-        t(f"  %k{s} = arith.minui %k1{s}, %kmax{s} : index")
-        t(f"  %ch{s} = arith.divui %k{s}, %khw{s} : index")
-        t(f"  %r{s} = arith.remui %k{s}, %khw{s} : index")
-        t(f"  %kh{s} = arith.divui %r{s}, %ckw{s} : index")
-        t(f"  %kw{s} = arith.remui %r{s}, %ckw{s} : index")
-        t(f"  %oh{s} = arith.divui %p{s}, %cow{s} : index")
-        t(f"  %ow{s} = arith.remui %p{s}, %cow{s} : index")
-        t(f"  %h0{s} = arith.muli %oh{s}, %csh{s} : index")
-        t(f"  %h1{s} = arith.muli %kh{s}, %cdh{s} : index")
-        t(f"  %h{s} = arith.addi %h0{s}, %h1{s} : index")
-        t(f"  %w0{s} = arith.muli %ow{s}, %csw{s} : index")
-        t(f"  %w1{s} = arith.muli %kw{s}, %cdw{s} : index")
-        t(f"  %w{s} = arith.addi %w0{s}, %w1{s} : index")
-        t(f"  %x{s} = tensor.extract {xs}[%ch{s}, %h{s}, %w{s}] : {_t([C, Hp, Wp], 'i8')}")
-        t(f"  %flip{s} = arith.constant -128 : i8")
-        t(f"  %u{s} = arith.xori %x{s}, %flip{s} : i8")
-        t(f"  linalg.yield %u{s} : i8")
-        t(f"}} -> {_t([NB, KB, PANEL, GROUP], 'i8')}")
+        t(f"{bp} = linalg.transpose ins({ex} : {_t([KB, GROUP, NB, PANEL], 'i8')}) "
+          f"outs({pe} : {_t([NB, KB, PANEL, GROUP], 'i8')}) permutation = [2, 0, 3, 1]")
         y = _qgemm(t, wa, bp, F, P, KB, False, "row", params, int(a["output_zero_point"]), int(a["output_min"]),
                    int(a["output_max"]), "convolution")
         img = t.fresh()

@@ -282,6 +282,68 @@ class _Kernel:
         return res
 
 
+def _pack_text(K4: int, P16: int) -> str:
+    """[K4, P16] -> [NB, KB, 16, 4] (the per-call packing of a convolution's im2col): each 4 x 16
+    block read as four 16-byte rows, interleaved in registers (two rounds of byte/halfword
+    shuffles), written as one 64-byte panel row."""
+    KB, NB = K4 // GROUP, P16 // PANEL
+    pairs = ", ".join(f"{i}, {i + PANEL}" for i in range(PANEL))  # r0[i], r1[i]
+    quads = ", ".join(f"{2 * i}, {2 * i + 1}, {2 * i + 2 * PANEL}, {2 * i + 1 + 2 * PANEL}" for i in range(PANEL))
+    src, dst = _t([K4, P16], "i8"), _t([NB, KB, PANEL, GROUP], "i8")
+    return "\n".join([
+        f"func.func private @pack(%src: {src}) -> {dst} {{",
+        "  %c0 = arith.constant 0 : index", "  %c1 = arith.constant 1 : index",
+        f"  %c4 = arith.constant {GROUP} : index", f"  %c16 = arith.constant {PANEL} : index",
+        f"  %cnb = arith.constant {NB} : index", f"  %ckb = arith.constant {KB} : index",
+        "  %pad = arith.constant 0 : i8",
+        *[f"  %c{r}i = arith.constant {r} : index" for r in range(1, GROUP)],
+        f"  %empty = tensor.empty() : {dst}",
+        f"  %out = scf.for %nb = %c0 to %cnb step %c1 iter_args(%acc = %empty) -> ({dst}) {{",
+        f"    %in = scf.for %kb = %c0 to %ckb step %c1 iter_args(%acc2 = %acc) -> ({dst}) {{",
+        "      %k0 = arith.muli %kb, %c4 : index",
+        "      %p0 = arith.muli %nb, %c16 : index",
+        *[f"      %k{r} = arith.addi %k0, %c{r}i : index" for r in range(1, GROUP)],
+        *[f"      %r{r} = vector.transfer_read %src[%k{r}, %p0], %pad {{in_bounds = [true]}} : {src}, "
+          f"vector<{PANEL}xi8>" for r in range(GROUP)],
+        # Interleave bytes of rows 0/1 and 2/3, then 16-bit pairs of those: column-major 4 x 16.
+        f"      %s01 = vector.shuffle %r0, %r1 [{pairs}] : vector<{PANEL}xi8>, vector<{PANEL}xi8>",
+        f"      %s23 = vector.shuffle %r2, %r3 [{pairs}] : vector<{PANEL}xi8>, vector<{PANEL}xi8>",
+        f"      %tv = vector.shuffle %s01, %s23 [{quads}] : vector<{2 * PANEL}xi8>, vector<{2 * PANEL}xi8>",
+        f"      %t2 = vector.shape_cast %tv : vector<{GROUP * PANEL}xi8> to vector<{PANEL}x{GROUP}xi8>",
+        f"      %w = vector.transfer_write %t2, %acc2[%nb, %kb, %c0, %c0] {{in_bounds = [true, true]}} : "
+        f"vector<{PANEL}x{GROUP}xi8>, {dst}",
+        f"      scf.yield %w : {dst}", "    }", f"    scf.yield %in : {dst}", "  }",
+        f"  return %out : {dst}", "}"])
+
+
+def _pack_source(qgemm):
+    """The [K4, P16] im2col a convolution's qgemm packs per call (through expand_shape and a
+    [2, 0, 3, 1] transpose), with that transpose; None for a prepacked operand."""
+    transpose = _owner(qgemm.operands[1])
+    if transpose is None or transpose.name != "linalg.transpose":
+        return None
+    if list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"])) != [2, 0, 3, 1]:
+        return None
+    expand = _owner(transpose.operands[0])
+    if expand is None or expand.name != "tensor.expand_shape":
+        return None
+    return expand.operands[0], transpose
+
+
+def _splice(text: str, values: list, before, location):
+    """Parse the function `text`, move its body before `before` with `values` as its arguments."""
+    holder = ir.Module.parse(text, before.context)
+    block = holder.body.operations[0].regions[0].blocks[0]
+    for arg, value in zip(block.arguments, values):
+        arg.replace_all_uses_with(value)
+    ops = [o.operation for o in block.operations]
+    result = ops[-1].operands[0]
+    for inner in ops[:-1]:
+        inner.move_before(before)
+        inner.location = location
+    return result
+
+
 @register_pass
 class Int8Kernels(Pass):
     """Rewrite int8 contractions (qgemm + requantization pairs) into dot-product kernels."""
@@ -304,6 +366,13 @@ class Int8Kernels(Pass):
                 if QWINDOW in op.attributes:
                     decisions.record(op, "window", "loops", NO_WINDOW)
                     op.attributes[decisions.DECIDED] = ir.UnitAttr.get()
+            for qgemm in walk(module_op, ("linalg.generic",)):
+                found = _pack_source(qgemm) if QGEMM in qgemm.attributes else None
+                if found is not None:  # vector code on any target (it needs no dot product)
+                    source, transpose = found
+                    packed = _splice(_pack_text(*_shape(source)), [source], transpose, transpose.location)
+                    transpose.results[0].replace_all_uses_with(packed)
+                    transpose.erase()
             for requant in walk(module_op, ("linalg.generic",)):
                 if REQUANT not in requant.attributes:
                     continue
@@ -323,19 +392,9 @@ class Int8Kernels(Pass):
     def rewrite(self, pair: _Pair, text: str) -> None:
         decisions.record(pair.qgemm, pair.kind, "gemm")
         requant, qgemm = pair.requant, pair.qgemm
-        holder = ir.Module.parse(text, requant.context)
-        func = holder.body.operations[0]
-        block = func.regions[0].blocks[0]
         values = [qgemm.operands[0], qgemm.operands[1], requant.operands[1], requant.operands[2],
                   requant.operands[3]]
-        for arg, value in zip(block.arguments, values):
-            arg.replace_all_uses_with(value)
-        ops = [o.operation for o in block.operations]
-        result = ops[-1].operands[0]
-        location = requant.location
-        for inner in ops[:-1]:
-            inner.move_before(requant)
-            inner.location = location
+        result = _splice(text, values, requant, requant.location)
         requant.results[0].replace_all_uses_with(result)
         requant.erase()
         # The collapse/slice and the qgemm are dead now.
