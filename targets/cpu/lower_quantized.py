@@ -409,20 +409,36 @@ def _conv_qgemm(e, a: dict, op, weight: np.ndarray) -> ir.Value:
         # im2col of the image, unsigned (x xor 0x80), as an affine gather [C, KH, KW, OH, OW]
         # (no index arithmetic: it vectorizes along the output row), then packed per call as
         # B [NB, KB, 16, 4]: zero padded to whole groups and panels, one transpose.
-        ce, col = t.fresh(), t.fresh()
-        t(f"{ce} = tensor.empty() : {_t([C, KH, KW, OH, OW], 'i8')}")
-        dims = "(c, kh, kw, oh, ow)"
-        t(f"{col} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (c, oh * {sh} + kh * {dh}, "
-          f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> {dims}>], iterator_types = [{_parallel(5)}]}} "
-          f"ins({xs} : {_t([C, Hp, Wp], 'i8')}) outs({ce} : {_t([C, KH, KW, OH, OW], 'i8')}) {{")
-        t("^bb0(%cx: i8, %co: i8):")
-        t("  %cflip = arith.constant -128 : i8")
-        t("  %cu = arith.xori %cx, %cflip : i8")
-        t("  linalg.yield %cu : i8")
-        t(f"}} -> {_t([C, KH, KW, OH, OW], 'i8')}")
-        kp = t.fresh()
-        t(f"{kp} = tensor.collapse_shape {col} [[0, 1, 2], [3, 4]] : {_t([C, KH, KW, OH, OW], 'i8')} "
-          f"into {_t([K, P], 'i8')}")
+        if nb_ == 1 and (KH, KW, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
+            # A pointwise convolution's im2col is its input: flip it in the input's own shape (an
+            # elementwise consumer of the producer, which a window kernel can fold into its store).
+            ident = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
+            ce, col = t.fresh(), t.fresh()
+            t(f"{ce} = tensor.empty() : {_t(x_shape, 'i8')}")
+            t(f"{col} = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{_parallel(4)}]}} "
+              f"ins(%arg0 : {_t(x_shape, 'i8')}) outs({ce} : {_t(x_shape, 'i8')}) {{")
+            t("^bb0(%cx: i8, %co: i8):")
+            t("  %cflip = arith.constant -128 : i8")
+            t("  %cu = arith.xori %cx, %cflip : i8")
+            t("  linalg.yield %cu : i8")
+            t(f"}} -> {_t(x_shape, 'i8')}")
+            kp = t.fresh()
+            t(f"{kp} = tensor.collapse_shape {col} [[0, 1], [2, 3]] : {_t(x_shape, 'i8')} into {_t([K, P], 'i8')}")
+        else:
+            ce, col = t.fresh(), t.fresh()
+            t(f"{ce} = tensor.empty() : {_t([C, KH, KW, OH, OW], 'i8')}")
+            dims = "(c, kh, kw, oh, ow)"
+            t(f"{col} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (c, oh * {sh} + kh * {dh}, "
+              f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> {dims}>], iterator_types = [{_parallel(5)}]}} "
+              f"ins({xs} : {_t([C, Hp, Wp], 'i8')}) outs({ce} : {_t([C, KH, KW, OH, OW], 'i8')}) {{")
+            t("^bb0(%cx: i8, %co: i8):")
+            t("  %cflip = arith.constant -128 : i8")
+            t("  %cu = arith.xori %cx, %cflip : i8")
+            t("  linalg.yield %cu : i8")
+            t(f"}} -> {_t([C, KH, KW, OH, OW], 'i8')}")
+            kp = t.fresh()
+            t(f"{kp} = tensor.collapse_shape {col} [[0, 1, 2], [3, 4]] : {_t([C, KH, KW, OH, OW], 'i8')} "
+              f"into {_t([K, P], 'i8')}")
         padded, _ = _pad(t, kp, [K, P], [0, 0], [KB * GROUP - K, NB * PANEL - P], zero8)
         ex, pe, bp = t.fresh(), t.fresh(), t.fresh()
         t(f"{ex} = tensor.expand_shape {padded} [[0, 1], [2, 3]] output_shape [{KB}, {GROUP}, {NB}, {PANEL}] : "
@@ -509,6 +525,71 @@ def _conv_window(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     return _splice(op, [a["_t_input"], a["_t_weight"]], t.text(), _t(out_shape, "i8"))
 
 
+def _conv_depthwise_f32(e, a: dict, op, weight: np.ndarray) -> ir.Value:
+    """A depthwise int8 convolution on the f32 window kernel (etc-cpu-window-kernels), exactly: the
+    taps (x - zx) * w are integers below 2^16 in magnitude and their sums stay below 2^24 (see
+    `_exact_in_f32`), so float32 computes the same integer accumulator; the requantization is then
+    the qgemm epilogue's (fma, roundeven, zero point, clamp) on it."""
+    t = _Text()
+    x_shape = list(ir.RankedTensorType(a["input"].type).shape)
+    out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    nb_, C, H, W = x_shape
+    _, _, KH, KW = weight.shape
+    _, _, OH, OW = out_shape
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    zx = int(a["input_zero_point"])
+    n = 4
+    ident = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
+    t(f"%zx = arith.constant {zx} : i32")
+    t(f"%xe = tensor.empty() : {_t(x_shape, 'f32')}")
+    t(f"%xf = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{_parallel(n)}]}} "
+      f"ins(%arg0 : {_t(x_shape, 'i8')}) outs(%xe : {_t(x_shape, 'f32')}) {{")
+    t("^bb0(%x: i8, %o: f32):")
+    t("  %x32 = arith.extsi %x : i8 to i32")
+    t("  %xc = arith.subi %x32, %zx : i32")
+    t("  %y = arith.sitofp %xc : i32 to f32")
+    t("  linalg.yield %y : f32")
+    t(f"}} -> {_t(x_shape, 'f32')}")
+    zero = t.const("0.0", "f32")
+    xp, (_, _, Hp, Wp) = _pad(t, "%xf", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], zero, "f32")
+    t(f"%w = arith.constant {_dense(weight.reshape(C, KH, KW).astype(np.float32), 'f32')}")
+    t(f"%ie = tensor.empty() : {_t(out_shape, 'f32')}")
+    t(f"%init = linalg.fill ins({zero} : f32) outs(%ie : {_t(out_shape, 'f32')}) -> {_t(out_shape, 'f32')}")
+    t(f"%acc = linalg.depthwise_conv_2d_nchw_chw {{dilations = dense<[{dh}, {dw}]> : tensor<2xi64>, "
+      f"strides = dense<[{sh}, {sw}]> : tensor<2xi64>}} ins({xp}, %w : {_t([nb_, C, Hp, Wp], 'f32')}, "
+      f"{_t([C, KH, KW], 'f32')}) outs(%init : {_t(out_shape, 'f32')}) -> {_t(out_shape, 'f32')}")
+    _, mult, bias = _channel_params(e, a, weight, None)
+    t(f"%mult = arith.constant {_dense(mult, 'f32')}")
+    t(f"%bias = arith.constant {_dense(bias, 'f32')}")
+    zp, lo, hi = int(a["output_zero_point"]), int(a["output_min"]), int(a["output_max"])
+    _requant_constants(t, zp, lo, hi)
+    chan = "affine_map<(d0, d1, d2, d3) -> (d1)>"
+    t(f"%oe = tensor.empty() : {_t(out_shape, 'i8')}")
+    t(f"%result = linalg.generic {{indexing_maps = [{ident}, {chan}, {chan}, {ident}], "
+      f"iterator_types = [{_parallel(n)}]}} ins(%acc, %mult, %bias : {_t(out_shape, 'f32')}, {_t([C], 'f32')}, "
+      f"{_t([C], 'f32')}) outs(%oe : {_t(out_shape, 'i8')}) {{")
+    t("^bb0(%ra: f32, %rm: f32, %rb: f32, %ro: i8):")
+    t("  %ry = math.fma %ra, %rm, %rb : f32")
+    t("  %rr = math.roundeven %ry : f32")
+    t("  %rz = arith.addf %rr, %zp : f32")
+    t("  %rc1 = arith.maximumf %rz, %lo : f32")
+    t("  %rc2 = arith.minimumf %rc1, %hi : f32")
+    t("  %rq = arith.fptosi %rc2 : f32 to i8")
+    t("  linalg.yield %rq : i8")
+    t(f"}} -> {_t(out_shape, 'i8')}")
+    return _splice(op, [a["_t_input"]], t.text(), _t(out_shape, "i8"))
+
+
+def _shape0(value) -> list:
+    return list(ir.RankedTensorType(value.type).shape)
+
+
+def _exact_in_f32(weight: np.ndarray) -> bool:
+    """Every partial sum of (x - zx) * w (|x - zx| <= 255) is an integer float32 holds exactly."""
+    taps = weight.reshape(weight.shape[0], -1)
+    return int(np.abs(taps.astype(np.int64)).sum(axis=1).max(initial=0)) * 255 < 2 ** 24
+
+
 def _lower_conv(e, v: dict, op) -> list:
     from etc.dialects import decode_op
 
@@ -517,8 +598,12 @@ def _lower_conv(e, v: dict, op) -> list:
     weight = _data(e, a["weight"], "weight")
     if weight.dtype != np.int8 or weight.ndim != 4:
         raise LoweringError(f"{_CONV}: the weight must be int8 [F, C, KH, KW]")
-    if int(a["groups"]) == 1:
+    groups = int(a["groups"])
+    if groups == 1:
         return [_conv_qgemm(e, a, op, weight)]
+    if groups == weight.shape[0] == weight.shape[0] * weight.shape[1] == _shape0(a["input"])[1] \
+            and _exact_in_f32(weight):
+        return [_conv_depthwise_f32(e, a, op, weight)]
     return [_conv_window(e, a, op, weight)]
 
 

@@ -138,9 +138,16 @@ def test_int8_linear_kernel_against_the_portable_reference(m, k, n, sign):
     _check_layer(_Linear(k, n), (m, k), sign, expect=("gemm",))
 
 
-@pytest.mark.parametrize("c,mult,k,stride", [(8, 1, 3, 1), (5, 1, 3, 2), (4, 2, 3, 1)])
-def test_int8_depthwise_is_plain_loops_with_a_reason(c, mult, k, stride):
-    report = _check_layer(_Conv(c, c * mult, k, stride, 1, groups=c), (1, c, 9, 9), 0, expect=())
+@pytest.mark.parametrize("c,k,stride,sign", [(8, 3, 1, 0), (5, 3, 2, 1), (16, 5, 1, -1), (3, 3, 2, 0)])
+def test_int8_depthwise_runs_exactly_on_the_f32_window_kernel(c, k, stride, sign):
+    """Integer taps summed in float32 are exact below 2^24: the tuned f32 window kernel computes
+    the int8 accumulator, its zero padding and the requantization folded into the kernel."""
+    report = _check_layer(_Conv(c, c, k, stride, k // 2, groups=c), (1, c, 11, 11), sign, expect=("window",))
+    assert "NOT TUNED" not in report and "epilogue -> fused" in report
+
+
+def test_int8_depthwise_with_a_channel_multiplier_is_plain_loops_with_a_reason():
+    report = _check_layer(_Conv(4, 8, 3, 1, 1, groups=4), (1, 4, 9, 9), 0, expect=())
     assert "NOT TUNED  window -> loops: int8 depthwise/grouped convolution" in report
 
 
