@@ -7,7 +7,8 @@ ExecuTorch with XNNPACK; plus compile time, program size, planned memory
 against its lifetime lower bound and against ExecuTorch's planner. The machine
 is shared and noisy, so only ratios within this run mean anything.
 
-Then two sections on what we did not tune for: the layer sweep (tools/bench_layers.py:
+Then the int8 CNNs (tools/bench_int8.py: etc cpu on a CpuQuantizer program against ExecuTorch
++ XNNPACK on an XNNPACKQuantizer one, and both in fp32). Then two sections on what we did not tune for: the layer sweep (tools/bench_layers.py:
 the layer kinds of real CNNs and transformers at real sizes against torch and XNNPACK)
 and real models (tools/bench_models.py: transformers architectures with random weights,
 latency, numerics, compile time, and the geomean of etc cpu over ExecuTorch XNNPACK).
@@ -16,7 +17,7 @@ ExecuTorch + XNNPACK on the same program, and torch eager), and what profiling c
 explains (tools/bench_profiling.py). All but the last run in child processes, so that a crash
 of the compiler under test is a row.
 
-    python -m etc.tools.bench [--sections zoo,layers,models,llm,profiling] [--models a,b] [--layers a,b]
+    python -m etc.tools.bench [--sections zoo,int8,layers,models,llm,profiling] [--models a,b] [--layers a,b]
                               [--real-models a,b] [--runs N] [--output BENCHMARKS.md]
 """
 
@@ -207,7 +208,7 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", default="zoo,layers,models,llm,profiling",
+    parser.add_argument("--sections", default="zoo,int8,layers,models,llm,profiling",
                         help="comma-separated parts to run: zoo, layers (layer sweep), models (real models), "
                              "llm (prefill/decode tokens/s), profiling (its cost and coverage)")
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
@@ -218,7 +219,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-gemm", action="store_true")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    known = ("zoo", "layers", "models", "llm", "profiling")
+    known = ("zoo", "int8", "layers", "models", "llm", "profiling")
     unknown = sorted(set(sections) - set(known))
     if unknown:
         parser.error(f"unknown section(s) {unknown}: choose among {', '.join(known)}")
@@ -248,6 +249,8 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 gemm_text = f"GEMM benchmark failed: {type(e).__name__}: {e}"
         parts.append(render(rows, with_executorch, gemm_text, et_threads, header=False))
+    if "int8" in sections:
+        parts.append(_section("Int8", _int8_text, args))
     if "layers" in sections:
         parts.append(_section("Layer sweep", _layers_text, args))
     if "models" in sections:
@@ -262,6 +265,16 @@ def main(argv=None) -> int:
         f.write(text)
     print(text)
     return 0
+
+
+def _int8_text(args) -> str:
+    from etc.tools.bench_int8 import run
+
+    intro = ("The zoo CNNs quantized with PT2E (static int8, per-channel weights), calibrated on the same inputs: "
+             "etc's `CpuQuantizer` program on etc cpu and ExecuTorch's `XNNPACKQuantizer` program on XNNPACK, and "
+             "the fp32 model on both, one thread each, interleaved in one child process per model (`python -m "
+             "etc.tools.bench_int8`).\n\n")
+    return intro + run(args.models.split(",") if args.models else None, args.runs)
 
 
 def _layers_text(args) -> str:

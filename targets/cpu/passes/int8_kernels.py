@@ -138,6 +138,8 @@ class _Kernel:
         self.emit(f"%lo = arith.constant dense<{float(p.lo)}> : vector<{L}xf32>")
         self.emit(f"%hi = arith.constant dense<{float(p.hi)}> : vector<{L}xf32>")
         self.emit(f"%init = tensor.empty() : {o_t}")
+        self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {b_t} into "
+                  f"{_t([p.NB, p.KB, PANEL * GROUP], 'i8')}")
         groups = (p.N // PANEL) // self.panels  # groups of whole panels (loop); the rest, a partial one too, after
         out = "%init"
         if groups:
@@ -194,12 +196,10 @@ class _Kernel:
                   f"iter_args({', '.join(f'{c} = %zero' for c in carried)}) -> ({', '.join([vec] * len(flat))}) {{")
         bvecs = []
         for j in range(panels):
-            for h in range(vp):
-                raw, b = self.fresh(), self.fresh("b")
-                self.emit(f"  {raw} = vector.transfer_read %B[{nbs[j]}, {kb}, {self.index(h * L)}, {self.index(0)}], "
-                          f"%pad8 {{in_bounds = [true, true]}} : {_t([p.NB, p.KB, PANEL, GROUP], 'i8')}, "
-                          f"vector<{L}x{GROUP}xi8>")
-                self.emit(f"  {b} = vector.shape_cast {raw} : vector<{L}x{GROUP}xi8> to {bytes_}")
+            for h in range(vp):  # one contiguous load per vector (a 2-D read would be a load per row)
+                b = self.fresh("b")
+                self.emit(f"  {b} = vector.transfer_read %Bflat[{nbs[j]}, {kb}, {self.index(h * 4 * L)}], "
+                          f"%pad8 {{in_bounds = [true]}} : {_t([p.NB, p.KB, PANEL * GROUP], 'i8')}, {bytes_}")
                 bvecs.append(b)
         new = []
         for r in range(rows):

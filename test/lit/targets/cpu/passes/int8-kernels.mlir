@@ -5,15 +5,16 @@
 // A linear layer's qgemm (2 rows, K = 6 in 2 groups of 4, 20 columns: one whole panel and a
 // partial one) and its per-column requantization, as lower_quantized.py emits them. The pair
 // becomes one kernel: 2 x 2 panels of accumulators (the tile shrinks to the matrix), the K loop
-// of broadcast 4-byte groups x 64-byte panel rows through vpdpbusd, then the epilogue on the
+// of broadcast 4-byte groups x 64-byte panel rows (one contiguous load each) through vpdpbusd, then the epilogue on the
 // registers: the correction, one fma, roundeven, the zero point, the clamp, an i8 store per
 // vector (the second panel's 4 valid columns masked: not in bounds). Nothing of the pair is left.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"
 // CHECK-LABEL: func.func @linear
 // CHECK-NOT: etc.cpu.qgemm
 // CHECK-NOT: etc.cpu.requant
+// CHECK: %[[BFLAT:.*]] = tensor.collapse_shape %arg1 {{\[}}[0], [1], [2, 3]] : tensor<2x2x16x4xi8> into tensor<2x2x64xi8>
 // CHECK: scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<16xi32>, vector<16xi32>, vector<16xi32>, vector<16xi32>)
-// CHECK-COUNT-2: vector.transfer_read %arg1[%{{.*}}, %[[KB]], %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true, true]} : tensor<2x2x16x4xi8>, vector<16x4xi8>
+// CHECK-COUNT-2: vector.transfer_read %[[BFLAT]][%{{.*}}, %[[KB]], %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x2x64xi8>, vector<64xi8>
 // CHECK: vector.transfer_read %arg0[%{{.*}}, %[[KB]], %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x2x4xi8>, vector<4xi8>
 // CHECK: vector.broadcast %{{.*}} : i32 to vector<16xi32>
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"

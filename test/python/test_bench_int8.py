@@ -1,0 +1,28 @@
+"""The int8 bench section (tools/bench_int8.py): its table, and that the module needs no bench-only
+dependency to import (`make bench` measures; the measuring child is exercised there)."""
+
+import subprocess
+import sys
+
+from etc.tools.bench_int8 import render
+
+
+def test_imports_without_bench_only_dependencies():
+    code = ("import sys, etc.tools.bench_int8; "
+            "print(sorted(m for m in ('executorch', 'transformers', 'torchao') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_table_gives_ratios_numerics_and_failures():
+    text = render([
+        {"name": "resnet8", "etc_int8": 2e-4, "etc_fp32": 4e-4, "xnnpack_int8": 1e-4, "xnnpack_fp32": 2e-4,
+         "etc_sqnr": float("inf"), "etc_portable_ops": 0, "failure": None},
+        {"name": "kws_dscnn", "etc_int8": 1e-4, "etc_sqnr": 41.25, "etc_portable_ops": 2,
+         "xnnpack_error": "RuntimeError: no", "failure": None},
+        {"name": "broken", "failure": "crashed (signal 11) in etc int8"}])
+    rows = text.splitlines()
+    assert rows[2] == "| resnet8 | 0.200 | 0.400 | 0.100 | 0.200 | 2.00x | 0.50x | exact | 0 |"
+    assert rows[3] == "| kws_dscnn | 0.100 | n/a | n/a | n/a | n/a | n/a | 41.2 | 2 |"
+    assert "- kws_dscnn: xnnpack error: RuntimeError: no" in text
+    assert "- broken: failure: crashed (signal 11) in etc int8" in text
