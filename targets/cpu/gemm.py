@@ -907,6 +907,17 @@ def _second_level(emit, fuse_into, sfx: str, panel: str, tag: str, rows: int, ep
         peel(f"%lw{sfx}_{m}", f"w{sfx}_{m}_", (role,))
 
 
+def _split_partial_panel(width: int, cfg: KernelConfig) -> bool:
+    """Is a partial column panel `width` wide split into whole vectors?
+
+    One vector<mr x width> whose width is wider than a register and not a power of two (24,
+    40, 48, 56 of 64 lanes) is an illegal LLVM vector type carried around the K loop: LLVM
+    spills the accumulator and re-assembles it element by element on every k step (a 64->64
+    1x1 convolution over 24x5 pixels, B read in place with a 56-wide partial panel: 160 us
+    instead of 14). Split into vector-wide pieces, each is a legal register accumulator."""
+    return width > cfg.vector_width and bool(width & (width - 1))
+
+
 def transform_script(kernels: list, cfg: KernelConfig) -> str:
     """The tiling/vectorization script for `kernels` = [(tag, rows, has an epilogue, init is a
     generic, K block, K, columns split into panels, columns)].
@@ -996,6 +1007,9 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
             # canonicalization both panels have static widths (nr and cols % nr).
             emit(f"%pc{n} = transform.cast {panels[n]} : {_ANY} to !transform.op<\"scf.for\">",
                  f"%pm{n}, %pr{n} = transform.loop.peel %pc{n} : (!transform.op<\"scf.for\">) -> ({_ANY}, {_ANY})")
+            if _split_partial_panel(cols % tn, cfg):  # found again after canonicalization (below)
+                match(f"%pg{n}", f"{tag}_g", where=f"%pr{n}")
+                emit(f"transform.annotate %pg{n} \"{tag}_pg\" : {_ANY}")
     # The K-block loops carry the accumulator with the width the panel had when they were
     # tiled (dynamic in a partial panel of B read in place, until the peel): the sizes read back
     # through them (tensor.dim of a loop result) resolve to the static widths the loops start from.
@@ -1003,6 +1017,16 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
          f"transform.apply_patterns.linalg.tiling_canonicalization "
          f"transform.apply_patterns.scf.for_loop_canonicalization }} : {_ANY}")
     for n, (tag, rows, epilogue, init, kc, K, split, cols) in enumerate(kernels):
+        width = 0 if split else cols % min(cfg.nr, cols)
+        if _split_partial_panel(width, cfg):
+            # Its contraction is split into whole vectors and the rest, each accumulated over K on its own.
+            match(f"%kp{n}", f"{tag}_pg")
+            emit(f"transform.foreach %kp{n} : {_ANY} {{", f"^bb0(%rest0: {_ANY}):")
+            for c in range(-(-width // cfg.vector_width) - 1):
+                emit(f"  %split{c} = transform.structured.split %rest{c} after {cfg.vector_width} "
+                     f"{{dimension = {int(rows > 1 or rows < 0)}}} : {_ANY}",
+                     f"  %chunk{c}, %rest{c + 1} = transform.split_handle %split{c} : ({_ANY}) -> ({_ANY}, {_ANY})")
+            emit("}")
         match(f"%s{n}", f"{tag}_g")
         lead = "0, " * (int(rows > 1 or rows < 0) + int(split or cols > 1))
         emit(f"%k{n}, %lk{n} = transform.structured.tile_using_for %s{n} tile_sizes [{lead}1] : {tile}",

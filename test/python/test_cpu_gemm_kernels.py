@@ -236,6 +236,10 @@ func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}, %bias: {t([n])}) -> {t([m, n])} 
     (13, 300, 1),    # a single column: only the partial panel
     (6, 100, 70),    # K in registers, partial panel
     (64, 256, 128),  # whole panels only
+    (13, 64, 120),   # partial panels too wide for one register and not a power of two: split
+    (7, 300, 88),    # into 16-lane pieces (56, 24, 48, 40 wide; K in blocks; a partial row block)
+    (6, 100, 112),
+    (1, 50, 104),
 ])
 def test_matmul_epilogue_with_partial_column_panels(m, k, n):
     """B read in place is never padded: the last column panel is peeled, its width static in
@@ -255,6 +259,8 @@ def test_matmul_epilogue_with_partial_column_panels(m, k, n):
     (1, 4, 12, 12, 9, 3, 1, 2, 2),    # dilation 2
     (1, 1, 1, 1, 7, 1, 1, 0, 1),      # one input channel, one pixel
     (1, 64, 14, 14, 32, 3, 1, 1, 1),  # K = 576 in blocks over 196 pixels: a partial panel of 4
+    (1, 64, 25, 5, 64, 1, 1, 0, 1),   # DS-CNN's 1x1 over 125 pixels: a 61-wide partial panel, split
+    (1, 20, 12, 10, 9, 3, 1, 1, 1),   # 3x3 im2col over 120 pixels: a 56-wide one
 ])
 def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
     text, shape = conv_text(n, c, h, w, f, k, stride, pad, dil)

@@ -134,6 +134,32 @@ func.func @partial_panel(%a: tensor<13x300xf32>, %b: tensor<300x70xf32>, %bias: 
 
 // -----
 
+// A partial panel wider than one register and not a power of two (120 columns: 64 + 56) is split
+// into 16-lane pieces, each accumulated in registers over the whole K: a vector<6x56xf32> carried
+// around the K loop is an illegal LLVM type that is spilled and rebuilt element by element.
+// CHECK-LABEL: func.func @partial_panel_split
+// CHECK: iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
+// CHECK-COUNT-3: iter_args(%{{.*}} = %{{.*}}) -> (vector<6x16xf32>)
+// CHECK: iter_args(%{{.*}} = %{{.*}}) -> (vector<6x8xf32>)
+// CHECK-NOT: vector<6x56xf32>) {
+// CHECK: arith.maximumf {{.*}} : vector<6x56xf32>
+// CHECK-NOT: linalg.generic {
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @partial_panel_split(%a: tensor<12x64xf32>, %b: tensor<64x120xf32>) -> tensor<12x120xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<12x120xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<12x120xf32>) -> tensor<12x120xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<12x64xf32>, tensor<64x120xf32>) outs(%c : tensor<12x120xf32>) -> tensor<12x120xf32>
+  %o = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%r : tensor<12x120xf32>) outs(%e : tensor<12x120xf32>) {
+  ^bb0(%x: f32, %out: f32):
+    %m = arith.maximumf %x, %z : f32
+    linalg.yield %m : f32
+  } -> tensor<12x120xf32>
+  return %o : tensor<12x120xf32>
+}
+
+// -----
+
 // Dynamic rows: whole blocks of 6 rows accumulate a 6x64 tile in registers; the partial block
 // (to the run-time row count) is peeled and runs one row at a time, a 1x64 tile (static shapes
 // that vectorize like the full ones).
