@@ -41,6 +41,9 @@ _PURE_PREFIXES = ("arith.", "affine.apply", "memref.expand_shape", "memref.colla
                   "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.extract_strided_metadata",
                   "ub.poison")
 
+# Top-level reads of memory: when used after the thread-0 run they sit in, every thread reads again.
+_READS = ("memref.load", "vector.load", "vector.transfer_read")
+
 
 def _const_index(value):
     owner = value.owner
@@ -85,19 +88,34 @@ def partition_top_level_loops(fn) -> int:
         def barrier_after(op):
             nonlocal barriers
             with _after(op):
-                func_d.CallOp([], ir.FlatSymbolRefAttr.get(BARRIER_FN), [barrier, nthreads])
+                call = func_d.CallOp([], ir.FlatSymbolRefAttr.get(BARRIER_FN), [barrier, nthreads])
             barriers += 1
+            return call
 
         def run_on_thread_zero(run: list):
-            """Move `run` (consecutive top-level ops, in order) under one `if tid == 0`."""
+            """Move `run` (consecutive top-level ops, in order) under one `if tid == 0`.
+
+            A read in the run whose value is also used after it (a scalar loaded next to a tile's
+            tail and broadcast into the next loop nest) is read again by every thread after the
+            barrier, where what the run wrote is visible to all; any other value used after the
+            run is an error (it exists on thread 0 only)."""
             inside = set(run)
+            defined = {v for op in run for v in op.results}
+            reread = []  # (read op, [(user, operand index)]) for the reads used after the run
             for op in run:
+                escaping = []
                 for result in op.results:
                     for use in result.uses:
                         user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
                         if _top_level_ancestor(user, block) not in inside:
-                            raise LoweringError(f"cpu codegen: '{op.name}' runs on one thread but its result "
-                                                f"is used after it by '{user.name}'")
+                            escaping.append((user, use.operand_number))
+                if not escaping:
+                    continue
+                if op.name not in _READS or any(v in defined for v in op.operands):
+                    user = escaping[0][0]
+                    raise LoweringError(f"cpu codegen: '{op.name}' runs on one thread but its result "
+                                        f"is used after it by '{user.name}'")
+                reread.append((op, escaping))
             # At the run's last op: index math left in place between its ops stays above the guard.
             with ir.InsertionPoint(run[-1]):
                 zero = arith.ConstantOp(index, 0).result
@@ -107,7 +125,12 @@ def partition_top_level_loops(fn) -> int:
                 terminator = scf.YieldOp([])
             for op in run:
                 op.move_before(terminator)
-            barrier_after(guard.operation)
+            call = barrier_after(guard.operation)
+            with _after(call.operation):
+                for op, escaping in reread:
+                    again = op.clone()
+                    for user, position in escaping:
+                        user.operands[position] = again.results[0]
 
         run: list = []
         depends: set = set()  # values computed by the current run

@@ -414,6 +414,29 @@ def test_threads_share_the_gemm_panels_and_match_one_thread():
     fn.close()
 
 
+@pytest.mark.parametrize("name", ["transformer_encoder", "decoder_lm"])
+def test_threaded_transformers_reread_values_thread_zero_loaded(name):
+    """A GEMM tile's straight-line tail runs on thread 0 (a single column panel has no loop to
+    share); a value it reads that the next loop nest also uses (the residual, a scalar broadcast)
+    is read again by every thread after the barrier, not an error."""
+    import etc
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+    from models.zoo import ZOO
+
+    zoo_model = ZOO[name]()
+    # calibrate_threads=0: the delegates run on both threads even where one would be faster.
+    partitioner = CpuPartitioner(num_threads=2, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    program = etc.to_edge(zoo_model.export()).to_backend(partitioner).to_executorch()
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    with torch.no_grad():
+        want = zoo_model.module(*zoo_model.example_inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    for _ in range(10):
+        for g, w in zip(method.execute([x.numpy() for x in zoo_model.example_inputs]), want):
+            assert rel_error(g, w.numpy()) <= 1e-4
+
+
 def test_thread_count_is_calibrated_at_load():
     """Waking a second thread costs more than this whole delegate: it runs on one, and says so."""
     torch.manual_seed(0)

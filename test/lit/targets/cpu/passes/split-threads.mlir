@@ -1,4 +1,4 @@
-// RUN: etc-opt %s --etc-cpu-split-threads | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-split-threads | filecheck %s
 
 // The threaded ABI: the entry gains (barrier, tid, nthreads); the rows loop (the first parallel
 // loop with at least 4 iterations) is the one threads share, each taking its chunk
@@ -16,6 +16,35 @@ func.func @f(%x: memref<64x32xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out
   linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]} ins(%x : memref<64x32xf32>) outs(%out : memref<64x32xf32>) {
   ^bb0(%a: f32, %b: f32):
     %m = arith.maximumf %a, %z : f32
+    linalg.yield %m : f32
+  }
+  return
+}
+
+// -----
+
+// Straight-line work with effects runs on thread 0 under one guard and barrier. A value it reads
+// that the next loop nest also uses (a scalar broadcast into it) is read again by every thread
+// after the barrier, where thread 0's store is visible: the loop uses that read.
+// CHECK-LABEL: func.func @reread
+// CHECK: scf.if
+// CHECK-NEXT: memref.load %arg1[]
+// CHECK-NEXT: memref.store
+// CHECK-NEXT: memref.load %arg2[]
+// CHECK-NEXT: }
+// CHECK-NEXT: call @etc_cpu_barrier
+// CHECK-NEXT: %[[AGAIN:.*]] = memref.load %arg2[]
+// CHECK: scf.for
+// CHECK: arith.addf %{{.*}}, %[[AGAIN]]
+// CHECK: } {etc.thread_split}
+func.func @reread(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %s: memref<f32> {etc.cpu.arg = "input:1", llvm.noalias},
+                  %acc: memref<f32> {etc.cpu.arg = "output:0", llvm.noalias}, %out: memref<64xf32> {etc.cpu.arg = "output:1", llvm.noalias}) {
+  %v = memref.load %s[] : memref<f32>
+  memref.store %v, %acc[] : memref<f32>
+  %w = memref.load %acc[] : memref<f32>
+  linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]} ins(%x : memref<64xf32>) outs(%out : memref<64xf32>) {
+  ^bb0(%a: f32, %b: f32):
+    %m = arith.addf %a, %w : f32
     linalg.yield %m : f32
   }
   return
