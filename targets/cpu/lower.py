@@ -37,6 +37,7 @@ function when there is none) of an edge-dialect module and prints the result.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -788,6 +789,29 @@ def _expand_cumsum(e: _Emitter, v: dict, op) -> list:
         x = e("aten::add.Tensor", {"self": x, "other": shifted, "alpha": 1}, shape, element)
         step *= 2
     return [x]
+
+
+@_expansion("aten::gelu")
+def _expand_gelu(e: _Emitter, v: dict, op) -> list:
+    """gelu(approximate="tanh") as its formula, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))):
+    torch-mlir's lowering uses 0.797724 for sqrt(2/pi) = 0.7978846 and was 5e-5 off ATen. The
+    exact GELU goes as it is (its erf is expanded by etc-cpu-expand-math)."""
+    shape, element = _tensor_type(op.results[0])
+    x = v["self"]
+    if v["approximate"] != "tanh":
+        return [e("aten::gelu", {"self": x, "approximate": v["approximate"]}, shape, element)]
+
+    def times(a, b):
+        return e("aten::mul.Tensor", {"self": a, "other": b}, shape, element)
+
+    def scaled(a, c):
+        return e("aten::mul.Scalar", {"self": a, "other": c}, shape, element)
+
+    cube = times(times(x, x), x)
+    inner = e("aten::add.Tensor", {"self": x, "other": cube, "alpha": 0.044715}, shape, element)
+    t = e("aten::tanh", {"self": scaled(inner, math.sqrt(2.0 / math.pi))}, shape, element)
+    one_plus = e("aten::add.Scalar", {"self": t, "other": 1.0, "alpha": 1}, shape, element)
+    return [times(scaled(x, 0.5), one_plus)]
 
 
 def _strided_box(size, stride, offset, numel):

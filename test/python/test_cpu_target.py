@@ -481,6 +481,25 @@ def test_expanded_erf_and_exact_gelu_match_torch():
     assert erf[-4] == 0.0 and np.signbit(erf[-3])
 
 
+class Tanh(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x), torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def test_expanded_tanh_and_tanh_gelu_match_torch():
+    """tanh (GPT-2's GELU) runs as etc-cpu-expand-math's series / exp form, not one tanhf per element."""
+    x = torch.cat([torch.linspace(-12, 12, 6001), torch.linspace(-0.5, 0.5, 2001), torch.logspace(-30, 0, 61),
+                   torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 0.4, -0.4, 9.5])])
+    program_ir, report = delegated(Tanh(), (x,))
+    tanh, gelu = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
+    want = np.tanh(x.numpy().astype(np.float64))
+    finite = np.isfinite(want) & (want != 0)
+    assert (np.abs(tanh[finite] - want[finite]) / np.abs(want[finite])).max() < 5e-7
+    assert np.nanmax(np.abs(gelu - torch.nn.functional.gelu(x, approximate="tanh").numpy())) <= 2e-6
+    assert tanh[-8] == 1.0 and tanh[-7] == -1.0 and np.isnan(tanh[-6]) and np.isnan(gelu[-6])
+    assert tanh[-5] == 0.0 and np.signbit(tanh[-4])
+
+
 class CeilModePool(torch.nn.Module):
     """EfficientNet's pooler: a window far larger than the plane, ceil_mode (torch-mlir pads the
     7x7 input to 1287x1287 for it); and the same as a max pool."""

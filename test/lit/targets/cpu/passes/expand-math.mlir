@@ -31,3 +31,19 @@ func.func @erfs(%x: f32, %d: f64) -> (f32, f64) {
   %b = math.erf %d : f64
   return %a, %b : f32, f64
 }
+
+// tanh: the odd Taylor series near 0, else 1 - 2 / (exp(2|x|) + 1) with the expanded exp and the
+// sign of x; f64 left alone.
+// CHECK-LABEL: func.func @tanhs
+// CHECK-NOT: math.tanh %{{.*}} : vector<16xf32>
+// CHECK-COUNT-6: math.fma {{.*}} : vector<16xf32>
+// CHECK: math.roundeven %{{.*}} : vector<16xf32>
+// CHECK: arith.divf
+// CHECK: math.copysign
+// CHECK: arith.select
+// CHECK: math.tanh %{{.*}} : f64
+func.func @tanhs(%v: vector<16xf32>, %d: f64) -> (vector<16xf32>, f64) {
+  %a = math.tanh %v : vector<16xf32>
+  %b = math.tanh %d : f64
+  return %a, %b : vector<16xf32>, f64
+}
