@@ -9,11 +9,15 @@
 - every operator of the plan is bound to its kernel (a missing kernel fails here,
   naming the operator and the first instruction that calls it, never halfway
   through an inference); every delegate is initialised on its backend;
-- every instruction becomes a closure over the values it touches.
+- every instruction becomes a closure over the values it touches;
+- how each input and output crosses the call (`_plan_io`, `Method.io_decisions`):
+  an input the program only reads is bound in place (its instructions read the
+  caller's array), an output a delegate writes goes into a new array each call,
+  which `execute` returns as it is; the others are copied in and out.
 
-`execute` then copies the inputs in, runs the closures and copies the outputs
-out: a steady-state inference allocates nothing but those copies (and whatever
-the kernels allocate for temporaries).
+`execute` then binds or copies the inputs, runs the closures and hands over the
+outputs: a steady-state inference allocates the outputs it returns and nothing
+else (besides what the kernels allocate for temporaries).
 
 Value conventions are ExecuTorch's (see ARCHITECTURE.md, "Program format"):
 an IntList's items are indices of Int values, read when the call happens, so a
@@ -326,9 +330,17 @@ class Method:
         self._delegates = self._init_delegates()
         self._step_writes: dict = {}
         self._delegate_steps: set = set()  # (chain, instruction) of the delegate calls
-        self._chains = [self._compile_chain(c, chain) for c, chain in enumerate(plan.chains or [])]
+        self._accesses: list = []  # (chain, position, instruction, tensors read, tensors written)
+        self._fresh: dict = {}  # (chain, position) of a delegate call -> its outputs written into fresh arrays
         self._inputs = list(plan.inputs or [])
         self._outputs = list(plan.outputs or [])
+        self._in_place_inputs, self._fresh_outputs, self.io_decisions = set(), set(), {}
+        self._dims_checked = None  # the input shapes `_input_dims().check` last accepted
+        self._chains = [self._compile_chain(c, chain) for c, chain in enumerate(plan.chains or [])]
+        self._plan_io()
+        # Chains without a jump run as a plain loop over their steps.
+        self._straight = {c: [step[0] for step in steps] for c, steps in enumerate(self._chains)
+                          if not any(isinstance(i.instr_args, S.JumpFalseCall) for i in plan.chains[c].instructions or [])}
         self._run_record = run_record  # `enable_etdump=True`: execute records into it (etc.devtools.RunRecord)
         log.debug(f"loaded method '{self.name}': {len(self._kernels)} operator(s), "
                   f"{len(self._delegates)} delegate(s), planned arenas {self.metadata.planned_buffer_sizes} bytes")
@@ -552,7 +564,10 @@ class Method:
         steps = []
         for position, instruction in enumerate(chain.instructions or []):
             before = set(defined)
+            self._position = (chain_index, position)
             step = self._compile(position, instruction.instr_args, defined)
+            self._accesses.append((chain_index, position, instruction.instr_args,
+                                   *self._reads_writes(instruction.instr_args, step, before)))
             # The tensors the instruction writes (what a run record's debug buffer keeps of it).
             written = defined - before
             if isinstance(instruction.instr_args, S.KernelCall) and step[2] is not None:
@@ -567,6 +582,148 @@ class Method:
                 i for i in written if isinstance(self._values[i], _Tensor) and not self._values[i].constant)
             steps.append(step)
         return steps
+
+    def _tensors_of(self, index: int) -> set:
+        """The tensor values behind EValue `index` (itself, or a tensor list's items)."""
+        value = self._values[index]
+        if isinstance(value, _Tensor):
+            return {index}
+        if isinstance(value, (S.TensorList, S.OptionalTensorList)):
+            return {i for i in value.items or [] if i >= 0 and isinstance(self._values[i], _Tensor)}
+        return set()
+
+    def _reads_writes(self, call, step, before: set) -> tuple:
+        """(tensors the instruction reads, tensors it writes), as `_plan_io` needs them."""
+        reads, writes = set(), set()
+        if isinstance(call, S.KernelCall):
+            _, _, target, params = step
+            outs = self._written(target) if target is not None else set()
+            for i in params:
+                reads |= self._tensors_of(i) - outs
+            if target is not None:
+                writes |= self._tensors_of(target)
+                if target in params and list(call.args or [])[-1] != target:  # a prim op writing an argument
+                    reads |= self._tensors_of(target)
+        elif isinstance(call, S.DelegateCall):
+            args = list(call.args or [])
+            for i in args:
+                if i in before:
+                    reads |= self._tensors_of(i)
+                if i not in before or args.count(i) > 1:
+                    writes |= self._tensors_of(i)
+        elif isinstance(call, S.MoveCall):
+            reads |= self._tensors_of(call.move_from)
+            writes |= self._tensors_of(call.move_to)
+        elif isinstance(call, S.JumpFalseCall):
+            reads |= self._tensors_of(call.cond_value_index)
+        return reads, writes
+
+    def _plan_io(self) -> None:
+        """Decide, once, which inputs `execute` binds in place and which outputs delegates write
+        into fresh arrays; `io_decisions` says what was decided for each and why.
+
+        An input is bound in place (the instructions read the caller's array, nothing is copied)
+        unless the program writes it (in-place state, an input mutation), its planned bytes are
+        read through another value (an alias), it is laid out in a non-default dim order, it is
+        bfloat16 (the runtime tags those arrays) or its size is unbounded. At run time a caller's
+        array that is not C-contiguous, or of another dtype than the method's (an error), does not
+        bind: the first is copied into the arena as before.
+
+        An output a delegate writes is written into a new array each call (the delegate's out
+        argument), which `execute` returns as it is: no copy, and no view of the arena that the
+        next call would overwrite. That needs the output to be written once, by that delegate, in
+        a method without control flow (an instruction that may run twice or not at all), and
+        neither returned twice, an input, mutable state, nor planned bytes that another value
+        uses after the delegate has run. Other outputs are copied out of the arena."""
+        values, accesses = self._values, self._accesses
+        decisions = self.io_decisions
+        refs: dict = {}  # tensor -> [(instruction number, reads it, writes it)] in program order
+        for n, (_, _, _, reads, writes) in enumerate(accesses):
+            for i in reads | writes:
+                refs.setdefault(i, []).append((n, i in reads, i in writes))
+        written = {i for i, seen in refs.items() if any(w for _, _, w in seen)}
+        # Planned bytes: (mem_id, first, end) of every planned, non-constant tensor.
+        spans = {}
+        for i, value in enumerate(values):
+            info = self._plan.values[i].val.allocation_info if isinstance(value, _Tensor) else None
+            if info is not None and not value.constant:
+                offset = (int(info.memory_offset_high) << 32) | int(info.memory_offset_low)
+                spans[i] = (info.memory_id, offset, offset + value.storage.nbytes)
+
+        def sharing(i) -> list:
+            if i not in spans:
+                return []
+            mem, lo, hi = spans[i]
+            return [j for j, (m, a, b) in spans.items() if j != i and m == mem and a < hi and lo < b]
+
+        def why_not(tensor: _Tensor) -> str | None:
+            if tensor.dim_order is not None:
+                return f"it is laid out in dim order {list(tensor.dim_order)}"
+            if tensor.dtype.metadata:
+                return "it is bfloat16 (the runtime tags those arrays)"
+            return None
+
+        inputs, outputs = self._inputs, self._outputs
+        for position, i in enumerate(inputs):
+            tensor = values[i]
+            if not isinstance(tensor, _Tensor):
+                continue
+            reason = why_not(tensor)
+            if reason is None and i in written:
+                reason = "the program writes it"
+            if reason is None and tensor.unbound:
+                reason = "its size has no bound"
+            if reason is None:
+                for j in sharing(i):
+                    first = refs.get(j)
+                    if (first and first[0][1]) or (not first and (j in outputs or j in inputs)):
+                        reason = f"value {j} reads its planned bytes"
+                        break
+            if reason is None:
+                self._in_place_inputs.add(i)
+            decisions[f"input {position}"] = "bound in place" if reason is None else f"copied: {reason}"
+
+        jumps = any(isinstance(call, S.JumpFalseCall) for _, _, call, _, _ in accesses)
+        mutable = {i for i, v in enumerate(self._plan.values or [])
+                   if isinstance(v.val, S.Tensor) and v.val.data_buffer_idx > 0}
+        for position, o in enumerate(outputs):
+            tensor = values[o]
+            if not isinstance(tensor, _Tensor):
+                continue
+            writers = [n for n, _, w in refs.get(o, []) if w]
+            reason = why_not(tensor)
+            if reason is None and outputs.count(o) > 1:
+                reason = "it is returned more than once"
+            if reason is None and o in inputs:
+                reason = "it is an input"
+            if reason is None and (tensor.constant or o in mutable or o not in spans):
+                reason = "it is " + ("a constant" if tensor.constant else "mutable state" if o in mutable
+                                     else "not in planned memory")
+            if reason is None and jumps:
+                reason = "the method has control flow"
+            if reason is None and len(writers) != 1:
+                reason = f"it is written by {len(writers)} instructions"
+            if reason is None and not isinstance(accesses[writers[0]][2], S.DelegateCall):
+                reason = "it is written by " + ("a move" if isinstance(accesses[writers[0]][2], S.MoveCall)
+                                                else "a kernel")
+            if reason is None and o in accesses[writers[0]][3]:
+                reason = "the delegate updates it in place"
+            if reason is None:
+                after = writers[0]
+                for j in sharing(o):
+                    if j in outputs or j in inputs or any(n > after for n, _, _ in refs.get(j, [])):
+                        reason = f"value {j} uses its planned bytes after the delegate"
+                        break
+            if reason is None:
+                chain, pc, call = accesses[writers[0]][:3]
+                fresh, tensors = self._fresh[(chain, pc)]
+                k = list(call.args or []).index(o)
+                fresh.append((k, tensor, tensor.max_shape, tensor.dtype))
+                tensors[k] = None
+                self._fresh_outputs.add(o)
+            decisions[f"output {position}"] = ("written by its delegate into a new array" if reason is None
+                                               else f"copied: {reason}")
+        self._bind_inputs = [i in self._in_place_inputs for i in inputs]
 
     def _compile(self, position: int, call, defined: set):
         """(step, label, value index, argument indices) for one instruction.
@@ -602,20 +759,41 @@ class Method:
             defined |= set(args)
 
             profiled = callable(getattr(backend, "execute_profiled", None))
+            # Outputs the backend writes into a fresh array each call (`_plan_io` fills this in after
+            # the chains are compiled, taking them out of `tensors`): (argument position, tensor, shape, dtype).
+            fresh: list = []
+            self._fresh[self._position] = (fresh, tensors)
+
+            execute = backend.execute
 
             def delegate_call(events=None):
+                given = [read() for read in readers]
+                for k, _, shape, dtype in fresh:
+                    given[k] = np.empty(shape, dtype)
                 if events is not None and profiled:  # a recorded run: the backend may time its regions
-                    results = backend.execute_profiled(handle, [read() for read in readers], events)
+                    results = backend.execute_profiled(handle, given, events)
                 else:
-                    results = backend.execute(handle, [read() for read in readers])
+                    results = execute(handle, given)
                 if results is None:
                     for tensor in outputs:
                         tensor.array = tensor.capacity()
+                    for k, tensor, _, _ in fresh:
+                        tensor.array = given[k]
                     return
-                results = list(results)
-                for tensor, result in zip(tensors[len(tensors) - len(results):], results):
+                if type(results) is not list:
+                    results = list(results)
+                first = len(tensors) - len(results)
+                for tensor, result in zip(tensors[first:], results):
                     if tensor is not None:
                         tensor.accept(result)
+                for k, tensor, _, dtype in fresh:
+                    result = results[k - first] if k >= first else None
+                    if result is None:
+                        tensor.array = given[k]
+                    elif result is given[k] or (isinstance(result, np.ndarray) and result.base is given[k]):
+                        tensor.array = result  # written in place (or a view of it at the computed shape)
+                    else:  # the backend's own array, which it may reuse: the caller gets a copy
+                        tensor.array = np.array(result, dtype=dtype, copy=True)
             return delegate_call, f"delegate '{backend_id}'", None, args
         if isinstance(call, S.MoveCall):
             source, destination = call.move_from, call.move_to
@@ -682,23 +860,30 @@ class Method:
         """Run the method on `inputs`, one per method input (torch tensors, numpy arrays, or scalars).
 
         Returns the outputs as torch tensors if any input was a torch tensor, numpy
-        arrays otherwise (non-tensor outputs as Python values). They are copies: the
-        values were computed in planned memory that the next `execute` reuses (and that
-        other values of this method share), so handing out views would let a later call
-        silently change results the caller still holds.
+        arrays otherwise (non-tensor outputs as Python values). Each is the caller's own:
+        an array a delegate wrote for this call alone, or a copy out of the planned memory
+        that the next `execute` reuses (and that other values of this method share), so a
+        later call never changes results the caller still holds. Inputs the program only
+        reads are read where the caller keeps them (`io_decisions`), during this call only.
 
         A Method owns one set of arenas: do not execute the same Method from two threads
         at once (load the program twice for that).
         """
-        if isinstance(inputs, np.ndarray) or type(inputs).__module__.startswith("torch"):
-            inputs = [inputs]
-        inputs = list(inputs)
-        as_torch = any(type(x).__module__.startswith("torch") for x in inputs)
+        kind = type(inputs)
+        if kind is not list:
+            inputs = [inputs] if kind is np.ndarray or kind.__module__.startswith("torch") else list(inputs)
+        as_torch = False
+        for given in inputs:
+            kind = type(given)
+            if kind is not np.ndarray and kind.__module__.startswith("torch"):
+                as_torch = True
+                break
         if self._run_record is not None:
             return self._execute_recorded(self._run_record, inputs, as_torch)
         self._set_inputs(inputs)
         self._run()
-        return [self._output(index, as_torch) for index in self._outputs]
+        output = self._output
+        return [output(index, as_torch) for index in self._outputs]
 
     def __call__(self, *inputs):
         outputs = self.execute(inputs)
@@ -733,7 +918,8 @@ class Method:
             if isinstance(value, (S.IntList, S.TensorList, S.OptionalTensorList)):
                 return self._reader(index)()
             return value
-        array = np.array(value.array, copy=True, order="C")
+        # A fresh output is the delegate's own new array; any other is copied out of planned memory.
+        array = value.array if index in self._fresh_outputs else np.array(value.array, copy=True, order="C")
         if not as_torch:
             return array
         import torch
@@ -748,16 +934,26 @@ class Method:
         if len(inputs) != len(self._inputs):
             raise InputError(f"method '{self.name}' takes {len(self._inputs)} input(s), got {len(inputs)}",
                              method=self.name)
-        for position, (index, given) in enumerate(zip(self._inputs, inputs)):
+        for position, (index, given, bind) in enumerate(zip(self._inputs, inputs, self._bind_inputs)):
             value = self._values[index]
-            if isinstance(value, _Tensor):
+            if bind:
+                array = given if type(given) is np.ndarray else _as_array(given)
+                if (array is not None and array.shape == value.max_shape and array.dtype == value.dtype
+                        and array.flags.c_contiguous):
+                    value.array = array  # read in place: the program never writes it (`_plan_io`)
+                    continue
+                self._set_tensor_input(position, value, given)
+            elif isinstance(value, _Tensor):
                 self._set_tensor_input(position, value, given)
             else:
                 self._set_scalar_input(position, index, given)
         dims = self._input_dims()
         if dims is not None:  # Dim minimums and shared Dims (the tensors know only upper bounds)
-            dims.check([tuple(getattr(given, "shape", ())) if isinstance(self._values[index], _Tensor) else None
-                        for index, given in zip(self._inputs, inputs)])
+            shapes = [tuple(getattr(given, "shape", ())) if isinstance(self._values[index], _Tensor) else None
+                      for index, given in zip(self._inputs, inputs)]
+            if shapes != self._dims_checked:  # the same shapes as last call passed already
+                dims.check(shapes)
+                self._dims_checked = shapes
 
     def _input_dims(self):
         """The method's `torch.export.Dim` constraints (`etc.schema.input_dims`), read once; None if none."""
@@ -797,6 +993,9 @@ class Method:
                     raise self._input_error(position, tensor.index,
                                             f"dimension {dim} is {size}, above its upper bound {bound} "
                                             f"(shape at most {list(expected)})")
+        if tensor.index in self._in_place_inputs and array.flags.c_contiguous:
+            tensor.array = array  # a dynamic shape within its bounds, read in place
+            return
         np.copyto(tensor.resize(array.shape), array)
 
     def _dtype_name(self, tensor: _Tensor) -> str:
@@ -834,14 +1033,17 @@ class Method:
     def _run(self) -> None:
         for chain_index, steps in enumerate(self._chains):
             pc, count = 0, len(steps)
-            while pc < count:
-                step = steps[pc][0]
-                try:
-                    jump = step()
-                except Exception as error:  # noqa: BLE001 - every failure leaves with its place in the program
-                    located, cause = self._located(error, chain_index, pc)
-                    raise located from cause
-                pc = pc + 1 if jump is None else jump
+            try:
+                if chain_index in self._straight:  # no jumps: every instruction once, in order
+                    for pc, step in enumerate(self._straight[chain_index]):
+                        step()
+                    continue
+                while pc < count:
+                    jump = steps[pc][0]()
+                    pc = pc + 1 if jump is None else jump
+            except Exception as error:  # noqa: BLE001 - every failure leaves with its place in the program
+                located, cause = self._located(error, chain_index, pc)
+                raise located from cause
 
     def _execute_recorded(self, record, inputs: list, as_torch: bool) -> list:
         """`execute`, timing it on the PAL clock into `record`: copying the inputs in, every instruction
@@ -944,6 +1146,10 @@ def _as_array(value) -> np.ndarray | None:
     if isinstance(value, np.ndarray):
         return value
     if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        try:  # a CPU tensor without grad, of a dtype numpy has: its memory, directly
+            return value.numpy()
+        except (RuntimeError, TypeError):
+            pass
         tensor = value.detach().cpu()
         if str(tensor.dtype) == "torch.bfloat16":
             import torch

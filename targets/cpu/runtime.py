@@ -27,8 +27,12 @@ Per call: the argument pointer array is filled in place (ctypes) and the entry
 is called; ctypes releases the GIL during the call. No allocation in steady
 state: constants point into the blob, the scratch buffer is allocated once per
 handle (per thread when called from several threads), outputs are the
-caller's arrays. An input that is not C-contiguous or not of the compiled dtype
-is copied (once per call; `notes` records it).
+caller's arrays. A slot is checked and re-pointed only when the caller passes
+a different array object than last time (the runtime's planned-arena views are
+the same objects every call; a caller's input it binds in place and the fresh
+output arrays it passes are new ones). An input that is not C-contiguous or not
+of the compiled dtype, or that overlaps an output, is copied (once per call;
+`notes` records it).
 
 Threads: a blob compiled with `num_threads > 1` has the threaded entry of
 `parallel.py` (the object still needs only libc/libm: no OpenMP runtime). The
@@ -50,6 +54,7 @@ A blob built without profiling has no counters and no slice: `execute_profiled` 
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import threading
 
@@ -314,6 +319,15 @@ def load_elf_x86_64(object_bytes: bytes, entry: str) -> int:
     return address
 
 
+def _address(array: np.ndarray) -> int:
+    """The data pointer of a C-contiguous array: through ctypes' buffer protocol (a third of the cost
+    of `array.ctypes.data`, which a read-only or empty array still takes)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):
+        return array.ctypes.data
+
+
 def aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
     """`nbytes` uninitialized bytes starting at a multiple of `alignment`. The scratch buffer: the code
     places its buffers at 64-byte offsets inside it for aligned vector access, which only holds when the
@@ -342,6 +356,16 @@ class CompiledFunction:
         # Dynamically shaped inputs/outputs: their run-time dims travel in the `dims` arguments.
         self._dims_in = [(i, d) for i, a in enumerate(self.inputs) for d in a.get("dynamic", ())]
         self._dims_out = [(i, d) for i, a in enumerate(self.outputs) for d in a.get("dynamic", ())]
+        self._dynamic_outputs = sorted({i for i, _ in self._dims_out})
+        # Per-call work decided here: each input/output slot's (argument index, spec, name, writable),
+        # and each spec's shape and dtype as `run` compares them.
+        self._n_in, self._n_out = len(self.inputs), len(self.outputs)
+        positions = {id(a): i for i, a in enumerate(self.args)}
+        self._compiled = {id(a): (tuple(a["shape"]), np.dtype(a["dtype"])) for a in self.inputs + self.outputs}
+        self._io = [(positions[id(a)], a, f"input {k}", False, *self._compiled[id(a)])
+                    for k, a in enumerate(self.inputs)] + \
+                   [(positions[id(a)], a, f"output {k}", True, *self._compiled[id(a)])
+                    for k, a in enumerate(self.outputs)]
         self.threaded = meta.get("entry_abi", "flat") == "threaded"
         self.num_threads = max(1, int(self.specs.get("num_threads", meta.get("num_threads", 1)) or 1))
         if not self.threaded:
@@ -458,7 +482,8 @@ class CompiledFunction:
         return address
 
     def _slots(self):
-        """Per-thread pointer array and scratch buffer (allocated once per thread)."""
+        """Per-thread pointer array, scratch buffer and dims buffers (allocated once per thread), and
+        what each input/output slot was last bound to (`bound`: the array object; `ranges`: its bytes)."""
         local = self._local
         if not hasattr(local, "ptrs"):
             local.ptrs = (ctypes.c_void_p * len(self.args))()
@@ -473,12 +498,15 @@ class CompiledFunction:
                     dims = np.zeros(a["shape"], dtype=np.int64)
                     setattr(local, f"dims_{a['name']}", dims)
                     local.ptrs[i] = dims.ctypes.data
+            count = len(self._io)
+            local.bound = [None] * count  # the array object each slot's pointer comes from (None: re-bind)
+            local.held = [None] * count  # what the pointer points into (a copy of an input, or the array)
+            local.ranges = [(0, 0)] * count
         return local.ptrs
 
     def _prepare(self, array, spec, what: str, writable: bool):
-        shape = tuple(spec["shape"])
-        dtype = np.dtype(spec["dtype"])
-        if not isinstance(array, np.ndarray):
+        shape, dtype = self._compiled[id(spec)]
+        if type(array) is not np.ndarray:
             array = np.asarray(array)
         dynamic = spec.get("dynamic")
         if dynamic:
@@ -489,7 +517,7 @@ class CompiledFunction:
                                                for d, (n, m) in enumerate(zip(array.shape, shape))):
                 raise BackendError(f"cpu delegate: {what} has shape {tuple(array.shape)}, compiled for "
                                    f"{self._bounded(spec)}")
-        elif tuple(array.shape) != shape:
+        elif array.shape != shape:
             raise BackendError(f"cpu delegate: {what} has shape {tuple(array.shape)}, compiled for {shape}")
         if array.dtype != dtype or not array.flags.c_contiguous:
             if writable:
@@ -512,59 +540,87 @@ class CompiledFunction:
     def _shaped_outputs(self, outputs) -> list:
         """The outputs at the sizes the code wrote into `dims:out` (views of the buffers given)."""
         if not self._dims_out:
-            return list(outputs)
-        written = self._local.dims_out
-        shapes = [list(a["shape"]) for a in self.outputs]
-        for k, (i, d) in enumerate(self._dims_out):
-            shapes[i][d] = int(written[k])
-        shaped = []
-        for out, shape, spec in zip(outputs, shapes, self.outputs):
-            if spec.get("dynamic"):
-                out = out.reshape(-1)[: int(np.prod(shape, dtype=np.int64))].reshape(shape)
-            shaped.append(out)
+            return outputs
+        shapes = {i: list(self._io[self._n_in + i][4]) for i in self._dynamic_outputs}
+        for (i, d), size in zip(self._dims_out, self._local.dims_out.tolist()):
+            shapes[i][d] = size
+        shaped = list(outputs)
+        for i, shape in shapes.items():
+            shaped[i] = shaped[i].reshape(-1)[:math.prod(shape)].reshape(shape)
         return shaped
+
+    def _bind(self, local, k: int, array) -> None:
+        """Point input/output slot k (inputs first) at `array`, checked against the compiled argument.
+
+        An input that is not a C-contiguous array of the compiled dtype, or that overlaps an output
+        (checked by `run`), is copied; that slot is re-bound on the next call (the caller's array may
+        change in between), every other slot keeps its pointer while the caller passes the same array
+        object (an ndarray's data pointer never moves)."""
+        slot, spec, what, writable, shape, dtype = self._io[k]
+        prepared = None
+        if type(array) is np.ndarray and array.shape == shape and array.dtype == dtype:
+            flags = array.flags
+            if flags.c_contiguous and (flags.writeable or not writable):
+                prepared = array  # the common case, checked in a few attribute reads
+        if prepared is None:
+            prepared = self._prepare(array, spec, what, writable)
+        local.bound[k] = array if prepared is array else None
+        local.held[k] = prepared
+        address = _address(prepared)
+        local.ranges[k] = (address, address + prepared.nbytes)
+        local.ptrs[slot] = address
 
     def run(self, inputs, outputs) -> list:
         """Compute into `outputs` (arrays of the compiled shapes/dtypes, written in place; a
         dynamically shaped output at its upper bound). Returns the outputs, each dynamically
-        shaped one as a view at the shape the call computed."""
-        if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
-            raise BackendError(f"cpu delegate takes {len(self.inputs)} input(s) and {len(self.outputs)} "
+        shaped one as a view at the shape the call computed.
+
+        Per call: each argument is checked and its pointer set only when it is not the array object
+        the slot was bound to last time (the runtime passes the same planned-arena views every call;
+        a caller's input bound in place or a fresh output array is a new object each call)."""
+        n_in = self._n_in
+        if len(inputs) != n_in or len(outputs) != self._n_out:
+            raise BackendError(f"cpu delegate takes {n_in} input(s) and {self._n_out} "
                                f"output(s), got {len(inputs)} and {len(outputs)}")
-        ptrs = self._slots()
         local = self._local
-        # Steady state: the runtime passes the same planned-arena views every call, so the
-        # pointer array from last time is still right (an ndarray's data pointer never moves).
-        last = getattr(local, "last", None)
-        if last is not None and not self.threaded \
-                and all(a is b for a, b in zip(inputs, last[0])) and all(a is b for a, b in zip(outputs, last[1])):
-            self._fn(ctypes.addressof(ptrs))
-            return self._shaped_outputs(outputs)
-        local.last = None
-        if self._dims_in:
-            for k, (i, d) in enumerate(self._dims_in):
-                local.dims_in[k] = np.shape(inputs[i])[d]
-        keep = []
-        ii = oi = 0
-        for i, a in enumerate(self.args):
-            if a["kind"] == "input":
-                arr = self._prepare(inputs[ii], a, f"input {ii}", writable=False)
-                if any(np.may_share_memory(arr, out) for out in outputs):
-                    # The code assumes distinct buffers (noalias): never let an output overwrite an input it reads.
-                    note = f"input {ii}: copied because it overlaps an output buffer"
+        ptrs = local.ptrs if hasattr(local, "ptrs") else self._slots()
+        bound = local.bound
+        changed = False
+        k = 0
+        for array in inputs:
+            if array is not bound[k]:
+                self._bind(local, k, array)
+                changed = True
+            k += 1
+        for array in outputs:
+            if array is not bound[k]:
+                self._bind(local, k, array)
+                changed = True
+            k += 1
+        if changed and n_in and self._n_out:
+            # The code assumes distinct buffers (noalias): never let an output overwrite an input it reads.
+            ranges = local.ranges
+            written = ranges[n_in:]
+            for k in range(n_in):
+                lo, hi = ranges[k]
+                overlaps = False
+                for o_lo, o_hi in written:
+                    if lo < o_hi and o_lo < hi:
+                        overlaps = True
+                if overlaps:
+                    note = f"input {k}: copied because it overlaps an output buffer"
                     if note not in self.notes:
                         self.notes.append(note)
-                    arr = arr.copy()
-                keep.append(arr)
-                ptrs[i] = arr.ctypes.data
-                ii += 1
-            elif a["kind"] == "output":
-                arr = self._prepare(outputs[oi], a, f"output {oi}", writable=True)
-                ptrs[i] = arr.ctypes.data
-                oi += 1
+                    copy = local.held[k].copy()
+                    local.bound[k], local.held[k] = None, copy
+                    address = _address(copy)
+                    ranges[k] = (address, address + copy.nbytes)
+                    ptrs[self._io[k][0]] = address
+        if self._dims_in:
+            held, dims = local.held, local.dims_in
+            for k, (i, d) in enumerate(self._dims_in):
+                dims[k] = held[i].shape[d]
         if not self.threaded:
-            if all(a is b for a, b in zip(keep, inputs)):  # nothing was copied: safe to reuse
-                local.last = (tuple(inputs), tuple(outputs))
             self._fn(ctypes.addressof(ptrs))
             return self._shaped_outputs(outputs)
         n = self._threads_now
@@ -603,10 +659,11 @@ class CpuRuntimeBackend:
         return CompiledFunction(blob, _specs_dict(compile_specs))
 
     def execute(self, handle: CompiledFunction, args) -> list:
-        n_in = len(handle.inputs)
-        args = list(args)
-        outputs = handle.run(args[:n_in], args[n_in:n_in + len(handle.outputs)])
-        return outputs + args[n_in + len(handle.outputs):]
+        n_in, end = handle._n_in, handle._n_in + handle._n_out
+        if type(args) is not list:
+            args = list(args)
+        outputs = handle.run(args[:n_in], args[n_in:end])
+        return outputs + args[end:] if len(args) > end else outputs
 
     def execute_profiled(self, handle: CompiledFunction, args, events) -> list:
         """`execute`, then (a blob built with profile=True) each dispatch region's time and ops into `events`."""
