@@ -623,7 +623,8 @@ class Method:
         into fresh arrays; `io_decisions` says what was decided for each and why.
 
         An input is bound in place (the instructions read the caller's array, nothing is copied)
-        unless the program writes it (in-place state, an input mutation), its planned bytes are
+        unless the program writes it (in-place state, an input mutation) or moves it into another
+        value (which would then alias the caller's array, and may be written), its planned bytes are
         read through another value (an alias), it is laid out in a non-default dim order, it is
         bfloat16 (the runtime tags those arrays) or its size is unbounded. At run time a caller's
         array that is not C-contiguous, or of another dtype than the method's (an error), does not
@@ -663,6 +664,7 @@ class Method:
                 return "it is bfloat16 (the runtime tags those arrays)"
             return None
 
+        moved = {call.move_from for _, _, call, _, _ in accesses if isinstance(call, S.MoveCall)}
         inputs, outputs = self._inputs, self._outputs
         for position, i in enumerate(inputs):
             tensor = values[i]
@@ -671,6 +673,8 @@ class Method:
             reason = why_not(tensor)
             if reason is None and i in written:
                 reason = "the program writes it"
+            if reason is None and i in moved:  # the destination would alias the caller's array
+                reason = "a move makes another value of it"
             if reason is None and tensor.unbound:
                 reason = "its size has no bound"
             if reason is None:

@@ -259,6 +259,27 @@ def test_output_overlapping_an_input_is_safe():
     assert any("overlaps" in n for n in fn.notes)
 
 
+def test_copied_inputs_are_copied_again_on_the_next_call(host_blob):
+    """A slot keeps its pointer while the caller passes the same array object, except when the
+    pointer is into a copy (a non-contiguous input, an input overlapping an output): the caller's
+    array may have changed since, so it is copied again."""
+    fn = CompiledFunction(host_blob)
+    rng = np.random.default_rng(2)
+    wide = np.zeros((4, 64), dtype=np.float32)
+    strided, out = wide[:, ::2], np.empty((4, 10), dtype=np.float32)
+    for _ in range(2):
+        strided[...] = rng.standard_normal((4, 32))
+        fn.run([strided], [out])
+        np.testing.assert_allclose(out, fn(np.ascontiguousarray(strided)), rtol=1e-6)
+    memory = np.zeros(4 * 32, dtype=np.float32)
+    x, y = memory.reshape(4, 32), memory[:40].reshape(4, 10)  # the output overlaps the input
+    for _ in range(2):
+        x[...] = rng.standard_normal((4, 32))
+        want = fn(x.copy())
+        fn.run([x], [y])
+        np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
 def test_calls_from_two_threads(host_blob):
     fn = CompiledFunction(host_blob)
     rng = np.random.default_rng(1)

@@ -306,3 +306,20 @@ def test_an_input_a_delegate_updates_in_place_is_copied():
     (y,) = method.execute([x])
     np.testing.assert_array_equal(x, [1, 2, 3])
     np.testing.assert_array_equal(y, [6, 10, 14])
+
+
+def test_an_input_moved_into_a_value_a_delegate_updates_is_copied():
+    # Value 1 takes input 0 by a move (ExecuTorch copies the EValue: the two alias), then the
+    # delegate updates value 1 in place: that must not reach the caller's array.
+    register_backend(_Recorder())
+    values = [tensor([3], mem=(1, 0)), tensor([3], mem=(1, 16)), tensor([3], mem=(1, 32))]
+    instructions = [S.Instruction(instr_args=S.MoveCall(move_from=0, move_to=1)),
+                    S.Instruction(instr_args=S.DelegateCall(delegate_index=0, args=[1, 1])),
+                    kernel_call(0, 1, 1, 2, 2)]
+    method = program(plan("forward", values, [0], [2], instructions, [("etc_test::add", "out")], [0, 48],
+                          delegates=[_delegate(_Recorder.backend_id)]), delegate_blobs=[b""]).load_method("forward")
+    assert method.io_decisions["input 0"] == "copied: a move makes another value of it"
+    x = np.array([1, 2, 3], dtype=np.float32)
+    (y,) = method.execute([x])
+    np.testing.assert_array_equal(x, [1, 2, 3])
+    np.testing.assert_array_equal(y, [6, 10, 14])
