@@ -564,7 +564,7 @@ class Method:
         steps = []
         for position, instruction in enumerate(chain.instructions or []):
             before = set(defined)
-            self._position = (chain_index, position)
+            self._position = (chain_index, position)  # where `_compile` registers a delegate call
             step = self._compile(position, instruction.instr_args, defined)
             self._accesses.append((chain_index, position, instruction.instr_args,
                                    *self._reads_writes(instruction.instr_args, step, before)))
