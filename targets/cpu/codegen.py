@@ -226,8 +226,11 @@ def check_external_symbols(mod) -> None:
         raise LoweringError(f"cpu codegen: generated code calls unsupported external function(s) {', '.join(bad)}")
 
 
-def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=()) -> tuple[bytes, str]:
-    """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file.
+def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=(),
+                out_of_line=()) -> tuple[bytes, str]:
+    """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file. The functions
+    `internalize` names get internal linkage; those `out_of_line` names are never inlined (the
+    dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one).
 
     LLVM's loop unrolling is off: the cpu pipeline already unrolls the vector micro-kernels
     (GEMM register tiles, window taps), and unrolling the rest measured no faster (ResNet's
@@ -251,6 +254,8 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
     for name in internalize:
         fn = mod.get_function(name)
         fn.linkage = "internal"
+    for name in out_of_line:
+        mod.get_function(name).add_function_attribute("noinline")
     mod.verify()
     check_external_symbols(mod)
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)

@@ -73,6 +73,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         # Loops, then the LLVM dialect (vector ops lower before scf and cf).
         loops,
         *(["etc-cpu-profile-regions"] if profile else []),
+        # Each dispatch region its own function: LLVM's loop passes stay linear in the model's size.
+        "etc-cpu-outline-regions",
         "lower-affine", "func.func(convert-vector-to-scf{full-unroll=true}, lower-affine)", "convert-vector-to-llvm",
         "canonicalize", "convert-scf-to-cf", "expand-strided-metadata", "lower-affine",
         "convert-math-to-llvm", "convert-math-to-libm",
@@ -170,11 +172,19 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
         llvm_ir += barrier_llvm_ir(target.index_bits)
     n_slots = len(args) - (1 if offsets else 0)
     llvm_ir += codegen.entry_wrapper(inner, entry, n_slots, offsets, target.index_bits, threaded=threaded)
-    obj, optimized = codegen.emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner])
+    regions = [name for name in _function_names(module) if name.startswith(f"{inner}_region")]
+    obj, optimized = codegen.emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner, *regions],
+                                         out_of_line=regions)
     return codegen.CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
                                  llvm_ir=optimized if keep_ir else "", threaded=threaded,
                                  decisions=decisions.read(module), profile=read_profile(module),
                                  stats={"pipeline_s": t1 - t0, "llvm_s": time.perf_counter() - t1})
+
+
+def _function_names(module: ir.Module) -> list[str]:
+    """The names of the module's functions (llvm.func after the pipeline)."""
+    return [ir.StringAttr(op.operation.attributes["sym_name"]).value for op in module.body.operations
+            if op.operation.name in ("llvm.func", "func.func")]
 
 
 def blob_metadata(result, threads: int) -> dict:

@@ -7,11 +7,15 @@
 // CHECK: // target: x86_64-unknown-linux-gnu (haswell)
 // CHECK: // entry etc_cpu_entry(args): input:float32[4, 16], output:float32[4, 16]
 // CHECK: target triple = "x86_64-unknown-linux-gnu"
-// CHECK: define void @etc_cpu_entry(ptr
+// The loop nest is a function of its own (etc-cpu-outline-regions), its buffers noalias as the
+// entry's: vectorized with no run-time overlap check.
+// CHECK: define internal fastcc void @delegate_cpu_0_region0(ptr noalias
+// CHECK-NOT: memcheck
 // CHECK: fmul <8 x float>
+// CHECK: define void @etc_cpu_entry(ptr
+// CHECK: call fastcc void @delegate_cpu_0_region0(
 // exp is expanded into vectorizable arithmetic (etc-cpu-expand-math), not one expf call per element.
 // CHECK: // entry etc_cpu_entry(args): input:float32[4, 16], output:float32[4, 16]
-// CHECK: define void @etc_cpu_entry(ptr
 // CHECK-NOT: @expf
 // CHECK: @llvm.roundeven.v8f32
 // CHECK-NOT: @expf

@@ -1,0 +1,177 @@
+"""etc-cpu-outline-regions: each top-level loop nest of the entry becomes a function of its own.
+
+The pipeline inlines every kernel into the entry, so a whole model reached LLVM as one
+function (ConvNeXt-T: 45,000 lines of optimized IR). LLVM's loop passes recompute
+function-wide analyses (scalar evolution, dominators) after each loop they change, so their
+time grew faster than the code: loop vectorization and induction-variable simplification were
+43% of ConvNeXt's LLVM time, and LLVM was three quarters of its compile. Here each top-level
+loop nest (a dispatch region: a GEMM tile loop, a window kernel, a row kernel, a loop nest)
+moves into a private function `<entry>_region<i>`, called where it was; codegen gives these
+internal linkage and keeps them out of line (LLVM `noinline`), so LLVM optimizes many small
+functions, and a region identical to one before it (the same layer in the next block: ConvNeXt-T
+has 77 regions, 28 distinct) calls that one, so LLVM compiles it once.
+
+A nest is outlined with the values it reads from the entry as arguments (memrefs of static
+shape, indices, scalars); the constants it reads are cloned into it. Its memref arguments are
+`llvm.noalias` like the entry's when no two of them can overlap (distinct entry arguments, or
+views of the scratch buffer at disjoint static byte ranges), so LLVM vectorizes its loops
+without run-time overlap checks. A nest whose results
+the entry uses, or that reads a memref with a dynamic size, stride or offset (the bare-pointer
+calling convention passes static ones only), stays inline.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from etc.passes.pass_api import function_pass
+from etc.targets.cpu.passes._util import entry_function
+
+_NESTS = ("scf.for", "scf.parallel", "scf.if", "scf.while")
+
+
+def _inside(op, root) -> bool:
+    """Is `op` nested in `root` (or `root` itself)?"""
+    current = op
+    while current is not None:
+        if current == root:
+            return True
+        parent = current.parent
+        if parent is None or parent.name == "func.func":
+            return False
+        current = parent
+    return False
+
+
+def _captured(root) -> list:
+    """The values `root`'s nested ops use that are defined outside it, in first-use order."""
+    seen, captured = set(), []
+
+    def visit(op):
+        for value in op.operands:
+            owner = value.owner
+            if isinstance(owner, ir.Block):
+                outside = not _inside(owner.owner, root)
+            else:
+                outside = not _inside(owner.operation if hasattr(owner, "operation") else owner, root)
+            if outside and value not in seen:
+                seen.add(value)
+                captured.append(value)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return captured
+
+
+def _outlinable(op, captured) -> bool:
+    if any(len(list(result.uses)) for result in op.results):
+        return False
+    for value in captured:
+        t = value.type
+        if isinstance(t, ir.MemRefType) and "?" in str(t):  # a dynamic size, stride or offset
+            return False
+        if not isinstance(t, (ir.MemRefType, ir.IndexType, ir.IntegerType, ir.F32Type, ir.F64Type, ir.F16Type)):
+            return False
+    return True
+
+
+_VIEWS = ("memref.view", "memref.subview", "memref.reinterpret_cast", "memref.expand_shape",
+          "memref.collapse_shape", "memref.cast")
+
+
+def _extent(value) -> tuple:
+    """(base, byte range or None for all of it): the entry argument `value` is a view of, and
+    which bytes of it when that is static (a `memref.view` into the scratch buffer at a constant
+    shift)."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return value, None
+    op = owner.operation if hasattr(owner, "operation") else owner
+    if op.name not in _VIEWS:
+        return value, None
+    base, span = _extent(op.operands[0])
+    if op.name == "memref.view" and span is None:
+        shift = op.operands[1].owner
+        t = ir.MemRefType(value.type)
+        if not isinstance(shift, ir.Block) and shift.name == "arith.constant" and t.has_static_shape:
+            start = ir.IntegerAttr(shift.attributes["value"]).value
+            size = t.element_type.width // 8 if hasattr(t.element_type, "width") else None
+            if size:
+                count = 1
+                for d in t.shape:
+                    count *= d
+                span = (start, start + count * size)
+    return base, span
+
+
+def _disjoint(memrefs) -> bool:
+    """Can no two of `memrefs` overlap? Entry arguments are distinct buffers (the entry's
+    `llvm.noalias`); views of one are disjoint when their static byte ranges are."""
+    extents = [_extent(v) for v in memrefs]
+    for i, (base, span) in enumerate(extents):
+        for other, other_span in extents[i + 1:]:
+            if base == other and (span is None or other_span is None or
+                                  not (span[1] <= other_span[0] or other_span[1] <= span[0])):
+                return False
+    return True
+
+
+@function_pass("etc-cpu-outline-regions",
+               "Each top-level loop nest of the entry -> a private function of its own (LLVM's time stays linear)")
+def outline_regions(module, options=None) -> int:
+    from torch_mlir.dialects import func as func_d
+
+    fn = entry_function(module)
+    block = fn.regions[0].blocks[0]
+    base = ir.StringAttr(fn.attributes["sym_name"]).value
+    outlined, calls = 0, 0
+    distinct: dict = {}  # printed function (its name left out) -> the name of the first such region
+    with module.context:
+        for op in [o.operation for o in block.operations]:
+            if op.name not in _NESTS:
+                continue
+            captured = _captured(op)
+            if not _outlinable(op, captured):
+                continue
+            constants = [v for v in captured if not isinstance(v.owner, ir.Block)
+                         and v.owner.name == "arith.constant"]
+            arguments = [v for v in captured if v not in constants]
+            name = f"{base}_region{outlined}"
+            with ir.InsertionPoint(fn), op.location:
+                region_fn = func_d.FuncOp(name, ir.FunctionType.get([v.type for v in arguments], []))
+                region_fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+                memrefs = [v for v in arguments if isinstance(v.type, ir.MemRefType)]
+                if _disjoint(memrefs):  # as the entry's: LLVM needs no run-time overlap checks
+                    region_fn.arg_attrs = ir.ArrayAttr.get([
+                        ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get()} if isinstance(v.type, ir.MemRefType)
+                                        else {}) for v in arguments])
+                entry = region_fn.add_entry_block()
+            with ir.InsertionPoint(entry), op.location:
+                remap = {}
+                for value in constants:
+                    remap[value] = value.owner.clone().results[0]
+                for value, arg in zip(arguments, entry.arguments):
+                    remap[value] = arg
+                terminator = func_d.ReturnOp([])
+            with ir.InsertionPoint(op), op.location:
+                call = func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), arguments)
+            op.move_before(terminator)
+
+            def rewire(inner):
+                for i, value in enumerate(inner.operands):
+                    if value in remap:
+                        inner.operands[i] = remap[value]
+                return ir.WalkResult.ADVANCE
+
+            op.walk(rewire)
+            # A region identical to one outlined before (the same layer shapes in another block of
+            # the model) calls that one: LLVM compiles each distinct region once.
+            key = region_fn.operation.get_asm(use_local_scope=True).replace(f"@{name}(", "@region(", 1)
+            if key in distinct:
+                call.operation.attributes["callee"] = ir.FlatSymbolRefAttr.get(distinct[key])
+                region_fn.operation.erase()
+            else:
+                distinct[key] = name
+                outlined += 1
+            calls += 1
+    return calls

@@ -1,0 +1,58 @@
+// RUN: etc-opt %s --etc-cpu-outline-regions | filecheck %s
+
+// Each top-level loop nest of the entry becomes a private function called where it was, with the
+// values it reads as arguments and the constants it uses cloned in. The second nest is the first
+// on other buffers of the same types: it calls the same function (LLVM compiles it once). The
+// third differs (its bound): a function of its own. Buffers are noalias as the entry's, unless two
+// may overlap: the fourth reads and writes views of one buffer. A nest whose result the entry
+// uses stays.
+// CHECK-LABEL: func.func private @f_region0(%{{.*}}: memref<8xf32> {llvm.noalias}, %{{.*}}: memref<8xf32> {llvm.noalias})
+// CHECK: %[[C8:.*]] = arith.constant 8 : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[C8]]
+// CHECK: arith.maximumf
+// CHECK-LABEL: func.func private @f_region1(%{{.*}}: memref<8xf32> {llvm.noalias}, %{{.*}}: memref<8xf32> {llvm.noalias})
+// CHECK: %[[C4:.*]] = arith.constant 4 : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[C4]]
+// CHECK-LABEL: func.func private @f_region2(%{{.*}}: memref<4xf32, strided<[1]>>, %{{.*}}: memref<4xf32, strided<[1], offset: 2>>)
+// CHECK-LABEL: func.func @f(
+// CHECK: call @f_region0(%arg0, %arg1)
+// CHECK-NEXT: call @f_region0(%arg1, %arg2)
+// CHECK-NEXT: call @f_region1(%arg0, %arg2)
+// CHECK: call @f_region2(
+// CHECK-NEXT: %[[S:.*]] = scf.for
+// CHECK: memref.store %[[S]]
+func.func @f(%x: memref<8xf32> {etc.cpu.arg = "input:0"}, %y: memref<8xf32> {etc.cpu.arg = "output:0"},
+             %z: memref<8xf32> {etc.cpu.arg = "output:1"}, %s: memref<f32> {etc.cpu.arg = "output:2"}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %zero = arith.constant 0.0 : f32
+  scf.for %i = %c0 to %c8 step %c1 {
+    %v = memref.load %x[%i] : memref<8xf32>
+    %m = arith.maximumf %v, %zero : f32
+    memref.store %m, %y[%i] : memref<8xf32>
+  }
+  scf.for %i = %c0 to %c8 step %c1 {
+    %v = memref.load %y[%i] : memref<8xf32>
+    %m = arith.maximumf %v, %zero : f32
+    memref.store %m, %z[%i] : memref<8xf32>
+  }
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %x[%i] : memref<8xf32>
+    memref.store %v, %z[%i] : memref<8xf32>
+  }
+  %lo = memref.subview %y[0] [4] [1] : memref<8xf32> to memref<4xf32, strided<[1]>>
+  %hi = memref.subview %y[2] [4] [1] : memref<8xf32> to memref<4xf32, strided<[1], offset: 2>>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %v = memref.load %lo[%i] : memref<4xf32, strided<[1]>>
+    memref.store %v, %hi[%i] : memref<4xf32, strided<[1], offset: 2>>
+  }
+  %sum = scf.for %i = %c0 to %c8 step %c1 iter_args(%acc = %zero) -> (f32) {
+    %v = memref.load %x[%i] : memref<8xf32>
+    %a = arith.addf %acc, %v : f32
+    scf.yield %a : f32
+  }
+  memref.store %sum, %s[] : memref<f32>
+  return
+}
