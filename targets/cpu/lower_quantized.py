@@ -40,19 +40,23 @@ from torch_mlir import ir
 from etc.errors import LoweringError
 from etc.targets.cpu.lower import EXPANSIONS, vtensor_type
 
+DYN = -1  # a dynamic dimension in the shapes of this file (`?` in the text)
 PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)
 GROUP = 4  # K values per dot-product lane
 
 QGEMM = "etc.cpu.qgemm"  # on the contraction generic: {operand roles}
 REQUANT = "etc.cpu.requant"  # on its requantization generic
 QWINDOW = "etc.cpu.qwindow"  # on a depthwise/grouped int8 convolution generic
+QGEMM4 = "etc.cpu.qgemm4"  # on the int8 x int4 contraction of a dynamic linear (8da4w): {group_size}
+QDEQUANT = "etc.cpu.qdequant"  # on its epilogue (activation zero point and scale, bias)
 
 _CONV = "etc_quantized::conv2d"
 _LINEAR = "etc_quantized::linear"
 _ADD = "etc_quantized::add"
 _Q = "quantized_decomposed::quantize_per_tensor"
 _DQ = "quantized_decomposed::dequantize_per_tensor"
-LOWERED = (_CONV, _LINEAR, _ADD, _Q, _DQ)
+_LINEAR_DYNAMIC = "etc_quantized::linear_dynamic"
+LOWERED = (_CONV, _LINEAR, _ADD, _Q, _DQ, _LINEAR_DYNAMIC)
 
 
 # ------------------------------------------------------------------ support
@@ -84,6 +88,8 @@ def check(op) -> tuple[bool, str]:
         if name == _LINEAR and len(ir.RankedTensorType(a["input"].type).shape) != 2:
             return False, f"{name}: the input is not 2-D"
         return True, ""
+    if name == _LINEAR_DYNAMIC:
+        return _check_linear_dynamic(a, op)
     if name == _Q:
         if _element(op.operands[0]) != "f32" or _element(op.results[0]) != "i8":
             return False, f"{name}: the cpu target quantizes float32 to int8 only"
@@ -171,9 +177,10 @@ def _builtin(value) -> tuple[ir.Value, list, str]:
     import re
 
     found = re.match(r"!torch\.vtensor<\[([^\]]*)\],(\w+)>", text)
-    shape = [int(d) for d in found.group(1).split(",")] if found.group(1) else []
+    shape = [DYN if d == "?" else int(d) for d in found.group(1).split(",")] if found.group(1) else []
     element = {"si8": "i8", "si32": "i32", "si64": "i64", "ui8": "ui8"}.get(found.group(2), found.group(2))
-    ttype = ir.RankedTensorType.get(shape, ir.Type.parse(element if element != "ui8" else "i8"))
+    ttype = ir.RankedTensorType.get([ir.ShapedType.get_dynamic_size() if d == DYN else d for d in shape],
+                                    ir.Type.parse(element if element != "ui8" else "i8"))
     cast = ir.Operation.create("torch_c.to_builtin_tensor", results=[ttype], operands=[value])
     return cast.result, shape, element
 
@@ -187,7 +194,7 @@ def _splice(op, inputs: list, body: str, result_type: str) -> ir.Value:
     for v in inputs:
         b, shape, element = _builtin(v)
         values.append(b)
-        types.append(_t(shape, element))
+        types.append(_t(shape, "i8" if element == "ui8" else element))
     signature = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(types))
     text = f"func.func private @splice({signature}) -> {result_type} {{\n{body}\n  return %result : {result_type}\n}}"
     try:
@@ -225,7 +232,7 @@ def _parallel(n: int) -> str:
 
 
 def _t(shape, element: str) -> str:
-    return "tensor<" + "".join(f"{d}x" for d in shape) + element + ">"
+    return "tensor<" + "".join("?x" if d < 0 else f"{d}x" for d in shape) + element + ">"
 
 
 def _f32(x: float) -> str:
@@ -738,3 +745,180 @@ def _lower_dequantize(e, v: dict, op) -> list:
 
 EXPANSIONS.update({_CONV: _lower_conv, _LINEAR: _lower_linear, _ADD: _lower_add, _Q: _lower_quantize,
                    _DQ: _lower_dequantize})
+
+
+# ------------------------------------------------------------------ 8da4w: dynamic int8 rows x int4 groups
+def _check_linear_dynamic(a: dict, op) -> tuple[bool, str]:
+    shape = list(ir.RankedTensorType(a["input"].type).shape)
+    if a["activation_granularity"] != "per_row" or int(a["weight_bits"]) != 4:
+        return False, (f"{_LINEAR_DYNAMIC}: the cpu target takes int8 activations quantized per row with 4-bit "
+                       f"weights (torchao 8da4w), not {a['activation_granularity']} activations with "
+                       f"{a['weight_bits']}-bit weights")
+    if len(shape) != 2:
+        return False, f"{_LINEAR_DYNAMIC}: the input is not 2-D"
+    group, k = int(a["group_size"]), shape[1]
+    if group % 8 or k % group:
+        return False, f"{_LINEAR_DYNAMIC}: group size {group} is not a multiple of 8 dividing K = {k}"
+    if a["weight_zero_points"] is not None:
+        return False, f"{_LINEAR_DYNAMIC}: 4-bit weights with zero points (the cpu target takes symmetric ones)"
+    for arg in ("weight", "weight_scales") + (("bias",) if a["bias"] is not None else ()):
+        if _constant_name(a[arg]) is None:
+            return False, f"{_LINEAR_DYNAMIC}: its {arg} is not a constant"
+    return True, ""
+
+
+def _lower_linear_dynamic(e, v: dict, op) -> list:
+    """torchao 8da4w: y = dequant(quant_row(x)) @ dequant(w4).T + bias, as
+      q[m, k], s[m], zp[m]    the activation quantized per row exactly as the portable kernel does
+                              (torchao's ASYMMETRIC [1, K] blocks: range including 0, roundeven),
+                              stored as [M, K/8, 2, 4]: each 8 values as their even then odd ones,
+                              the order the packed weight's low and high nibbles have;
+      acc[m, n]               sum_k q[m, k] * w[n, k] * ws[n, k / group] (f32), the generic marked
+                              `etc.cpu.qgemm4` on the weight's bytes in panels [NB, K/8, 16, 4] (each
+                              byte two k, low nibble first: the program's packing, only regrouped, so
+                              the chain is a layout one packed when the blob is built) and the scales
+                              as [NB, G, 16];
+      y = (acc - zp[m] * C[n]) * s[m] + bias[n]
+                              the generic marked `etc.cpu.qdequant`; C[n] = sum_k w[n, k] ws[n, k/group]
+                              (a constant) takes the activation's zero point out of the K loop.
+    etc-cpu-int8-kernels turns the pair into one kernel (int8 x int4 dot products on vpdpbusd)."""
+    from etc.dialects import decode_op
+
+    a = decode_op(op)
+    M, K = ir.RankedTensorType(a["input"].type).shape
+    M = DYN if ir.ShapedType.is_dynamic_size(M) else M
+    packed = _data(e, a["weight"], "weight")
+    scales = _data(e, a["weight_scales"], "weight scales").astype(np.float32)
+    N, gs = packed.shape[0], int(a["group_size"])
+    G, KB8, NB = K // gs, K // 8, -(-N // PANEL)
+    if packed.shape != (N, K // 2) or scales.shape != (N, G):
+        raise LoweringError(f"{_LINEAR_DYNAMIC}: weight {packed.shape} / scales {scales.shape} do not match K = {K}")
+    from etc.runtime.kernels.quantized import unpack_int4
+
+    w = unpack_int4(packed.view(np.uint8), K).astype(np.float64)
+    colsum = (w.reshape(N, G, gs).sum(axis=2) * scales.astype(np.float64)).sum(axis=1).astype(np.float32)
+    bias = (np.zeros(N, np.float32) if a["bias"] is None
+            else _data(e, a["bias"], "bias").astype(np.float32).reshape(-1))
+    t = _Text()
+    m_t = lambda *rest, el="f32": _t([M, *rest], el)  # noqa: E731
+    t("%c0 = arith.constant 0 : index")
+    t(f"%M = tensor.dim %arg0, %c0 : {m_t(K)}")
+    dyn = "%M" if M == DYN else ""
+    row = "affine_map<(m) -> (m)>"
+    # The activation's range per row, including 0 (torchao's choose_qparams_affine).
+    t(f"%zero = arith.constant {_f32(0.0)} : f32")
+    t(f"%re = tensor.empty({dyn}) : {m_t()}")
+    t(f"%r0 = linalg.fill ins(%zero : f32) outs(%re : {m_t()}) -> {m_t()}")
+    t(f"%range:2 = linalg.generic {{indexing_maps = [affine_map<(m, k) -> (m, k)>, affine_map<(m, k) -> (m)>, "
+      f"affine_map<(m, k) -> (m)>], iterator_types = [\"parallel\", \"reduction\"]}} ins(%arg0 : {m_t(K)}) "
+      f"outs(%r0, %r0 : {m_t()}, {m_t()}) {{")
+    t("^bb0(%x: f32, %l: f32, %h: f32):")
+    t("  %l2 = arith.minimumf %l, %x : f32")
+    t("  %h2 = arith.maximumf %h, %x : f32")
+    t("  linalg.yield %l2, %h2 : f32, f32")
+    t(f"}} -> ({m_t()}, {m_t()})")
+    # scale = max((hi - lo) / 255, tiny), 1 / scale, zp = clamp(-128 - roundeven(lo / scale)).
+    t(f"%params:3 = linalg.generic {{indexing_maps = [{row}, {row}, {row}, {row}, {row}], "
+      f"iterator_types = [\"parallel\"]}} ins(%range#0, %range#1 : {m_t()}, {m_t()}) "
+      f"outs(%re, %re, %re : {m_t()}, {m_t()}, {m_t()}) {{")
+    t("^bb0(%l: f32, %h: f32, %o1: f32, %o2: f32, %o3: f32):")
+    t(f"  %c255 = arith.constant {_f32(255.0)} : f32")
+    t(f"  %tiny = arith.constant {_f32(np.finfo(np.float32).tiny)} : f32")
+    t(f"  %one = arith.constant {_f32(1.0)} : f32")
+    t(f"  %qmin = arith.constant {_f32(-128.0)} : f32")
+    t(f"  %qmax = arith.constant {_f32(127.0)} : f32")
+    t("  %d = arith.subf %h, %l : f32")
+    t("  %s0 = arith.divf %d, %c255 : f32")
+    t("  %s = arith.maximumf %s0, %tiny : f32")
+    t("  %inv = arith.divf %one, %s : f32")
+    t("  %ls = arith.divf %l, %s : f32")
+    t("  %lr = math.roundeven %ls : f32")
+    t("  %z0 = arith.subf %qmin, %lr : f32")
+    t("  %z1 = arith.maximumf %z0, %qmin : f32")
+    t("  %z = arith.minimumf %z1, %qmax : f32")
+    t("  linalg.yield %s, %inv, %z : f32, f32, f32")
+    t(f"}} -> ({m_t()}, {m_t()}, {m_t()})")
+    # q as [M, K/8, 2, 4]: [m, kb, p, j] = q[m, 8 kb + 2 j + p].
+    q_t = m_t(KB8, 2, 4, el="i8")
+    t(f"%qe = tensor.empty({dyn}) : {q_t}")
+    t(f"%q = linalg.generic {{indexing_maps = [affine_map<(m, kb, p, j) -> (m, kb * 8 + j * 2 + p)>, "
+      f"affine_map<(m, kb, p, j) -> (m)>, affine_map<(m, kb, p, j) -> (m)>, "
+      f"affine_map<(m, kb, p, j) -> (m, kb, p, j)>], iterator_types = [{_parallel(4)}]}} "
+      f"ins(%arg0, %params#1, %params#2 : {m_t(K)}, {m_t()}, {m_t()}) outs(%qe : {q_t}) {{")
+    t("^bb0(%x: f32, %inv: f32, %z: f32, %o: i8):")
+    t(f"  %qmin = arith.constant {_f32(-128.0)} : f32")
+    t(f"  %qmax = arith.constant {_f32(127.0)} : f32")
+    t("  %y = arith.mulf %x, %inv : f32")
+    t("  %r = math.roundeven %y : f32")
+    t("  %a = arith.addf %r, %z : f32")
+    t("  %c1 = arith.maximumf %a, %qmin : f32")
+    t("  %c2 = arith.minimumf %c1, %qmax : f32")
+    t("  %i = arith.fptosi %c2 : f32 to i8")
+    t("  linalg.yield %i : i8")
+    t(f"}} -> {q_t}")
+    # The weight's bytes as [NB, K/8, 16, 4] and the scales as [NB, G, 16]: layout chains.
+    zero8 = t.const(0, "i8")
+    wp, _ = _pad(t, "%arg1", [N, K // 2], [0, 0], [NB * PANEL - N, 0], zero8)
+    t(f"%we = tensor.expand_shape {wp} [[0, 1], [2, 3]] output_shape [{NB}, {PANEL}, {KB8}, 4] : "
+      f"{_t([NB * PANEL, K // 2], 'i8')} into {_t([NB, PANEL, KB8, 4], 'i8')}")
+    t(f"%wt0 = tensor.empty() : {_t([NB, KB8, PANEL, 4], 'i8')}")
+    t(f"%wt = linalg.transpose ins(%we : {_t([NB, PANEL, KB8, 4], 'i8')}) "
+      f"outs(%wt0 : {_t([NB, KB8, PANEL, 4], 'i8')}) permutation = [0, 2, 1, 3]")
+    sp, _ = _pad(t, "%arg2", [N, G], [0, 0], [NB * PANEL - N, 0], t.const(_f32(0.0), "f32"), "f32")
+    t(f"%se = tensor.expand_shape {sp} [[0, 1], [2]] output_shape [{NB}, {PANEL}, {G}] : "
+      f"{_t([NB * PANEL, G], 'f32')} into {_t([NB, PANEL, G], 'f32')}")
+    t(f"%st0 = tensor.empty() : {_t([NB, G, PANEL], 'f32')}")
+    t(f"%st = linalg.transpose ins(%se : {_t([NB, PANEL, G], 'f32')}) "
+      f"outs(%st0 : {_t([NB, G, PANEL], 'f32')}) permutation = [0, 2, 1]")
+    # acc[m, nb, c] = sum q * w * ws: one k per (kb, p, j); the nibble p of byte (nb, kb, c, j).
+    acc_t = m_t(NB, PANEL)
+    t(f"%ae = tensor.empty({dyn}) : {acc_t}")
+    t(f"%a0 = linalg.fill ins(%zero : f32) outs(%ae : {acc_t}) -> {acc_t}")
+    dims = "(m, nb, c, kb, p, j)"
+    t(f"%acc = linalg.generic {{indexing_maps = [affine_map<{dims} -> (m, kb, p, j)>, "
+      f"affine_map<{dims} -> (nb, kb, c, j)>, affine_map<{dims} -> (nb, kb floordiv {gs // 8}, c)>, "
+      f"affine_map<{dims} -> (m, nb, c)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\", "
+      f"\"reduction\", \"reduction\", \"reduction\"]}} ins(%q, %wt, %st : {q_t}, {_t([NB, KB8, PANEL, 4], 'i8')}, "
+      f"{_t([NB, G, PANEL], 'f32')}) outs(%a0 : {acc_t}) attrs = {{{QGEMM4} = {{group_size = {gs} : i64}}}} {{")
+    t("^bb0(%qa: i8, %qb: i8, %qs: f32, %qc: f32):")
+    t("  %p = linalg.index 4 : index")
+    t("  %p8 = arith.index_cast %p : index to i8")
+    t("  %c4 = arith.constant 4 : i8")
+    t("  %c8 = arith.constant 8 : i8")
+    t("  %c15 = arith.constant 15 : i8")
+    t("  %sh = arith.muli %p8, %c4 : i8")
+    t("  %n0 = arith.shrui %qb, %sh : i8")
+    t("  %n1 = arith.andi %n0, %c15 : i8")
+    t("  %n2 = arith.xori %n1, %c8 : i8")
+    t("  %wv = arith.subi %n2, %c8 : i8")
+    t("  %a32 = arith.extsi %qa : i8 to i32")
+    t("  %w32 = arith.extsi %wv : i8 to i32")
+    t("  %pr = arith.muli %a32, %w32 : i32")
+    t("  %pf = arith.sitofp %pr : i32 to f32")
+    t("  %sum = math.fma %pf, %qs, %qc : f32")
+    t("  linalg.yield %sum : f32")
+    t(f"}} -> {acc_t}")
+    t(f"%flat = tensor.collapse_shape %acc [[0], [1, 2]] : {acc_t} into {m_t(NB * PANEL)}")
+    cut = "%flat"
+    if NB * PANEL != N:
+        cut = "%cut"
+        size = "%M" if M == DYN else str(M)
+        t(f"%cut = tensor.extract_slice %flat[0, 0] [{size}, {N}] [1, 1] : {m_t(NB * PANEL)} to {m_t(N)}")
+    t(f"%colsum = arith.constant {_dense(colsum, 'f32')}")
+    t(f"%bias = arith.constant {_dense(bias, 'f32')}")
+    t(f"%ye = tensor.empty({dyn}) : {m_t(N)}")
+    t(f"%result = linalg.generic {{indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, "
+      f"affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, "
+      f"affine_map<(m, n) -> (m, n)>], iterator_types = [\"parallel\", \"parallel\"]}} "
+      f"ins({cut}, %params#2, %params#0, %colsum, %bias : {m_t(N)}, {m_t()}, {m_t()}, {_t([N], 'f32')}, "
+      f"{_t([N], 'f32')}) outs(%ye : {m_t(N)}) attrs = {{{QDEQUANT}}} {{")
+    t("^bb0(%y: f32, %z: f32, %s: f32, %cs: f32, %b: f32, %o: f32):")
+    t("  %zc = arith.mulf %z, %cs : f32")
+    t("  %d = arith.subf %y, %zc : f32")
+    t("  %r = math.fma %d, %s, %b : f32")
+    t("  linalg.yield %r : f32")
+    t(f"}} -> {m_t(N)}")
+    return [_splice(op, [v["input"], v["weight"], v["weight_scales"]], t.text(), m_t(N))]
+
+
+EXPANSIONS[_LINEAR_DYNAMIC] = _lower_linear_dynamic

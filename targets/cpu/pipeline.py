@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from torch_mlir import ir
 
 from etc.errors import LoweringError
@@ -159,7 +161,9 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
             # Always evaluated: a "#packed<i>" left in `constants` by an earlier compile of the same
             # function (the partitioner's trial) may be another pack of the same weight.
             source = a["name"].rsplit("#packed", 1)[0]
-            constants[a["name"]] = evaluate_pack(a["pack"], constants[source])
+            packed = evaluate_pack(a["pack"], constants[source])
+            # MLIR's integers are signless: a uint8 weight (4-bit pairs) is read as i8 bytes.
+            constants[a["name"]] = packed.view(np.dtype(a["dtype"])) if packed.dtype == np.uint8 else packed
         args.append(codegen.ArgSpec(a["kind"], a["dtype"], tuple(a["shape"]), a["name"], a.get("dynamic", ())))
     scratch = ir.IntegerAttr(module.operation.attributes["etc.cpu.scratch_bytes"]).value
     if offsets:
