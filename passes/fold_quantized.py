@@ -301,6 +301,12 @@ class _Folder:
         if found is None or view is None:
             return found
         source, granularity, eps = found
+        if not _single_use(view.results[0]):
+            # Shared (q, k and v read one view of the quantized norm output): the others still
+            # fold through it, so this linear gets its own view of the float input.
+            from torch_mlir import ir
+
+            view = view.clone(ip=ir.InsertionPoint(view))
         view.operands[0] = source  # view the float input instead of its dequantized copy
         return view.results[0], granularity, eps
 

@@ -44,6 +44,7 @@ class Model:
     name: str
     what: str
     build: Callable  # () -> decoder module in etc.llm's protocol (tokens, input_pos) -> logits
+    backends: tuple = ()  # the backends measured (default: all of BACKENDS)
 
 
 def _llama_15m():
@@ -54,6 +55,19 @@ def _llama_15m():
     torch.manual_seed(0)
     return Llama(LlamaConfig(vocab_size=32000, dim=288, n_layers=6, n_heads=6, n_kv_heads=6, hidden_dim=768,
                              max_context_len=MAX_CONTEXT_LEN)).eval()
+
+
+def _llama_15m_8da4w():
+    """The same Llama, its Linears quantized by torchao as ExecuTorch's export_llama `-qmode 8da4w` does:
+    int8 activations quantized per token at run time, int4 weights in groups of 32 (symmetric)."""
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    module = _llama_15m()
+    quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)),
+              filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear))
+    return module
 
 
 def _gpt2(layers: int):
@@ -72,6 +86,9 @@ def _gpt2(layers: int):
 MODELS: dict[str, Model] = {m.name: m for m in [
     Model("llama_15m", "etc.llm's Llama at stories15M's size (dim 288, 6 layers, 6 heads, FFN 768, vocab 32000)",
           _llama_15m),
+    Model("llama_15m_8da4w", "llama_15m with torchao's 8da4w (Int8DynamicActivationIntxWeightConfig: int4 weights "
+          "in groups of 32, int8 activations per token), the same quantized export to both", _llama_15m_8da4w,
+          backends=("etc", "xnnpack", "torch")),
     Model("gpt2_4l", "transformers GPT-2 (768 wide, 4 layers, 12 heads, vocab 50257) through etc.llm.hf",
           _gpt2(4)),
 ]}
@@ -102,6 +119,7 @@ def _etc_backend(programs: dict, stats: dict, prefix: str):
     edge = etc.to_edge(programs).to_backend(CpuPartitioner(num_threads=1))
     program = edge.to_executorch()
     stats[f"{prefix}_compile_s"] = time.perf_counter() - start
+    stats[f"{prefix}_pte_bytes"] = len(program.buffer)
     stats[f"{prefix}_compile_cpu_s"] = time.process_time() - start_cpu
     reports = [r for r in edge.delegation_reports]
     stats[f"{prefix}_partitions"] = sum(r.partitions for r in reports)
@@ -123,6 +141,7 @@ def _xnnpack_backend(exported, stats: dict, prefix: str):
     program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
     stats[f"{prefix}_compile_s"] = time.perf_counter() - start
     stats[f"{prefix}_compile_cpu_s"] = time.process_time() - start_cpu
+    stats[f"{prefix}_pte_bytes"] = len(program.buffer)
     plan = program.executorch_program.execution_plan[0]
     stats[f"{prefix}_delegate_calls"] = sum(
         1 for chain in plan.chains for i in chain.instructions if type(i.instr_args).__name__ == "DelegateCall")
@@ -254,7 +273,7 @@ def _child(name: str, runs: int, decode_tokens: int, backends, timeout_s: float)
 
 def measure_isolated(name: str, runs: int, decode_tokens: int, timeout_s: float) -> dict:
     """The model's row; when a backend crashes the child, the others are measured again without it."""
-    backends = list(BACKENDS)
+    backends = list(MODELS[name].backends or BACKENDS)
     row, failure = _child(name, runs, decode_tokens, backends, timeout_s)
     row["name"] = name
     while failure is not None:

@@ -1,0 +1,188 @@
+"""The cpu target's 8da4w linear: int8 activations quantized per row at run time x int4 weights in
+groups (torchao's Int8DynamicActivationIntxWeightConfig), as native code (lower_quantized.py's
+lowering, etc-cpu-int8-kernels' vpdpbusd kernel with the nibbles unpacked in registers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("torchao")
+
+import etc  # noqa: E402
+from etc.runtime import Runtime  # noqa: E402
+from etc.targets.cpu import CpuPartitioner  # noqa: E402
+from models.quantized import sqnr  # noqa: E402
+
+X86 = "x86_64-unknown-linux-gnu"
+
+
+def _host_has(*features) -> bool:
+    from etc.targets.cpu.isa import host_target
+
+    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
+    return set(features) <= have
+
+
+# The three paths: the AVX-512 VNNI kernel (zmm), the AVX-VNNI one (ymm), none (x86-64-v3: plain loops).
+TARGETS = {
+    "avx512-vnni": pytest.param({}, marks=pytest.mark.skipif(not _host_has("avx512vnni", "avx512bw"),
+                                                             reason="the host has no AVX-512 VNNI")),
+    "avx-vnni": pytest.param(dict(target=X86, cpu="alderlake", features="+avx2,+fma,+f16c,+avxvnni"),
+                             marks=pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")),
+    "none": pytest.param(dict(target="x86-64-v3"), marks=pytest.mark.skipif(not _host_has("avx2", "fma"),
+                                                                            reason="the host has no AVX2")),
+}
+
+
+def _config(group: int):
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+    from torchao.quantization.granularity import PerGroup
+
+    return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
+
+
+class _Block(nn.Module):
+    def __init__(self, k: int, hidden: int, out: int):
+        super().__init__()
+        self.up = nn.Linear(k, hidden, bias=False)
+        self.down = nn.Linear(hidden, out, bias=True)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.up(x)))
+
+
+def _program(model, example, dynamic_shapes=None, **target):
+    ep = torch.export.export(model, example, dynamic_shapes=dynamic_shapes)
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner(**target))
+    portable = etc.to_edge(ep).to_executorch()
+    return edge, edge.to_executorch(), portable
+
+
+def _method(program):
+    return Runtime.get().load_program(program.buffer).load_method("forward")
+
+
+@pytest.mark.parametrize("target", list(TARGETS.values()), ids=list(TARGETS))
+@pytest.mark.parametrize("k, n, group, bias", [(64, 72, 32, True), (96, 101, 32, False), (48, 37, 16, True),
+                                               (128, 33, 64, True), (288, 130, 32, False)])
+def test_8da4w_linear_matches_eager_and_portable_for_one_and_several_rows(target, k, n, group, bias):
+    """Odd column counts (a partial 16-column panel, several panel groups), K in an odd number of
+    groups, group sizes 16, 32, 64; one row (decode), a few (a partial row tile) and the bound."""
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = nn.Linear(k, n, bias=bias).eval()
+    quantize_(model, _config(group))
+    seq = torch.export.Dim("seq", min=1, max=16)
+    edge, program, portable = _program(model, (torch.randn(5, k),), ({0: seq},), **target)
+    assert "0 op(s) on portable kernels" in edge.delegation_info()
+    method, reference = _method(program), _method(portable)
+    for length in (1, 3, 16):
+        x = torch.randn(length, k)
+        with torch.no_grad():
+            want = model(x)
+        got = torch.as_tensor(np.asarray(method.execute([x])[0]))
+        ref = torch.as_tensor(np.asarray(reference.execute([x])[0]))
+        # The activation quantization is the portable kernel's float32 arithmetic (the same int8
+        # values); the sums differ from its float32 matmul only in rounding.
+        assert sqnr(ref, got) >= 100, (length, sqnr(ref, got))
+        assert sqnr(want, got) >= 90, (length, sqnr(want, got))
+
+
+@pytest.mark.parametrize("target", list(TARGETS.values()), ids=list(TARGETS))
+def test_8da4w_block_with_a_dynamic_sequence_matches_eager(target):
+    """Two linears around a SiLU: the second's int8 activations come from native float code (a
+    value on either side of a rounding step may quantize one step apart from eager's)."""
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = _Block(64, 96, 37).eval()
+    quantize_(model, _config(32))
+    seq = torch.export.Dim("seq", min=1, max=16)
+    edge, program, _ = _program(model, (torch.randn(1, 5, 64),), ({1: seq},), **target)
+    assert "0 op(s) on portable kernels" in edge.delegation_info()
+    method = _method(program)
+    for length in (1, 7, 16):
+        x = torch.randn(1, length, 64)
+        with torch.no_grad():
+            want = model(x)
+        assert sqnr(want, torch.as_tensor(np.asarray(method.execute([x])[0]))) >= 60, length
+
+
+def test_8da4w_llama_is_fully_delegated_and_matches_eager():
+    import copy
+
+    from torchao.quantization import quantize_
+
+    from etc.llm.export import export_decoder
+    from etc.llm.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(n_layers=2, full_logits=True)).eval()
+    quantize_(model, _config(32), filter_fn=lambda module, fqn: isinstance(module, nn.Linear))
+    reference = copy.deepcopy(model)
+    programs = export_decoder(model, max_seq_len=8)
+    edge = etc.to_edge(programs).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "0 op(s) on portable kernels" in report and "etc_quantized_linear_dynamic" in report, report
+    method = _method(edge.to_executorch())
+    tokens, positions = torch.randint(0, 512, (1, 5)), torch.arange(5)
+    with torch.no_grad():
+        want = reference(tokens, positions)
+        step = reference(tokens[:, :1], torch.tensor([5]))
+    assert sqnr(want, torch.as_tensor(np.asarray(method.execute([tokens, positions])[0]))) >= 60
+    assert sqnr(step, torch.as_tensor(np.asarray(method.execute([tokens[:, :1], torch.tensor([5])])[0]))) >= 60
+
+
+def _decisions(**target) -> list:
+    from torchao.quantization import quantize_
+
+    from etc.targets.cpu import compile_function
+    from etc.targets.cpu.lower_quantized import fold_for_cpu
+
+    torch.manual_seed(0)
+    model = _Block(64, 96, 40).eval()
+    quantize_(model, _config(32))
+    edge = etc.to_edge(torch.export.export(model, (torch.randn(3, 64),)))
+    fold_for_cpu(edge.program_ir.module)
+    fn = [op for op in edge.program_ir.module.body.operations if op.operation.name == "func.func"][0]
+    _, debug = compile_function(fn.operation, edge.program_ir.constants, keep_ir=True, **target)
+    return debug
+
+
+@pytest.mark.skipif(not _host_has("avx512vnni", "avx512bw"), reason="the host has no AVX-512 VNNI")
+def test_host_8da4w_kernel_is_vpdpbusd_on_zmm():
+    import llvmlite.binding as llvm
+
+    from etc.targets.cpu.isa import host_target, init_llvm
+
+    debug = _decisions()
+    init_llvm()
+    host = host_target()
+    tm = llvm.Target.from_triple(host.triple).create_target_machine(cpu=host.cpu, features=host.features, opt=3)
+    asm = tm.emit_assembly(llvm.parse_assembly(debug["llvm_ir"]))
+    dots = [line for line in asm.splitlines() if "vpdpbusd" in line]
+    assert dots and all("%zmm" in line for line in dots)
+    assert [d.path for d in debug["decisions"] if d.kind == "contraction"] == ["gemm", "gemm"]
+
+
+def test_without_a_dot_product_the_8da4w_linear_is_plain_loops_and_says_why():
+    debug = _decisions(target="x86-64-v3")
+    text = str(debug["decisions"])
+    assert "int8 x int4 as plain loops on the packed bytes" in text
+
+
+def test_8da8w_linear_stays_portable_and_the_report_says_why():
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerAxis
+
+    torch.manual_seed(0)
+    model = _Block(64, 96, 40).eval()
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
+    edge = etc.to_edge(torch.export.export(model, (torch.randn(3, 64),))).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "portable   edge.etc_quantized_linear_dynamic" in report
+    assert "per_row activations with 8-bit weights" in report
