@@ -16,6 +16,11 @@ tokens and one of 128 (each from cache position 0), then `--decode-tokens` decod
 token each at positions 128, 129, ... (steady state: the cache holds the prompt). Tokens/s are
 from the medians over rounds.
 
+`llama_15m_8da4w` is the same Llama quantized by torchao as ExecuTorch's export_llama `-qmode 8da4w`
+(int4 weights in groups of 32, int8 activations per token): that one quantized export goes to etc
+(the 8da4w kernel of the cpu target) and to ExecuTorch's XnnpackPartitioner (XNNPACK's own
+dynamically quantized int4 linears); program sizes (.pte bytes) are given for every model.
+
 Also measured, as ExecuTorch's export_llama does without `--enable_dynamic_shape`: a second
 export with a static length of 1 (the decode-only program), on etc and XNNPACK. It tells the
 cost of the dynamic length apart from the rest.
@@ -295,6 +300,10 @@ def _tps(value) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
+def _bytes(value) -> str:
+    return "n/a" if value is None else f"{value / 2 ** 20:.2f} MiB"
+
+
 def _speed(a, b) -> str:
     """a's tokens/s over b's: above 1.00x a is faster."""
     return "n/a" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
@@ -312,9 +321,16 @@ def render(rows: list[dict], decode_tokens: int) -> str:
             lines.append(f"| {r['name']} | {label} | {_tps(etc_)} | {_tps(et)} | {_tps(eager)} | "
                          f"{_speed(etc_, et)} | {_speed(etc_, eager)} |")
         etc_, et = r.get("etc_static_decode_tps"), r.get("xnnpack_static_decode_tps")
+        if "etc_static" not in (MODELS[r["name"]].backends or BACKENDS):
+            continue
         lines.append(f"| {r['name']} | decode, static 1-token export | {_tps(etc_)} | {_tps(et)} | "
                      f"{_tps(r.get('torch_decode_tps'))} | {_speed(etc_, et)} | "
                      f"{_speed(etc_, r.get('torch_decode_tps'))} |")
+    lines += ["", "Program sizes (.pte bytes of the dynamic-length export; etc's ratio over XNNPACK's, below 1.00x "
+              "etc is smaller):", "", "| model | etc cpu | ExecuTorch XNNPACK | etc/XNNPACK |", "|---|---|---|---|"]
+    for r in rows:
+        etc_, et = r.get("etc_pte_bytes"), r.get("xnnpack_pte_bytes")
+        lines.append(f"| {r['name']} | {_bytes(etc_)} | {_bytes(et)} | {_speed(etc_, et)} |")
     lines += ["", "How each program ran (the dynamic-length export unless said):", ""]
     for r in rows:
         parts = []
