@@ -12,6 +12,9 @@ becomes linalg on builtin tensors (spliced into the torch-dialect function betwe
                               the requantization as its epilogue;
   conv2d (depthwise, grouped) a direct convolution generic on i8 with i32 accumulation
                               (`etc.cpu.qwindow`) and its requantization;
+  linear_dynamic (8da4w)      the activation quantized per row, an int8 x int4 contraction on the
+                              packed nibbles (`etc.cpu.qgemm4`) and its epilogue (`etc.cpu.qdequant`):
+                              see `_lower_linear_dynamic`;
   add, quantize_per_tensor,   elementwise generics computing exactly what the portable kernels
   dequantize_per_tensor       compute (the same float32 operations in the same order).
 

@@ -22,6 +22,10 @@ scalar targets) the pair stays as it is (plain loops) and the pass records why; 
 the depthwise/grouped int8 convolutions (`etc.cpu.qwindow`): there is no int8 window kernel.
 Each op gets its decision (`decisions.py`) and the decided generics are marked so the passes
 after this one do not decide again.
+
+The 8da4w linear (`lower_quantized._lower_linear_dynamic`: an `etc.cpu.qgemm4` contraction of int8
+rows with int4 nibble pairs and its `etc.cpu.qdequant` epilogue) becomes `_Int4Kernel`, the same
+tiling with the weights unpacked in registers (see its docstring); `dot=none` keeps its loops.
 """
 
 from __future__ import annotations
