@@ -310,6 +310,35 @@ def test_fold_quantized_torchao_linears_pack_int4_weights_once(kind):
     assert sqnr(want, got) >= 60
 
 
+class _SharedInput(nn.Module):
+    """q, k and v of an attention: three linears reading one [B, T, K] input."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(64, 32), nn.Linear(64, 32), nn.Linear(64, 32)
+
+    def forward(self, x):
+        return self.q(x) + self.k(x) * self.v(x)
+
+
+def test_fold_quantized_linears_sharing_a_quantized_input_each_keep_their_dynamic_activation():
+    """The quantized input's view is shared after CSE: folding the first linear must not turn the
+    others into weight-only (float activation) linears."""
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    model = _SharedInput().eval()
+    quantize_(model, _torchao_config("8da4w"))
+    x = torch.randn(1, 5, 64)
+    edge = etc.to_edge(torch.export.export(model, (x,))).transform(["etc-fold-quantized"])
+    text = str(edge)
+    assert text.count('activation_granularity = "per_row"') == 3 and "torchao_" not in text
+    got = _run(edge.to_executorch(), (x,))[0]
+    with torch.no_grad():
+        want = model(x)
+    assert sqnr(want, got) >= 60
+
+
 def test_int4_packing_round_trips():
     from etc.runtime.kernels.quantized import pack_int4, unpack_int4
 
