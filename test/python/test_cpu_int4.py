@@ -169,10 +169,13 @@ def test_host_8da4w_kernel_is_vpdpbusd_on_zmm():
     assert [d.path for d in debug["decisions"] if d.kind == "contraction"] == ["gemm", "gemm"]
 
 
-def test_without_a_dot_product_the_8da4w_linear_is_plain_loops_and_says_why():
-    debug = _decisions(target="x86-64-v3")
-    text = str(debug["decisions"])
-    assert "int8 x int4 as plain loops on the packed bytes" in text
+@pytest.mark.parametrize("target", ["x86-64-v3", "aarch64"])
+def test_without_a_dot_product_the_8da4w_linear_is_plain_loops_and_says_why(target):
+    debug = _decisions(target=target)
+    assert debug["object_bytes"] > 0
+    assert [(d.path, d.reason) for d in debug["decisions"] if d.kind == "contraction"] == [
+        ("loops", "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): int8 x int4 as plain "
+                  "loops on the packed bytes")] * 2
 
 
 def test_8da8w_linear_stays_portable_and_the_report_says_why():
