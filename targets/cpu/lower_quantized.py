@@ -759,6 +759,8 @@ def _check_linear_dynamic(a: dict, op) -> tuple[bool, str]:
                        f"{a['weight_bits']}-bit weights")
     if len(shape) != 2:
         return False, f"{_LINEAR_DYNAMIC}: the input is not 2-D"
+    if _element(a["input"]) != "f32" or _element(op.results[0]) != "f32":
+        return False, f"{_LINEAR_DYNAMIC}: the cpu target takes float32 activations"
     group, k = int(a["group_size"]), shape[1]
     if group % 8 or k % group:
         return False, f"{_LINEAR_DYNAMIC}: group size {group} is not a multiple of 8 dividing K = {k}"
