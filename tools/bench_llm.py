@@ -276,9 +276,14 @@ def _child(name: str, runs: int, decode_tokens: int, backends, timeout_s: float)
     return run_child(cmd, timeout_s, env)
 
 
+def _backends(name: str) -> tuple:
+    model = MODELS.get(name)
+    return (model.backends if model is not None else ()) or BACKENDS
+
+
 def measure_isolated(name: str, runs: int, decode_tokens: int, timeout_s: float) -> dict:
     """The model's row; when a backend crashes the child, the others are measured again without it."""
-    backends = list(MODELS[name].backends or BACKENDS)
+    backends = list(_backends(name))
     row, failure = _child(name, runs, decode_tokens, backends, timeout_s)
     row["name"] = name
     while failure is not None:
@@ -321,7 +326,7 @@ def render(rows: list[dict], decode_tokens: int) -> str:
             lines.append(f"| {r['name']} | {label} | {_tps(etc_)} | {_tps(et)} | {_tps(eager)} | "
                          f"{_speed(etc_, et)} | {_speed(etc_, eager)} |")
         etc_, et = r.get("etc_static_decode_tps"), r.get("xnnpack_static_decode_tps")
-        if "etc_static" not in (MODELS[r["name"]].backends or BACKENDS):
+        if "etc_static" not in _backends(r["name"]):
             continue
         lines.append(f"| {r['name']} | decode, static 1-token export | {_tps(etc_)} | {_tps(et)} | "
                      f"{_tps(r.get('torch_decode_tps'))} | {_speed(etc_, et)} | "

@@ -96,3 +96,20 @@ def test_a_benchmark_child_ends_as_a_row_or_a_reason():
     assert run_child([sys.executable, "-c", failed], 30) == ({"stage": "export"}, "exit 3 in export: ")
     row, why = run_child([sys.executable, "-c", "import time; time.sleep(10)"], 0.5)
     assert row == {} and why == "timed out after 0 s in building the model"
+
+
+def test_the_8da4w_model_runs_its_own_backends_and_sizes_are_rendered(monkeypatch):
+    calls = []
+
+    def fake_child(name, runs, decode_tokens, backends, timeout_s):
+        calls.append(list(backends))
+        return {"name": name, "stage": "done", "etc_decode_tps": 4.0, "xnnpack_decode_tps": 2.0,
+                "etc_pte_bytes": 3 * 2 ** 20, "xnnpack_pte_bytes": 4 * 2 ** 20}, None
+
+    monkeypatch.setattr(bench_llm, "_child", fake_child)
+    row = bench_llm.measure_isolated("llama_15m_8da4w", 1, 1, 1.0)
+    assert calls == [["etc", "xnnpack", "torch"]]
+    text = bench_llm.render([row], 1)
+    assert "| llama_15m_8da4w | decode | 4.0 | 2.0 | n/a | 2.00x | n/a |" in text
+    assert "| llama_15m_8da4w | 3.00 MiB | 4.00 MiB | 0.75x |" in text
+    assert "static 1-token" not in text.split("How each program ran")[0]
