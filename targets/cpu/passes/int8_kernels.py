@@ -87,16 +87,24 @@ class _Pair:
     NB: int
 
 
-def _match(requant) -> "_Pair | None":
-    attrs = ir.DictAttr(requant.attributes[REQUANT])
-    source = requant.operands[0]
-    op = _owner(source)
+def _contraction_behind(value, marker: str):
+    """The contraction (a linalg.generic marked `marker`) an epilogue reads through the collapse
+    of its tile layout (and the slice of a padded panel), or None."""
+    op = _owner(value)
     if op is not None and op.name == "tensor.extract_slice":
         op = _owner(op.operands[0])
     if op is None or op.name != "tensor.collapse_shape":
         return None
     qgemm = _owner(op.operands[0])
-    if qgemm is None or qgemm.name != "linalg.generic" or QGEMM not in qgemm.attributes:
+    if qgemm is None or qgemm.name != "linalg.generic" or marker not in qgemm.attributes:
+        return None
+    return qgemm
+
+
+def _match(requant) -> "_Pair | None":
+    attrs = ir.DictAttr(requant.attributes[REQUANT])
+    qgemm = _contraction_behind(requant.operands[0], QGEMM)
+    if qgemm is None:
         return None
     q = ir.DictAttr(qgemm.attributes[QGEMM])
     M, KB, _ = _shape(qgemm.operands[0])
@@ -467,13 +475,8 @@ class _Pair4:
 
 
 def _match4(epilogue) -> "_Pair4 | None":
-    op = _owner(epilogue.operands[0])
-    if op is not None and op.name == "tensor.extract_slice":
-        op = _owner(op.operands[0])
-    if op is None or op.name != "tensor.collapse_shape":
-        return None
-    qgemm = _owner(op.operands[0])
-    if qgemm is None or qgemm.name != "linalg.generic" or QGEMM4 not in qgemm.attributes:
+    qgemm = _contraction_behind(epilogue.operands[0], QGEMM4)
+    if qgemm is None:
         return None
     group = ir.IntegerAttr(ir.DictAttr(qgemm.attributes[QGEMM4])["group_size"]).value
     M, KB8, _, _ = ir.RankedTensorType(qgemm.operands[0].type).shape
