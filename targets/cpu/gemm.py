@@ -284,20 +284,52 @@ def _t(shape, element: str = "f32") -> str:
 ROWS = "%rows"
 
 
-class _Text:
-    def __init__(self):
-        self.lines = []
-        self.n = 0
+class Text:
+    """MLIR text of a function body, built line by line (the generated kernels of the cpu target):
+    fresh SSA names, and index constants (`index(k)`) declared once, ahead of the body (`text()`)."""
 
-    def fresh(self, stem="v") -> str:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.n = 0
+        self.indices: dict[int, str] = {}
+
+    def fresh(self, stem: str = "v") -> str:
         self.n += 1
         return f"%{stem}{self.n}"
 
     def emit(self, line: str) -> None:
         self.lines.append("  " + line)
 
+    def const(self, value, type_: str) -> str:
+        name = self.fresh("c")
+        self.emit(f"{name} = arith.constant {value} : {type_}")
+        return name
 
-def _pad(t: _Text, value: str, shape: list, high: list, element: str = "f32") -> tuple[str, list]:
+    def index(self, value: int) -> str:
+        return self.indices.setdefault(value, f"%idx{value}")
+
+    def add(self, base: str, k: int) -> str:
+        """base + k (index), base itself for 0."""
+        if k == 0:
+            return base
+        return self.addv(base, self.index(k))
+
+    def addv(self, a: str, b: str) -> str:
+        name = self.fresh()
+        self.emit(f"{name} = arith.addi {a}, {b} : index")
+        return name
+
+    def mul(self, base: str, k: int) -> str:
+        name = self.fresh()
+        self.emit(f"{name} = arith.muli {base}, {self.index(k)} : index")
+        return name
+
+    def text(self) -> str:
+        consts = [f"  {name} = arith.constant {value} : index" for value, name in sorted(self.indices.items())]
+        return "\n".join(consts + self.lines)
+
+
+def _pad(t: Text, value: str, shape: list, high: list, element: str = "f32") -> tuple[str, list]:
     if not any(high):
         return value, shape
     if element != "f32":
@@ -312,7 +344,7 @@ def _pad(t: _Text, value: str, shape: list, high: list, element: str = "f32") ->
     return out, new
 
 
-def _reshape(t: _Text, kind: str, value: str, src: list, dst: list, groups: list, element: str = "f32") -> str:
+def _reshape(t: Text, kind: str, value: str, src: list, dst: list, groups: list, element: str = "f32") -> str:
     out = t.fresh("r")
     g = "[" + ", ".join("[" + ", ".join(map(str, grp)) + "]" for grp in groups) + "]"
     if kind == "expand":
@@ -324,7 +356,7 @@ def _reshape(t: _Text, kind: str, value: str, src: list, dst: list, groups: list
     return out
 
 
-def _transpose(t: _Text, value: str, src: list, perm: list) -> tuple[str, list]:
+def _transpose(t: Text, value: str, src: list, perm: list) -> tuple[str, list]:
     dst = [src[p] for p in perm]
     e, out = t.fresh("e"), t.fresh("tr")
     t.emit(f"{e} = tensor.empty() : {_t(dst)}")
@@ -332,7 +364,7 @@ def _transpose(t: _Text, value: str, src: list, perm: list) -> tuple[str, list]:
     return out, dst
 
 
-def _im2col(t: _Text, x: str, g: Gemm) -> tuple[str, list]:
+def _im2col(t: Text, x: str, g: Gemm) -> tuple[str, list]:
     """col[b, c, kh, kw, oh, ow] = X[b, c, oh*sh + kh*dh, ow*sw + kw*dw] (an affine gather, no index
     arithmetic per element), collapsed to the [b, K, P] right-hand side."""
     geo = g.conv
@@ -463,7 +495,7 @@ def _regroup(own: tuple, groups: tuple, kind: str, reassociation: list, shape: t
     return out
 
 
-def _to_result(t: "_Text", value: str, extents: list, order: list, lay: Layout) -> str:
+def _to_result(t: "Text", value: str, extents: list, order: list, lay: Layout) -> str:
     """`value` of shape `extents` (one dimension per group, groups in `order`) -> the result shape."""
     present = [k for k, gid in enumerate(order) if lay.groups[gid]]
     shape = list(extents)
@@ -570,7 +602,7 @@ def _adapt_map(extra: Extra, lay: Layout) -> str:
     return "(" + ", ".join(d for n in present for d in names[n]) + ")"
 
 
-def _adapt(t: _Text, value: str, extra: Extra, lay: Layout) -> tuple[str, str, str]:
+def _adapt(t: Text, value: str, extra: Extra, lay: Layout) -> tuple[str, str, str]:
     """`value` (an extra) reshaped to the tile layout: (value, its type, its map results over
     (b, i, jb, j)): one dimension per group it runs along (transposed into the tile's group order
     when needed: a residual read by a transposed convolution), the columns padded and split
@@ -597,7 +629,7 @@ def _adapt(t: _Text, value: str, extra: Extra, lay: Layout) -> tuple[str, str, s
     return value, _t(shape, element), "(" + ", ".join(results) + ")"
 
 
-def _region_text(t: _Text, g: Gemm, lay: Layout, region: Region, tag: str, a: str, a_map: str, a_type: str,
+def _region_text(t: Text, g: Gemm, lay: Layout, region: Region, tag: str, a: str, a_map: str, a_type: str,
                  b: str, b_map: str, b_type: str) -> str:
     """The init, the contraction and the epilogue on the tile layout; returns the epilogue's result."""
     tile = _t(lay.tile_shape)
@@ -682,7 +714,7 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     lay = layout(g, cfg, reshape)
     Np = lay.panels * nr
     NB = lay.panels
-    t = _Text()
+    t = Text()
     t.emit("%zero = arith.constant 0.0 : f32")
     a_shape = list(ir.RankedTensorType(g.a.type).shape)
     b_shape = list(ir.RankedTensorType(g.b.type).shape)
@@ -710,7 +742,7 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
                            _t(lead + [g.K, g.N]))
         r = _to_result(t, out, [g.batch, M, g.N], [0, 1, 2], lay)
         t.emit(f"return {r} : {_t(lay.shape)}")
-        return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
+        return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
 
     # B packed into panels [B?, NB, K, nr]: a weight (evaluated when the blob is written) or an
     # activation narrower than one panel (`b_in_place`)
@@ -740,10 +772,10 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
         r = s
     r = _to_result(t, r, [g.batch, M, g.N], [0, 1, 2], lay)
     t.emit(f"return {r} : {_t(lay.shape)}")
-    return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
+    return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
 
 
-def _mul_add_generic(t: _Text, dims: str, maps: tuple, values: tuple, types: tuple, tag: str) -> str:
+def _mul_add_generic(t: Text, dims: str, maps: tuple, values: tuple, types: tuple, tag: str) -> str:
     """Emit the GEMM kernel's contraction: C[cmap] += A[amap] * B[bmap] over `dims` (the last
     one the reduction), tagged for the transform script; returns its result."""
     (amap, bmap, cmap), (a, b, c), (a_type, b_type, c_type) = maps, values, types
@@ -788,7 +820,7 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, regi
     lay = layout(g, cfg, reshape)
     Fp = lay.panels * nr
     NB = lay.panels
-    t = _Text()
+    t = Text()
     t.emit("%zero = arith.constant 0.0 : f32")
     # A: the input as [b, K, P] (im2col, or the input itself for a direct 1x1), transposed.
     if g.b_layout == "im2col":
@@ -813,7 +845,7 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, regi
     r, _ = _transpose(t, r, [g.batch, P, F], [0, 2, 1])
     r = _to_result(t, r, [g.batch, F, P], [0, 2, 1], lay)
     t.emit(f"return {r} : {_t(lay.shape)}")
-    return _signature(name, g, region, lay) + "\n" + "\n".join(t.lines) + "\n}\n"
+    return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
 
 
 # ------------------------------------------------------------------ transform script

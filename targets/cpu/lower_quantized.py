@@ -41,6 +41,7 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
+from etc.targets.cpu.gemm import Text
 from etc.targets.cpu.lower import EXPANSIONS, vtensor_type
 
 DYN = -1  # a dynamic dimension in the shapes of this file (`?` in the text)
@@ -52,6 +53,7 @@ REQUANT = "etc.cpu.requant"  # on its requantization generic
 QWINDOW = "etc.cpu.qwindow"  # on a depthwise/grouped int8 convolution generic
 QGEMM4 = "etc.cpu.qgemm4"  # on the int8 x int4 contraction of a dynamic linear (8da4w): {group_size}
 QDEQUANT = "etc.cpu.qdequant"  # on its epilogue (activation zero point and scale, bias)
+IM2COL = "etc.cpu.im2col"  # on a convolution's im2col gather: {stride, dilation}
 
 _CONV = "etc_quantized::conv2d"
 _LINEAR = "etc_quantized::linear"
@@ -247,48 +249,27 @@ def _dense(array: np.ndarray, element: str) -> str:
     return f'dense<"0x{array.tobytes().hex().upper()}"> : {_t(list(array.shape), element)}'
 
 
-class _Text:
-    def __init__(self):
-        self.lines: list[str] = []
-        self.n = 0
-
-    def fresh(self, stem: str = "v") -> str:
-        self.n += 1
-        return f"%{stem}{self.n}"
-
-    def __call__(self, line: str) -> None:
-        self.lines.append("  " + line)
-
-    def const(self, value, type_: str) -> str:
-        name = self.fresh("c")
-        self(f"{name} = arith.constant {value} : {type_}")
-        return name
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-
-def _requant_body(t: _Text, acc: str, corr: str, mult: str, bias: str, zp: int, lo: int, hi: int) -> str:
+def _requant_body(t: Text, acc: str, corr: str, mult: str, bias: str, zp: int, lo: int, hi: int) -> str:
     """Block ops: i32 accumulator -> i8 (see the module docstring); returns the i8 value."""
     d, f, y, r, z, c1, c2, q = (t.fresh() for _ in range(8))
-    t(f"  {d} = arith.subi {acc}, {corr} : i32")
-    t(f"  {f} = arith.sitofp {d} : i32 to f32")
-    t(f"  {y} = math.fma {f}, {mult}, {bias} : f32")
-    t(f"  {r} = math.roundeven {y} : f32")
-    t(f"  {z} = arith.addf {r}, %zp : f32")
-    t(f"  {c1} = arith.maximumf {z}, %lo : f32")
-    t(f"  {c2} = arith.minimumf {c1}, %hi : f32")
-    t(f"  {q} = arith.fptosi {c2} : f32 to i8")
+    t.emit(f"  {d} = arith.subi {acc}, {corr} : i32")
+    t.emit(f"  {f} = arith.sitofp {d} : i32 to f32")
+    t.emit(f"  {y} = math.fma {f}, {mult}, {bias} : f32")
+    t.emit(f"  {r} = math.roundeven {y} : f32")
+    t.emit(f"  {z} = arith.addf {r}, %zp : f32")
+    t.emit(f"  {c1} = arith.maximumf {z}, %lo : f32")
+    t.emit(f"  {c2} = arith.minimumf {c1}, %hi : f32")
+    t.emit(f"  {q} = arith.fptosi {c2} : f32 to i8")
     return q
 
 
-def _requant_constants(t: _Text, zp: int, lo: int, hi: int) -> None:
+def _requant_constants(t: Text, zp: int, lo: int, hi: int) -> None:
     if getattr(t, "requant_constants", False):
         return
     t.requant_constants = True
-    t(f"%zp = arith.constant {_f32(zp)} : f32")
-    t(f"%lo = arith.constant {_f32(lo)} : f32")
-    t(f"%hi = arith.constant {_f32(hi)} : f32")
+    t.emit(f"%zp = arith.constant {_f32(zp)} : f32")
+    t.emit(f"%lo = arith.constant {_f32(lo)} : f32")
+    t.emit(f"%hi = arith.constant {_f32(hi)} : f32")
 
 
 def _data(e, value, what: str) -> np.ndarray:
@@ -318,7 +299,7 @@ def _channel_params(e, a: dict, weight: np.ndarray, activation_unsigned_zp) -> t
 
 
 # ------------------------------------------------------------------ the qgemm
-def _qgemm(t: _Text, a: str, b: str, M: int, N: int, KB: int, a_unsigned: bool, per: str,
+def _qgemm(t: Text, a: str, b: str, M: int, N: int, KB: int, a_unsigned: bool, per: str,
            params: tuple, zp: int, lo: int, hi: int, kind: str) -> str:
     """acc[M, NB, 16] = A x B (i32), cut to [M, N], requantized to i8: the marked pair
     etc-cpu-int8-kernels rewrites. Returns the [M, N] i8 value."""
@@ -326,70 +307,70 @@ def _qgemm(t: _Text, a: str, b: str, M: int, N: int, KB: int, a_unsigned: bool, 
     corr, mult, bias = params
     zero = t.const(0, "i32")
     empty, acc0, acc = t.fresh(), t.fresh(), t.fresh()
-    t(f"{empty} = tensor.empty() : {_t([M, NB, PANEL], 'i32')}")
-    t(f"{acc0} = linalg.fill ins({zero} : i32) outs({empty} : {_t([M, NB, PANEL], 'i32')}) "
+    t.emit(f"{empty} = tensor.empty() : {_t([M, NB, PANEL], 'i32')}")
+    t.emit(f"{acc0} = linalg.fill ins({zero} : i32) outs({empty} : {_t([M, NB, PANEL], 'i32')}) "
       f"-> {_t([M, NB, PANEL], 'i32')}")
     ea, eb = ("arith.extui", "arith.extsi") if a_unsigned else ("arith.extsi", "arith.extui")
-    t(f"{acc} = linalg.generic {{indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, "
+    t.emit(f"{acc} = linalg.generic {{indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, "
       f"affine_map<(m, nb, nl, kb, kl) -> (nb, kb, nl, kl)>, affine_map<(m, nb, nl, kb, kl) -> (m, nb, nl)>], "
       f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"reduction\", \"reduction\"]}} "
       f"ins({a}, {b} : {_t([M, KB, GROUP], 'i8')}, {_t([NB, KB, PANEL, GROUP], 'i8')}) "
       f"outs({acc0} : {_t([M, NB, PANEL], 'i32')}) attrs = {{{QGEMM} = {{kind = \"{kind}\", "
       f"a_unsigned = {str(a_unsigned).lower()}}}}} {{")
-    t("^bb0(%qa: i8, %qb: i8, %qc: i32):")
-    t(f"  %qa32 = {ea} %qa : i8 to i32")
-    t(f"  %qb32 = {eb} %qb : i8 to i32")
-    t("  %qm = arith.muli %qa32, %qb32 : i32")
-    t("  %qs = arith.addi %qc, %qm : i32")
-    t("  linalg.yield %qs : i32")
-    t(f"}} -> {_t([M, NB, PANEL], 'i32')}")
+    t.emit("^bb0(%qa: i8, %qb: i8, %qc: i32):")
+    t.emit(f"  %qa32 = {ea} %qa : i8 to i32")
+    t.emit(f"  %qb32 = {eb} %qb : i8 to i32")
+    t.emit("  %qm = arith.muli %qa32, %qb32 : i32")
+    t.emit("  %qs = arith.addi %qc, %qm : i32")
+    t.emit("  linalg.yield %qs : i32")
+    t.emit(f"}} -> {_t([M, NB, PANEL], 'i32')}")
     flat = t.fresh()
-    t(f"{flat} = tensor.collapse_shape {acc} [[0], [1, 2]] : {_t([M, NB, PANEL], 'i32')} "
+    t.emit(f"{flat} = tensor.collapse_shape {acc} [[0], [1, 2]] : {_t([M, NB, PANEL], 'i32')} "
       f"into {_t([M, NB * PANEL], 'i32')}")
     cut = flat
     if NB * PANEL != N:
         cut = t.fresh()
-        t(f"{cut} = tensor.extract_slice {flat}[0, 0] [{M}, {N}] [1, 1] : {_t([M, NB * PANEL], 'i32')} "
+        t.emit(f"{cut} = tensor.extract_slice {flat}[0, 0] [{M}, {N}] [1, 1] : {_t([M, NB * PANEL], 'i32')} "
           f"to {_t([M, N], 'i32')}")
     channels = M if per == "row" else N
     names = []
     for array, element in ((corr, "i32"), (mult, "f32"), (bias, "f32")):
         assert array.shape == (channels,)
         name = t.fresh("p")
-        t(f"{name} = arith.constant {_dense(array, element)}")
+        t.emit(f"{name} = arith.constant {_dense(array, element)}")
         names.append(name)
     _requant_constants(t, zp, lo, hi)
     out_empty, out = t.fresh(), t.fresh()
-    t(f"{out_empty} = tensor.empty() : {_t([M, N], 'i8')}")
+    t.emit(f"{out_empty} = tensor.empty() : {_t([M, N], 'i8')}")
     cmap = "(m)" if per == "row" else "(n)"
-    t(f"{out} = linalg.generic {{indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> {cmap}>, "
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> {cmap}>, "
       f"affine_map<(m, n) -> {cmap}>, affine_map<(m, n) -> {cmap}>, affine_map<(m, n) -> (m, n)>], "
       f"iterator_types = [\"parallel\", \"parallel\"]}} "
       f"ins({cut}, {names[0]}, {names[1]}, {names[2]} : {_t([M, N], 'i32')}, {_t([channels], 'i32')}, "
       f"{_t([channels], 'f32')}, {_t([channels], 'f32')}) outs({out_empty} : {_t([M, N], 'i8')}) "
       f"attrs = {{{REQUANT} = {{per = \"{per}\", zero_point = {zp} : i64, min = {lo} : i64, max = {hi} : i64}}}} {{")
-    t("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
+    t.emit("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
     q = _requant_body(t, "%ra", "%rc", "%rm", "%rb", zp, lo, hi)
-    t(f"  linalg.yield {q} : i8")
-    t(f"}} -> {_t([M, N], 'i8')}")
+    t.emit(f"  linalg.yield {q} : i8")
+    t.emit(f"}} -> {_t([M, N], 'i8')}")
     return out
 
 
-def _pad(t: _Text, value: str, shape: list, low: list, high: list, fill: str, element: str = "i8") -> tuple:
+def _pad(t: Text, value: str, shape: list, low: list, high: list, fill: str, element: str = "i8") -> tuple:
     if not any(low) and not any(high):
         return value, shape
     out_shape = [s + lo + hi for s, lo, hi in zip(shape, low, high)]
     name = t.fresh()
     idx = ", ".join(f"%i{k}: index" for k in range(len(shape)))
-    t(f"{name} = tensor.pad {value} low[{', '.join(map(str, low))}] high[{', '.join(map(str, high))}] {{")
-    t(f"^bb0({idx}):")
-    t(f"  tensor.yield {fill} : {element}")
-    t(f"}} : {_t(shape, element)} to {_t(out_shape, element)}")
+    t.emit(f"{name} = tensor.pad {value} low[{', '.join(map(str, low))}] high[{', '.join(map(str, high))}] {{")
+    t.emit(f"^bb0({idx}):")
+    t.emit(f"  tensor.yield {fill} : {element}")
+    t.emit(f"}} : {_t(shape, element)} to {_t(out_shape, element)}")
     return name, out_shape
 
 
 def _conv_qgemm(e, a: dict, op, weight: np.ndarray) -> ir.Value:
-    t = _Text()
+    t = Text()
     x_shape = list(ir.RankedTensorType(a["input"].type).shape)
     out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
     nb_, C, H, W = x_shape
@@ -404,68 +385,53 @@ def _conv_qgemm(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     xp, (_, _, Hp, Wp) = _pad(t, "%arg0", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], fill)
     # The filter as A [F, KB, 4]: a layout chain of the weight, packed when the blob is built.
     wf = t.fresh()
-    t(f"{wf} = tensor.collapse_shape %arg1 [[0], [1, 2, 3]] : {_t([F, C, KH, KW], 'i8')} into {_t([F, K], 'i8')}")
+    t.emit(f"{wf} = tensor.collapse_shape %arg1 [[0], [1, 2, 3]] : {_t([F, C, KH, KW], 'i8')} into {_t([F, K], 'i8')}")
     zero8 = t.const(0, "i8")
     wp, _ = _pad(t, wf, [F, K], [0, 0], [0, KB * GROUP - K], zero8)
     wa = t.fresh()
-    t(f"{wa} = tensor.expand_shape {wp} [[0], [1, 2]] output_shape [{F}, {KB}, {GROUP}] : "
+    t.emit(f"{wa} = tensor.expand_shape {wp} [[0], [1, 2]] output_shape [{F}, {KB}, {GROUP}] : "
       f"{_t([F, KB * GROUP], 'i8')} into {_t([F, KB, GROUP], 'i8')}")
     params = _channel_params(e, a, weight, zx)
     images = []
     for image in range(nb_):
         xs = t.fresh()
-        t(f"{xs} = tensor.extract_slice {xp}[{image}, 0, 0, 0] [1, {C}, {Hp}, {Wp}] [1, 1, 1, 1] : "
+        t.emit(f"{xs} = tensor.extract_slice {xp}[{image}, 0, 0, 0] [1, {C}, {Hp}, {Wp}] [1, 1, 1, 1] : "
           f"{_t([nb_, C, Hp, Wp], 'i8')} to {_t([C, Hp, Wp], 'i8')}")
-        # im2col of the image, unsigned (x xor 0x80), as an affine gather [C, KH, KW, OH, OW]
-        # (no index arithmetic: it vectorizes along the output row), then packed per call as
-        # B [NB, KB, 16, 4]: zero padded to whole groups and panels, one transpose.
-        if nb_ == 1 and (KH, KW, sh, sw, ph, pw) == (1, 1, 1, 1, 0, 0):
-            # A pointwise convolution's im2col is its input: flip it in the input's own shape (an
-            # elementwise consumer of the producer, which a window kernel can fold into its store).
-            ident = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
-            ce, col = t.fresh(), t.fresh()
-            t(f"{ce} = tensor.empty() : {_t(x_shape, 'i8')}")
-            t(f"{col} = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{_parallel(4)}]}} "
-              f"ins(%arg0 : {_t(x_shape, 'i8')}) outs({ce} : {_t(x_shape, 'i8')}) {{")
-            t("^bb0(%cx: i8, %co: i8):")
-            t("  %cflip = arith.constant -128 : i8")
-            t("  %cu = arith.xori %cx, %cflip : i8")
-            t("  linalg.yield %cu : i8")
-            t(f"}} -> {_t(x_shape, 'i8')}")
-            kp = t.fresh()
-            t(f"{kp} = tensor.collapse_shape {col} [[0, 1], [2, 3]] : {_t(x_shape, 'i8')} into {_t([K, P], 'i8')}")
-        else:
-            ce, col = t.fresh(), t.fresh()
-            t(f"{ce} = tensor.empty() : {_t([C, KH, KW, OH, OW], 'i8')}")
-            dims = "(c, kh, kw, oh, ow)"
-            t(f"{col} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (c, oh * {sh} + kh * {dh}, "
-              f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> {dims}>], iterator_types = [{_parallel(5)}]}} "
-              f"ins({xs} : {_t([C, Hp, Wp], 'i8')}) outs({ce} : {_t([C, KH, KW, OH, OW], 'i8')}) {{")
-            t("^bb0(%cx: i8, %co: i8):")
-            t("  %cflip = arith.constant -128 : i8")
-            t("  %cu = arith.xori %cx, %cflip : i8")
-            t("  linalg.yield %cu : i8")
-            t(f"}} -> {_t([C, KH, KW, OH, OW], 'i8')}")
-            kp = t.fresh()
-            t(f"{kp} = tensor.collapse_shape {col} [[0, 1, 2], [3, 4]] : {_t([C, KH, KW, OH, OW], 'i8')} "
-              f"into {_t([K, P], 'i8')}")
+        # im2col of the image, unsigned (x xor 0x80), as an affine gather [C, KH, KW, OH, OW] (marked
+        # with its geometry), then B [NB, KB, 16, 4]: zero padded to whole groups and panels, one
+        # transpose. etc-cpu-int8-kernels packs B straight from the image (the gather is never built).
+        ce, col = t.fresh(), t.fresh()
+        t.emit(f"{ce} = tensor.empty() : {_t([C, KH, KW, OH, OW], 'i8')}")
+        dims = "(c, kh, kw, oh, ow)"
+        t.emit(f"{col} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (c, oh * {sh} + kh * {dh}, "
+          f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> {dims}>], iterator_types = [{_parallel(5)}]}} "
+          f"ins({xs} : {_t([C, Hp, Wp], 'i8')}) outs({ce} : {_t([C, KH, KW, OH, OW], 'i8')}) "
+          f"attrs = {{{IM2COL} = {{stride = array<i64: {sh}, {sw}>, dilation = array<i64: {dh}, {dw}>}}}} {{")
+        t.emit("^bb0(%cx: i8, %co: i8):")
+        t.emit("  %cflip = arith.constant -128 : i8")
+        t.emit("  %cu = arith.xori %cx, %cflip : i8")
+        t.emit("  linalg.yield %cu : i8")
+        t.emit(f"}} -> {_t([C, KH, KW, OH, OW], 'i8')}")
+        kp = t.fresh()
+        t.emit(f"{kp} = tensor.collapse_shape {col} [[0, 1, 2], [3, 4]] : {_t([C, KH, KW, OH, OW], 'i8')} "
+          f"into {_t([K, P], 'i8')}")
         padded, _ = _pad(t, kp, [K, P], [0, 0], [KB * GROUP - K, NB * PANEL - P], zero8)
         ex, pe, bp = t.fresh(), t.fresh(), t.fresh()
-        t(f"{ex} = tensor.expand_shape {padded} [[0, 1], [2, 3]] output_shape [{KB}, {GROUP}, {NB}, {PANEL}] : "
+        t.emit(f"{ex} = tensor.expand_shape {padded} [[0, 1], [2, 3]] output_shape [{KB}, {GROUP}, {NB}, {PANEL}] : "
           f"{_t([KB * GROUP, NB * PANEL], 'i8')} into {_t([KB, GROUP, NB, PANEL], 'i8')}")
-        t(f"{pe} = tensor.empty() : {_t([NB, KB, PANEL, GROUP], 'i8')}")
-        t(f"{bp} = linalg.transpose ins({ex} : {_t([KB, GROUP, NB, PANEL], 'i8')}) "
+        t.emit(f"{pe} = tensor.empty() : {_t([NB, KB, PANEL, GROUP], 'i8')}")
+        t.emit(f"{bp} = linalg.transpose ins({ex} : {_t([KB, GROUP, NB, PANEL], 'i8')}) "
           f"outs({pe} : {_t([NB, KB, PANEL, GROUP], 'i8')}) permutation = [2, 0, 3, 1]")
         y = _qgemm(t, wa, bp, F, P, KB, False, "row", params, int(a["output_zero_point"]), int(a["output_min"]),
                    int(a["output_max"]), "convolution")
         img = t.fresh()
-        t(f"{img} = tensor.expand_shape {y} [[0, 1], [2, 3]] output_shape [1, {F}, {OH}, {OW}] : "
+        t.emit(f"{img} = tensor.expand_shape {y} [[0, 1], [2, 3]] output_shape [1, {F}, {OH}, {OW}] : "
           f"{_t([F, P], 'i8')} into {_t([1, F, OH, OW], 'i8')}")
         images.append(img)
     if len(images) == 1:
-        t(f"%result = tensor.cast {images[0]} : {_t(out_shape, 'i8')} to {_t(out_shape, 'i8')}")
+        t.emit(f"%result = tensor.cast {images[0]} : {_t(out_shape, 'i8')} to {_t(out_shape, 'i8')}")
     else:
-        t(f"%result = tensor.concat dim(0) {', '.join(images)} : "
+        t.emit(f"%result = tensor.concat dim(0) {', '.join(images)} : "
           f"({', '.join([_t([1, F, OH, OW], 'i8')] * len(images))}) -> {_t(out_shape, 'i8')}")
     return _splice(op, [e_val for e_val in (a["_t_input"], a["_t_weight"])], t.text(), _t(out_shape, "i8"))
 
@@ -473,7 +439,7 @@ def _conv_qgemm(e, a: dict, op, weight: np.ndarray) -> ir.Value:
 def _conv_window(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     """Depthwise and grouped int8 convolutions: one generic with i32 accumulation over
     (x - zx) * w, then the requantization."""
-    t = _Text()
+    t = Text()
     x_shape = list(ir.RankedTensorType(a["input"].type).shape)
     out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
     nb_, C, H, W = x_shape
@@ -486,51 +452,51 @@ def _conv_window(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     fill = t.const(zx, "i8")
     xp, (_, _, Hp, Wp) = _pad(t, "%arg0", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], fill)
     xg, wg = t.fresh(), t.fresh()
-    t(f"{xg} = tensor.expand_shape {xp} [[0], [1, 2], [3], [4]] output_shape [{nb_}, {G}, {Cg}, {Hp}, {Wp}] : "
+    t.emit(f"{xg} = tensor.expand_shape {xp} [[0], [1, 2], [3], [4]] output_shape [{nb_}, {G}, {Cg}, {Hp}, {Wp}] : "
       f"{_t([nb_, C, Hp, Wp], 'i8')} into {_t([nb_, G, Cg, Hp, Wp], 'i8')}")
-    t(f"{wg} = tensor.expand_shape %arg1 [[0, 1], [2], [3], [4]] output_shape [{G}, {Fg}, {Cg}, {KH}, {KW}] : "
+    t.emit(f"{wg} = tensor.expand_shape %arg1 [[0, 1], [2], [3], [4]] output_shape [{G}, {Fg}, {Cg}, {KH}, {KW}] : "
       f"{_t([F, Cg, KH, KW], 'i8')} into {_t([G, Fg, Cg, KH, KW], 'i8')}")
     acc_shape = [nb_, G, Fg, OH, OW]
     zero, zx32 = t.const(0, "i32"), t.const(zx, "i32")
     empty, acc0, acc = t.fresh(), t.fresh(), t.fresh()
-    t(f"{empty} = tensor.empty() : {_t(acc_shape, 'i32')}")
-    t(f"{acc0} = linalg.fill ins({zero} : i32) outs({empty} : {_t(acc_shape, 'i32')}) -> {_t(acc_shape, 'i32')}")
+    t.emit(f"{empty} = tensor.empty() : {_t(acc_shape, 'i32')}")
+    t.emit(f"{acc0} = linalg.fill ins({zero} : i32) outs({empty} : {_t(acc_shape, 'i32')}) -> {_t(acc_shape, 'i32')}")
     dims = "(b, g, j, oh, ow, c, kh, kw)"
-    t(f"{acc} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (b, g, c, oh * {sh} + kh * {dh}, "
+    t.emit(f"{acc} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (b, g, c, oh * {sh} + kh * {dh}, "
       f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> (g, j, c, kh, kw)>, affine_map<{dims} -> (b, g, j, oh, ow)>], "
       f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\", \"reduction\", "
       f"\"reduction\", \"reduction\"]}} ins({xg}, {wg} : {_t([nb_, G, Cg, Hp, Wp], 'i8')}, "
       f"{_t([G, Fg, Cg, KH, KW], 'i8')}) outs({acc0} : {_t(acc_shape, 'i32')}) "
       f"attrs = {{{QWINDOW} = {{groups = {G} : i64}}}} {{")
-    t("^bb0(%wx: i8, %ww: i8, %wc: i32):")
-    t("  %wx32 = arith.extsi %wx : i8 to i32")
-    t(f"  %wxc = arith.subi %wx32, {zx32} : i32")
-    t("  %ww32 = arith.extsi %ww : i8 to i32")
-    t("  %wm = arith.muli %wxc, %ww32 : i32")
-    t("  %ws = arith.addi %wc, %wm : i32")
-    t("  linalg.yield %ws : i32")
-    t(f"}} -> {_t(acc_shape, 'i32')}")
+    t.emit("^bb0(%wx: i8, %ww: i8, %wc: i32):")
+    t.emit("  %wx32 = arith.extsi %wx : i8 to i32")
+    t.emit(f"  %wxc = arith.subi %wx32, {zx32} : i32")
+    t.emit("  %ww32 = arith.extsi %ww : i8 to i32")
+    t.emit("  %wm = arith.muli %wxc, %ww32 : i32")
+    t.emit("  %ws = arith.addi %wc, %wm : i32")
+    t.emit("  linalg.yield %ws : i32")
+    t.emit(f"}} -> {_t(acc_shape, 'i32')}")
     corr, mult, bias = _channel_params(e, a, weight, None)
     names = []
     for array, element in ((corr, "i32"), (mult, "f32"), (bias, "f32")):
         name = t.fresh("p")
-        t(f"{name} = arith.constant {_dense(array.reshape(G, Fg), element)}")
+        t.emit(f"{name} = arith.constant {_dense(array.reshape(G, Fg), element)}")
         names.append(name)
     zp, lo, hi = int(a["output_zero_point"]), int(a["output_min"]), int(a["output_max"])
     _requant_constants(t, zp, lo, hi)
     out_empty, out = t.fresh(), t.fresh()
-    t(f"{out_empty} = tensor.empty() : {_t(acc_shape, 'i8')}")
+    t.emit(f"{out_empty} = tensor.empty() : {_t(acc_shape, 'i8')}")
     d5 = "(b, g, j, oh, ow)"
-    t(f"{out} = linalg.generic {{indexing_maps = [affine_map<{d5} -> {d5}>, affine_map<{d5} -> (g, j)>, "
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<{d5} -> {d5}>, affine_map<{d5} -> (g, j)>, "
       f"affine_map<{d5} -> (g, j)>, affine_map<{d5} -> (g, j)>, affine_map<{d5} -> {d5}>], "
       f"iterator_types = [\"parallel\", \"parallel\", \"parallel\", \"parallel\", \"parallel\"]}} "
       f"ins({acc}, {names[0]}, {names[1]}, {names[2]} : {_t(acc_shape, 'i32')}, {_t([G, Fg], 'i32')}, "
       f"{_t([G, Fg], 'f32')}, {_t([G, Fg], 'f32')}) outs({out_empty} : {_t(acc_shape, 'i8')}) {{")
-    t("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
+    t.emit("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
     q = _requant_body(t, "%ra", "%rc", "%rm", "%rb", zp, lo, hi)
-    t(f"  linalg.yield {q} : i8")
-    t(f"}} -> {_t(acc_shape, 'i8')}")
-    t(f"%result = tensor.collapse_shape {out} [[0], [1, 2], [3], [4]] : {_t(acc_shape, 'i8')} "
+    t.emit(f"  linalg.yield {q} : i8")
+    t.emit(f"}} -> {_t(acc_shape, 'i8')}")
+    t.emit(f"%result = tensor.collapse_shape {out} [[0], [1, 2], [3], [4]] : {_t(acc_shape, 'i8')} "
       f"into {_t(out_shape, 'i8')}")
     return _splice(op, [a["_t_input"], a["_t_weight"]], t.text(), _t(out_shape, "i8"))
 
@@ -540,7 +506,7 @@ def _conv_depthwise_f32(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     taps (x - zx) * w are integers below 2^16 in magnitude and their sums stay below 2^24 (see
     `_exact_in_f32`), so float32 computes the same integer accumulator; the requantization is then
     the qgemm epilogue's (fma, roundeven, zero point, clamp) on it."""
-    t = _Text()
+    t = Text()
     x_shape = list(ir.RankedTensorType(a["input"].type).shape)
     out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
     nb_, C, H, W = x_shape
@@ -550,43 +516,43 @@ def _conv_depthwise_f32(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     zx = int(a["input_zero_point"])
     n = 4
     ident = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
-    t(f"%zx = arith.constant {zx} : i32")
-    t(f"%xe = tensor.empty() : {_t(x_shape, 'f32')}")
-    t(f"%xf = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{_parallel(n)}]}} "
+    t.emit(f"%zx = arith.constant {zx} : i32")
+    t.emit(f"%xe = tensor.empty() : {_t(x_shape, 'f32')}")
+    t.emit(f"%xf = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{_parallel(n)}]}} "
       f"ins(%arg0 : {_t(x_shape, 'i8')}) outs(%xe : {_t(x_shape, 'f32')}) {{")
-    t("^bb0(%x: i8, %o: f32):")
-    t("  %x32 = arith.extsi %x : i8 to i32")
-    t("  %xc = arith.subi %x32, %zx : i32")
-    t("  %y = arith.sitofp %xc : i32 to f32")
-    t("  linalg.yield %y : f32")
-    t(f"}} -> {_t(x_shape, 'f32')}")
+    t.emit("^bb0(%x: i8, %o: f32):")
+    t.emit("  %x32 = arith.extsi %x : i8 to i32")
+    t.emit("  %xc = arith.subi %x32, %zx : i32")
+    t.emit("  %y = arith.sitofp %xc : i32 to f32")
+    t.emit("  linalg.yield %y : f32")
+    t.emit(f"}} -> {_t(x_shape, 'f32')}")
     zero = t.const("0.0", "f32")
     xp, (_, _, Hp, Wp) = _pad(t, "%xf", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], zero, "f32")
-    t(f"%w = arith.constant {_dense(weight.reshape(C, KH, KW).astype(np.float32), 'f32')}")
-    t(f"%ie = tensor.empty() : {_t(out_shape, 'f32')}")
-    t(f"%init = linalg.fill ins({zero} : f32) outs(%ie : {_t(out_shape, 'f32')}) -> {_t(out_shape, 'f32')}")
-    t(f"%acc = linalg.depthwise_conv_2d_nchw_chw {{dilations = dense<[{dh}, {dw}]> : tensor<2xi64>, "
+    t.emit(f"%w = arith.constant {_dense(weight.reshape(C, KH, KW).astype(np.float32), 'f32')}")
+    t.emit(f"%ie = tensor.empty() : {_t(out_shape, 'f32')}")
+    t.emit(f"%init = linalg.fill ins({zero} : f32) outs(%ie : {_t(out_shape, 'f32')}) -> {_t(out_shape, 'f32')}")
+    t.emit(f"%acc = linalg.depthwise_conv_2d_nchw_chw {{dilations = dense<[{dh}, {dw}]> : tensor<2xi64>, "
       f"strides = dense<[{sh}, {sw}]> : tensor<2xi64>}} ins({xp}, %w : {_t([nb_, C, Hp, Wp], 'f32')}, "
       f"{_t([C, KH, KW], 'f32')}) outs(%init : {_t(out_shape, 'f32')}) -> {_t(out_shape, 'f32')}")
     _, mult, bias = _channel_params(e, a, weight, None)
-    t(f"%mult = arith.constant {_dense(mult, 'f32')}")
-    t(f"%bias = arith.constant {_dense(bias, 'f32')}")
+    t.emit(f"%mult = arith.constant {_dense(mult, 'f32')}")
+    t.emit(f"%bias = arith.constant {_dense(bias, 'f32')}")
     zp, lo, hi = int(a["output_zero_point"]), int(a["output_min"]), int(a["output_max"])
     _requant_constants(t, zp, lo, hi)
     chan = "affine_map<(d0, d1, d2, d3) -> (d1)>"
-    t(f"%oe = tensor.empty() : {_t(out_shape, 'i8')}")
-    t(f"%result = linalg.generic {{indexing_maps = [{ident}, {chan}, {chan}, {ident}], "
+    t.emit(f"%oe = tensor.empty() : {_t(out_shape, 'i8')}")
+    t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {chan}, {chan}, {ident}], "
       f"iterator_types = [{_parallel(n)}]}} ins(%acc, %mult, %bias : {_t(out_shape, 'f32')}, {_t([C], 'f32')}, "
       f"{_t([C], 'f32')}) outs(%oe : {_t(out_shape, 'i8')}) {{")
-    t("^bb0(%ra: f32, %rm: f32, %rb: f32, %ro: i8):")
-    t("  %ry = math.fma %ra, %rm, %rb : f32")
-    t("  %rr = math.roundeven %ry : f32")
-    t("  %rz = arith.addf %rr, %zp : f32")
-    t("  %rc1 = arith.maximumf %rz, %lo : f32")
-    t("  %rc2 = arith.minimumf %rc1, %hi : f32")
-    t("  %rq = arith.fptosi %rc2 : f32 to i8")
-    t("  linalg.yield %rq : i8")
-    t(f"}} -> {_t(out_shape, 'i8')}")
+    t.emit("^bb0(%ra: f32, %rm: f32, %rb: f32, %ro: i8):")
+    t.emit("  %ry = math.fma %ra, %rm, %rb : f32")
+    t.emit("  %rr = math.roundeven %ry : f32")
+    t.emit("  %rz = arith.addf %rr, %zp : f32")
+    t.emit("  %rc1 = arith.maximumf %rz, %lo : f32")
+    t.emit("  %rc2 = arith.minimumf %rc1, %hi : f32")
+    t.emit("  %rq = arith.fptosi %rc2 : f32 to i8")
+    t.emit("  linalg.yield %rq : i8")
+    t.emit(f"}} -> {_t(out_shape, 'i8')}")
     return _splice(op, [a["_t_input"]], t.text(), _t(out_shape, "i8"))
 
 
@@ -625,39 +591,39 @@ def _lower_linear(e, v: dict, op) -> list:
     M, K = ir.RankedTensorType(a["input"].type).shape
     N = weight.shape[0]
     KB, NB = -(-K // GROUP), -(-N // PANEL)
-    t = _Text()
+    t = Text()
     # Activation rows as A [M, KB, 4], unsigned (x xor 0x80); K padded (the weight's pad is zero).
     xe, xa = t.fresh(), t.fresh()
-    t(f"{xe} = tensor.empty() : {_t([M, KB, GROUP], 'i8')}")
-    t(f"{xa} = linalg.generic {{indexing_maps = [affine_map<(m, kb, kl) -> (m, kb, kl)>], "
+    t.emit(f"{xe} = tensor.empty() : {_t([M, KB, GROUP], 'i8')}")
+    t.emit(f"{xa} = linalg.generic {{indexing_maps = [affine_map<(m, kb, kl) -> (m, kb, kl)>], "
       f"iterator_types = [\"parallel\", \"parallel\", \"parallel\"]}} outs({xe} : {_t([M, KB, GROUP], 'i8')}) {{")
-    t("^bb0(%lo_: i8):")
-    t("  %lm = linalg.index 0 : index")
-    t("  %lkb = linalg.index 1 : index")
-    t("  %lkl = linalg.index 2 : index")
-    t("  %lc4 = arith.constant 4 : index")
-    t(f"  %lkmax = arith.constant {K - 1} : index")
-    t("  %lk0 = arith.muli %lkb, %lc4 : index")
-    t("  %lk1 = arith.addi %lk0, %lkl : index")
-    t("  %lk = arith.minui %lk1, %lkmax : index")
-    t(f"  %lx = tensor.extract %arg0[%lm, %lk] : {_t([M, K], 'i8')}")
-    t("  %lflip = arith.constant -128 : i8")
-    t("  %lu = arith.xori %lx, %lflip : i8")
-    t("  linalg.yield %lu : i8")
-    t(f"}} -> {_t([M, KB, GROUP], 'i8')}")
+    t.emit("^bb0(%lo_: i8):")
+    t.emit("  %lm = linalg.index 0 : index")
+    t.emit("  %lkb = linalg.index 1 : index")
+    t.emit("  %lkl = linalg.index 2 : index")
+    t.emit("  %lc4 = arith.constant 4 : index")
+    t.emit(f"  %lkmax = arith.constant {K - 1} : index")
+    t.emit("  %lk0 = arith.muli %lkb, %lc4 : index")
+    t.emit("  %lk1 = arith.addi %lk0, %lkl : index")
+    t.emit("  %lk = arith.minui %lk1, %lkmax : index")
+    t.emit(f"  %lx = tensor.extract %arg0[%lm, %lk] : {_t([M, K], 'i8')}")
+    t.emit("  %lflip = arith.constant -128 : i8")
+    t.emit("  %lu = arith.xori %lx, %lflip : i8")
+    t.emit("  linalg.yield %lu : i8")
+    t.emit(f"}} -> {_t([M, KB, GROUP], 'i8')}")
     # The weight as B [NB, KB, 16, 4]: a layout chain, packed when the blob is built.
     zero8 = t.const(0, "i8")
     wp, _ = _pad(t, "%arg1", [N, K], [0, 0], [NB * PANEL - N, KB * GROUP - K], zero8)
     we, wt0, wt = t.fresh(), t.fresh(), t.fresh()
-    t(f"{we} = tensor.expand_shape {wp} [[0, 1], [2, 3]] output_shape [{NB}, {PANEL}, {KB}, {GROUP}] : "
+    t.emit(f"{we} = tensor.expand_shape {wp} [[0, 1], [2, 3]] output_shape [{NB}, {PANEL}, {KB}, {GROUP}] : "
       f"{_t([NB * PANEL, KB * GROUP], 'i8')} into {_t([NB, PANEL, KB, GROUP], 'i8')}")
-    t(f"{wt0} = tensor.empty() : {_t([NB, KB, PANEL, GROUP], 'i8')}")
-    t(f"{wt} = linalg.transpose ins({we} : {_t([NB, PANEL, KB, GROUP], 'i8')}) "
+    t.emit(f"{wt0} = tensor.empty() : {_t([NB, KB, PANEL, GROUP], 'i8')}")
+    t.emit(f"{wt} = linalg.transpose ins({we} : {_t([NB, PANEL, KB, GROUP], 'i8')}) "
       f"outs({wt0} : {_t([NB, KB, PANEL, GROUP], 'i8')}) permutation = [0, 2, 1, 3]")
     params = _channel_params(e, a, weight, int(a["input_zero_point"]))
     y = _qgemm(t, xa, wt, M, N, KB, True, "col", params, int(a["output_zero_point"]), int(a["output_min"]),
                int(a["output_max"]), "contraction")
-    t(f"%result = tensor.cast {y} : {_t([M, N], 'i8')} to {_t([M, N], 'i8')}")
+    t.emit(f"%result = tensor.cast {y} : {_t([M, N], 'i8')} to {_t([M, N], 'i8')}")
     return [_splice(op, [v["input"], v["weight"]], t.text(), _t([M, N], "i8"))]
 
 
@@ -668,52 +634,52 @@ def _lower_add(e, v: dict, op) -> list:
     shape = list(ir.RankedTensorType(op.results[0].type).shape)
     n = len(shape)
     ident = f"affine_map<({', '.join(f'd{i}' for i in range(n))}) -> ({', '.join(f'd{i}' for i in range(n))})>"
-    t = _Text()
+    t = Text()
     _requant_constants(t, int(a["output_zero_point"]), int(a["output_min"]), int(a["output_max"]))
-    t(f"%za = arith.constant {int(a['a_zero_point'])} : i32")
-    t(f"%zb = arith.constant {int(a['b_zero_point'])} : i32")
-    t(f"%sa = arith.constant {_f32(a['a_scale'])} : f32")
-    t(f"%sb = arith.constant {_f32(a['b_scale'])} : f32")
-    t(f"%inv = arith.constant {_f32(1.0 / float(a['output_scale']))} : f32")
-    t(f"%e = tensor.empty() : {_t(shape, 'i8')}")
-    t(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}, {ident}], "
+    t.emit(f"%za = arith.constant {int(a['a_zero_point'])} : i32")
+    t.emit(f"%zb = arith.constant {int(a['b_zero_point'])} : i32")
+    t.emit(f"%sa = arith.constant {_f32(a['a_scale'])} : f32")
+    t.emit(f"%sb = arith.constant {_f32(a['b_scale'])} : f32")
+    t.emit(f"%inv = arith.constant {_f32(1.0 / float(a['output_scale']))} : f32")
+    t.emit(f"%e = tensor.empty() : {_t(shape, 'i8')}")
+    t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}, {ident}], "
       f"iterator_types = [{_parallel(n)}]}} ins(%arg0, %arg1 : {_t(shape, 'i8')}, "
       f"{_t(shape, 'i8')}) outs(%e : {_t(shape, 'i8')}) {{")
-    t("^bb0(%a: i8, %b: i8, %o: i8):")
-    t("  %a32 = arith.extsi %a : i8 to i32")
-    t("  %ac = arith.subi %a32, %za : i32")
-    t("  %af = arith.sitofp %ac : i32 to f32")
-    t("  %x = arith.mulf %af, %sa : f32")
-    t("  %b32 = arith.extsi %b : i8 to i32")
-    t("  %bc = arith.subi %b32, %zb : i32")
-    t("  %bf = arith.sitofp %bc : i32 to f32")
-    t("  %y = arith.mulf %bf, %sb : f32")
-    t("  %s = arith.addf %x, %y : f32")
-    t("  %m = arith.mulf %s, %inv : f32")
-    t("  %r = math.roundeven %m : f32")
-    t("  %z = arith.addf %r, %zp : f32")
-    t("  %c1 = arith.maximumf %z, %lo : f32")
-    t("  %c2 = arith.minimumf %c1, %hi : f32")
-    t("  %q = arith.fptosi %c2 : f32 to i8")
-    t("  linalg.yield %q : i8")
-    t(f"}} -> {_t(shape, 'i8')}")
+    t.emit("^bb0(%a: i8, %b: i8, %o: i8):")
+    t.emit("  %a32 = arith.extsi %a : i8 to i32")
+    t.emit("  %ac = arith.subi %a32, %za : i32")
+    t.emit("  %af = arith.sitofp %ac : i32 to f32")
+    t.emit("  %x = arith.mulf %af, %sa : f32")
+    t.emit("  %b32 = arith.extsi %b : i8 to i32")
+    t.emit("  %bc = arith.subi %b32, %zb : i32")
+    t.emit("  %bf = arith.sitofp %bc : i32 to f32")
+    t.emit("  %y = arith.mulf %bf, %sb : f32")
+    t.emit("  %s = arith.addf %x, %y : f32")
+    t.emit("  %m = arith.mulf %s, %inv : f32")
+    t.emit("  %r = math.roundeven %m : f32")
+    t.emit("  %z = arith.addf %r, %zp : f32")
+    t.emit("  %c1 = arith.maximumf %z, %lo : f32")
+    t.emit("  %c2 = arith.minimumf %c1, %hi : f32")
+    t.emit("  %q = arith.fptosi %c2 : f32 to i8")
+    t.emit("  linalg.yield %q : i8")
+    t.emit(f"}} -> {_t(shape, 'i8')}")
     return [_splice(op, [v["a"], v["b"]], t.text(), _t(shape, "i8"))]
 
 
 def _elementwise(op, v_input, shape, in_el: str, out_el: str, body: list, head: list) -> ir.Value:
     n = len(shape)
     ident = f"affine_map<({', '.join(f'd{i}' for i in range(n))}) -> ({', '.join(f'd{i}' for i in range(n))})>"
-    t = _Text()
+    t = Text()
     for line in head:
-        t(line)
-    t(f"%e = tensor.empty() : {_t(shape, out_el)}")
-    t(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}], "
+        t.emit(line)
+    t.emit(f"%e = tensor.empty() : {_t(shape, out_el)}")
+    t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}], "
       f"iterator_types = [{_parallel(n)}]}} ins(%arg0 : {_t(shape, in_el)}) "
       f"outs(%e : {_t(shape, out_el)}) {{")
-    t(f"^bb0(%x: {in_el}, %o: {out_el}):")
+    t.emit(f"^bb0(%x: {in_el}, %o: {out_el}):")
     for line in body:
-        t("  " + line)
-    t(f"}} -> {_t(shape, out_el)}")
+        t.emit("  " + line)
+    t.emit(f"}} -> {_t(shape, out_el)}")
     return _splice(op, [v_input], t.text(), _t(shape, out_el))
 
 
@@ -804,125 +770,125 @@ def _lower_linear_dynamic(e, v: dict, op) -> list:
     colsum = (w.reshape(N, G, gs).sum(axis=2) * scales.astype(np.float64)).sum(axis=1).astype(np.float32)
     bias = (np.zeros(N, np.float32) if a["bias"] is None
             else _data(e, a["bias"], "bias").astype(np.float32).reshape(-1))
-    t = _Text()
+    t = Text()
     m_t = lambda *rest, el="f32": _t([M, *rest], el)  # noqa: E731
-    t("%c0 = arith.constant 0 : index")
-    t(f"%M = tensor.dim %arg0, %c0 : {m_t(K)}")
+    t.emit("%c0 = arith.constant 0 : index")
+    t.emit(f"%M = tensor.dim %arg0, %c0 : {m_t(K)}")
     dyn = "%M" if M == DYN else ""
     row = "affine_map<(m) -> (m)>"
     # The activation's range per row, including 0 (torchao's choose_qparams_affine).
-    t(f"%zero = arith.constant {_f32(0.0)} : f32")
-    t(f"%re = tensor.empty({dyn}) : {m_t()}")
-    t(f"%r0 = linalg.fill ins(%zero : f32) outs(%re : {m_t()}) -> {m_t()}")
-    t(f"%range:2 = linalg.generic {{indexing_maps = [affine_map<(m, k) -> (m, k)>, affine_map<(m, k) -> (m)>, "
+    t.emit(f"%zero = arith.constant {_f32(0.0)} : f32")
+    t.emit(f"%re = tensor.empty({dyn}) : {m_t()}")
+    t.emit(f"%r0 = linalg.fill ins(%zero : f32) outs(%re : {m_t()}) -> {m_t()}")
+    t.emit(f"%range:2 = linalg.generic {{indexing_maps = [affine_map<(m, k) -> (m, k)>, affine_map<(m, k) -> (m)>, "
       f"affine_map<(m, k) -> (m)>], iterator_types = [\"parallel\", \"reduction\"]}} ins(%arg0 : {m_t(K)}) "
       f"outs(%r0, %r0 : {m_t()}, {m_t()}) {{")
-    t("^bb0(%x: f32, %l: f32, %h: f32):")
-    t("  %l2 = arith.minimumf %l, %x : f32")
-    t("  %h2 = arith.maximumf %h, %x : f32")
-    t("  linalg.yield %l2, %h2 : f32, f32")
-    t(f"}} -> ({m_t()}, {m_t()})")
+    t.emit("^bb0(%x: f32, %l: f32, %h: f32):")
+    t.emit("  %l2 = arith.minimumf %l, %x : f32")
+    t.emit("  %h2 = arith.maximumf %h, %x : f32")
+    t.emit("  linalg.yield %l2, %h2 : f32, f32")
+    t.emit(f"}} -> ({m_t()}, {m_t()})")
     # scale = max((hi - lo) / 255, tiny), 1 / scale, zp = clamp(-128 - roundeven(lo / scale)).
-    t(f"%params:3 = linalg.generic {{indexing_maps = [{row}, {row}, {row}, {row}, {row}], "
+    t.emit(f"%params:3 = linalg.generic {{indexing_maps = [{row}, {row}, {row}, {row}, {row}], "
       f"iterator_types = [\"parallel\"]}} ins(%range#0, %range#1 : {m_t()}, {m_t()}) "
       f"outs(%re, %re, %re : {m_t()}, {m_t()}, {m_t()}) {{")
-    t("^bb0(%l: f32, %h: f32, %o1: f32, %o2: f32, %o3: f32):")
-    t(f"  %c255 = arith.constant {_f32(255.0)} : f32")
-    t(f"  %tiny = arith.constant {_f32(np.finfo(np.float32).tiny)} : f32")
-    t(f"  %one = arith.constant {_f32(1.0)} : f32")
-    t(f"  %qmin = arith.constant {_f32(-128.0)} : f32")
-    t(f"  %qmax = arith.constant {_f32(127.0)} : f32")
-    t("  %d = arith.subf %h, %l : f32")
-    t("  %s0 = arith.divf %d, %c255 : f32")
-    t("  %s = arith.maximumf %s0, %tiny : f32")
-    t("  %inv = arith.divf %one, %s : f32")
-    t("  %ls = arith.divf %l, %s : f32")
-    t("  %lr = math.roundeven %ls : f32")
-    t("  %z0 = arith.subf %qmin, %lr : f32")
-    t("  %z1 = arith.maximumf %z0, %qmin : f32")
-    t("  %z = arith.minimumf %z1, %qmax : f32")
-    t("  linalg.yield %s, %inv, %z : f32, f32, f32")
-    t(f"}} -> ({m_t()}, {m_t()}, {m_t()})")
+    t.emit("^bb0(%l: f32, %h: f32, %o1: f32, %o2: f32, %o3: f32):")
+    t.emit(f"  %c255 = arith.constant {_f32(255.0)} : f32")
+    t.emit(f"  %tiny = arith.constant {_f32(np.finfo(np.float32).tiny)} : f32")
+    t.emit(f"  %one = arith.constant {_f32(1.0)} : f32")
+    t.emit(f"  %qmin = arith.constant {_f32(-128.0)} : f32")
+    t.emit(f"  %qmax = arith.constant {_f32(127.0)} : f32")
+    t.emit("  %d = arith.subf %h, %l : f32")
+    t.emit("  %s0 = arith.divf %d, %c255 : f32")
+    t.emit("  %s = arith.maximumf %s0, %tiny : f32")
+    t.emit("  %inv = arith.divf %one, %s : f32")
+    t.emit("  %ls = arith.divf %l, %s : f32")
+    t.emit("  %lr = math.roundeven %ls : f32")
+    t.emit("  %z0 = arith.subf %qmin, %lr : f32")
+    t.emit("  %z1 = arith.maximumf %z0, %qmin : f32")
+    t.emit("  %z = arith.minimumf %z1, %qmax : f32")
+    t.emit("  linalg.yield %s, %inv, %z : f32, f32, f32")
+    t.emit(f"}} -> ({m_t()}, {m_t()}, {m_t()})")
     # q as [M, K/8, 2, 4]: [m, kb, p, j] = q[m, 8 kb + 2 j + p].
     q_t = m_t(KB8, 2, 4, el="i8")
-    t(f"%qe = tensor.empty({dyn}) : {q_t}")
-    t(f"%q = linalg.generic {{indexing_maps = [affine_map<(m, kb, p, j) -> (m, kb * 8 + j * 2 + p)>, "
+    t.emit(f"%qe = tensor.empty({dyn}) : {q_t}")
+    t.emit(f"%q = linalg.generic {{indexing_maps = [affine_map<(m, kb, p, j) -> (m, kb * 8 + j * 2 + p)>, "
       f"affine_map<(m, kb, p, j) -> (m)>, affine_map<(m, kb, p, j) -> (m)>, "
       f"affine_map<(m, kb, p, j) -> (m, kb, p, j)>], iterator_types = [{_parallel(4)}]}} "
       f"ins(%arg0, %params#1, %params#2 : {m_t(K)}, {m_t()}, {m_t()}) outs(%qe : {q_t}) {{")
-    t("^bb0(%x: f32, %inv: f32, %z: f32, %o: i8):")
-    t(f"  %qmin = arith.constant {_f32(-128.0)} : f32")
-    t(f"  %qmax = arith.constant {_f32(127.0)} : f32")
-    t("  %y = arith.mulf %x, %inv : f32")
-    t("  %r = math.roundeven %y : f32")
-    t("  %a = arith.addf %r, %z : f32")
-    t("  %c1 = arith.maximumf %a, %qmin : f32")
-    t("  %c2 = arith.minimumf %c1, %qmax : f32")
-    t("  %i = arith.fptosi %c2 : f32 to i8")
-    t("  linalg.yield %i : i8")
-    t(f"}} -> {q_t}")
+    t.emit("^bb0(%x: f32, %inv: f32, %z: f32, %o: i8):")
+    t.emit(f"  %qmin = arith.constant {_f32(-128.0)} : f32")
+    t.emit(f"  %qmax = arith.constant {_f32(127.0)} : f32")
+    t.emit("  %y = arith.mulf %x, %inv : f32")
+    t.emit("  %r = math.roundeven %y : f32")
+    t.emit("  %a = arith.addf %r, %z : f32")
+    t.emit("  %c1 = arith.maximumf %a, %qmin : f32")
+    t.emit("  %c2 = arith.minimumf %c1, %qmax : f32")
+    t.emit("  %i = arith.fptosi %c2 : f32 to i8")
+    t.emit("  linalg.yield %i : i8")
+    t.emit(f"}} -> {q_t}")
     # The weight's bytes as [NB, K/8, 16, 4] and the scales as [NB, G, 16]: layout chains.
     zero8 = t.const(0, "i8")
     wp, _ = _pad(t, "%arg1", [N, K // 2], [0, 0], [NB * PANEL - N, 0], zero8)
-    t(f"%we = tensor.expand_shape {wp} [[0, 1], [2, 3]] output_shape [{NB}, {PANEL}, {KB8}, 4] : "
+    t.emit(f"%we = tensor.expand_shape {wp} [[0, 1], [2, 3]] output_shape [{NB}, {PANEL}, {KB8}, 4] : "
       f"{_t([NB * PANEL, K // 2], 'i8')} into {_t([NB, PANEL, KB8, 4], 'i8')}")
-    t(f"%wt0 = tensor.empty() : {_t([NB, KB8, PANEL, 4], 'i8')}")
-    t(f"%wt = linalg.transpose ins(%we : {_t([NB, PANEL, KB8, 4], 'i8')}) "
+    t.emit(f"%wt0 = tensor.empty() : {_t([NB, KB8, PANEL, 4], 'i8')}")
+    t.emit(f"%wt = linalg.transpose ins(%we : {_t([NB, PANEL, KB8, 4], 'i8')}) "
       f"outs(%wt0 : {_t([NB, KB8, PANEL, 4], 'i8')}) permutation = [0, 2, 1, 3]")
     sp, _ = _pad(t, "%arg2", [N, G], [0, 0], [NB * PANEL - N, 0], t.const(_f32(0.0), "f32"), "f32")
-    t(f"%se = tensor.expand_shape {sp} [[0, 1], [2]] output_shape [{NB}, {PANEL}, {G}] : "
+    t.emit(f"%se = tensor.expand_shape {sp} [[0, 1], [2]] output_shape [{NB}, {PANEL}, {G}] : "
       f"{_t([NB * PANEL, G], 'f32')} into {_t([NB, PANEL, G], 'f32')}")
-    t(f"%st0 = tensor.empty() : {_t([NB, G, PANEL], 'f32')}")
-    t(f"%st = linalg.transpose ins(%se : {_t([NB, PANEL, G], 'f32')}) "
+    t.emit(f"%st0 = tensor.empty() : {_t([NB, G, PANEL], 'f32')}")
+    t.emit(f"%st = linalg.transpose ins(%se : {_t([NB, PANEL, G], 'f32')}) "
       f"outs(%st0 : {_t([NB, G, PANEL], 'f32')}) permutation = [0, 2, 1]")
     # acc[m, nb, c] = sum q * w * ws: one k per (kb, p, j); the nibble p of byte (nb, kb, c, j).
     acc_t = m_t(NB, PANEL)
-    t(f"%ae = tensor.empty({dyn}) : {acc_t}")
-    t(f"%a0 = linalg.fill ins(%zero : f32) outs(%ae : {acc_t}) -> {acc_t}")
+    t.emit(f"%ae = tensor.empty({dyn}) : {acc_t}")
+    t.emit(f"%a0 = linalg.fill ins(%zero : f32) outs(%ae : {acc_t}) -> {acc_t}")
     dims = "(m, nb, c, kb, p, j)"
-    t(f"%acc = linalg.generic {{indexing_maps = [affine_map<{dims} -> (m, kb, p, j)>, "
+    t.emit(f"%acc = linalg.generic {{indexing_maps = [affine_map<{dims} -> (m, kb, p, j)>, "
       f"affine_map<{dims} -> (nb, kb, c, j)>, affine_map<{dims} -> (nb, kb floordiv {gs // 8}, c)>, "
       f"affine_map<{dims} -> (m, nb, c)>], iterator_types = [\"parallel\", \"parallel\", \"parallel\", "
       f"\"reduction\", \"reduction\", \"reduction\"]}} ins(%q, %wt, %st : {q_t}, {_t([NB, KB8, PANEL, 4], 'i8')}, "
       f"{_t([NB, G, PANEL], 'f32')}) outs(%a0 : {acc_t}) attrs = {{{QGEMM4} = {{group_size = {gs} : i64}}}} {{")
-    t("^bb0(%qa: i8, %qb: i8, %qs: f32, %qc: f32):")
-    t("  %p = linalg.index 4 : index")
-    t("  %p8 = arith.index_cast %p : index to i8")
-    t("  %c4 = arith.constant 4 : i8")
-    t("  %c8 = arith.constant 8 : i8")
-    t("  %c15 = arith.constant 15 : i8")
-    t("  %sh = arith.muli %p8, %c4 : i8")
-    t("  %n0 = arith.shrui %qb, %sh : i8")
-    t("  %n1 = arith.andi %n0, %c15 : i8")
-    t("  %n2 = arith.xori %n1, %c8 : i8")
-    t("  %wv = arith.subi %n2, %c8 : i8")
-    t("  %a32 = arith.extsi %qa : i8 to i32")
-    t("  %w32 = arith.extsi %wv : i8 to i32")
-    t("  %pr = arith.muli %a32, %w32 : i32")
-    t("  %pf = arith.sitofp %pr : i32 to f32")
-    t("  %sum = math.fma %pf, %qs, %qc : f32")
-    t("  linalg.yield %sum : f32")
-    t(f"}} -> {acc_t}")
-    t(f"%flat = tensor.collapse_shape %acc [[0], [1, 2]] : {acc_t} into {m_t(NB * PANEL)}")
+    t.emit("^bb0(%qa: i8, %qb: i8, %qs: f32, %qc: f32):")
+    t.emit("  %p = linalg.index 4 : index")
+    t.emit("  %p8 = arith.index_cast %p : index to i8")
+    t.emit("  %c4 = arith.constant 4 : i8")
+    t.emit("  %c8 = arith.constant 8 : i8")
+    t.emit("  %c15 = arith.constant 15 : i8")
+    t.emit("  %sh = arith.muli %p8, %c4 : i8")
+    t.emit("  %n0 = arith.shrui %qb, %sh : i8")
+    t.emit("  %n1 = arith.andi %n0, %c15 : i8")
+    t.emit("  %n2 = arith.xori %n1, %c8 : i8")
+    t.emit("  %wv = arith.subi %n2, %c8 : i8")
+    t.emit("  %a32 = arith.extsi %qa : i8 to i32")
+    t.emit("  %w32 = arith.extsi %wv : i8 to i32")
+    t.emit("  %pr = arith.muli %a32, %w32 : i32")
+    t.emit("  %pf = arith.sitofp %pr : i32 to f32")
+    t.emit("  %sum = math.fma %pf, %qs, %qc : f32")
+    t.emit("  linalg.yield %sum : f32")
+    t.emit(f"}} -> {acc_t}")
+    t.emit(f"%flat = tensor.collapse_shape %acc [[0], [1, 2]] : {acc_t} into {m_t(NB * PANEL)}")
     cut = "%flat"
     if NB * PANEL != N:
         cut = "%cut"
         size = "%M" if M == DYN else str(M)
-        t(f"%cut = tensor.extract_slice %flat[0, 0] [{size}, {N}] [1, 1] : {m_t(NB * PANEL)} to {m_t(N)}")
-    t(f"%colsum = arith.constant {_dense(colsum, 'f32')}")
-    t(f"%bias = arith.constant {_dense(bias, 'f32')}")
-    t(f"%ye = tensor.empty({dyn}) : {m_t(N)}")
-    t(f"%result = linalg.generic {{indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, "
+        t.emit(f"%cut = tensor.extract_slice %flat[0, 0] [{size}, {N}] [1, 1] : {m_t(NB * PANEL)} to {m_t(N)}")
+    t.emit(f"%colsum = arith.constant {_dense(colsum, 'f32')}")
+    t.emit(f"%bias = arith.constant {_dense(bias, 'f32')}")
+    t.emit(f"%ye = tensor.empty({dyn}) : {m_t(N)}")
+    t.emit(f"%result = linalg.generic {{indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, "
       f"affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, "
       f"affine_map<(m, n) -> (m, n)>], iterator_types = [\"parallel\", \"parallel\"]}} "
       f"ins({cut}, %params#2, %params#0, %colsum, %bias : {m_t(N)}, {m_t()}, {m_t()}, {_t([N], 'f32')}, "
       f"{_t([N], 'f32')}) outs(%ye : {m_t(N)}) attrs = {{{QDEQUANT}}} {{")
-    t("^bb0(%y: f32, %z: f32, %s: f32, %cs: f32, %b: f32, %o: f32):")
-    t("  %zc = arith.mulf %z, %cs : f32")
-    t("  %d = arith.subf %y, %zc : f32")
-    t("  %r = math.fma %d, %s, %b : f32")
-    t("  linalg.yield %r : f32")
-    t(f"}} -> {m_t(N)}")
+    t.emit("^bb0(%y: f32, %z: f32, %s: f32, %cs: f32, %b: f32, %o: f32):")
+    t.emit("  %zc = arith.mulf %z, %cs : f32")
+    t.emit("  %d = arith.subf %y, %zc : f32")
+    t.emit("  %r = math.fma %d, %s, %b : f32")
+    t.emit("  linalg.yield %r : f32")
+    t.emit(f"}} -> {m_t(N)}")
     return [_splice(op, [v["input"], v["weight"], v["weight_scales"]], t.text(), m_t(N))]
 
 

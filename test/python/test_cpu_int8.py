@@ -66,9 +66,9 @@ def test_zoo_cnn_int8_is_fully_delegated_and_matches_the_portable_int8_kernels(n
 
 
 class _Conv(nn.Module):
-    def __init__(self, c, f, k, stride, padding, groups=1, relu=True):
+    def __init__(self, c, f, k, stride, padding, groups=1, relu=True, dilation=1):
         super().__init__()
-        self.conv = nn.Conv2d(c, f, k, stride=stride, padding=padding, groups=groups)
+        self.conv = nn.Conv2d(c, f, k, stride=stride, padding=padding, groups=groups, dilation=dilation)
         self.relu = relu
 
     def forward(self, x):
@@ -126,6 +126,20 @@ def _check_layer(module, shape, sign, *, partitioner=None, expect=("gemm",)):
 @pytest.mark.parametrize("sign", [1, -1, 0])
 def test_int8_conv_kernel_against_the_portable_reference(c, f, k, stride, padding, hw, sign):
     _check_layer(_Conv(c, f, k, stride, padding), (1, c, hw, hw), sign, expect=("gemm",))
+
+
+@pytest.mark.parametrize("c,f,k,stride,padding,hw,dilation", [
+    (16, 16, 3, 1, 1, 32, 1),  # ResNet-8's: output rows of 32 (a period of 2 panels), K = 144
+    (4, 8, 3, 2, 1, 32, 1),    # stride 2: every other byte of 32-byte loads, rows of 16
+    (3, 8, 7, 2, 3, 20, 1),    # a 7x7 stride-2 stem: K = 147 (K padded), rows of 10 (a period of 5 panels)
+    (6, 5, 3, 1, 2, 9, 2),     # dilation 2
+    (1, 4, 1, 1, 0, 3, 1),     # a 9-byte image: smaller than one load, every load masked, P < 16
+    (64, 20, 3, 1, 1, 7, 1),   # rows of 7 (several per panel), K = 576 in 144 groups
+])
+def test_int8_conv_packs_its_im2col_from_the_image(c, f, k, stride, padding, hw, dilation):
+    """The im2col is packed straight from the (padded) image: panels crossing output rows, strides,
+    dilations, K and P padding, loads near the image's end masked."""
+    _check_layer(_Conv(c, f, k, stride, padding, dilation=dilation), (1, c, hw, hw), 0, expect=("gemm",))
 
 
 def test_int8_conv_without_relu_and_batch_two():

@@ -30,12 +30,14 @@ tiling with the weights unpacked in registers (see its docstring); `dot=none` ke
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
+from etc.targets.cpu.gemm import Text
 from etc.targets.cpu.passes._util import walk
 
 QGEMM = "etc.cpu.qgemm"
@@ -43,6 +45,7 @@ REQUANT = "etc.cpu.requant"
 QWINDOW = "etc.cpu.qwindow"
 QGEMM4 = "etc.cpu.qgemm4"
 QDEQUANT = "etc.cpu.qdequant"
+IM2COL = "etc.cpu.im2col"
 PANEL = 16
 GROUP = 4
 
@@ -115,38 +118,22 @@ def _match(requant) -> "_Pair | None":
                  ir.IntegerAttr(attrs["min"]).value, ir.IntegerAttr(attrs["max"]).value, M, N, KB, NB)
 
 
-class _Kernel:
+class _Kernel(Text):
     """The kernel as text: a function of (A, B, corr, mult, bias) returning the [M, N] i8 tensor."""
 
     def __init__(self, p: _Pair, dot: str, mr: int, panels: int):
+        super().__init__()
         self.p = p
         self.lanes, self.intrinsic = DOTS[dot]
         self.vp = PANEL // self.lanes  # vectors per panel
         self.mr = max(1, min(mr, p.M))
         self.panels = max(1, min(panels, p.NB))
-        self.lines: list[str] = []
-        self.n = 0
 
-    def fresh(self, stem="v") -> str:
-        self.n += 1
-        return f"%{stem}{self.n}"
-
-    def emit(self, line: str) -> None:
-        self.lines.append("  " + line)
-
-    def index(self, value: int) -> str:
-        name = f"%i{value}"
-        if name not in self.indices:
-            self.indices[name] = value
-        return name
-
-    def text(self) -> str:
+    def build(self) -> str:
         p, L = self.p, self.lanes
         C = p.M if p.per == "row" else p.N
         a_t, b_t = _t([p.M, p.KB, GROUP], "i8"), _t([p.NB, p.KB, PANEL, GROUP], "i8")
         c_i, c_f, o_t = _t([C], "i32"), _t([C], "f32"), _t([p.M, p.N], "i8")
-        self.indices: dict = {}
-        body_start = len(self.lines)
         self.emit(f"%zero = arith.constant dense<0> : vector<{L}xi32>")
         self.emit("%pad8 = arith.constant 0 : i8")
         self.emit("%pad32 = arith.constant 0 : i32")
@@ -174,10 +161,8 @@ class _Kernel:
         if rest:
             out = self.rows(out, self.index(groups * self.panels), rest, static_panel=groups * self.panels)
         self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
-        consts = [f"  {name} = arith.constant {value} : index" for name, value in sorted(self.indices.items())]
-        self.lines[body_start:body_start] = consts
         return (f"func.func private @qgemm(%A: {a_t}, %B: {b_t}, %corr: {c_i}, %mult: {c_f}, %bias: {c_f}) "
-                f"-> {o_t} {{\n" + "\n".join(self.lines) + f"\n  return %result : {o_t}\n}}")
+                f"-> {o_t} {{\n" + self.text() + f"\n  return %result : {o_t}\n}}")
 
     def rows(self, out: str, nb0: str, panels: int, static_panel) -> str:
         """Row tiles over all M for `panels` panels starting at `nb0`; returns the updated tensor."""
@@ -255,18 +240,6 @@ class _Kernel:
                 out = self.requant(out, f"{res}#{r * panels * vp + v}", params, ms[r], col, inb)
         return out
 
-    def add(self, base: str, k: int) -> str:
-        if k == 0:
-            return base
-        name = self.fresh()
-        self.emit(f"{name} = arith.addi {base}, {self.index(k)} : index")
-        return name
-
-    def mul(self, base: str, k: int) -> str:
-        name = self.fresh()
-        self.emit(f"{name} = arith.muli {base}, {self.index(k)} : index")
-        return name
-
     def splat(self, tensor: str, at: str, element: str) -> str:
         p, L = self.p, self.lanes
         s, v = self.fresh(), self.fresh()
@@ -299,52 +272,210 @@ class _Kernel:
         return res
 
 
-def _pack_text(K4: int, P16: int) -> str:
-    """[K4, P16] -> [NB, KB, 16, 4] (the per-call packing of a convolution's im2col): each 4 x 16
-    block read as four 16-byte rows, interleaved in registers (two rounds of byte/halfword
-    shuffles), written as one 64-byte panel row."""
-    KB, NB = K4 // GROUP, P16 // PANEL
-    pairs = ", ".join(f"{i}, {i + PANEL}" for i in range(PANEL))  # r0[i], r1[i]
-    quads = ", ".join(f"{2 * i}, {2 * i + 1}, {2 * i + 2 * PANEL}, {2 * i + 1 + 2 * PANEL}" for i in range(PANEL))
-    src, dst = _t([K4, P16], "i8"), _t([NB, KB, PANEL, GROUP], "i8")
-    return "\n".join([
-        f"func.func private @pack(%src: {src}) -> {dst} {{",
-        "  %c0 = arith.constant 0 : index", "  %c1 = arith.constant 1 : index",
-        f"  %c4 = arith.constant {GROUP} : index", f"  %c16 = arith.constant {PANEL} : index",
-        f"  %cnb = arith.constant {NB} : index", f"  %ckb = arith.constant {KB} : index",
-        "  %pad = arith.constant 0 : i8",
-        *[f"  %c{r}i = arith.constant {r} : index" for r in range(1, GROUP)],
-        f"  %empty = tensor.empty() : {dst}",
-        f"  %out = scf.for %nb = %c0 to %cnb step %c1 iter_args(%acc = %empty) -> ({dst}) {{",
-        f"    %in = scf.for %kb = %c0 to %ckb step %c1 iter_args(%acc2 = %acc) -> ({dst}) {{",
-        "      %k0 = arith.muli %kb, %c4 : index",
-        "      %p0 = arith.muli %nb, %c16 : index",
-        *[f"      %k{r} = arith.addi %k0, %c{r}i : index" for r in range(1, GROUP)],
-        *[f"      %r{r} = vector.transfer_read %src[%k{r}, %p0], %pad {{in_bounds = [true]}} : {src}, "
-          f"vector<{PANEL}xi8>" for r in range(GROUP)],
-        # Interleave bytes of rows 0/1 and 2/3, then 16-bit pairs of those: column-major 4 x 16.
-        f"      %s01 = vector.shuffle %r0, %r1 [{pairs}] : vector<{PANEL}xi8>, vector<{PANEL}xi8>",
-        f"      %s23 = vector.shuffle %r2, %r3 [{pairs}] : vector<{PANEL}xi8>, vector<{PANEL}xi8>",
-        f"      %tv = vector.shuffle %s01, %s23 [{quads}] : vector<{2 * PANEL}xi8>, vector<{2 * PANEL}xi8>",
-        f"      %t2 = vector.shape_cast %tv : vector<{GROUP * PANEL}xi8> to vector<{PANEL}x{GROUP}xi8>",
-        f"      %w = vector.transfer_write %t2, %acc2[%nb, %kb, %c0, %c0] {{in_bounds = [true, true]}} : "
-        f"vector<{PANEL}x{GROUP}xi8>, {dst}",
-        f"      scf.yield %w : {dst}", "    }", f"    scf.yield %in : {dst}", "  }",
-        f"  return %out : {dst}", "}"])
+@dataclass
+class _Im2col:
+    """A convolution's im2col gather (lower_quantized.py, `etc.cpu.im2col`): B[k, p] =
+    x[c, oh * sh + kh * dh, ow * sw + kw * dw] xor 0x80, k = (c, kh, kw), p = (oh, ow), over the
+    padded image x [C, Hp, Wp], then packed as [NB, KB, 16, 4] (K and P padded)."""
+    C: int
+    Hp: int
+    Wp: int
+    KH: int
+    KW: int
+    OH: int
+    OW: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+
+    @property
+    def K(self) -> int:
+        return self.C * self.KH * self.KW
+
+    @property
+    def P(self) -> int:
+        return self.OH * self.OW
+
+    def k_offset(self, k: int) -> int:
+        """Row k's first byte in the flattened image (k past K: the last row; its weights are zero)."""
+        c, r = divmod(min(k, self.K - 1), self.KH * self.KW)
+        kh, kw = divmod(r, self.KW)
+        return c * self.Hp * self.Wp + kh * self.dh * self.Wp + kw * self.dw
+
+    def p_offset(self, q: int) -> int:
+        """Output position q's offset from its row's first byte (q past P: any, the columns are cut)."""
+        oh, ow = divmod(q, self.OW)
+        return oh * self.sh * self.Wp + ow * self.sw
+
+    def period(self) -> tuple[int, int]:
+        """(L, D): the panels' offsets repeat every L panels, shifted by D bytes."""
+        for L in range(1, self.OW // math.gcd(self.OW, PANEL) + 1):
+            D = self.p_offset(PANEL * L)
+            if all(self.p_offset(q + PANEL * L) - self.p_offset(q) == D for q in range(self.OW)):  # residues
+                return L, D
+        raise AssertionError("the output row always repeats")  # L = OW / gcd(OW, 16) does
+
+
+def _pack_text(g: _Im2col) -> str:
+    """The im2col packed straight from the image, per call: for each group of 4 rows of K and panel
+    of 16 positions, each row's 16 bytes gathered from one or a few contiguous loads (a position's
+    row run; every stride-th byte) by shuffles, the four rows interleaved into the 64-byte panel row
+    the kernel reads, flipped to unsigned, stored. The offsets are constants: L panels (a period of
+    output rows) unrolled in a loop over the periods, then the last panels with positions past P
+    clamped. Loads that could reach past the image (the last rows of K near its end) are masked."""
+    K, P = g.K, g.P
+    KB, NB = -(-K // GROUP), -(-P // PANEL)
+    total = g.C * g.Hp * g.Wp
+    LW = PANEL if g.sw == 1 else 2 * PANEL  # bytes per load
+    L, D = g.period()
+    S = P // (PANEL * L)  # whole periods
+    tail = list(range(S * L, NB))  # panels after them, positions clamped to P - 1
+    periodic = [[g.p_offset(PANEL * j + i) for i in range(PANEL)] for j in range(L)]
+    clamped = {j: [g.p_offset(min(PANEL * j + i, P - 1)) for i in range(PANEL)] for j in tail}
+    # The highest group start any row reads from, past its K offset: rows whose loads stay inside
+    # the image read unmasked, the few last rows of K (masked) may not.
+    starts = [(S - 1) * D + o for o in _group_starts(periodic, LW)] if S else []
+    starts += _group_starts(list(clamped.values()), LW)
+    reach = max(starts) + LW
+    k_safe = 0
+    while k_safe < KB and all(g.k_offset(GROUP * k_safe + r) + reach <= total for r in range(GROUP)):
+        k_safe += 1
+    src, flat_t = _t([g.C, g.Hp, g.Wp], "i8"), _t([total], "i8")
+    rows_t, dst = _t([NB, KB, PANEL * GROUP], "i8"), _t([NB, KB, PANEL, GROUP], "i8")
+    koffs = ", ".join(str(g.k_offset(k)) for k in range(KB * GROUP))
+    t = Text()
+    t.emit(f"%flat = tensor.collapse_shape %src [[0, 1, 2]] : {src} into {flat_t}")
+    t.emit(f"%koffs = arith.constant dense<[{koffs}]> : {_t([KB * GROUP], 'i32')}")
+    t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
+    t.emit("%pad = arith.constant 0 : i8")
+    t.emit(f"%empty = tensor.empty() : {rows_t}")
+    pairs = [x for i in range(PANEL) for x in (i, i + PANEL)]  # r0[i], r1[i]
+    quads = [x for i in range(PANEL) for x in (2 * i, 2 * i + 1, 2 * i + 2 * PANEL, 2 * i + 1 + 2 * PANEL)]
+
+    def row(base: str, offsets: list, in_bounds: bool) -> str:
+        """The 16 bytes flat[base + offsets[i]] as a vector."""
+        groups = _groups(offsets, LW)
+        loads = []
+        for start, _ in groups:
+            at = t.add(base, start)
+            v = t.fresh()
+            t.emit(f"{v} = vector.transfer_read %flat[{at}], %pad {{in_bounds = [{str(in_bounds).lower()}]}} : "
+                   f"{flat_t}, vector<{LW}xi8>")
+            loads.append(v)
+        start, members = groups[0]
+        if len(groups) == 1 and LW == PANEL and members == list(range(start, start + PANEL)):
+            return loads[0]
+        cur, width, mask = loads[0], LW, [o - start for o in members]
+        for (start, members), v in zip(groups[1:], loads[1:]):
+            mask = mask + [width + o - start for o in members]
+            out = t.fresh()
+            t.emit(f"{out} = vector.shuffle {cur}, {v} [{', '.join(map(str, mask))}] : "
+                   f"vector<{width}xi8>, vector<{LW}xi8>")
+            cur, width, mask = out, len(mask), list(range(len(mask)))
+        if width != PANEL or mask != list(range(PANEL)):  # one group: select its bytes
+            out = t.fresh()
+            t.emit(f"{out} = vector.shuffle {cur}, {cur} [{', '.join(map(str, mask))}] : "
+                   f"vector<{width}xi8>, vector<{width}xi8>")
+            cur = out
+        return cur
+
+    def panel(acc: str, bases: list, offsets: list, nb: str, kb: str, in_bounds: bool) -> str:
+        r = [row(base, offsets, in_bounds) for base in bases]
+        s01, s23, tv, u, w = (t.fresh() for _ in range(5))
+        v16, v32 = f"vector<{PANEL}xi8>", f"vector<{2 * PANEL}xi8>"
+        t.emit(f"{s01} = vector.shuffle {r[0]}, {r[1]} [{', '.join(map(str, pairs))}] : {v16}, {v16}")
+        t.emit(f"{s23} = vector.shuffle {r[2]}, {r[3]} [{', '.join(map(str, pairs))}] : {v16}, {v16}")
+        t.emit(f"{tv} = vector.shuffle {s01}, {s23} [{', '.join(map(str, quads))}] : {v32}, {v32}")
+        t.emit(f"{u} = arith.xori {tv}, %flip : vector<{PANEL * GROUP}xi8>")
+        t.emit(f"{w} = vector.transfer_write {u}, {acc}[{nb}, {kb}, {t.index(0)}] {{in_bounds = [true]}} : "
+               f"vector<{PANEL * GROUP}xi8>, {rows_t}")
+        return w
+
+    def k_loop(acc: str, lo: int, hi: int, in_bounds: bool) -> str:
+        if lo >= hi:
+            return acc
+        kb, a, res = t.fresh("kb"), t.fresh("a"), t.fresh("r")
+        t.emit(f"{res} = scf.for {kb} = {t.index(lo)} to {t.index(hi)} step {t.index(1)} "
+               f"iter_args({a} = {acc}) -> ({rows_t}) {{")
+        k0 = t.mul(kb, GROUP)
+        bases = []
+        for r in range(GROUP):
+            e, i = t.fresh(), t.fresh()
+            t.emit(f"{e} = tensor.extract %koffs[{t.add(k0, r)}] : {_t([KB * GROUP], 'i32')}")
+            t.emit(f"{i} = arith.index_cast {e} : i32 to index")
+            bases.append(i)
+        cur = a
+        if S:
+            sv, b, inner = t.fresh("s"), t.fresh("a"), t.fresh("r")
+            t.emit(f"{inner} = scf.for {sv} = {t.index(0)} to {t.index(S)} step {t.index(1)} "
+                   f"iter_args({b} = {cur}) -> ({rows_t}) {{")
+            shift, nb0 = t.mul(sv, D), t.mul(sv, L)
+            shifted = [t.addv(base, shift) for base in bases]
+            x = b
+            for j in range(L):
+                x = panel(x, shifted, periodic[j], t.add(nb0, j), kb, in_bounds)
+            t.emit(f"scf.yield {x} : {rows_t}")
+            t.emit("}")
+            cur = inner
+        for j in tail:
+            cur = panel(cur, bases, clamped[j], t.index(j), kb, in_bounds)
+        t.emit(f"scf.yield {cur} : {rows_t}")
+        t.emit("}")
+        return res
+
+    out = k_loop("%empty", 0, k_safe, True)
+    out = k_loop(out, k_safe, KB, False)
+    t.emit(f"%result = tensor.expand_shape {out} [[0], [1], [2, 3]] output_shape [{NB}, {KB}, {PANEL}, {GROUP}] : "
+           f"{rows_t} into {dst}")
+    return (f"func.func private @pack(%src: {src}) -> {dst} {{\n" + t.text()
+            + f"\n  return %result : {dst}\n}}")
+
+
+def _groups(offsets: list, width: int) -> list:
+    """Offsets (increasing) -> [(start, [offsets])]: each group within one `width`-byte load."""
+    groups = []
+    for o in offsets:
+        if groups and o - groups[-1][0] < width:
+            groups[-1][1].append(o)
+        else:
+            groups.append((o, [o]))
+    return groups
+
+
+def _group_starts(panels: list, width: int) -> list:
+    return [start for offsets in panels for start, _ in _groups(offsets, width)]
 
 
 def _pack_source(qgemm):
-    """The [K4, P16] im2col a convolution's qgemm packs per call (through expand_shape and a
-    [2, 0, 3, 1] transpose), with that transpose; None for a prepacked operand."""
+    """A convolution's qgemm packs its im2col per call: (the padded image, the gather's geometry,
+    the transpose that packs it), following the chain lower_quantized.py emits (gather, collapse,
+    padding, expand, transpose); None for a prepacked operand (a linear layer's weight)."""
     transpose = _owner(qgemm.operands[1])
     if transpose is None or transpose.name != "linalg.transpose":
         return None
     if list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"])) != [2, 0, 3, 1]:
         return None
-    expand = _owner(transpose.operands[0])
-    if expand is None or expand.name != "tensor.expand_shape":
+    op = _owner(transpose.operands[0])
+    while op is not None and op.name in ("tensor.expand_shape", "tensor.pad", "tensor.collapse_shape"):
+        op = _owner(op.operands[0])
+    if op is None or IM2COL not in op.attributes:
         return None
-    return expand.operands[0], transpose
+    attrs = ir.DictAttr(op.attributes[IM2COL])
+    sh, sw = ir.DenseI64ArrayAttr(attrs["stride"])
+    dh, dw = ir.DenseI64ArrayAttr(attrs["dilation"])
+    C, Hp, Wp = _shape(op.operands[0])
+    _, KH, KW, OH, OW = _shape(op.results[0])
+    return op.operands[0], _Im2col(C, Hp, Wp, KH, KW, OH, OW, sh, sw, dh, dw), transpose
+
+
+def _erase_unused(op) -> None:
+    """`op` and then its producers (within the chain to the gather), once nothing reads them."""
+    while op is not None and not any(list(r.uses) for r in op.results):
+        producers = [_owner(v) for v in op.operands]
+        op.erase()
+        op = next((p for p in producers if p is not None and p.name in (
+            "tensor.expand_shape", "tensor.pad", "tensor.collapse_shape", "linalg.generic", "tensor.empty")), None)
 
 
 def _splice(text: str, values: list, before, location):
@@ -383,13 +514,13 @@ class Int8Kernels(Pass):
                 if QWINDOW in op.attributes:
                     decisions.record(op, "window", "loops", NO_WINDOW)
                     op.attributes[decisions.DECIDED] = ir.UnitAttr.get()
-            for qgemm in walk(module_op, ("linalg.generic",)):
-                found = _pack_source(qgemm) if QGEMM in qgemm.attributes else None
+            for qgemm in [op for op in walk(module_op, ("linalg.generic",)) if QGEMM in op.attributes]:
+                found = _pack_source(qgemm)
                 if found is not None:  # vector code on any target (it needs no dot product)
-                    source, transpose = found
-                    packed = _splice(_pack_text(*_shape(source)), [source], transpose, transpose.location)
+                    image, geometry, transpose = found
+                    packed = _splice(_pack_text(geometry), [image], transpose, transpose.location)
                     transpose.results[0].replace_all_uses_with(packed)
-                    transpose.erase()
+                    _erase_unused(transpose)
             for requant in walk(module_op, ("linalg.generic",)):
                 if REQUANT not in requant.attributes:
                     continue
@@ -401,7 +532,7 @@ class Int8Kernels(Pass):
                     pair.qgemm.attributes[decisions.DECIDED] = ir.UnitAttr.get()
                     continue
                 try:
-                    self.rewrite(pair, _Kernel(pair, o.dot, o.mr, o.panels).text())
+                    self.rewrite(pair, _Kernel(pair, o.dot, o.mr, o.panels).build())
                 except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug
                     raise self.error(f"{self.name}: building the int8 kernel failed: {e}", at=requant) from None
                 self.count("kernels")
@@ -417,7 +548,7 @@ class Int8Kernels(Pass):
                     pair.qgemm.attributes[decisions.DECIDED] = ir.UnitAttr.get()
                     continue
                 try:
-                    text = _Int4Kernel(pair, o.dot, o.mr, o.panels).text()
+                    text = _Int4Kernel(pair, o.dot, o.mr, o.panels).build()
                 except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug
                     raise self.error(f"{self.name}: building the int8 x int4 kernel failed: {e}", at=epilogue) from None
                 self.rewrite4(pair, text)
@@ -509,8 +640,7 @@ class _Int4Kernel(_Kernel):
         self.vp = PANEL // self.lanes
         self.rows = max(1, mr // 3)  # two accumulators (i32 group, f32 total) per output vector
         self.panels = max(1, min(panels, p.NB))
-        self.lines = []
-        self.n = 0
+        Text.__init__(self)
 
     def types(self):
         p = self.p
@@ -520,10 +650,8 @@ class _Int4Kernel(_Kernel):
                 "out": _t([M, p.N], "f32"), "qs": _t([M, p.G], "i32"),
                 "Bflat": _t([p.NB, p.KB8, PANEL * 4], "i8")}
 
-    def text(self) -> str:
+    def build(self) -> str:
         p, L, ty = self.p, self.lanes, self.types()
-        self.indices = {}
-        start = len(self.lines)
         dyn = "%M" if p.M < 0 else ""
         O = p.group // 8
         self.emit(f"%M = tensor.dim %A, {self.index(0)} : {ty['A']}")
@@ -567,11 +695,9 @@ class _Int4Kernel(_Kernel):
         if rest:
             out = self.rows_of(out, self.index(groups * self.panels), rest, groups * self.panels)
         self.emit(f"%result = tensor.cast {out} : {ty['out']} to {ty['out']}")
-        consts = [f"  {name} = arith.constant {value} : index" for name, value in sorted(self.indices.items())]
-        self.lines[start:start] = consts
         return (f"func.func private @qgemm4(%A: {ty['A']}, %B: {ty['B']}, %S: {ty['S']}, %zp: {ty['row']}, "
                 f"%sc: {ty['row']}, %C: {ty['col']}, %bias: {ty['col']}) -> {ty['out']} {{\n"
-                + "\n".join(self.lines) + f"\n  return %result : {ty['out']}\n}}")
+                + self.text() + f"\n  return %result : {ty['out']}\n}}")
 
     def rows_of(self, out: str, nb0: str, panels: int, static_panel) -> str:
         """Tiles of `rows` rows, then the rest one row at a time (M may be dynamic)."""

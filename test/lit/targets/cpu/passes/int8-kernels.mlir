@@ -170,3 +170,77 @@ func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2
   } -> tensor<?x20xf32>
   return %result : tensor<?x20xf32>
 }
+
+// -----
+
+// A convolution's qgemm packs its im2col per call (a 3x3 convolution, stride 1, over a padded
+// [2, 7, 6] image: K = 18 in 5 groups of 4, P = 20 positions in 2 panels, the chain lower_quantized.py
+// emits). The gather is never built: the pack reads the image itself, flattened, at constant row
+// offsets (%koffs) plus constant position offsets, each panel row of a K row from a few 16-byte loads
+// and a shuffle, the four rows interleaved into one 64-byte panel row, flipped to unsigned, stored.
+// Groups of K rows whose loads stay inside the image read unmasked; the last ones (near the image's
+// end) read masked. One period of output rows is a loop (here one iteration), the last panel, with its
+// positions past P clamped, follows.
+// CHECK-LABEL: func.func @conv
+// CHECK-NOT: etc.cpu.im2col
+// CHECK-NOT: linalg.transpose
+// CHECK: %[[FLAT:.*]] = tensor.collapse_shape %arg0 {{\[}}[0, 1, 2]] : tensor<2x7x6xi8> into tensor<84xi8>
+// CHECK: arith.constant dense<[0, 1, 2, 6, 7, 8, 12, 13, 14, 42, 43, 44, 48, 49, 50, 54, 55, 56, 56, 56]> : tensor<20xi32>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step
+// CHECK: vector.transfer_read %[[FLAT]][%{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<84xi8>, vector<16xi8>
+// CHECK: vector.shuffle
+// CHECK: arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {in_bounds = [true]} : vector<64xi8>, tensor<2x5x64xi8>
+// CHECK: vector.transfer_read %[[FLAT]][%{{.*}}], %{{[a-z0-9_]+}} : tensor<84xi8>, vector<16xi8>
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+func.func @conv(%x: tensor<2x7x6xi8>, %a: tensor<3x5x4xi8>) -> tensor<3x20xi8> {
+  %c0_i32 = arith.constant 0 : i32
+  %c0_i8 = arith.constant 0 : i8
+  %corr = arith.constant dense<[100, -20, 7]> : tensor<3xi32>
+  %mult = arith.constant dense<0.01> : tensor<3xf32>
+  %bias = arith.constant dense<0.5> : tensor<3xf32>
+  %zp = arith.constant -3.0 : f32
+  %lo = arith.constant -128.0 : f32
+  %hi = arith.constant 127.0 : f32
+  %ce = tensor.empty() : tensor<2x3x3x5x4xi8>
+  %col = linalg.generic {indexing_maps = [affine_map<(c, kh, kw, oh, ow) -> (c, oh + kh, ow + kw)>, affine_map<(c, kh, kw, oh, ow) -> (c, kh, kw, oh, ow)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%x : tensor<2x7x6xi8>) outs(%ce : tensor<2x3x3x5x4xi8>) attrs = {etc.cpu.im2col = {dilation = array<i64: 1, 1>, stride = array<i64: 1, 1>}} {
+  ^bb0(%cx: i8, %co: i8):
+    %cflip = arith.constant -128 : i8
+    %cu = arith.xori %cx, %cflip : i8
+    linalg.yield %cu : i8
+  } -> tensor<2x3x3x5x4xi8>
+  %kp = tensor.collapse_shape %col [[0, 1, 2], [3, 4]] : tensor<2x3x3x5x4xi8> into tensor<18x20xi8>
+  %padded = tensor.pad %kp low[0, 0] high[2, 12] {
+  ^bb0(%i0: index, %i1: index):
+    tensor.yield %c0_i8 : i8
+  } : tensor<18x20xi8> to tensor<20x32xi8>
+  %ex = tensor.expand_shape %padded [[0, 1], [2, 3]] output_shape [5, 4, 2, 16] : tensor<20x32xi8> into tensor<5x4x2x16xi8>
+  %pe = tensor.empty() : tensor<2x5x16x4xi8>
+  %b = linalg.transpose ins(%ex : tensor<5x4x2x16xi8>) outs(%pe : tensor<2x5x16x4xi8>) permutation = [2, 0, 3, 1]
+  %5 = tensor.empty() : tensor<3x2x16xi32>
+  %6 = linalg.fill ins(%c0_i32 : i32) outs(%5 : tensor<3x2x16xi32>) -> tensor<3x2x16xi32>
+  %7 = linalg.generic {indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, affine_map<(m, nb, nl, kb, kl) -> (nb, kb, nl, kl)>, affine_map<(m, nb, nl, kb, kl) -> (m, nb, nl)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%a, %b : tensor<3x5x4xi8>, tensor<2x5x16x4xi8>) outs(%6 : tensor<3x2x16xi32>) attrs = {etc.cpu.qgemm = {a_unsigned = false, kind = "convolution"}} {
+  ^bb0(%in: i8, %in_8: i8, %out: i32):
+    %12 = arith.extsi %in : i8 to i32
+    %13 = arith.extui %in_8 : i8 to i32
+    %14 = arith.muli %12, %13 : i32
+    %15 = arith.addi %out, %14 : i32
+    linalg.yield %15 : i32
+  } -> tensor<3x2x16xi32>
+  %collapsed = tensor.collapse_shape %7 [[0], [1, 2]] : tensor<3x2x16xi32> into tensor<3x32xi32>
+  %slice = tensor.extract_slice %collapsed[0, 0] [3, 20] [1, 1] : tensor<3x32xi32> to tensor<3x20xi32>
+  %8 = tensor.empty() : tensor<3x20xi8>
+  %9 = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%slice, %corr, %mult, %bias : tensor<3x20xi32>, tensor<3xi32>, tensor<3xf32>, tensor<3xf32>) outs(%8 : tensor<3x20xi8>) attrs = {etc.cpu.requant = {max = 127 : i64, min = -128 : i64, per = "row", zero_point = -3 : i64}} {
+  ^bb0(%in: i32, %c: i32, %m: f32, %bb: f32, %out: i8):
+    %12 = arith.subi %in, %c : i32
+    %13 = arith.sitofp %12 : i32 to f32
+    %14 = math.fma %13, %m, %bb : f32
+    %15 = math.roundeven %14 : f32
+    %16 = arith.addf %15, %zp : f32
+    %17 = arith.maximumf %16, %lo : f32
+    %18 = arith.minimumf %17, %hi : f32
+    %19 = arith.fptosi %18 : f32 to i8
+    linalg.yield %19 : i8
+  } -> tensor<3x20xi8>
+  return %9 : tensor<3x20xi8>
+}
