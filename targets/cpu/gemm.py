@@ -276,12 +276,16 @@ def match_conv(op) -> Gemm | None:
 # ------------------------------------------------------------------ kernel text
 
 
-def _t(shape, element: str = "f32") -> str:
+def tensor_type(shape, element: str = "f32") -> str:
+    """MLIR text of a ranked tensor type (-1: a dynamic dimension)."""
     return "tensor<" + "".join(f"{d if d >= 0 else '?'}x" for d in shape) + element + ">"
 
 
 # The SSA name of a dynamic kernel's row count (`tensor.dim` of A at the kernel's entry).
 ROWS = "%rows"
+
+
+_t = tensor_type
 
 
 class Text:

@@ -30,7 +30,8 @@ kernels compute sum((x - zx) * w) (symmetric int8 weights), the kernel subtracts
 constant) before requantizing: y = clamp(roundeven(float(acc - corr[c]) * mult[c] + bias[c] /
 s_out) + z_out), mult[c] = s_x * s_w[c] / s_out. Convolutions: A is the filter [F, C*KH*KW]
 (packed once when the blob is built: its layout chain is a weight's), B the image's im2col
-packed per call; linear layers: A the activation rows, B the weight (packed once).
+(an affine gather marked `etc.cpu.im2col`, which etc-cpu-int8-kernels packs per call straight from
+the padded image); linear layers: A the activation rows, B the weight (packed once).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from torch_mlir import ir
 
 from etc.errors import LoweringError
 from etc.targets.cpu.gemm import Text
+from etc.targets.cpu.gemm import tensor_type as _t
 from etc.targets.cpu.lower import EXPANSIONS, vtensor_type
+from etc.targets.cpu.passes._util import defining_op as _owner
 
 DYN = -1  # a dynamic dimension in the shapes of this file (`?` in the text)
 PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)
@@ -66,11 +69,8 @@ LOWERED = (_CONV, _LINEAR, _ADD, _Q, _DQ, _LINEAR_DYNAMIC)
 
 # ------------------------------------------------------------------ support
 def _constant_name(value) -> str | None:
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    owner = owner.operation if hasattr(owner, "operation") else owner
-    if owner.name != "ml_program.global_load_const":
+    owner = _owner(value)
+    if owner is None or owner.name != "ml_program.global_load_const":
         return None
     return ir.FlatSymbolRefAttr(owner.attributes["global"]).value
 
@@ -156,13 +156,6 @@ def fold_for_cpu(module) -> dict:
     return fold_quantized(module) if found else {}
 
 
-def _owner(value):
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
 # ------------------------------------------------------------------ splicing text into the function
 def _load_torch_c(context) -> None:
     """The torch_c dialect (builtin <-> torch tensor casts) is loaded by the torch-mlir passes that
@@ -236,10 +229,6 @@ def _parallel(n: int) -> str:
     return ", ".join(['"parallel"'] * n)
 
 
-def _t(shape, element: str) -> str:
-    return "tensor<" + "".join("?x" if d < 0 else f"{d}x" for d in shape) + element + ">"
-
-
 def _f32(x: float) -> str:
     return "0x%08X" % struct.unpack("<I", struct.pack("<f", np.float32(x)))[0]
 
@@ -249,12 +238,16 @@ def _dense(array: np.ndarray, element: str) -> str:
     return f'dense<"0x{array.tobytes().hex().upper()}"> : {_t(list(array.shape), element)}'
 
 
-def _requant_body(t: Text, acc: str, corr: str, mult: str, bias: str, zp: int, lo: int, hi: int) -> str:
-    """Block ops: i32 accumulator -> i8 (see the module docstring); returns the i8 value."""
-    d, f, y, r, z, c1, c2, q = (t.fresh() for _ in range(8))
-    t.emit(f"  {d} = arith.subi {acc}, {corr} : i32")
-    t.emit(f"  {f} = arith.sitofp {d} : i32 to f32")
-    t.emit(f"  {y} = math.fma {f}, {mult}, {bias} : f32")
+def _requant_body(t: Text, acc: str, corr: str | None, mult: str, bias: str) -> str:
+    """Block ops: the accumulator -> i8 (see the module docstring); `acc` is i32 less `corr`, or
+    (corr None) already the f32 accumulator. Reads %zp, %lo, %hi (`_requant_constants`)."""
+    if corr is not None:
+        d, f = t.fresh(), t.fresh()
+        t.emit(f"  {d} = arith.subi {acc}, {corr} : i32")
+        t.emit(f"  {f} = arith.sitofp {d} : i32 to f32")
+        acc = f
+    y, r, z, c1, c2, q = (t.fresh() for _ in range(6))
+    t.emit(f"  {y} = math.fma {acc}, {mult}, {bias} : f32")
     t.emit(f"  {r} = math.roundeven {y} : f32")
     t.emit(f"  {z} = arith.addf {r}, %zp : f32")
     t.emit(f"  {c1} = arith.maximumf {z}, %lo : f32")
@@ -350,7 +343,7 @@ def _qgemm(t: Text, a: str, b: str, M: int, N: int, KB: int, a_unsigned: bool, p
       f"{_t([channels], 'f32')}, {_t([channels], 'f32')}) outs({out_empty} : {_t([M, N], 'i8')}) "
       f"attrs = {{{REQUANT} = {{per = \"{per}\", zero_point = {zp} : i64, min = {lo} : i64, max = {hi} : i64}}}} {{")
     t.emit("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
-    q = _requant_body(t, "%ra", "%rc", "%rm", "%rb", zp, lo, hi)
+    q = _requant_body(t, "%ra", "%rc", "%rm", "%rb")
     t.emit(f"  linalg.yield {q} : i8")
     t.emit(f"}} -> {_t([M, N], 'i8')}")
     return out
@@ -369,15 +362,18 @@ def _pad(t: Text, value: str, shape: list, low: list, high: list, fill: str, ele
     return name, out_shape
 
 
+def _conv_geometry(a: dict, op) -> tuple:
+    """(input shape, output shape, (sh, sw), (ph, pw), (dh, dw), input zero point) of a folded conv."""
+    return (list(ir.RankedTensorType(a["input"].type).shape), list(ir.RankedTensorType(op.results[0].type).shape),
+            tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]), int(a["input_zero_point"]))
+
+
 def _conv_qgemm(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     t = Text()
-    x_shape = list(ir.RankedTensorType(a["input"].type).shape)
-    out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    x_shape, out_shape, (sh, sw), (ph, pw), (dh, dw), zx = _conv_geometry(a, op)
     nb_, C, H, W = x_shape
     F, _, KH, KW = weight.shape
     _, _, OH, OW = out_shape
-    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-    zx = int(a["input_zero_point"])
     K, P = C * KH * KW, OH * OW
     KB = -(-K // GROUP)
     NB = -(-P // PANEL)
@@ -440,15 +436,12 @@ def _conv_window(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     """Depthwise and grouped int8 convolutions: one generic with i32 accumulation over
     (x - zx) * w, then the requantization."""
     t = Text()
-    x_shape = list(ir.RankedTensorType(a["input"].type).shape)
-    out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    x_shape, out_shape, (sh, sw), (ph, pw), (dh, dw), zx = _conv_geometry(a, op)
     nb_, C, H, W = x_shape
     F, Cg, KH, KW = weight.shape
     _, _, OH, OW = out_shape
     G = int(a["groups"])
     Fg = F // G
-    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-    zx = int(a["input_zero_point"])
     fill = t.const(zx, "i8")
     xp, (_, _, Hp, Wp) = _pad(t, "%arg0", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], fill)
     xg, wg = t.fresh(), t.fresh()
@@ -493,7 +486,7 @@ def _conv_window(e, a: dict, op, weight: np.ndarray) -> ir.Value:
       f"ins({acc}, {names[0]}, {names[1]}, {names[2]} : {_t(acc_shape, 'i32')}, {_t([G, Fg], 'i32')}, "
       f"{_t([G, Fg], 'f32')}, {_t([G, Fg], 'f32')}) outs({out_empty} : {_t(acc_shape, 'i8')}) {{")
     t.emit("^bb0(%ra: i32, %rc: i32, %rm: f32, %rb: f32, %ro: i8):")
-    q = _requant_body(t, "%ra", "%rc", "%rm", "%rb", zp, lo, hi)
+    q = _requant_body(t, "%ra", "%rc", "%rm", "%rb")
     t.emit(f"  linalg.yield {q} : i8")
     t.emit(f"}} -> {_t(acc_shape, 'i8')}")
     t.emit(f"%result = tensor.collapse_shape {out} [[0], [1, 2], [3], [4]] : {_t(acc_shape, 'i8')} "
@@ -507,13 +500,10 @@ def _conv_depthwise_f32(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     `_exact_in_f32`), so float32 computes the same integer accumulator; the requantization is then
     the qgemm epilogue's (fma, roundeven, zero point, clamp) on it."""
     t = Text()
-    x_shape = list(ir.RankedTensorType(a["input"].type).shape)
-    out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    x_shape, out_shape, (sh, sw), (ph, pw), (dh, dw), zx = _conv_geometry(a, op)
     nb_, C, H, W = x_shape
     _, _, KH, KW = weight.shape
     _, _, OH, OW = out_shape
-    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-    zx = int(a["input_zero_point"])
     n = 4
     ident = "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>"
     t.emit(f"%zx = arith.constant {zx} : i32")
@@ -545,13 +535,8 @@ def _conv_depthwise_f32(e, a: dict, op, weight: np.ndarray) -> ir.Value:
       f"iterator_types = [{_parallel(n)}]}} ins(%acc, %mult, %bias : {_t(out_shape, 'f32')}, {_t([C], 'f32')}, "
       f"{_t([C], 'f32')}) outs(%oe : {_t(out_shape, 'i8')}) {{")
     t.emit("^bb0(%ra: f32, %rm: f32, %rb: f32, %ro: i8):")
-    t.emit("  %ry = math.fma %ra, %rm, %rb : f32")
-    t.emit("  %rr = math.roundeven %ry : f32")
-    t.emit("  %rz = arith.addf %rr, %zp : f32")
-    t.emit("  %rc1 = arith.maximumf %rz, %lo : f32")
-    t.emit("  %rc2 = arith.minimumf %rc1, %hi : f32")
-    t.emit("  %rq = arith.fptosi %rc2 : f32 to i8")
-    t.emit("  linalg.yield %rq : i8")
+    q = _requant_body(t, "%ra", None, "%rm", "%rb")
+    t.emit(f"  linalg.yield {q} : i8")
     t.emit(f"}} -> {_t(out_shape, 'i8')}")
     return _splice(op, [a["_t_input"]], t.text(), _t(out_shape, "i8"))
 

@@ -20,6 +20,8 @@ registers, `avx-vnni` on ymm); rows and column tails are straight-line copies of
 fewer rows or panels. Without a dot-product instruction (`dot=none`: AVX2 without VNNI, NEON,
 scalar targets) the pair stays as it is (plain loops) and the pass records why; the same for
 the depthwise/grouped int8 convolutions (`etc.cpu.qwindow`): there is no int8 window kernel.
+A convolution's B operand (its im2col: the gather marked `etc.cpu.im2col`, then zero padding and
+the panel transpose) is packed per call straight from the padded image, on every target (`_pack_text`).
 Each op gets its decision (`decisions.py`) and the decided generics are marked so the passes
 after this one do not decide again.
 
@@ -38,6 +40,8 @@ from torch_mlir import ir
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.gemm import Text
+from etc.targets.cpu.gemm import tensor_type as _t
+from etc.targets.cpu.passes._util import defining_op as _owner
 from etc.targets.cpu.passes._util import walk
 
 QGEMM = "etc.cpu.qgemm"
@@ -58,20 +62,8 @@ NO_DOT4 = ("the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-
 NO_WINDOW = "int8 depthwise/grouped convolution: no int8 window kernel yet, plain i32 loops"
 
 
-def _owner(value):
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
 def _shape(value) -> list:
     return list(ir.ShapedType(value.type).shape)
-
-
-def _t(shape, element: str) -> str:
-    return "tensor<" + "".join("?x" if d < 0 or ir.ShapedType.is_dynamic_size(d) else f"{d}x" for d in shape) \
-        + element + ">"
 
 
 @dataclass
