@@ -205,13 +205,26 @@ class _ProgramState:
     mutable_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
 
     def mutable(self, name: str, op) -> int:
-        """The mutable-data index of a buffer the program writes: its initial state."""
+        """The mutable-data index of a buffer the program writes (its initial state), or 0 when that
+        state is all zeros.
+
+        Zeros are not stored: planned memory starts zeroed (etc's runtime allocates its arenas with
+        np.zeros; ExecuTorch's Module and pybindings value-initialize theirs, and a static C arena is
+        zero-initialized), so a fresh KV cache costs the program nothing, as in ExecuTorch's own
+        programs, instead of its full size (a 2k-token cache of a 1B model is over 100 MB). The
+        tensor still names its buffer (`ExtraTensorInfo.fully_qualified_name`), which is how a
+        runtime tells state that lives from one execute to the next from a planned intermediate.
+        """
         if name not in self.mutable_index:
             if name not in self.constants:
                 raise LoweringError(f"buffer '{name}' has no initial data in the program's constant table",
                                     location=_where(op))
-            self.mutable_data.append(np.ascontiguousarray(self.constants[name]).tobytes())
-            self.mutable_index[name] = len(self.mutable_data)
+            data = np.ascontiguousarray(self.constants[name]).tobytes()
+            if data.count(0) == len(data):
+                self.mutable_index[name] = 0
+            else:
+                self.mutable_data.append(data)
+                self.mutable_index[name] = len(self.mutable_data)
         return self.mutable_index[name]
 
     def constant(self, name: str, op) -> int:
@@ -259,7 +272,7 @@ class _MethodEmitter:
         self.values.append(self.S.EValue(val=val))
         return len(self.values) - 1
 
-    def tensor(self, value, *, alloc=None, data_buffer_idx: int = 0) -> int:
+    def tensor(self, value, *, alloc=None, data_buffer_idx: int = 0, state_name: str | None = None) -> int:
         from torch_mlir import ir
 
         S = self.S
@@ -288,7 +301,7 @@ class _MethodEmitter:
             allocation_info=allocation,
             layout=0,
             shape_dynamism=S.TensorShapeDynamism.DYNAMIC_BOUND if dynamic else S.TensorShapeDynamism.STATIC,
-            extra_tensor_info=None,
+            extra_tensor_info=None if state_name is None else S.ExtraTensorInfo(fully_qualified_name=state_name),
         )
         i = self._add(t)
         self.index[value] = i
@@ -444,7 +457,8 @@ class _MethodEmitter:
             nbytes = _nbytes(ty)
             offset = self.state_bytes
             self.state_bytes += (nbytes + 15) // 16 * 16
-            index = self.tensor(value, alloc=(None, offset), data_buffer_idx=self.state.mutable(symbol, op))
+            index = self.tensor(value, alloc=(None, offset), data_buffer_idx=self.state.mutable(symbol, op),
+                                state_name=symbol)
             self.state_values[symbol] = index
         return self.state_values[symbol]
 

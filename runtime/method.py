@@ -5,7 +5,8 @@
 - one byte arena per mem_id (`non_const_buffer_sizes`, slot 0 reserved) is
   allocated (`MemoryManager`); every planned tensor becomes a numpy view of its
   arena, every constant a read-only view of the constant segment, every mutable
-  buffer a planned view initialised from its mutable-data segment;
+  buffer a planned view initialised from its mutable-data segment (or left at the
+  zeros the arena starts as, when the program stores no initial state: `Tensor.is_state`);
 - every operator of the plan is bound to its kernel (a missing kernel fails here,
   naming the operator and the first instruction that calls it, never halfway
   through an inference); every delegate is initialised on its backend;
@@ -559,7 +560,7 @@ class Method:
         # earlier instructions wrote.
         defined = set(self._plan.inputs or [])
         for i, value in enumerate(self._values):
-            if not isinstance(value, _Tensor) or value.constant or self._plan.values[i].val.data_buffer_idx > 0:
+            if not isinstance(value, _Tensor) or value.constant or self._plan.values[i].val.is_state:
                 defined.add(i)
         steps = []
         for position, instruction in enumerate(chain.instructions or []):
@@ -689,7 +690,7 @@ class Method:
 
         jumps = any(isinstance(call, S.JumpFalseCall) for _, _, call, _, _ in accesses)
         mutable = {i for i, v in enumerate(self._plan.values or [])
-                   if isinstance(v.val, S.Tensor) and v.val.data_buffer_idx > 0}
+                   if isinstance(v.val, S.Tensor) and v.val.is_state}
         for position, o in enumerate(outputs):
             tensor = values[o]
             if not isinstance(tensor, _Tensor):

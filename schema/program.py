@@ -139,7 +139,9 @@ class ExtraTensorInfo(SchemaTable):
 @dataclass
 class Tensor(SchemaTable):
     """A tensor value. data_buffer_idx > 0 without allocation_info: constant; 0 with: planned;
-    0 without: pointer supplied at execution; > 0 with: mutable with initial state."""
+    0 without: pointer supplied at execution; > 0 with: mutable with initial state. A planned
+    tensor that names its buffer (`extra_tensor_info.fully_qualified_name`) is mutable state too,
+    its initial state the zeros planned memory starts as (see `is_state`)."""
 
     scalar_type: ScalarType = fb(SCALAR_TYPE)
     storage_offset: int = fb(INT)
@@ -151,6 +153,16 @@ class Tensor(SchemaTable):
     layout: int = fb(BYTE)
     shape_dynamism: TensorShapeDynamism = fb(SHAPE_DYNAMISM)
     extra_tensor_info: ExtraTensorInfo | None = fb(Table("ExtraTensorInfo"))
+
+    @property
+    def is_state(self) -> bool:
+        """Mutable state: planned storage that keeps its value from one execute to the next, with
+        an initial state stored in a mutable data segment or, named but not stored, all zeros."""
+        if self.allocation_info is None:
+            return False
+        info = self.extra_tensor_info
+        return self.data_buffer_idx > 0 or (info is not None and bool(info.fully_qualified_name)
+                                            and info.location != TensorDataLocation.EXTERNAL)
 
 
 @dataclass

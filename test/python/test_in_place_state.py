@@ -70,11 +70,41 @@ def test_update_writes_the_buffer_itself():
     self_index, out_index = args[0], args[-2]
     assert self_index == out_index
     state = plan.values[self_index].val
-    assert state.data_buffer_idx > 0  # the mutable buffer itself (initialised from the mutable data)
+    assert state.is_state  # the mutable buffer itself (its zero initial state is not stored)
+    assert state.data_buffer_idx == 0 and state.extra_tensor_info.fully_qualified_name == "cache"
     # ... and no planned tensor of the buffer's size is left for a copy of it.
     planned = [v.val for v in plan.values if isinstance(v.val, S.Tensor) and v.val.allocation_info is not None
-               and v.val.data_buffer_idx == 0 and list(v.val.sizes) == [16, 4]]
+               and not v.val.is_state and list(v.val.sizes) == [16, 4]]
     assert planned == []
+
+
+class _Warm(Cache):
+    """Cache with a non-zero initial state (a model exported after it ran once)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache.copy_(torch.arange(64, dtype=torch.float32).reshape(16, 4) / 7)
+
+
+@pytest.mark.parametrize("make", [Cache, _Warm], ids=["zeros", "warm"])
+def test_initial_state_is_stored_unless_it_is_zeros(make):
+    """A zero initial state costs the program nothing (planned memory starts zeroed); any other is
+    stored in the mutable data segment, byte for byte. Both compute what eager does on a freshly
+    loaded method, call after call, and a second load starts from the initial state again."""
+    program = _program(make())
+    plan, _ = _kernel_calls(program)
+    (state,) = [v.val for v in plan.values if isinstance(v.val, S.Tensor) and v.val.is_state]
+    initial = make().cache.numpy().tobytes()
+    if make is Cache:
+        assert state.data_buffer_idx == 0 and program.pte.mutable_data == []
+    else:
+        assert program.pte.mutable_initial_state(state) == initial
+    for _ in range(2):
+        method, module = Runtime.get().load_program(program.buffer).load_method("forward"), make()
+        for x, pos in _calls():
+            with torch.no_grad():
+                want = module(x, pos)
+            np.testing.assert_allclose(method.execute([x.numpy(), pos.numpy()])[0], want.numpy(), rtol=1e-6)
 
 
 def test_old_value_still_read_keeps_the_copy():
