@@ -12,12 +12,16 @@ functions, and a region identical to one before it (the same layer in the next b
 has 77 regions, 28 distinct) calls that one, so LLVM compiles it once.
 
 A nest is outlined with the values it reads from the entry as arguments (memrefs of static
-shape, indices, scalars); the constants it reads are cloned into it. Its memref arguments are
-`llvm.noalias` like the entry's when no two of them can overlap (distinct entry arguments, or
-views of the scratch buffer at disjoint static byte ranges), so LLVM vectorizes its loops
-without run-time overlap checks. A nest whose results
-the entry uses, or that reads a memref with a dynamic size, stride or offset (the bare-pointer
-calling convention passes static ones only), stays inline.
+shape, indices, scalars); the constants it reads are cloned into it. The bare-pointer calling
+convention passes static memrefs only, so a memref with a dynamic size, stride or offset (a
+dynamic model's buffers: views at the run-time sizes, etc-cpu-dynamic-shapes) is rebuilt inside
+the function: the chain of views from its static buffer is cloned in, and the buffer and the
+sizes become the arguments. The layers of a decoder then share one function per layer kind, as
+a static model's do. Its memref arguments are `llvm.noalias` like the entry's when no two of
+them can overlap (distinct entry arguments, or views of the scratch buffer at disjoint byte
+ranges, a dynamic view's range taken at its sizes' upper bounds), so LLVM vectorizes its loops
+without run-time overlap checks. A nest whose results the entry uses, or that reads a dynamic
+memref with no static buffer under it, stays inline.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import entry_function
+from etc.targets.cpu.passes._util import dim_range, entry_function
 
 _NESTS = ("scf.for", "scf.parallel", "scf.if", "scf.while")
 
@@ -63,20 +67,49 @@ def _captured(root) -> list:
     return captured
 
 
+_VIEWS = ("memref.view", "memref.subview", "memref.reinterpret_cast", "memref.expand_shape",
+          "memref.collapse_shape", "memref.cast")
+
+
+def _dynamic(value) -> bool:
+    return isinstance(value.type, ir.MemRefType) and "?" in str(value.type)  # a dynamic size, stride or offset
+
+
+def _with_views(captured, position: dict) -> tuple[list, list] | None:
+    """(the values the function takes, the view ops it rebuilds, in entry order): each dynamic
+    memref's chain of views down to a static buffer is cloned in, the buffer and the views'
+    other operands (sizes, offsets) taken instead. None when a chain does not end at a static
+    buffer. `position`: the entry block's ops -> their index."""
+    views, values, queue = set(), [], list(captured)
+    while queue:
+        value = queue.pop(0)
+        if not _dynamic(value):
+            if value not in values:
+                values.append(value)
+            continue
+        op = None if isinstance(value.owner, ir.Block) else value.owner.operation
+        if op is None or op.name not in _VIEWS or op not in position:
+            return None
+        if op not in views:
+            views.add(op)
+            queue.extend(op.operands)
+    return values, sorted(views, key=position.__getitem__)
+
+
 def _outlinable(op, captured) -> bool:
     if any(len(list(result.uses)) for result in op.results):
         return False
     for value in captured:
-        t = value.type
-        if isinstance(t, ir.MemRefType) and "?" in str(t):  # a dynamic size, stride or offset
-            return False
-        if not isinstance(t, (ir.MemRefType, ir.IndexType, ir.IntegerType, ir.F32Type, ir.F64Type, ir.F16Type)):
+        if _constant(value):  # cloned in, whatever its type (a vector mask, a dense table)
+            continue
+        if not isinstance(value.type, (ir.MemRefType, ir.IndexType, ir.IntegerType, ir.F32Type, ir.F64Type,
+                                       ir.F16Type)):
             return False
     return True
 
 
-_VIEWS = ("memref.view", "memref.subview", "memref.reinterpret_cast", "memref.expand_shape",
-          "memref.collapse_shape", "memref.cast")
+def _constant(value) -> bool:
+    return not isinstance(value.owner, ir.Block) and value.owner.name == "arith.constant"
 
 
 def _extent(value) -> tuple:
@@ -127,14 +160,18 @@ def outline_regions(module, options=None) -> int:
     outlined, calls = 0, 0
     distinct: dict = {}  # printed function (its name left out) -> the name of the first such region
     with module.context:
+        position = {o.operation: i for i, o in enumerate(block.operations)}
         for op in [o.operation for o in block.operations]:
             if op.name not in _NESTS:
                 continue
             captured = _captured(op)
             if not _outlinable(op, captured):
                 continue
-            constants = [v for v in captured if not isinstance(v.owner, ir.Block)
-                         and v.owner.name == "arith.constant"]
+            rebuilt = _with_views(captured, position)
+            if rebuilt is None:
+                continue
+            captured, views = rebuilt
+            constants = [v for v in captured if _constant(v)]
             arguments = [v for v in captured if v not in constants]
             name = f"{base}_region{outlined}"
             with ir.InsertionPoint(fn), op.location:
@@ -152,6 +189,12 @@ def outline_regions(module, options=None) -> int:
                     remap[value] = value.owner.clone().results[0]
                 for value, arg in zip(arguments, entry.arguments):
                     remap[value] = arg
+                for view in views:  # a dynamic memref, rebuilt from its buffer and sizes
+                    clone = view.clone()
+                    for i, value in enumerate(clone.operands):
+                        clone.operands[i] = remap[value]
+                    for old, new in zip(view.results, clone.results):
+                        remap[old] = new
                 terminator = func_d.ReturnOp([])
             with ir.InsertionPoint(op), op.location:
                 call = func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), arguments)

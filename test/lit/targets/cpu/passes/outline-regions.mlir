@@ -1,4 +1,4 @@
-// RUN: etc-opt %s --etc-cpu-outline-regions | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-outline-regions | filecheck %s
 
 // Each top-level loop nest of the entry becomes a private function called where it was, with the
 // values it reads as arguments and the constants it uses cloned in. The second nest is the first
@@ -54,5 +54,50 @@ func.func @f(%x: memref<8xf32> {etc.cpu.arg = "input:0"}, %y: memref<8xf32> {etc
     scf.yield %a : f32
   }
   memref.store %sum, %s[] : memref<f32>
+  return
+}
+
+// -----
+
+// A dynamic model's nests read views at the run-time sizes (memref<?x64xf32>), which the
+// bare-pointer convention cannot pass: the function takes the static buffers and the size, and
+// rebuilds the views. The two layers (the same kernel on other buffers) share one function.
+// CHECK: func.func private @g_region0(%[[N:[a-z0-9]+]]: index, %[[A:[a-z0-9]+]]: memref<512xf32> {llvm.noalias}, %[[B:[a-z0-9]+]]: memref<512xf32> {llvm.noalias})
+// CHECK-DAG: %[[AV:.*]] = memref.reinterpret_cast %[[A]] to offset: [0], sizes: [%[[N]], 64], strides: [64, 1]
+// CHECK-DAG: %[[BV:.*]] = memref.reinterpret_cast %[[B]] to offset: [0], sizes: [%[[N]], 64], strides: [64, 1]
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[N]]
+// CHECK: memref.load %[[AV]]
+// CHECK: memref.store %{{.*}}, %[[BV]]
+// CHECK-NOT: func.func private @g_region1
+// CHECK-LABEL: func.func @g(
+// CHECK: %[[D:.*]] = memref.load %arg2
+// CHECK: %[[T:.*]] = memref.view %arg3
+// CHECK: call @g_region0(%[[D]], %arg0, %[[T]])
+// CHECK-NEXT: call @g_region0(%[[D]], %[[T]], %arg1)
+func.func @g(%x: memref<512xf32> {etc.cpu.arg = "input:0"}, %y: memref<512xf32> {etc.cpu.arg = "output:0"},
+             %dims: memref<1xindex> {etc.cpu.arg = "dims:in"}, %scratch: memref<4096xi8> {etc.cpu.arg = "scratch"}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c64 = arith.constant 64 : index
+  %zero = arith.constant 0.0 : f32
+  %n = memref.load %dims[%c0] : memref<1xindex>
+  %xv = memref.reinterpret_cast %x to offset: [0], sizes: [%n, 64], strides: [64, 1] : memref<512xf32> to memref<?x64xf32>
+  %t = memref.view %scratch[%c0][] : memref<4096xi8> to memref<512xf32>
+  %tv = memref.reinterpret_cast %t to offset: [0], sizes: [%n, 64], strides: [64, 1] : memref<512xf32> to memref<?x64xf32>
+  %yv = memref.reinterpret_cast %y to offset: [0], sizes: [%n, 64], strides: [64, 1] : memref<512xf32> to memref<?x64xf32>
+  scf.for %i = %c0 to %n step %c1 {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %xv[%i, %j] : memref<?x64xf32>
+      %m = arith.maximumf %v, %zero : f32
+      memref.store %m, %tv[%i, %j] : memref<?x64xf32>
+    }
+  }
+  scf.for %i = %c0 to %n step %c1 {
+    scf.for %j = %c0 to %c64 step %c1 {
+      %v = memref.load %tv[%i, %j] : memref<?x64xf32>
+      %m = arith.maximumf %v, %zero : f32
+      memref.store %m, %yv[%i, %j] : memref<?x64xf32>
+    }
+  }
   return
 }
