@@ -52,7 +52,9 @@ def measure(name: str, runs: int, budget_s: float = 3.0) -> None:
     def etc_call(programs, key):
         edge = etc.to_edge(programs).to_backend(CpuPartitioner(num_threads=1))
         portable = sum(sum(r.portable.values()) for r in edge.delegation_reports)
-        method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+        buffer = edge.to_executorch().buffer
+        _emit(**{f"{key}_pte_bytes": len(buffer)})
+        method = Runtime.get().load_program(buffer).load_method("forward")
         calls[key] = lambda: method.execute(np_inputs)
         return method, portable
 
@@ -76,6 +78,7 @@ def measure(name: str, runs: int, budget_s: float = 3.0) -> None:
         _, xep = quantize(zoo_model, quantizer=quantizer)
         for key, programs in (("xnnpack_int8", xep), ("xnnpack_fp32", zoo_model.export())):
             buffer = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+            _emit(**{f"{key}_pte_bytes": len(buffer)})
             program = EtRuntime.get().load_program(buffer)  # reads `buffer`: both must outlive the method
             keep.append((buffer, program))
             et_method = program.load_method("forward")
@@ -114,15 +117,18 @@ def _ratio(a, b) -> str:
 
 def render(rows: list[dict]) -> str:
     lines = ["| model | etc cpu int8 | etc cpu fp32 | XNNPACK int8 | XNNPACK fp32 | etc int8 vs XNNPACK int8 "
-             "| etc int8 vs etc fp32 | etc int8 SQNR vs eager int8 (dB) | ops on portable |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| etc int8 vs etc fp32 | etc int8 SQNR vs eager int8 (dB) | ops on portable | etc int8 .pte bytes "
+             "| XNNPACK int8 .pte bytes | size etc/XNNPACK |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
         int8, fp32, x8, xf = (r.get(k) for k in ("etc_int8", "etc_fp32", "xnnpack_int8", "xnnpack_fp32"))
         s = r.get("etc_sqnr")
         lines.append(f"| {r['name']} | {_ms(int8)} | {_ms(fp32)} | {_ms(x8)} | {_ms(xf)} | {_ratio(int8, x8)} | "
                      f"{_ratio(int8, fp32)} | {'n/a' if s is None else ('exact' if s == float('inf') else f'{s:.1f}')} "
-                     f"| {r.get('etc_portable_ops', 'n/a')} |")
+                     f"| {r.get('etc_portable_ops', 'n/a')} | {r.get('etc_int8_pte_bytes', 'n/a')} | "
+                     f"{r.get('xnnpack_int8_pte_bytes', 'n/a')} | "
+                     f"{_ratio(r.get('etc_int8_pte_bytes'), r.get('xnnpack_int8_pte_bytes'))} |")
         for key in ("failure", "xnnpack_error"):
             if r.get(key):
                 notes.append(f"- {r['name']}: {key.replace('_', ' ')}: {r[key]}")
