@@ -205,6 +205,10 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
             et_program = et_edge.to_executorch()
             _emit(xnnpack_compile_s=time.perf_counter() - start,
                   xnnpack_compile_cpu_s=time.process_time() - start_cpu)
+            plan = et_program.executorch_program.execution_plan[0]
+            _emit(xnnpack_portable_ops=sorted(
+                plan.operators[i.instr_args.op_index].name for chain in plan.chains for i in chain.instructions
+                if type(i.instr_args).__name__ == "KernelCall"))
             _emit(stage="xnnpack load")
             buffer = et_program.buffer  # the loaded program reads this memory: keep it alive
             et_loaded = EtRuntime.get().load_program(buffer)
@@ -291,8 +295,21 @@ def _s(t) -> str:
     return "n/a" if t is None else f"{t:.1f}"
 
 
-def geomean_etc_over_xnnpack(rows: list[dict]) -> tuple[float | None, int]:
-    ratios = [r["etc"] / r["xnnpack"] for r in rows if r.get("etc") and r.get("xnnpack")]
+def _portable_text(ops) -> str:
+    """ExecuTorch's kernel calls outside its XNNPACK delegates, counted by operator."""
+    if ops is None:
+        return "n/a"
+    if not ops:
+        return "0"
+    counts = {op: ops.count(op) for op in dict.fromkeys(ops)}
+    return f"{len(ops)}: " + ", ".join(f"{op}" + (f" x{n}" if n > 1 else "") for op, n in counts.items())
+
+
+def geomean_etc_over_xnnpack(rows: list[dict], *, all_delegated: bool = False) -> tuple[float | None, int]:
+    """Geomean of etc / XNNPACK over the models both ran; `all_delegated`: only those ExecuTorch ran
+    wholly in XNNPACK (no op left to its portable kernels, which can dominate: below)."""
+    ratios = [r["etc"] / r["xnnpack"] for r in rows if r.get("etc") and r.get("xnnpack")
+              and not (all_delegated and r.get("xnnpack_portable_ops", []))]
     if not ratios:
         return None, 0
     return math.exp(sum(math.log(x) for x in ratios) / len(ratios)), len(ratios)
@@ -300,8 +317,8 @@ def geomean_etc_over_xnnpack(rows: list[dict]) -> tuple[float | None, int]:
 
 def render(rows: list[dict]) -> str:
     lines = ["| model | etc cpu ms | torch 1t ms | XNNPACK ms | etc/torch | etc/XNNPACK | etc max abs diff "
-             "| etc ops outside delegates |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| etc ops outside delegates | ExecuTorch ops outside XNNPACK |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         error = r.get("etc_error")
         etc_ms = _ms(r.get("etc")) if r.get("etc") is not None else (
@@ -316,10 +333,14 @@ def render(rows: list[dict]) -> str:
             f"{outside} of {outside + r.get('etc_delegated_ops', 0)} ({r.get('etc_partitions', '?')} partition(s))")
         lines.append(f"| {r['name']} | {etc_ms} | {_ms(r.get('torch'))} | {_ms(r.get('xnnpack'))} | "
                      f"{_ratio(r.get('etc'), r.get('torch'))} | {_ratio(r.get('etc'), r.get('xnnpack'))} | "
-                     f"{diff_text} | {outside_text} |")
+                     f"{diff_text} | {outside_text} | {_portable_text(r.get('xnnpack_portable_ops'))} |")
     gm, n = geomean_etc_over_xnnpack(rows)
     lines += ["", f"**Geomean etc cpu / ExecuTorch XNNPACK over the {n} model(s) both ran: "
               f"{'n/a' if gm is None else f'{gm:.2f}x'}** (below 1.00x etc is faster)."]
+    gm_all, n_all = geomean_etc_over_xnnpack(rows, all_delegated=True)
+    if n_all != n:
+        lines += ["", f"Over the {n_all} model(s) ExecuTorch ran wholly in XNNPACK (an op it leaves to its portable "
+                  f"kernels can dominate its time): {'n/a' if gm_all is None else f'{gm_all:.2f}x'}."]
     lines += ["", "Compile time (seconds, after the same `torch.export`): etc is `to_edge` + "
               "`to_backend(CpuPartitioner())` + `to_executorch()`; ExecuTorch is `to_edge_transform_and_lower` "
               "(XNNPACK) + `to_executorch()`. Wall time, and the process's CPU time (what the shared machine's "

@@ -1,0 +1,26 @@
+"""The real-model bench section (tools/bench_models.py): its table and geomeans."""
+
+from etc.tools.bench_models import geomean_etc_over_xnnpack, render
+
+
+def _rows():
+    return [{"name": "whole", "etc": 1e-3, "torch": 2e-3, "xnnpack": 2e-3, "xnnpack_portable_ops": []},
+            {"name": "pooled", "etc": 1e-3, "torch": 2e-3, "xnnpack": 1.0,
+             "xnnpack_portable_ops": ["aten::avg_pool2d", "aten::add", "aten::add"]},
+            {"name": "no_reference", "etc": 1e-3, "torch": 2e-3}]
+
+
+def test_geomean_over_all_and_over_models_executorch_ran_wholly_in_xnnpack():
+    gm, n = geomean_etc_over_xnnpack(_rows())
+    assert n == 2 and abs(gm - (0.5 * 1e-3) ** 0.5) < 1e-12
+    assert geomean_etc_over_xnnpack(_rows(), all_delegated=True) == (0.5, 1)
+
+
+def test_table_names_the_ops_executorch_left_outside_xnnpack():
+    text = render(_rows())
+    lines = text.splitlines()
+    assert lines[2].endswith("| 0 |")
+    assert lines[3].endswith("| 3: aten::avg_pool2d, aten::add x2 |")
+    assert lines[4].endswith("| n/a |")
+    assert "**Geomean etc cpu / ExecuTorch XNNPACK over the 2 model(s) both ran: 0.02x**" in text
+    assert "Over the 1 model(s) ExecuTorch ran wholly in XNNPACK" in text and ": 0.50x." in text
