@@ -100,7 +100,7 @@ def _outlinable(op, captured) -> bool:
     if any(len(list(result.uses)) for result in op.results):
         return False
     for value in captured:
-        if _constant(value):  # cloned in, whatever its type (a vector mask, a dense table)
+        if _constant(value):  # cloned in, whatever its type (a vector mask, a dense table, poison)
             continue
         if not isinstance(value.type, (ir.MemRefType, ir.IndexType, ir.IntegerType, ir.F32Type, ir.F64Type,
                                        ir.F16Type)):
@@ -109,7 +109,7 @@ def _outlinable(op, captured) -> bool:
 
 
 def _constant(value) -> bool:
-    return not isinstance(value.owner, ir.Block) and value.owner.name == "arith.constant"
+    return not isinstance(value.owner, ir.Block) and value.owner.name in ("arith.constant", "ub.poison")
 
 
 def _extent(value) -> tuple:

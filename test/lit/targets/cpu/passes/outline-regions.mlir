@@ -101,3 +101,27 @@ func.func @g(%x: memref<512xf32> {etc.cpu.arg = "input:0"}, %y: memref<512xf32> 
   }
   return
 }
+
+// -----
+
+// Constants of any type are cloned into the function, not passed: a vector mask, and the
+// poison a vector is built from.
+// CHECK-LABEL: func.func private @h_region0(%{{.*}}: memref<16xi8> {llvm.noalias}, %{{.*}}: memref<16xi8> {llvm.noalias})
+// CHECK-DAG: ub.poison : vector<16xi8>
+// CHECK-DAG: arith.constant dense<15> : vector<16xi8>
+// CHECK-LABEL: func.func @h(
+// CHECK: call @h_region0(%arg0, %arg1)
+func.func @h(%x: memref<16xi8> {etc.cpu.arg = "input:0"}, %y: memref<16xi8> {etc.cpu.arg = "output:0"}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %mask = arith.constant dense<15> : vector<16xi8>
+  %p = ub.poison : vector<16xi8>
+  scf.for %i = %c0 to %c1 step %c1 {
+    %v = vector.load %x[%c0] : memref<16xi8>, vector<16xi8>
+    %lo = arith.andi %v, %mask : vector<16xi8>
+    %s = vector.extract %lo[0] : i8 from vector<16xi8>
+    %w = vector.insert %s, %p [0] : i8 into vector<16xi8>
+    vector.store %w, %y[%c0] : memref<16xi8>, vector<16xi8>
+  }
+  return
+}
