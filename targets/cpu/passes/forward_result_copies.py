@@ -41,7 +41,8 @@ def remove_self_copies(module: ir.Module) -> int:
 
 def forward_result_copies(module: ir.Module) -> int:
     """After bufferization: `memref.copy %alloc, %out` (a static, identity-layout alloc copied into an
-    out-param that nothing else touches) -> compute into %out directly. buffer-results-to-out-params
+    out-param that nothing else touches) -> compute into %out directly; the alloc may reach the copy
+through a reshape, whose other readers then read %out. buffer-results-to-out-params
     hoists such allocs itself only when no loop uses them; with tiled loop nests it copies instead.
     (Safe because the out-param is never read by the caller before the call returns and aliases no
     input.) Returns how many copies it removed."""
@@ -65,43 +66,55 @@ def forward_result_copies(module: ir.Module) -> int:
                 continue
             owner = owner if isinstance(owner, ir.Operation) else owner.operation
             # A GEMM's result in its tile layout ([b, rows, NB, nr]) reaches the out-param
-            # through a reshape: the alloc becomes the inverse reshape of the out-param.
-            view = None
-            if owner.name in _INVERSE and sum(1 for _ in src.uses) == 1:
-                view, src = owner, owner.operands[0]
+            # through a reshape (an index_put's through two): the alloc becomes the inverse
+            # reshapes of the out-param. The reshapes may have other readers (a KV cache's new
+            # value is returned and read by the attention before the copy): they read the
+            # out-param, reshaped as they were.
+            chain = []  # the reshapes from the copy's source down to the alloc, nearest first
+            while owner.name in _INVERSE:
+                chain.append(owner)
+                src = owner.operands[0]
                 owner = src.owner
                 if isinstance(owner, ir.Block):
-                    continue
+                    break
                 owner = owner if isinstance(owner, ir.Operation) else owner.operation
+            if isinstance(owner, ir.Block):
+                continue
+            if chain and chain[0].results[0].type != dst.type and sum(1 for _ in chain[0].results[0].uses) != 1:
+                continue
+            if any(not ir.MemRefType(v.operands[0].type).has_static_shape for v in chain):
+                continue  # (an expand_shape to a dynamic shape would need its sizes)
             if owner.name != "memref.alloc" or owner.parent != fn or len(list(owner.operands)):
                 continue
             if sum(1 for _ in dst.uses) != 1:
                 continue
             t = ir.MemRefType(src.type)
-            if view is None and src.type != dst.type:
+            if not chain and src.type != dst.type:
                 continue
             if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
                 continue
-            # every use of the alloc must come before the copy (the copy is its last use)
+            # every use of the alloc (and of its reshapes) must come before the copy (its last use)
+            values = [src] + [view.results[0] for view in chain]
             later = False
             seen = False
             for other in block.operations:
                 if other.operation == op:
                     seen = True
                     continue
-                if seen and _uses_value(other.operation, src):
+                if seen and any(_uses_value(other.operation, v) for v in values):
                     later = True
                     break
             if later:
                 continue
             op.erase()
-            if view is None:
-                src.replace_all_uses_with(dst)
-            else:
-                with ir.InsertionPoint.at_block_begin(block), view.location:
-                    target = _inverse_reshape(view, dst)
+            target, anchor = dst, block.operations[0]
+            for view in chain:  # the inverse reshapes, in order, at the top of the function
+                if view.results[0].type == target.type:
+                    view.results[0].replace_all_uses_with(target)
+                with ir.InsertionPoint(anchor), view.location:
+                    target = _inverse_reshape(view, target)
                 view.erase()
-                src.replace_all_uses_with(target)
+            src.replace_all_uses_with(target)
             owner.erase()
             count += 1
     return count
