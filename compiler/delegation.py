@@ -61,6 +61,10 @@ class PreprocessResult:
     report_lines: list = field(default_factory=list)
 
 
+# On an outlined function: array<i64: k, j, ...>, result k is computed in argument j's memory.
+IN_PLACE_OUTPUTS = "etc.in_place_outputs"
+
+
 class BackendDetails:
     """A compile-time backend: `preprocess` turns an outlined function into a blob."""
 
@@ -379,7 +383,7 @@ def _mark_in_place_outputs(outlined, call) -> None:
         symbols[k] = symbol
         pairs += [k, j]
     if pairs:
-        outlined.attributes["etc.in_place_outputs"] = ir.DenseI64ArrayAttr.get(pairs)
+        outlined.attributes[IN_PLACE_OUTPUTS] = ir.DenseI64ArrayAttr.get(pairs)
         call.attributes[ATTRIBUTE] = state_attribute(symbols)
 
 

@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from etc.compiler.delegation import (BackendDetails, CapabilityPartitioner, CompileSpec, DelegationSpec,
-                                     PartitionResult, PreprocessResult, Partition, group_cycle_free,
+from etc.compiler.delegation import (IN_PLACE_OUTPUTS, BackendDetails, CapabilityPartitioner, CompileSpec,
+                                     DelegationSpec, PartitionResult, PreprocessResult, Partition, group_cycle_free,
                                      public_functions, register_backend_details)
 
 BACKEND_ID = "cpu"
@@ -76,9 +76,13 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
 
     from etc.targets.cpu import blob, decisions, lower
     from etc.targets.cpu.isa import resolve_target
+    from etc.targets.cpu.passes._util import IN_PLACE_ATTR
     from etc.targets.cpu.pipeline import blob_metadata, compile_linalg
 
     t0 = time.perf_counter()
+    # (result k, argument j) pairs the delegate computes in place (`BackendDetails.in_place_state`)
+    in_place = ([int(x) for x in ir.DenseI64ArrayAttr(func_op.attributes[IN_PLACE_OUTPUTS])]
+                if IN_PLACE_OUTPUTS in func_op.attributes else [])
     context, fn = lower.import_for_lowering(func_op)
     if profile:  # the regions name the user's nodes: keep their locations through the lowering
         from etc.targets.cpu.passes.profile_regions import relocate_like
@@ -87,12 +91,16 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
     with context, ir.Location.unknown():
         resolved = resolve_target(target, cpu=cpu, features=features)
         lowered = lower.lower_to_linalg(fn, constants)
+        if in_place:
+            lowered.module.operation.attributes[IN_PLACE_ATTR] = ir.DenseI64ArrayAttr.get(in_place)
         linalg_text = str(lowered.module) if keep_ir else ""
         t1 = time.perf_counter()
         result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
                                 threads=int(num_threads), constants=lowered.constants, profile=profile,
                                 dim_bounds=lowered.dim_bounds, result_bounds=lowered.result_bounds)
     metadata = blob_metadata(result, num_threads)
+    if in_place:
+        metadata["in_place"] = [[k, j] for k, j in zip(in_place[0::2], in_place[1::2])]
     if profile:  # each region's partition ops, indexed as the compile record lists them
         from etc.targets.cpu.passes.profile_regions import partition_op_indices
 
@@ -115,9 +123,17 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
 
 
 class CpuBackend(BackendDetails):
-    """Compile-time backend `cpu`: preprocess an outlined edge function into a cpu blob."""
+    """Compile-time backend `cpu`: preprocess an outlined edge function into a cpu blob.
+
+    `in_place_state`: a KV cache's update is computed in the cache's own memory (the program
+    passes the buffer as both the input and the output: no copy back after every call). The code
+    is correct so: the input is read only by the index_put, elementwise, each element before its
+    own position is written (`compiler/delegation._mark_in_place_outputs` checks the first); the
+    pair's buffers are not `llvm.noalias` (etc-cpu-entry-abi, etc-cpu-outline-regions) and the
+    runtime lets them overlap (the blob's `in_place`)."""
 
     backend_id = BACKEND_ID
+    in_place_state = True
 
     def preprocess(self, func_op, compile_specs: list, constants: dict) -> PreprocessResult:
         specs = _spec_dict(compile_specs)

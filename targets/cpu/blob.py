@@ -15,7 +15,8 @@ Metadata: `triple`, `cpu`, `features` (the full LLVM feature string used),
 (symbol of `void entry(void **args)`), `args` (entry order; each `kind`
 input/constant/output/scratch, `dtype` (numpy name), `rank`, `shape`, `name`),
 `constants` (fqn -> offset/nbytes/dtype/shape inside the constants section),
-`scratch_bytes`, `num_threads`, `producer`; in a profiled build (`CpuPartitioner(profile=True)`)
+`scratch_bytes`, `num_threads`, `producer`, `in_place` (the [output, input] pairs the code computes
+in one buffer, which the runtime then lets overlap: `CpuBackend.in_place_state`); in a profiled build (`CpuPartitioner(profile=True)`)
 `profile`: `offset` (bytes into the scratch buffer of `regions + 1` int64 counter reads) and
 `regions` (each `name`, `ops`: the partition's op indices, `nodes`, `sources`).
 
@@ -251,6 +252,12 @@ def check_metadata(metadata, constants_size: int) -> None:
                 fail(f"{where}.name", f"constant {arg.get('name')!r} is not in the constant table")
             if list(shape) != info["shape"] or dtype != np.dtype(info["dtype"]):
                 fail(where, f"{shape} {dtype} disagrees with its constant's {info['shape']} {info['dtype']}")
+    in_place = metadata.get("in_place", [])
+    names = {(a["kind"], a.get("name")) for a in args}
+    if not isinstance(in_place, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p)
+            and ("output", str(p[0])) in names and ("input", str(p[1])) in names for p in in_place):
+        fail("'in_place'", f"{in_place!r} is not a list of [output, input] pairs of this blob's arguments")
     if "profile" in metadata:
         check_profile(metadata["profile"], args, fail)
 

@@ -362,6 +362,11 @@ class CompiledFunction:
         self._n_in, self._n_out = len(self.inputs), len(self.outputs)
         positions = {id(a): i for i, a in enumerate(self.args)}
         self._compiled = {id(a): (tuple(a["shape"]), np.dtype(a["dtype"])) for a in self.inputs + self.outputs}
+        # Slot pairs (output slot, input slot) the code computes in one buffer (blob `in_place`):
+        # the KV cache the program passes as both; they may overlap, no other pair may.
+        input_slot = {a["name"]: k for k, a in enumerate(self.inputs)}
+        output_slot = {a["name"]: self._n_in + k for k, a in enumerate(self.outputs)}
+        self._one_buffer = {(output_slot[str(o)], input_slot[str(i)]) for o, i in meta.get("in_place", [])}
         self._io = [(positions[id(a)], a, f"input {k}", False, *self._compiled[id(a)])
                     for k, a in enumerate(self.inputs)] + \
                    [(positions[id(a)], a, f"output {k}", True, *self._compiled[id(a)])
@@ -600,12 +605,13 @@ class CompiledFunction:
         if changed and n_in and self._n_out:
             # The code assumes distinct buffers (noalias): never let an output overwrite an input it reads.
             ranges = local.ranges
-            written = ranges[n_in:]
+            one_buffer = self._one_buffer
             for k in range(n_in):
                 lo, hi = ranges[k]
                 overlaps = False
-                for o_lo, o_hi in written:
-                    if lo < o_hi and o_lo < hi:
+                for o in range(n_in, len(ranges)):
+                    o_lo, o_hi = ranges[o]
+                    if lo < o_hi and o_lo < hi and (o, k) not in one_buffer:
                         overlaps = True
                 if overlaps:
                     note = f"input {k}: copied because it overlaps an output buffer"

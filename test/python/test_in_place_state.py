@@ -239,3 +239,45 @@ def test_debug_buffer_keeps_a_buffer_a_delegate_updated_in_place():
         np.testing.assert_allclose(written[call.args[0]], expected.numpy(), rtol=1e-6)
     finally:
         unregister_backend(backend_id)
+
+
+class _HeadCache(torch.nn.Module):
+    """A KV-cache-like update along a middle dim (cache[:, :, pos] = k), the layout etc.llm uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 2, 16, 4))
+
+    def forward(self, x, pos):
+        self.cache[:, :, pos] = x.unsqueeze(0) * 2.0
+        return torch.relu(self.cache).sum(2) + x.sum()
+
+
+@pytest.mark.parametrize("make,dim", [(Cache, 0), (_HeadCache, 1)], ids=["rows", "middle"])
+def test_cpu_delegate_updates_the_buffer_in_place(make, dim):
+    """The cpu target takes a KV cache's update in the cache's own memory: the program passes the
+    buffer as the delegate's input and output and copies nothing back; the blob records the pair,
+    and every call computes what eager does."""
+    from etc.targets.cpu import CpuPartitioner
+    from etc.targets.cpu.blob import deserialize
+
+    def shaped(x):  # [length, 4] -> the module's input
+        return x if make is Cache else torch.stack([x, -x])
+
+    length = torch.export.Dim("length", min=1, max=8)
+    ep = torch.export.export(make(), (shaped(torch.randn(2, 4)), torch.arange(2)),
+                             dynamic_shapes=({dim: length}, {0: length}))
+    program = etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch()
+    plan, calls = _kernel_calls(program)
+    assert [name for name, _ in calls if name.startswith("aten::copy")] == []
+    (call,) = [i.instr_args for i in plan.chains[0].instructions if isinstance(i.instr_args, S.DelegateCall)]
+    args = list(call.args)
+    (state,) = [i for i in set(args) if args.count(i) > 1]
+    assert plan.values[state].val.is_state
+    assert len(deserialize(program.pte.delegate_segments[0]).metadata["in_place"]) == 1
+    method, module = Runtime.get().load_program(program.buffer).load_method("forward"), make()
+    for x, pos in _calls():
+        with torch.no_grad():
+            want = module(shaped(x), pos)
+        np.testing.assert_allclose(method.execute([shaped(x).numpy(), pos.numpy()])[0], want.numpy(),
+                                   rtol=1e-5, atol=1e-6)

@@ -9,6 +9,19 @@ from etc.errors import PassError
 ARG_ATTR = "etc.cpu.arg"  # on each entry argument: "input:<i>", "constant:<fqn>", "output:<i>", "scratch:<offset>"
 
 
+# On the lowered module: array<i64: k, j, ...> (output k is computed in input j's memory, the
+# backend's `in_place_state`): those two buffers may be one, so neither is noalias.
+IN_PLACE_ATTR = "etc.cpu.in_place"
+
+
+def in_place_pairs(module_op) -> list[tuple[int, int]]:
+    """(output k, input j) pairs of `IN_PLACE_ATTR` on the module (none without it)."""
+    if IN_PLACE_ATTR not in module_op.attributes:
+        return []
+    flat = [int(x) for x in ir.DenseI64ArrayAttr(module_op.attributes[IN_PLACE_ATTR])]
+    return list(zip(flat[0::2], flat[1::2]))
+
+
 def entry_function(module_op):
     """The module's one public func.func (the delegate's body); PassError if there is not exactly one."""
     funcs = [op.operation for op in module_op.regions[0].blocks[0].operations

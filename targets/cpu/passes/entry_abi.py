@@ -4,7 +4,8 @@ After bufferization and scratch planning the entry function takes one buffer per
 constant, output (the out-params bufferization added, unlabelled until now) and scratch
 buffer. This pass labels the outputs (`etc.cpu.arg = "output:<i>"`), marks every argument
 `llvm.noalias` (the runtime never passes overlapping buffers: outputs and scratch never
-overlap inputs, so LLVM vectorizes without alias checks), and writes the ABI the blob
+overlap inputs, so LLVM vectorizes without alias checks; except the output and input of an
+in-place pair, `etc.cpu.in_place`, which may be one buffer), and writes the ABI the blob
 header records as the module attribute
 
     etc.cpu.abi = [{kind = "input", name = "0", dtype = "float32", shape = array<i64: 1, 3>}, ...]
@@ -22,7 +23,8 @@ from torch_mlir import ir
 
 from etc.errors import PassError
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs
+from etc.targets.cpu.passes._util import (ARG_ATTR, arg_attrs, arg_label, entry_function, in_place_pairs,
+                                           set_arg_attrs)
 
 ABI_ATTR = "etc.cpu.abi"
 
@@ -47,6 +49,8 @@ def entry_abi(module, options=None) -> int:
     fn = entry_function(module)
     attrs = arg_attrs(fn)
     block = fn.regions[0].blocks[0]
+    pairs = in_place_pairs(module.operation if hasattr(module, "operation") else module)
+    shared = {("output", str(k)) for k, _ in pairs} | {("input", str(j)) for _, j in pairs}
     outputs = 0
     entries = []
     with fn.context:
@@ -75,7 +79,8 @@ def entry_abi(module, options=None) -> int:
             entries.append(ir.DictAttr.get(entry))
             a.pop("bufferization.writable", None)
             a.pop(PACK_ATTR, None)
-            a["llvm.noalias"] = ir.UnitAttr.get()
+            if label not in shared:
+                a["llvm.noalias"] = ir.UnitAttr.get()
         set_arg_attrs(fn, attrs)
         module.attributes[ABI_ATTR] = ir.ArrayAttr.get(entries)
         scratch = fn.attributes[SCRATCH_ATTR] if SCRATCH_ATTR in fn.attributes else \

@@ -29,7 +29,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import dim_range, entry_function
+from etc.targets.cpu.passes._util import arg_attrs, arg_label, entry_function, in_place_pairs
 
 _NESTS = ("scf.for", "scf.parallel", "scf.if", "scf.while")
 
@@ -137,10 +137,11 @@ def _extent(value) -> tuple:
     return base, span
 
 
-def _disjoint(memrefs) -> bool:
+def _disjoint(memrefs, one_buffer: dict) -> bool:
     """Can no two of `memrefs` overlap? Entry arguments are distinct buffers (the entry's
-    `llvm.noalias`); views of one are disjoint when their static byte ranges are."""
-    extents = [_extent(v) for v in memrefs]
+    `llvm.noalias`), but for an in-place pair (`one_buffer`: output argument -> its input
+    argument); views of one are disjoint when their static byte ranges are."""
+    extents = [(one_buffer.get(base, base), span) for base, span in (_extent(v) for v in memrefs)]
     for i, (base, span) in enumerate(extents):
         for other, other_span in extents[i + 1:]:
             if base == other and (span is None or other_span is None or
@@ -159,6 +160,10 @@ def outline_regions(module, options=None) -> int:
     base = ir.StringAttr(fn.attributes["sym_name"]).value
     outlined, calls = 0, 0
     distinct: dict = {}  # printed function (its name left out) -> the name of the first such region
+    labels = {arg_label(a): arg for arg, a in zip(block.arguments, arg_attrs(fn))}
+    one_buffer = {labels[("output", str(k))]: labels[("input", str(j))]
+                  for k, j in in_place_pairs(module.operation if hasattr(module, "operation") else module)
+                  if ("output", str(k)) in labels and ("input", str(j)) in labels}
     with module.context:
         position = {o.operation: i for i, o in enumerate(block.operations)}
         for op in [o.operation for o in block.operations]:
@@ -178,7 +183,7 @@ def outline_regions(module, options=None) -> int:
                 region_fn = func_d.FuncOp(name, ir.FunctionType.get([v.type for v in arguments], []))
                 region_fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
                 memrefs = [v for v in arguments if isinstance(v.type, ir.MemRefType)]
-                if _disjoint(memrefs):  # as the entry's: LLVM needs no run-time overlap checks
+                if _disjoint(memrefs, one_buffer):  # as the entry's: LLVM needs no run-time overlap checks
                     region_fn.arg_attrs = ir.ArrayAttr.get([
                         ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get()} if isinstance(v.type, ir.MemRefType)
                                         else {}) for v in arguments])

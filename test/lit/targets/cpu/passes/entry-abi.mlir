@@ -1,4 +1,4 @@
-// RUN: etc-opt %s --etc-cpu-entry-abi | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-entry-abi | filecheck %s
 
 // The out-param bufferization added becomes output 0; every argument is noalias; the ABI the
 // blob records (kind, name, dtype, shape; a packed constant's pack function) and the scratch
@@ -10,4 +10,17 @@ func.func @f(%x: memref<2x8xf32> {etc.cpu.arg = "input:0", bufferization.writabl
              %out: memref<2x4xf32>, %t: memref<4xf32> {etc.cpu.arg = "scratch:0"}) attributes {etc.cpu.scratch_bytes = 64 : i64} {
   linalg.matmul ins(%x, %w : memref<2x8xf32>, memref<8x4xf32>) outs(%out : memref<2x4xf32>)
   return
+}
+
+// -----
+
+// An in-place pair (output 0 computed in input 1's memory, a KV cache the program passes as
+// both): those two may be one buffer, so neither is noalias; the others still are.
+// CHECK-LABEL: func.func @cache
+// CHECK-SAME: %{{.*}}: memref<8xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %{{.*}}: memref<16xf32> {etc.cpu.arg = "input:1"}, %{{.*}}: memref<16xf32> {etc.cpu.arg = "output:0"}, %{{.*}}: memref<8xf32> {etc.cpu.arg = "output:1", llvm.noalias})
+module attributes {etc.cpu.in_place = array<i64: 0, 1>} {
+  func.func @cache(%x: memref<8xf32> {etc.cpu.arg = "input:0"}, %c: memref<16xf32> {etc.cpu.arg = "input:1"},
+                   %new: memref<16xf32>, %y: memref<8xf32>) {
+    return
+  }
 }

@@ -125,3 +125,30 @@ func.func @h(%x: memref<16xi8> {etc.cpu.arg = "input:0"}, %y: memref<16xi8> {etc
   }
   return
 }
+
+// -----
+
+// Output 0 is computed in input 0's memory (an in-place pair, `etc.cpu.in_place`): a region
+// reading one and writing the other must not call them noalias; other buffers stay so.
+// CHECK-LABEL: func.func private @k_region0(%{{.*}}: memref<8xf32>, %{{.*}}: memref<8xf32>)
+// CHECK-LABEL: func.func private @k_region1(%{{.*}}: memref<8xf32> {llvm.noalias}, %{{.*}}: memref<8xf32> {llvm.noalias})
+module attributes {etc.cpu.in_place = array<i64: 0, 0>} {
+  func.func @k(%c: memref<8xf32> {etc.cpu.arg = "input:0"}, %new: memref<8xf32> {etc.cpu.arg = "output:0"},
+               %y: memref<8xf32> {etc.cpu.arg = "output:1"}) {
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c8 = arith.constant 8 : index
+    %zero = arith.constant 0.0 : f32
+    scf.for %i = %c0 to %c8 step %c1 {
+      %v = memref.load %c[%i] : memref<8xf32>
+      %m = arith.maximumf %v, %zero : f32
+      memref.store %m, %new[%i] : memref<8xf32>
+    }
+    scf.for %i = %c0 to %c8 step %c1 {
+      %v = memref.load %new[%i] : memref<8xf32>
+      %m = arith.minimumf %v, %zero : f32
+      memref.store %m, %y[%i] : memref<8xf32>
+    }
+    return
+  }
+}
