@@ -36,9 +36,11 @@ from etc.errors import LoweringError
 BARRIER_FN = "etc_cpu_barrier"
 THREAD_SPLIT = "etc.thread_split"  # the GEMM kernels mark their loop over independent column panels
 
-# Top-level ops that are pure (views, constants, index math): every thread runs them.
-_PURE_PREFIXES = ("arith.", "affine.apply", "memref.expand_shape", "memref.collapse_shape", "memref.subview",
-                  "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.extract_strided_metadata",
+# Top-level ops that are pure (views, constants, index math): every thread runs them. So it does a
+# stack allocation (a GEMM kernel's panel buffer, etc-cpu-plan-scratch): each thread gets its own.
+_PURE_PREFIXES = ("arith.", "affine.apply", "memref.get_global", "memref.alloca", "memref.expand_shape",
+                  "memref.collapse_shape",
+                  "memref.subview", "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.extract_strided_metadata",
                   "ub.poison")
 
 # Top-level reads of memory: when used after the thread-0 run they sit in, every thread reads again.

@@ -475,3 +475,74 @@ def test_dynamic_rows_take_the_gemm_kernel_at_every_row_count(k, n, batch):
         (out,) = fn(x, w, b)
         assert out.shape == lead + (m, n)
         assert rel_error(out, np.maximum(np.matmul(x.astype(np.float64), w) + b, 0)) < 1e-5
+
+
+class ConvBnResidual(torch.nn.Module):
+    """conv -> BatchNorm (+ the input when the shapes allow: ResNet's residual) -> ReLU: the GEMM
+    kernel's epilogue reads an extra operand besides the accumulator."""
+
+    def __init__(self, c, f, k, stride, pad, dilation):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(c, f, k, stride, pad, dilation=dilation, bias=False)
+        self.bn = torch.nn.BatchNorm2d(f)
+        self.bn.running_mean.uniform_(-1, 1)
+        self.bn.running_var.uniform_(0.5, 2)
+        self.residual = c == f and stride == 1
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        return torch.relu(y + x if self.residual and y.shape == x.shape else y)
+
+
+@needs_simd
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c,f,k,stride,pad,dil,h,w", [
+    (64, 64, 3, 1, 1, 1, 28, 28),   # residual, 784 pixels: 12 whole panels shared by the threads
+    (16, 24, 3, 1, 1, 1, 13, 17),   # 221 pixels: a 29-wide partial panel (its gather kept, masked)
+    (16, 24, 3, 2, 1, 1, 29, 31),   # stride 2: every row of a panel a gather
+    (8, 32, 3, 1, 2, 2, 20, 23),    # dilation 2
+    (3, 64, 7, 2, 3, 1, 40, 40),    # ResNet's stem: K = 147, stride 2
+    (10, 70, 5, 1, 0, 1, 19, 25),   # 5x5 unpadded, 70 filters (a partial row block), 315 pixels
+])
+def test_conv_im2col_per_panel_matches_torch(threads, c, f, k, stride, pad, dil, h, w):
+    """The im2col gathered per column panel into a buffer of the thread running the panel
+    (`gemm.gather_per_panel`), its epilogue BN + residual + ReLU, on one and two threads."""
+    import etc
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    model, x = ConvBnResidual(c, f, k, stride, pad, dil).eval(), torch.randn(1, c, h, w)
+    # calibrate_threads=0: both threads run, each gathering its panels into its own buffer
+    partitioner = CpuPartitioner(num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    program = etc.to_edge(torch.export.export(model, (x,))).to_backend(partitioner).to_executorch()
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    with torch.no_grad():
+        expected = model(x).numpy()
+    for _ in range(5):
+        (out,) = method.execute([x.numpy()])
+        assert rel_error(out, expected) < 1e-5
+
+
+@needs_simd
+def test_stride_one_im2col_rows_are_contiguous_loads():
+    """With stride 1 along the width every whole panel's im2col row is a few masked contiguous loads
+    (`gemm.contiguous_row_loads`), no gather; the partial panel keeps one."""
+    whole = lowered(conv_text(1, 8, 8, 16, 32, 3, 1, 1)[0], min_flops=0)  # 8x16 pixels: two panels
+    assert "llvm.intr.masked.load" in whole and "llvm.intr.masked.gather" not in whole
+    partial = lowered(conv_text(1, 8, 8, 13, 32, 3, 1, 1)[0], min_flops=0)  # 104 pixels: 64 + 40
+    assert "llvm.intr.masked.load" in partial and "llvm.intr.masked.gather" in partial
+
+
+@needs_simd
+def test_im2col_too_long_for_a_panel_buffer_is_a_recorded_decision():
+    """A K x nr panel buffer over the stack budget keeps the whole im2col, and says so."""
+    c = strategy.PANEL_STACK_BYTES // (4 * CFG.nr * 9) + 1
+    fn = compile_standalone(conv_text(1, c, 8, 8, 8, 3, 1, 1)[0], min_flops=0)
+    (decision,) = [d for d in fn.decisions if d.kind == "convolution"]
+    assert decision.path == "gemm" and "the im2col whole" in decision.reason
+    x, wt, b = rand(1, c, 8, 8), rand(8, c, 3, 3), rand(8)
+    (out,) = fn(x, wt, b)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=1)
+    assert rel_error(out, expected.numpy()) < 1e-5

@@ -126,7 +126,11 @@ class GemmKernels(Pass):
             if skip[0] == "gemv":
                 gemm.read_b_in_place(g)
             return []
-        decisions.record(op, kind, "gemm-transposed" if g.transposed else "gemm")
+        if g.b_layout == "im2col" and gemm.b_in_place(g, cfg) and not gemm.gather_per_panel(g, cfg):
+            decisions.record(op, kind, "gemm", f"the im2col whole, not per column panel: a {g.K} x {cfg.nr} "
+                             f"panel buffer exceeds the {gemm.PANEL_STACK_BYTES} bytes of stack it may take")
+        else:
+            decisions.record(op, kind, "gemm-transposed" if g.transposed else "gemm")
         return [g]
 
     def _rewrite(self, module_op, cfg, gemms: list, kind: str) -> list:

@@ -12,7 +12,9 @@ functions, and a region identical to one before it (the same layer in the next b
 has 77 regions, 28 distinct) calls that one, so LLVM compiles it once.
 
 A nest is outlined with the values it reads from the entry as arguments (memrefs of static
-shape, indices, scalars); the constants it reads are cloned into it. The bare-pointer calling
+shape, indices, scalars); the constants it reads are cloned into it, and so is a stack buffer only
+it uses (a GEMM kernel's panel buffer, etc-cpu-plan-scratch: on the region's frame, released when
+it returns, not on the entry's for the whole model). The bare-pointer calling
 convention passes static memrefs only, so a memref with a dynamic size, stride or offset (a
 dynamic model's buffers: views at the run-time sizes, etc-cpu-dynamic-shapes) is rebuilt inside
 the function: the chain of views from its static buffer is cloned in, and the buffer and the
@@ -112,6 +114,13 @@ def _constant(value) -> bool:
     return not isinstance(value.owner, ir.Block) and value.owner.name in ("arith.constant", "ub.poison")
 
 
+def _stack_buffer(value, nest) -> bool:
+    """A `memref.alloca` of the entry that only `nest` uses."""
+    if isinstance(value.owner, ir.Block) or value.owner.name != "memref.alloca":
+        return False
+    return all(_inside(u.owner.operation if hasattr(u.owner, "operation") else u.owner, nest) for u in value.uses)
+
+
 def _extent(value) -> tuple:
     """(base, byte range or None for all of it): the entry argument `value` is a view of, and
     which bytes of it when that is static (a `memref.view` into the scratch buffer at a constant
@@ -176,7 +185,7 @@ def outline_regions(module, options=None) -> int:
             if rebuilt is None:
                 continue
             captured, views = rebuilt
-            constants = [v for v in captured if _constant(v)]
+            constants = [v for v in captured if _constant(v) or _stack_buffer(v, op)]
             arguments = [v for v in captured if v not in constants]
             name = f"{base}_region{outlined}"
             with ir.InsertionPoint(fn), op.location:
@@ -212,6 +221,9 @@ def outline_regions(module, options=None) -> int:
                 return ir.WalkResult.ADVANCE
 
             op.walk(rewire)
+            for value in constants:
+                if _stack_buffer(value, op):  # moved in: no use left in the entry
+                    value.owner.erase()
             # A region identical to one outlined before (the same layer shapes in another block of
             # the model) calls that one: LLVM compiles each distinct region once.
             key = region_fn.operation.get_asm(use_local_scope=True).replace(f"@{name}(", "@region(", 1)

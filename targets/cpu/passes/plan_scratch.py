@@ -10,7 +10,9 @@ base it could not prove that a store into one buffer leaves another unchanged, a
 per-row statistics (layer norm's mean and rstd) inside the innermost loop, scalar. No
 lifetime reuse yet (that would break `noalias`): the offsets add up. A buffer with dynamic dims
 is planned at its upper bound (`index_range` of its sizes, from the bounded run-time dims) and
-viewed at its run-time sizes.
+viewed at its run-time sizes. An alloc inside a loop the threads share (`THREAD_SPLIT`: a GEMM
+kernel's column panels, each with its im2col panel buffer) becomes a stack allocation of each
+thread instead (`_per_thread`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from torch_mlir import ir
+from torch_mlir.dialects import memref
 
 from etc.passes.pass_api import Pass, option, register_pass
+from etc.targets.cpu.parallel import THREAD_SPLIT
 from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, entry_function, index_range, set_arg_attrs, \
     update_function_type, walk
 
@@ -46,6 +50,7 @@ class PlanScratch(Pass):
         allocs = walk(fn, ("memref.alloc",))
         total = 0
         with fn.context, ir.Location.unknown():
+            allocs = [op for op in allocs if not self._per_thread(op)]
             attrs = arg_attrs(fn)
             block = fn.regions[0].blocks[0]
             for op in allocs:
@@ -78,6 +83,29 @@ class PlanScratch(Pass):
             fn.attributes[SCRATCH_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), total)
         self.count("scratch buffers", len(allocs))
 
+    def _per_thread(self, op) -> bool:
+        """An alloc inside a loop whose iterations the threads share (`THREAD_SPLIT`: a GEMM
+        kernel's column panels, each gathering its im2col into a panel buffer): a scratch buffer
+        would be one for all threads. It becomes a `memref.alloca` in front of the loop nest, which
+        every thread runs (parallel.py: each its own buffer, on its own stack) and which moves
+        into the nest's function when etc-cpu-outline-regions outlines it (released on return;
+        an alloca left in a loop would grow the stack every iteration: scf.for lowers with no
+        stack save and restore). True when rewritten."""
+        if not any(a.name == "scf.for" and THREAD_SPLIT in a.attributes for a in _ancestors(op)):
+            return False
+        t = ir.MemRefType(op.result.type)
+        if not t.has_static_shape:
+            raise self.error(f"an intermediate buffer {t} with dynamic dims inside a loop the threads share", at=op)
+        top = op
+        while top.parent.name != "func.func":
+            top = top.parent
+        with ir.InsertionPoint(top):
+            alloca = memref.AllocaOp(t, [], [], alignment=64)
+        op.result.replace_all_uses_with(alloca.result)
+        op.erase()
+        self.count("per-thread buffers", 1)
+        return True
+
 
     def _upper_shape(self, op, t) -> list[int]:
         """The alloc's dims, each dynamic one at its upper bound (index_range of its size)."""
@@ -93,6 +121,13 @@ class PlanScratch(Pass):
                                  "computed from the inputs' bounded sizes)", at=op)
             upper.append(max(bound[1], 0))
         return upper
+
+
+def _ancestors(op):
+    parent = op.parent
+    while parent is not None:
+        yield parent
+        parent = parent.parent
 
 
 def element_bytes(element_type) -> int:

@@ -6,7 +6,9 @@ inlined and tiled by the transform script of `etc.targets.cpu.gemm`: the epilogu
 shares, `etc.thread_split`) and mr-row blocks (the partial one peeled), with the contraction
 and the init fused into each tile; the contraction runs single k steps over the whole K,
 vectorized into mr broadcast-FMAs of nr-wide vectors with the accumulator hoisted into
-registers, then the epilogue is applied to the accumulator and the tile stored once.
+registers, then the epilogue is applied to the accumulator and the tile stored once. A
+convolution's im2col is gathered per column panel (`gemm.gather_per_panel`), its rows then
+turned into masked contiguous loads where the stride allows (`gemm.contiguous_row_loads`).
 A failure is an error naming the pass.
 """
 
@@ -38,7 +40,7 @@ class TileGemmKernels(Pass):
             tag = next((n for n in names if n.startswith("etc.etc_gemm_")), None)
             if tag is None:
                 continue
-            role = next((r for r in ("_epi", "_init") if tag.endswith(r)), "")
+            role = next((r for r in ("_epi", "_init", "_col") if tag.endswith(r)), "")
             entry = found.setdefault(tag[:len(tag) - len(role)], {})
             entry[role] = True
             if not role:  # the contraction: its tile layout [b, rows, NB, nr] or [b, rows, cols], and K
@@ -48,7 +50,7 @@ class TileGemmKernels(Pass):
         # Without an epilogue the contraction is the root and its init stays a pass of its own
         # (a destination cannot be fused into the loops that carry it).
         kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e, gemm.k_block(e["K"], o.kc), e["K"],
-                    e["split"], e["cols"]) for tag, e in found.items()]
+                    e["split"], e["cols"], "_col" in e) for tag, e in found.items()]
         for op in walk(module_op, ("func.call",)):
             if gemm.GEMM_ATTR in op.attributes:
                 raise self.error(f"{self.name}: a GEMM kernel call without its kernel (run etc-cpu-gemm-regions "
@@ -68,4 +70,8 @@ class TileGemmKernels(Pass):
             except Exception as e:  # noqa: BLE001 - the interpreter reports through a generic exception
                 raise self.error(f"{self.name}: tiling the GEMM kernels failed: {e}") from None
             run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)
+            rows = gemm.contiguous_row_loads(module_op)  # matches the canonical form of the gathers
+            if rows:
+                run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)
+            self.count("im2col rows as contiguous loads", rows)
         self.count("kernels", len(kernels))

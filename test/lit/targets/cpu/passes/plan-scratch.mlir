@@ -25,3 +25,33 @@ func.func @f(%out: memref<10xf32> {etc.cpu.arg = "output:0"}) {
   memref.dealloc %b : memref<3xi64>
   return
 }
+
+// -----
+
+// A buffer inside a loop the threads share (a GEMM kernel's column panel buffer) is no scratch
+// argument, which every thread would write: a stack allocation in front of the loop nest, which
+// every thread runs and etc-cpu-outline-regions moves into the nest's function.
+// CHECK-LABEL: func.func @per_thread
+// CHECK-SAME: etc.cpu.scratch_bytes = 0 : i64
+// CHECK: %[[BUF:.*]] = memref.alloca() {alignment = 64 : i64} : memref<72x64xf32>
+// CHECK-NEXT: scf.for
+// CHECK-NEXT: scf.for
+// CHECK-NEXT: linalg.fill ins(%{{.*}} : f32) outs(%[[BUF]] : memref<72x64xf32>)
+// CHECK-NEXT: memref.copy %[[BUF]]
+// CHECK-NEXT: } {etc.thread_split}
+// CHECK-NEXT: }
+// expected-error@+1 {{etc-cpu-plan-scratch: alignment must be a power of two, got 3}}
+func.func @per_thread(%out: memref<72x64xf32> {etc.cpu.arg = "output:0"}) {
+  %z = arith.constant 0.0 : f32
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  scf.for %b = %c0 to %c4 step %c1 {
+    scf.for %j = %c0 to %c4 step %c1 {
+      %a = memref.alloc() : memref<72x64xf32>
+      linalg.fill ins(%z : f32) outs(%a : memref<72x64xf32>)
+      memref.copy %a, %out : memref<72x64xf32> to memref<72x64xf32>
+    } {etc.thread_split}
+  }
+  return
+}

@@ -182,3 +182,55 @@ func.func @dynamic_rows(%a: tensor<?x96xf32> {etc.dim_bounds = array<i64: 1, 128
   %r = linalg.matmul ins(%a, %b : tensor<?x96xf32>, tensor<96x128xf32>) outs(%c : tensor<?x128xf32>) -> tensor<?x128xf32>
   return %r : tensor<?x128xf32>
 }
+
+// -----
+
+// A 3x3 convolution (K = 72 over 8x16 pixels, the residual add its epilogue): inside each column
+// panel the im2col is gathered first into a [72, 64] panel buffer, one row per k step; with
+// stride 1 a row is masked contiguous loads of the input (one per input row its 64 columns span,
+// 16 + 2 padding wide: shifts 0, 2, 4, 6), merged; the row blocks then read the buffer.
+// CHECK-LABEL: func.func @conv_panels
+// CHECK-NOT: vector.gather
+// CHECK: scf.for %[[J:.*]] = %c0 to %c128 step %c64
+// CHECK-NEXT: %[[BUF:.*]] = tensor.empty() : tensor<1x72x64xf32>
+// CHECK-NEXT: %[[COL:.*]] = scf.for %[[K:.*]] = %c0 to %c72 step %c1 iter_args(%[[ACC:.*]] = %[[BUF]])
+// CHECK-COUNT-4: vector.transfer_read %{{.*}}[%c0, %{{.*}}], %{{.*}}, %{{.*}} {in_bounds = [true]} : tensor<1x1440xf32>, vector<64xf32>
+// CHECK: vector.transfer_write %{{.*}}, %[[ACC]][%c0, %[[K]], %c0]
+// CHECK: scf.for {{.*}} -> (vector<6x64xf32>)
+// CHECK: vector.transfer_read %[[COL]][%c0, %{{.*}}, %c0]
+// CHECK-COUNT-6: vector.fma {{.*}} : vector<64xf32>
+// CHECK: arith.addf {{.*}} : vector<6x64xf32>
+// CHECK: } {etc.thread_split}
+// CHECK-NOT: tensor<1x72x128xf32>
+func.func @conv_panels(%x: tensor<1x8x10x18xf32>, %w: tensor<32x8x3x3xf32>, %r: tensor<1x32x8x16xf32>) -> tensor<1x32x8x16xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x32x8x16xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<1x32x8x16xf32>) -> tensor<1x32x8x16xf32>
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%x, %w : tensor<1x8x10x18xf32>, tensor<32x8x3x3xf32>) outs(%f : tensor<1x32x8x16xf32>) -> tensor<1x32x8x16xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>, affine_map<(a, b, c, d) -> (a, b, c, d)>, affine_map<(a, b, c, d) -> (a, b, c, d)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%c, %r : tensor<1x32x8x16xf32>, tensor<1x32x8x16xf32>) outs(%e : tensor<1x32x8x16xf32>) {
+  ^bb0(%p: f32, %q: f32, %o: f32):
+    %s = arith.addf %p, %q : f32
+    linalg.yield %s : f32
+  } -> tensor<1x32x8x16xf32>
+  return %y : tensor<1x32x8x16xf32>
+}
+
+// -----
+
+// Stride 2 along the width: a panel row's columns are 2 apart in the input, no contiguous load
+// covers them; the per-panel im2col stays one 64-wide vector gather per k step.
+// CHECK-LABEL: func.func @conv_stride2
+// CHECK: scf.for %{{.*}} = %c0 to %c128 step %c64
+// CHECK-NEXT: tensor.empty() : tensor<1x72x64xf32>
+// CHECK-NEXT: scf.for %{{.*}} = %c0 to %c72 step %c1
+// CHECK: vector.gather {{.*}} : tensor<1x4488xf32>, vector<1x1x64xindex>
+// CHECK: } {etc.thread_split}
+func.func @conv_stride2(%x: tensor<1x8x17x33xf32>, %w: tensor<32x8x3x3xf32>) -> tensor<1x32x8x16xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x32x8x16xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<1x32x8x16xf32>) -> tensor<1x32x8x16xf32>
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+      ins(%x, %w : tensor<1x8x17x33xf32>, tensor<32x8x3x3xf32>) outs(%f : tensor<1x32x8x16xf32>) -> tensor<1x32x8x16xf32>
+  return %c : tensor<1x32x8x16xf32>
+}
