@@ -47,6 +47,40 @@ _PURE_PREFIXES = ("arith.", "affine.apply", "memref.get_global", "memref.alloca"
 _READS = ("memref.load", "vector.load", "vector.transfer_read")
 
 
+_VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.subview", "memref.reinterpret_cast",
+          "memref.cast", "memref.view")
+_STORES = ("memref.store", "vector.store", "vector.transfer_write", "vector.maskedstore", "memref.copy")
+
+
+def _base(value):
+    """The buffer a memref value views (an argument, an allocation)."""
+    while not isinstance(value.owner, ir.Block) and value.owner.name in _VIEWS:
+        value = value.owner.operands[0]
+    return value
+
+
+def _written_bases(op):
+    """The buffers `op` (and what it nests) may write, or None when it cannot tell (a call)."""
+    bases, unknown = set(), [False]
+
+    def visit(inner):
+        name = inner.name
+        if name in _STORES:
+            bases.add(_base(inner.operands[1]))
+        elif name.startswith("linalg."):
+            if "operandSegmentSizes" in inner.attributes:  # destination-style: its inits are written
+                sizes = list(ir.DenseI32ArrayAttr(inner.attributes["operandSegmentSizes"]))
+                bases.update(_base(v) for v in list(inner.operands)[sizes[0]:sizes[0] + sizes[1]])
+            else:
+                unknown[0] = True
+        elif name in ("func.call", "llvm.call"):
+            unknown[0] = True
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return None if unknown[0] else bases
+
+
 def _const_index(value):
     owner = value.owner
     op = owner.operation if hasattr(owner, "operation") else owner
@@ -99,11 +133,31 @@ def partition_top_level_loops(fn) -> int:
 
             A read in the run whose value is also used after it (a scalar loaded next to a tile's
             tail and broadcast into the next loop nest) is read again by every thread after the
-            barrier, where what the run wrote is visible to all; any other value used after the
-            run is an error (it exists on thread 0 only)."""
+            barrier, where what the run wrote is visible to all, and so are views, sizes and
+            index math on such reads (a dynamic model's view at a size it loaded, and its
+            `memref.dim`); any other value used after the run is an error (it exists on thread 0
+            only)."""
             inside = set(run)
             defined = {v for op in run for v in op.results}
-            reread = []  # (read op, [(user, operand index)]) for the reads used after the run
+            producer = {v: op for op in run for v in op.results}
+
+            position = {op: i for i, op in enumerate(run)}
+            written = [_written_bases(op) for op in run]  # per op: the buffers it may write (None: any)
+
+            def repeatable(op, seen=()) -> bool:
+                """A read no later op of the run may overwrite, or a view/size/index op, whose operands
+                are repeatable or from before the run: after the barrier it gives what it gave."""
+                if op.name in _READS:
+                    base = _base(op.operands[0])
+                    if any(w is None or base in w for w in written[position[op] + 1:]):
+                        return False
+                elif not (op.name.startswith(_PURE_PREFIXES) or op.name == "memref.dim"):
+                    return False
+                return all(v not in defined or (producer[v] not in seen and repeatable(producer[v], (*seen, op)))
+                           for v in op.operands)
+
+            again_ops = set()  # the ops every thread repeats after the barrier (with what they read)
+            escapes = {}  # op -> [(user, operand index)] outside the run
             for op in run:
                 escaping = []
                 for result in op.results:
@@ -113,11 +167,17 @@ def partition_top_level_loops(fn) -> int:
                             escaping.append((user, use.operand_number))
                 if not escaping:
                     continue
-                if op.name not in _READS or any(v in defined for v in op.operands):
+                if not repeatable(op):
                     user = escaping[0][0]
                     raise LoweringError(f"cpu codegen: '{op.name}' runs on one thread but its result "
                                         f"is used after it by '{user.name}'")
-                reread.append((op, escaping))
+                escapes[op] = escaping
+                stack = [op]
+                while stack:
+                    current = stack.pop()
+                    if current not in again_ops:
+                        again_ops.add(current)
+                        stack.extend(producer[v] for v in current.operands if v in defined)
             # At the run's last op: index math left in place between its ops stays above the guard.
             with ir.InsertionPoint(run[-1]):
                 zero = arith.ConstantOp(index, 0).result
@@ -129,10 +189,16 @@ def partition_top_level_loops(fn) -> int:
                 op.move_before(terminator)
             call = barrier_after(guard.operation)
             with _after(call.operation):
-                for op, escaping in reread:
+                remap = {}
+                for op in [o for o in run if o in again_ops]:  # in order: each after what it reads
                     again = op.clone()
+                    for i, v in enumerate(again.operands):
+                        if v in remap:
+                            again.operands[i] = remap[v]
+                    remap.update(zip(op.results, again.results))
+                for op, escaping in escapes.items():
                     for user, position in escaping:
-                        user.operands[position] = again.results[0]
+                        user.operands[position] = remap[user.operands[position]]
 
         run: list = []
         depends: set = set()  # values computed by the current run

@@ -231,6 +231,35 @@ def test_a_transformers_gpt2_export_is_one_delegate():
         start += n
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_llama_export_updates_its_caches_in_place_at_one_and_two_threads(threads):
+    """etc.llm's Llama with a dynamic length: one delegate that updates its KV caches in their own
+    memory (no copy back), at one thread and at two (where what thread 0 reads, the run-time sizes
+    and the views at them, every thread reads again after the barrier); prompt and decode steps
+    match eager."""
+    from etc.llm.export import export_decoder
+    from etc.llm.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=2, n_kv_heads=2, hidden_dim=64, max_context_len=32)
+    model = Llama(config).eval()
+    eager = Llama(config).eval()
+    eager.load_state_dict(model.state_dict())
+    edge = etc.to_edge(export_decoder(model, max_seq_len=8)).to_backend(CpuPartitioner(num_threads=threads))
+    assert edge.delegation_reports[-1].partitions == 1
+    program = edge.to_executorch()
+    names = [op.name for op in program.pte.program.execution_plan[0].operators]
+    assert not [n for n in names if n.startswith("aten::copy")]
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    start = 0
+    for n in (5, 1, 3, 1, 8, 1):
+        tokens, pos = torch.randint(0, 64, (1, n)), torch.arange(start, start + n)
+        with torch.no_grad():
+            want = eager(tokens, pos).numpy()
+        np.testing.assert_allclose(method.execute([tokens.numpy(), pos.numpy()])[0], want, rtol=1e-4, atol=1e-5)
+        start += n
+
+
 def test_sizes_are_bounded_through_views_of_inferred_sizes():
     """torch-mlir's view(-1): `size < 0 ? numel / (size < 0 ? 1 : size) : size`. The comparison is
     decided by the size's range, and numel / size is an expression of the run-time dim (768, not

@@ -49,3 +49,37 @@ func.func @reread(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %s
   }
   return
 }
+
+// -----
+
+// What a dynamic model reads on thread 0 and uses after it: a size it loaded, the view at that
+// size and the view's dim. Every thread repeats the chain after the barrier, in order, and the
+// loop nest uses the repeated values. (The sizes are read only: a read of a buffer the run writes
+// after it is an error, split-threads-errors.mlir.)
+// CHECK-LABEL: func.func @resize
+// CHECK: scf.if
+// CHECK: memref.store
+// CHECK: call @etc_cpu_barrier
+// CHECK-NEXT: %[[N:.*]] = memref.load %arg2[%{{.*}}] : memref<1xindex>
+// CHECK-NEXT: %[[V:.*]] = memref.reinterpret_cast %arg0 to offset: [0], sizes: [%[[N]]]
+// CHECK-NEXT: %[[D:.*]] = memref.dim %[[V]]
+// CHECK: scf.for
+// CHECK: arith.index_cast %[[D]]
+// CHECK: } {etc.thread_split}
+func.func @resize(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<64xf32> {etc.cpu.arg = "output:0", llvm.noalias},
+                  %dims: memref<1xindex> {etc.cpu.arg = "dims:in", llvm.noalias}, %first: memref<f32> {etc.cpu.arg = "output:1", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %n = memref.load %dims[%c0] : memref<1xindex>
+  %v = memref.reinterpret_cast %x to offset: [0], sizes: [%n], strides: [1] : memref<64xf32> to memref<?xf32>
+  %d = memref.dim %v, %c0 : memref<?xf32>
+  %a = memref.load %v[%c0] : memref<?xf32>
+  memref.store %a, %first[] : memref<f32>
+  linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]} ins(%x : memref<64xf32>) outs(%out : memref<64xf32>) {
+  ^bb0(%in: f32, %b: f32):
+    %i = arith.index_cast %d : index to i64
+    %f = arith.sitofp %i : i64 to f32
+    %m = arith.addf %in, %f : f32
+    linalg.yield %m : f32
+  }
+  return
+}
