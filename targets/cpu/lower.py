@@ -710,6 +710,31 @@ class _Emitter:
         return ir.Operation.create("torch.aten.size.int", results=[ir.Type.parse("!torch.int")],
                                    operands=[x, self.builder.int(dim)]).result
 
+    def scalar(self, x) -> ir.Value:
+        """The !torch.int held by a 0-d int64 tensor (read at run time)."""
+        return ir.Operation.create("torch.aten.Int.Tensor", results=[ir.Type.parse("!torch.int")],
+                                   operands=[x]).result
+
+    def add_int(self, a, b) -> ir.Value:
+        return ir.Operation.create("torch.aten.add.int", results=[ir.Type.parse("!torch.int")],
+                                   operands=[a, b]).result
+
+    def loop(self, trip_count, init, body) -> ir.Value:
+        """A for loop (torch.prim.Loop, an scf.for after lowering) of `trip_count` (!torch.int)
+        iterations carrying one tensor: `body(k, carried)` emits an iteration and returns the next."""
+        true = self.builder.bool(True)
+        loop = ir.Operation.create("torch.prim.Loop", results=[init.type], operands=[trip_count, true, init],
+                                   regions=1)
+        block = loop.regions[0].blocks.append(ir.Type.parse("!torch.int"), init.type)
+        with ir.InsertionPoint(block):
+            saved, self.builder.cache = self.builder.cache, {}  # constants made inside stay inside
+            try:
+                carried = body(block.arguments[0], block.arguments[1])
+                ir.Operation.create("torch.prim.Loop.condition", operands=[self.builder.bool(True), carried])
+            finally:
+                self.builder.cache = saved
+        return loop.result
+
     def slice(self, x, shape, element, dim, start, end, step=1):
         out = list(shape)
         out[dim] = len(range(start, end, step))
@@ -879,14 +904,15 @@ def _expand_as_strided(e: _Emitter, v: dict, op) -> list:
 
 @_expansion("aten::index_put")
 def _expand_index_put(e: _Emitter, v: dict, op) -> list:
-    """torch-mlir lowers index_put to tm_tensor.scatter, which our bufferization does not take. With
-    static shapes it is a one-hot select instead. x is viewed as [pre, P, post] with its P indexed
-    positions in the middle (adjacent indexed dims need no copy for that; others are permuted to
-    the front), the values as [pre, K, post] (K = the index tensors' broadcast size), and the index
-    tensors linearized to eq[k, p] = (index[k] == p). accumulate: x + eq^T @ values; otherwise
-    each position takes the values of the last k that names it (duplicates: the last write wins,
-    as on ATen's CPU kernel), or keeps x. A KV-cache update (cache[:, :, pos] = k) is one select
-    over the cache in its own layout."""
+    """torch-mlir lowers index_put to tm_tensor.scatter, which our bufferization does not take: a
+    loop over the K index tuples instead, each writing its row of values into x (accumulate: adding
+    it), in order, so a position named twice takes its last write (ATen's CPU kernel does the same)
+    or the sum of all. x is viewed as [pre, P, post] with its P indexed positions in the middle
+    (adjacent indexed dims need no copy for that; others are permuted to the front), the values
+    as [pre, K, post], the index tuples linearized to K positions. A KV-cache update
+    (cache[:, :, pos] = k) writes its new rows only: after bufferization it is a copy of the cache
+    into the result (none when the delegate computes the cache in place: etc-cpu-copies-to-linalg)
+    and K slice writes, where a select over the whole cache read and wrote every element."""
     import numpy as np
 
     shape, element = _tensor_type(op.results[0])
@@ -920,7 +946,7 @@ def _expand_index_put(e: _Emitter, v: dict, op) -> list:
     if e.shape(values) != sub:
         values = e("aten::expand", {"self": values, "size": sub, "implicit": False}, sub, element)
     values = e.view(values, [pre, n_idx, post], element)
-    # Linear position of each index: sum_j (index_j mod size_j) * stride_j, broadcast to [K].
+    # Linear position of each index tuple: sum_j (index_j mod size_j) * stride_j, broadcast to [K].
     linear = None
     stride = n_pos
     for d in dims:
@@ -940,34 +966,32 @@ def _expand_index_put(e: _Emitter, v: dict, op) -> list:
             linear = e("aten::add.Tensor", {"self": linear, "other": index, "alpha": 1}, out, "i64")
     if e.shape(linear) != bshape:
         linear = e("aten::expand", {"self": linear, "size": bshape, "implicit": False}, bshape, "i64")
-    linear = e.view(linear, [n_idx, 1], "i64")
-    positions = e.literal(np.arange(n_pos).reshape(1, n_pos))
-    eq = e("aten::eq.Tensor", {"self": linear, "other": positions}, [n_idx, n_pos], "i1")  # [K, P]
+    linear = e.view(linear, [n_idx], "i64")
     out_shape = [pre, n_pos, post]
-    if v["accumulate"]:
-        onehot = e("aten::to.dtype", {"self": e.permute(eq, [1, 0]), "dtype": _ELEMENT_DTYPE[element],
-                                      "non_blocking": False, "copy": False, "memory_format": None},
-                   [n_pos, n_idx], element)
-        added = e("aten::matmul", {"self": onehot, "other": values}, out_shape, element)
-        out = e("aten::add.Tensor", {"self": x, "other": added, "alpha": 1}, out_shape, element)
-    else:
-        if n_idx == _DYNAMIC:
-            ks = e("aten::arange", {"end": e.size(linear, 0), "dtype": "int64", "layout": None, "device": None,
-                                    "pin_memory": None}, [n_idx], "i64")
-            ks = e.view(ks, [n_idx, 1], "i64")
-        else:
-            ks = e.literal(np.arange(n_idx).reshape(n_idx, 1))
-        minus1 = e.literal(np.full((1, 1), -1))
-        which = e("aten::where.self", {"condition": eq, "self": ks, "other": minus1}, [n_idx, n_pos], "i64")
-        last = e("aten::amax", {"self": which, "dim": [0], "keepdim": False}, [n_pos], "i64")  # last k, or -1
-        hit = e.view(e("aten::ge.Scalar", {"self": last, "other": 0}, [n_pos], "i1"), [1, n_pos, 1], "i1")
-        row = e("aten::clamp", {"self": last, "min": 0, "max": None}, [n_pos], "i64")
-        taken = e("aten::index_select", {"self": values, "dim": 1, "index": row}, out_shape, element)
-        out = e("aten::where.self", {"condition": hit, "self": taken, "other": x}, out_shape, element)
+    out = e.loop(e.size(linear, 0) if n_idx == _DYNAMIC else e.builder.int(n_idx), x,
+                 lambda k, acc: _scatter_row(e, acc, values, linear, k, bool(v["accumulate"])))
     if adjacent:
         return [e.view(out, shape, element)]
     out = e.view(out, [shape[d] for d in dims + rest], element)
     return [e.permute(out, sorted(range(rank), key=lambda i: (dims + rest)[i]))]
+
+
+def _scatter_row(e: _Emitter, acc, values, linear, k, accumulate: bool):
+    """acc[:, linear[k], :] = values[:, k, :] (accumulate: +=), on [pre, P, post] and [pre, K, post]."""
+    pre, _, post = e.shape(acc)
+    element = e.element(acc)
+    one = e.builder.int(1)
+    position = e("aten::select.int", {"self": linear, "dim": 0, "index": k}, [], "i64")
+    p = e.scalar(position)
+    p_end = e.add_int(p, one)
+    row = e("aten::slice.Tensor", {"self": values, "dim": 1, "start": k, "end": e.add_int(k, one), "step": 1},
+            [pre, 1, post], element)
+    if accumulate:
+        old = e("aten::slice.Tensor", {"self": acc, "dim": 1, "start": p, "end": p_end, "step": 1},
+                [pre, 1, post], element)
+        row = e("aten::add.Tensor", {"self": old, "other": row, "alpha": 1}, [pre, 1, post], element)
+    return e("aten::slice_scatter", {"self": acc, "src": row, "dim": 1, "start": p, "end": p_end, "step": 1},
+             e.shape(acc), element)
 
 
 TORCH_TO_LINALG = ("builtin.module(torchdynamo-export-to-torch-backend-pipeline, "

@@ -281,3 +281,42 @@ def test_cpu_delegate_updates_the_buffer_in_place(make, dim):
             want = module(shaped(x), pos)
         np.testing.assert_allclose(method.execute([shaped(x).numpy(), pos.numpy()])[0], want.numpy(),
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_delegate_given_two_buffers_for_its_in_place_pair_copies_the_state(monkeypatch):
+    """The program passes the cache as the delegate's input and output, and the code then skips
+    the copy of the cache into its updated self (etc-cpu-copies-to-linalg). A caller of the blob
+    may pass two buffers instead: the copy runs, the output is what the in-place call computed
+    and the input is left as it was. Every call of the program is replayed so (a non-zero cache)."""
+    from etc.targets.cpu import CpuPartitioner
+    from etc.targets.cpu.runtime import CompiledFunction
+
+    length = torch.export.Dim("length", min=1, max=8)
+    ep = torch.export.export(_HeadCache(), (torch.randn(2, 2, 4), torch.arange(2)),
+                             dynamic_shapes=({1: length}, {0: length}))
+    program = etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch()
+    recorded, run = [], CompiledFunction.run
+
+    def recording_run(self, inputs, outputs):
+        before = [np.array(a, copy=True) for a in inputs]
+        same = [any(o is i for i in inputs) for o in outputs]
+        results = run(self, inputs, outputs)
+        recorded.append((before, [np.array(r, copy=True) for r in results], same))
+        return results
+
+    monkeypatch.setattr(CompiledFunction, "run", recording_run)
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    for x, pos in _calls():
+        method.execute([torch.stack([x, -x]).numpy(), pos.numpy()])
+    monkeypatch.setattr(CompiledFunction, "run", run)
+    assert recorded and all(any(same) for _, _, same in recorded)  # the program passed one buffer
+    fresh = CompiledFunction(program.pte.delegate_segments[0])
+    for inputs, outputs, _ in recorded[1:]:  # from the second call on the cache holds rows
+        assert np.any(inputs[[i for i, a in enumerate(inputs) if a.ndim == 4][0]] != 0)
+        given = [a.copy() for a in inputs]
+        got = fresh(*given)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, want in zip(got, outputs):
+            np.testing.assert_array_equal(g, want)
+        for g, a in zip(given, inputs):
+            np.testing.assert_array_equal(g, a)
