@@ -58,6 +58,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         *rows,
         "etc-cpu-expand-math",
         "etc-cpu-prepack-constants",
+        # Elementwise ops reading an input transposed (permutes): blocked so the reads stay in L1.
+        "etc-cpu-block-transposes",
         "etc-cpu-default-loops",
         # Tensors -> the caller's buffers.
         "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",

@@ -450,3 +450,39 @@ def test_zero_size_tensors_stay_portable_instead_of_failing_the_compile():
     empty, plus = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute([x.numpy()])
     assert empty.shape == (3, 0)
     np.testing.assert_allclose(plus, x.numpy() + 1.0)
+
+
+# ------------------------------------------------------------------ permutes (etc-cpu-block-transposes)
+class _PermuteResidual(torch.nn.Module):
+    """ConvNeXt's block end: NHWC -> NCHW, scaled, plus the residual, and an NCHW -> NHWC
+    permute of the result (each a transposed read that etc-cpu-block-transposes may block)."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.randn(channels))
+
+    def forward(self, x, y):
+        z = x + (self.gamma * y).permute(0, 3, 1, 2)
+        return z, z.permute(0, 2, 3, 1) * 2.0
+
+
+@pytest.mark.parametrize("c,h,w", [(384, 14, 14), (96, 56, 56), (5, 33, 37), (70, 9, 1), (1, 3, 3)],
+                         ids=["384c14", "96c56", "odd", "unit-width", "one-channel"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_permutes_match_torch(c, h, w, threads):
+    """Blocked or not (the pass decides by the lines a pass touches), every permute computes
+    torch's result: blocks that do not divide the loop, unit dims, inputs read non-contiguously
+    (y is given transposed, x as an NHWC tensor's NCHW view), one and two threads."""
+    model = _PermuteResidual(c).eval()
+    x = torch.randn(1, h, w, c).permute(0, 3, 1, 2)  # NCHW view of NHWC memory
+    y = torch.randn(1, w, h, c).transpose(1, 2)  # [1, h, w, c], not contiguous
+    ep = torch.export.export(model, (x, y))
+    from etc.runtime import Runtime
+
+    program = etc.to_edge(ep).to_backend(CpuPartitioner(num_threads=threads)).to_executorch()
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    with torch.no_grad():
+        want = model(x, y)
+    got = method.execute([x.numpy(), y.numpy()])
+    for g, wt in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), wt.numpy())
