@@ -179,8 +179,11 @@ ODD = [1, 7, 33, 100]
 
 @needs_simd
 @pytest.mark.parametrize("m,k,n", [(1, 7, 33), (7, 33, 100), (33, 100, 1), (100, 1, 7), (100, 33, 7), (7, 100, 100),
-                                   (33, 33, 33), (100, 100, 100), (64, 256, 128), (13, 300, 70)])
+                                   (33, 33, 33), (100, 100, 100), (64, 256, 128), (13, 300, 70),
+                                   (5, 2 * CFG.kc + 7 if CFG else 7, 70), (7, 3 * CFG.kc if CFG else 7, 20)])
 def test_matmul_odd_sizes(m, k, n):
+    """Odd sizes: partial row blocks and column panels; the last two K longer than 1.5 kc, in
+    blocks (one that does not divide K, one that does)."""
     fn = compile_standalone(matmul_text(m, k, n), min_flops=0)
     a, b = rand(m, k), rand(k, n)
     (out,) = fn(a, b)
@@ -461,7 +464,7 @@ func.func @f(%x: tensor<{lead_s}?x{k}xf32> {{etc.dim_bounds = array<i64: {bounds
 
 @needs_simd
 @pytest.mark.parametrize("k,n,batch", [(288, 768, None), (768, 288, None), (64, 100, None), (32, 1000, None),
-                                       (48, 256, 3)])
+                                       (48, 256, 3), (2 * CFG.kc if CFG else 8, 70, None)])
 def test_dynamic_rows_take_the_gemm_kernel_at_every_row_count(k, n, batch):
     """One kernel for up to 128 rows: whole blocks of mr, the partial block one row at a time
     (one K block or K blocks; a partial column panel; batched), the bias and ReLU fused."""
