@@ -70,8 +70,8 @@ class BlockTransposes(Pass):
     class Options:
         tile: int = option(32, help="iterations of the innermost loop per block")
         lines: int = option(64, help="cache lines (of 64 bytes) one pass of the loops inside the input's "
-                                      "contiguous one may touch unblocked: they are still cached when the "
-                                      "next pass reads their next floats (a third of a 48 KiB L1)")
+                                      "contiguous one may touch unblocked (low: lines a large stride apart "
+                                      "share few cache sets)")
 
     def run(self, module_op) -> None:
         from etc.targets.cpu.gemm import _apply_script
@@ -79,6 +79,8 @@ class BlockTransposes(Pass):
         tile = self.options.tile
         blocked = []
         for op in walk(module_op, _OPS):
+            if op.parent.name != "func.func":
+                continue  # inside a kernel an earlier pass built: its loops are that kernel's
             if op.name == "linalg.generic" and (len(op.results) != 1 or any(
                     "parallel" not in str(it) for it in ir.ArrayAttr(op.attributes["iterator_types"]))):
                 continue
@@ -102,8 +104,8 @@ class BlockTransposes(Pass):
         for i, sizes in enumerate(blocked):
             loops = sum(1 for s in sizes if s)
             types = ", ".join([_ANY] * (1 + loops))
-            lines += [f"    %m{i} = transform.structured.match ops{{[\"linalg.generic\", \"linalg.transpose\"]}} attributes {{{_TAG}_{i}}} "
-                      f"in %root : ({_ANY}) -> {_ANY}",
+            lines += [f"    %m{i} = transform.structured.match ops{{[\"linalg.generic\", \"linalg.transpose\"]}} "
+                      f"attributes {{{_TAG}_{i}}} in %root : ({_ANY}) -> {_ANY}",
                       f"    %t{i}:{1 + loops} = transform.structured.tile_using_for %m{i} tile_sizes {sizes} "
                       f": ({_ANY}) -> ({types})"]
         lines += ["    transform.yield", "  }", "}"]
