@@ -14,10 +14,11 @@ Metadata: `triple`, `cpu`, `features` (the full LLVM feature string used),
 `required_features` (the `+` ones: what the running CPU must have), `entry`
 (symbol of `void entry(void **args)`), `args` (entry order; each `kind`
 input/constant/output/scratch, `dtype` (numpy name), `rank`, `shape`, `name`),
-`constants` (fqn -> offset/nbytes/dtype/shape inside the constants section),
-`scratch_bytes`, `num_threads`, `producer`, `in_place` (the [output, input] pairs the code computes
-in one buffer, which the runtime then lets overlap: `CpuBackend.in_place_state`); in a profiled build (`CpuPartitioner(profile=True)`)
-`profile`: `offset` (bytes into the scratch buffer of `regions + 1` int64 counter reads) and
+`constants` (fqn -> offset/nbytes/dtype/shape inside the constants section; `tail`: a packed
+[panels, rows, cols] weight stored without its last panel's zero columns from `tail` on),
+`scratch_bytes`, `num_threads`, `producer`, `in_place` (the [output, input] pairs the code
+computes in one buffer, which the runtime then lets overlap: `CpuBackend.in_place_state`); in a
+profiled build (`CpuPartitioner(profile=True)`) `profile`: `offset` (bytes into the scratch buffer of `regions + 1` int64 counter reads) and
 `regions` (each `name`, `ops`: the partition's op indices, `nodes`, `sources`).
 
 Checked before use (`deserialize`): the CRC first, so nothing from a damaged
@@ -35,7 +36,8 @@ partition's runtime inputs, and `to_backend` moves constants used only inside
 the partition into it, so the blob is self-contained (one mmap-able unit per
 delegate, and a constant folded at compile time, e.g. batch norm into conv
 weights, exists only here). The runtime passes pointers into the blob's
-constant section (aligned, never copied) as the entry's constant arguments.
+constant section (aligned) as the entry's constant arguments; a constant stored trimmed
+(`tail`) is rebuilt once, when the blob is loaded.
 """
 
 from __future__ import annotations
@@ -83,28 +85,67 @@ class CpuBlob:
         return list(self.metadata.get("required_features", []))
 
     def constant(self, name: str) -> np.ndarray:
-        """A read-only view of constant `name` in the blob (no copy)."""
+        """Constant `name`: a read-only view into the blob (no copy), or, stored with its last
+        panel trimmed (`tail`), the whole array rebuilt at a 64-byte boundary, zeros restored."""
         info = self.metadata["constants"][name]
         dtype = np.dtype(info["dtype"])
-        count = int(np.prod(info["shape"], dtype=np.int64))
         buf = np.frombuffer(self.constants_bytes, dtype=np.uint8, count=info["nbytes"], offset=info["offset"])
-        return buf.view(dtype)[:count].reshape(info["shape"])
+        shape = info["shape"]
+        if "tail" not in info:
+            return buf.view(dtype).reshape(shape)
+        panels, rows, cols = shape
+        head = (panels - 1) * rows * cols
+        stored = buf.view(dtype)
+        out = _aligned_empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
+        out[:-1] = stored[:head].reshape(panels - 1, rows, cols)
+        out[-1] = 0
+        out[-1, :, :info["tail"]] = stored[head:].reshape(rows, info["tail"])
+        out.flags.writeable = False
+        return out
 
 
 def _pad(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+# A panel layout's trimmed zeros must save at least this much to be worth a copy at load.
+MIN_TRIM_BYTES = 4096
+
+
+def _kept_tail(a: np.ndarray) -> "int | None":
+    """For `a` = [panels, rows, cols] whose last panel ends in all-zero columns (the padding of a
+    packed weight's N to whole panels: Llama's 288 columns in panels of 64), how many columns of
+    the last panel to store; None when that saves less than MIN_TRIM_BYTES. Zero means bit-zero
+    (-0.0 is kept), so the rebuilt array is the packed one byte for byte."""
+    if a.ndim != 3 or a.size == 0:
+        return None
+    bits = a[-1].view(np.dtype(f"u{a.dtype.itemsize}"))
+    nonzero = np.flatnonzero(bits.any(axis=0))
+    keep = int(nonzero[-1]) + 1 if nonzero.size else 0
+    return keep if (a.shape[2] - keep) * a.shape[1] * a.dtype.itemsize >= MIN_TRIM_BYTES else None
+
+
 def pack_constants(constants: dict) -> tuple[bytes, dict]:
-    """{name: array} -> (section bytes, {name: {offset, nbytes, dtype, shape}})."""
+    """{name: array} -> (section bytes, {name: {offset, nbytes, dtype, shape[, tail]}}).
+
+    A packed weight whose last column panel is mostly zero padding is stored without it: its
+    full panels, then the last panel's first `tail` columns (`CpuBlob.constant` rebuilds
+    it). Llama-15M's fp32 weights padded 288 -> 320 columns carried 1.4 MB of zeros."""
     out = bytearray()
     table = {}
     for name, array in constants.items():
         a = np.require(np.asarray(array), requirements="C")
         offset = _pad(len(out))
         out.extend(b"\x00" * (offset - len(out)))
-        out.extend(a.tobytes())
-        table[name] = {"offset": offset, "nbytes": a.nbytes, "dtype": a.dtype.name, "shape": list(a.shape)}
+        info = {"offset": offset, "dtype": a.dtype.name, "shape": list(a.shape)}
+        tail = _kept_tail(a)
+        if tail is None:
+            data = a.tobytes()
+        else:
+            data = a[:-1].tobytes() + np.ascontiguousarray(a[-1, :, :tail]).tobytes()
+            info["tail"] = tail
+        out.extend(data)
+        table[name] = {**info, "nbytes": len(data)}
     return bytes(out), table
 
 
@@ -168,13 +209,18 @@ def deserialize(data: bytes) -> CpuBlob:
                    constants_bytes=_aligned_copy(memoryview(data)[const_off:const_off + const_len]), raw=data)
 
 
+def _aligned_empty(nbytes: int) -> np.ndarray:
+    """An uninitialized uint8 array of `nbytes` starting at a 64-byte boundary."""
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes]
+
+
 def _aligned_copy(section) -> np.ndarray:
     """The constant section as a read-only array starting at a 64-byte boundary, as each constant
     inside it is laid out: the code reads weights with vector loads, and a section at a random
     16-byte offset split them across cache lines (a 256-wide encoder ran 12% slower)."""
-    raw = np.empty(len(section) + ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    out = raw[start:start + len(section)]
+    out = _aligned_empty(len(section))
     out[:] = np.frombuffer(section, dtype=np.uint8)
     out.flags.writeable = False
     return out
@@ -225,8 +271,14 @@ def check_metadata(metadata, constants_size: int) -> None:
         dtype = dtype_of(info.get("dtype"), f"{where}.dtype")
         shape = shape_of(info.get("shape"), f"{where}.shape")
         offset, nbytes = info.get("offset"), info.get("nbytes")
+        count = math.prod(shape)
+        if "tail" in info:  # stored without the last panel's columns from `tail` on
+            tail = info["tail"]
+            if len(shape) != 3 or type(tail) is not int or not 0 <= tail < shape[2] or shape[0] < 1:
+                fail(f"{where}.tail", f"{tail!r} is not a column count of the last panel of {shape}")
+            count -= shape[1] * (shape[2] - tail)
         if type(offset) is not int or type(nbytes) is not int or offset < 0 or offset % ALIGN \
-                or offset + nbytes > constants_size or nbytes != math.prod(shape) * dtype.itemsize:
+                or offset + nbytes > constants_size or nbytes != count * dtype.itemsize:
             fail(where, f"bytes [{offset}, +{nbytes}) of {shape} {dtype} do not fit the {constants_size}-byte "
                         "constant section")
     args = metadata.get("args")

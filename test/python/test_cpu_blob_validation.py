@@ -215,3 +215,31 @@ def test_a_missing_cpu_feature_error_suggests_what_works(obj):
     edge = etc.to_edge(ep).to_backend(CpuPartitioner(cpu="generic", features=""))
     (blob,) = edge.program_ir.delegate_blobs
     assert cpu_blob.deserialize(blob).required_features == []
+
+
+# ------------------------------------------------------------------- trimmed panels
+def test_a_packed_weight_is_stored_without_its_last_panels_zero_columns():
+    """A weight packed into [panels, K, 64] with N = 4.5 panels ends in a panel of 32 zero
+    columns: the blob stores the 32 it needs and `constant` gives back the packed array, bit for
+    bit (-0.0 among the kept columns stays -0.0), 64-byte aligned and read-only."""
+    rng = np.random.default_rng(0)
+    packed = np.zeros((5, 288, 64), np.float32)
+    packed[:4] = rng.standard_normal((4, 288, 64))
+    packed[4, :, :32] = rng.standard_normal((288, 32))
+    packed[4, 7, 31] = -0.0
+    small = np.arange(12, dtype=np.float32).reshape(1, 3, 4)  # nothing worth trimming
+    section, table = cpu_blob.pack_constants({"w": packed, "b": small})
+    assert table["w"]["tail"] == 32 and table["w"]["nbytes"] == packed.nbytes - 288 * 32 * 4
+    assert "tail" not in table["b"]
+    parsed = cpu_blob.deserialize(cpu_blob.serialize(_metadata(), _object(), {"w": packed, "b": small}))
+    w = parsed.constant("w")
+    assert w.tobytes() == packed.tobytes() and w.ctypes.data % 64 == 0 and not w.flags.writeable
+    assert parsed.constant("b").tobytes() == small.tobytes()
+
+
+@pytest.mark.parametrize("tail, message", [(64, "not a column count"), (-1, "not a column count"),
+                                           ("8", "not a column count"), (8, r"bytes \[0, \+64\)")])
+def test_a_trimmed_constant_must_fit_its_shape(obj, tail, message):
+    entry = {"offset": 0, "nbytes": 64, "dtype": "float32", "shape": [2, 4, 64], "tail": tail}
+    with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
+        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants={"w": entry}), obj, bytes(64)))
