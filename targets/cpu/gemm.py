@@ -56,6 +56,7 @@ class KernelConfig:
     nr: int
     kc: int
     min_flops: int = 2 * 32 * 32 * 32  # smaller contractions run as plain loops (a recorded decision)
+    kc_strided: int = 0  # the K block of a B read in place (`kernel_kc`); 0: kc
 
 
 # ------------------------------------------------------------------ recognition
@@ -915,6 +916,17 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, regi
 # ------------------------------------------------------------------ transform script
 
 _ANY = "!transform.any_op"
+
+
+def kernel_kc(g: Gemm, cfg: KernelConfig) -> int:
+    """The K block size `g`'s kernel is built with. A B panel laid out contiguously (a packed
+    weight, a B packed per call, an im2col gathered per panel) is read row after row, and its
+    tile accumulates up to 1.5 kc in registers. B read in place has its panel's rows a row of B
+    apart: at 4 KiB multiples (N = 1024, 2048) they share cache sets, and a long K evicts its
+    own rows (a 1024^3 activation matmul: 118 GFLOP/s in blocks of 128, 76 whole), so it takes
+    the shorter `kc_strided` (tile-gemm-kernels makes the same choice from the tile layout)."""
+    contiguous = not b_in_place(g, cfg) or gather_per_panel(g, cfg)
+    return cfg.kc if contiguous or not cfg.kc_strided else cfg.kc_strided
 
 
 def k_block(K: int, kc: int) -> int:

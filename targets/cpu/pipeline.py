@@ -41,7 +41,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     # no window or row kernels (they are vector code).
     windows = [f"etc-cpu-window-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
-    tile = f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1}"
+    tile = (f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1} "
+            f"kc-strided={isa.gemm_kc_strided or isa.gemm_kc or 1}")
     steps = [
         # Int8 contractions -> dot-product kernels with the requantization in registers (lower_quantized.py).
         f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",

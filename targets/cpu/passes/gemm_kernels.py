@@ -46,6 +46,7 @@ class TileOptions:
     mr: int = option(6, help="rows of the register tile")
     nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
     kc: int = option(128, help="K block: up to 1.5 kc accumulate in registers, longer K is split into blocks")
+    kc_strided: int = option(128, help="the K block when B is read in place (its panel's rows a row of B apart)")
 
 
 @register_pass
@@ -63,7 +64,7 @@ class GemmKernels(Pass):
         o = self.options
         if o.nr % o.lanes or o.mr < 1 or o.kc < 1:
             raise self.error(f"{self.name}: nr={o.nr} must be a multiple of lanes={o.lanes}, mr and kc positive")
-        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, min_flops=o.min_flops)
+        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, min_flops=o.min_flops, kc_strided=o.kc_strided)
         entry = entry_function(module_op)
         with module_op.context, ir.Location.unknown():
             if o.lanes == 1:

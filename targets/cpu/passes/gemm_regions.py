@@ -114,7 +114,7 @@ class GemmRegions(Pass):
 
     def run(self, module_op) -> None:
         o = self.options
-        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc)
+        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided)
         entry = entry_function(module_op)
         body = module_op.regions[0].blocks[0]
         declarations = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in body.operations
@@ -157,7 +157,8 @@ class GemmRegions(Pass):
             consumer, inputs, arg_types, constants = self._epilogue(consumer, reshape or call, lay, extras)
             if consumer is None:
                 seen = None
-        region = gemm.Region(init, [e for _, e in extras], inputs, arg_types, body=consumer is not None, kc=cfg.kc)
+        region = gemm.Region(init, [e for _, e in extras], inputs, arg_types, body=consumer is not None,
+                             kc=gemm.kernel_kc(g, cfg))
         text = gemm.kernel_function(g, cfg, name, tag, region, seen)
         try:
             parsed = ir.Module.parse(text, module_op.context)

@@ -33,7 +33,7 @@ class TileGemmKernels(Pass):
 
     def run(self, module_op) -> None:
         o = self.options
-        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc)
+        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided)
         found: dict = {}  # kernel tag -> {"": rows, "_epi": True, "_init": True}
         for op in walk(module_op, ("linalg.generic",)):
             names = [op.attributes[i].name for i in range(len(op.attributes))]
@@ -49,7 +49,10 @@ class TileGemmKernels(Pass):
                 entry["K"] = ir.RankedTensorType(op.operands[0].type).shape[-1]
         # Without an epilogue the contraction is the root and its init stays a pass of its own
         # (a destination cannot be fused into the loops that carry it).
-        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e, gemm.k_block(e["K"], o.kc), e["K"],
+        # The K block: kc when the B panel is contiguous (packed, or gathered per panel), else
+        # kc-strided (B read in place: gemm.kernel_kc made the same choice building the kernel).
+        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e,
+                    gemm.k_block(e["K"], o.kc if e["split"] or "_col" in e else o.kc_strided), e["K"],
                     e["split"], e["cols"], "_col" in e) for tag, e in found.items()]
         for op in walk(module_op, ("func.call",)):
             if gemm.GEMM_ATTR in op.attributes:
