@@ -117,7 +117,7 @@ def _kept_tail(a: np.ndarray) -> "int | None":
     packed weight's N to whole panels: Llama's 288 columns in panels of 64), how many columns of
     the last panel to store; None when that saves less than MIN_TRIM_BYTES. Zero means bit-zero
     (-0.0 is kept), so the rebuilt array is the packed one byte for byte."""
-    if a.ndim != 3 or a.size == 0:
+    if a.ndim != 3 or a.size == 0 or a.dtype.itemsize not in (1, 2, 4, 8):
         return None
     bits = a[-1].view(np.dtype(f"u{a.dtype.itemsize}"))
     nonzero = np.flatnonzero(bits.any(axis=0))
