@@ -29,9 +29,9 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
+from etc.targets.cpu.gemm import _ANY, _apply_script
 from etc.targets.cpu.passes._util import walk
 
-_ANY = "!transform.any_op"
 _TAG = "etc.block_transpose"
 _OPS = ("linalg.generic", "linalg.transpose")
 
@@ -74,8 +74,6 @@ class BlockTransposes(Pass):
                                       "share few cache sets)")
 
     def run(self, module_op) -> None:
-        from etc.targets.cpu.gemm import _apply_script
-
         tile = self.options.tile
         blocked = []
         for op in walk(module_op, _OPS):
