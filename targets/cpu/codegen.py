@@ -24,6 +24,7 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
+from etc.targets.cpu import elf
 from etc.targets.cpu.isa import CpuTarget, init_llvm
 
 
@@ -230,7 +231,8 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
                 out_of_line=()) -> tuple[bytes, str]:
     """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file. The functions
     `internalize` names get internal linkage; those `out_of_line` names are never inlined (the
-    dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one).
+    dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one). The object
+    comes without the symbols no loader needs (`elf.compact`).
 
     LLVM's loop unrolling is off: the cpu pipeline already unrolls the vector micro-kernels
     (GEMM register tiles, window taps), and unrolling the rest measured no faster (ResNet's
@@ -265,4 +267,4 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
-    return tm.emit_object(mod), str(mod)
+    return elf.compact(tm.emit_object(mod)), str(mod)

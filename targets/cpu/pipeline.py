@@ -202,7 +202,6 @@ def blob_metadata(result, threads: int) -> dict:
         "producer": "etc cpu target",
         "triple": target.triple,
         "cpu": target.cpu,
-        "features": target.features,
         "required_features": target.required_features,
         "entry": result.entry,
         "args": [a.to_json() for a in result.args],

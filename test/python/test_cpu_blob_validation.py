@@ -109,14 +109,16 @@ def test_metadata_is_checked(obj, change, message):
         CompiledFunction(cpu_blob.serialize(meta, obj))
 
 
-def _raw_blob(meta: dict, obj: bytes, section: bytes) -> bytes:
-    """A blob with exactly this metadata (serialize() would rebuild the constant table), CRC fixed."""
+def _raw_blob(meta: dict, obj: bytes, section: bytes, *, deflated: tuple | None = None) -> bytes:
+    """A blob with exactly this metadata (serialize() would rebuild the constant table), CRC fixed;
+    `deflated`: the (metadata, object) section bytes as they are, instead of deflating these."""
     import json
+    import zlib
 
-    meta_bytes = json.dumps(meta).encode()
+    meta_bytes, obj = deflated or (zlib.compress(json.dumps(meta).encode()), zlib.compress(obj))
     pad = cpu_blob._pad
-    meta_off = pad(cpu_blob._HEADER.size)
-    obj_off = pad(meta_off + len(meta_bytes))
+    meta_off = cpu_blob._HEADER.size
+    obj_off = meta_off + len(meta_bytes)
     const_off = pad(obj_off + len(obj))
     out = bytearray(cpu_blob._HEADER.pack(cpu_blob.MAGIC, cpu_blob.VERSION, 0, meta_off, len(meta_bytes), obj_off,
                                           len(obj), const_off, len(section)))
@@ -125,6 +127,40 @@ def _raw_blob(meta: dict, obj: bytes, section: bytes) -> bytes:
         out.extend(payload)
     struct.pack_into("<I", out, 12, cpu_blob._crc(out))
     return bytes(out)
+
+
+@pytest.mark.parametrize("which, damage, message", [
+    (1, lambda z: z[:-4] + bytes(4), "not a zlib stream"),  # its Adler-32 wrong
+    (1, lambda z: b"ELF!" + z, "not a zlib stream"),
+    (1, lambda z: z[:len(z) // 2], "not one whole zlib stream"),
+    (0, lambda z: z + b"more", "not one whole zlib stream"),
+    (1, lambda z: __import__("zlib").compress(bytes(2 << 20)), "inflates past"),
+])
+def test_the_deflated_sections_are_checked(obj, monkeypatch, which, damage, message):
+    """The metadata and the code are zlib streams: one that is not, has bytes after its end, or
+    inflates past the bound (set low here) is a BlobFormatError, the CRC being right."""
+    import json
+    import zlib
+
+    monkeypatch.setitem(cpu_blob.MAX_INFLATED, "object", 1 << 20)
+    sections = [zlib.compress(json.dumps(_metadata()).encode()), zlib.compress(obj)]
+    assert cpu_blob.deserialize(_raw_blob(_metadata(), obj, b"", deflated=tuple(sections))).object_bytes == obj
+    sections[which] = damage(sections[which])
+    with pytest.raises(cpu_blob.BlobFormatError, match=message):
+        cpu_blob.deserialize(_raw_blob(_metadata(), obj, b"", deflated=tuple(sections)))
+
+
+def test_the_code_and_metadata_are_stored_deflated(obj):
+    """What the blob stores of the code and its description is their deflated bytes, and reading
+    gives them back exactly."""
+    import json
+    import zlib
+
+    data = cpu_blob.serialize(_metadata(), obj)
+    _, _, _, meta_off, meta_len, obj_off, obj_len, _, _ = cpu_blob._HEADER.unpack_from(data)
+    assert zlib.decompress(data[obj_off:obj_off + obj_len]) == obj and obj_len < len(obj)
+    assert json.loads(zlib.decompress(data[meta_off:meta_off + meta_len]))["entry"] == "entry"
+    assert cpu_blob.deserialize(data).object_bytes == obj
 
 
 @pytest.mark.parametrize("entry, message", [

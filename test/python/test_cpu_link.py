@@ -173,3 +173,57 @@ def test_elf_object_info_rejects_truncated_objects():
     assert cpu_runtime.elf_object_info(b"not an object") is None
     with pytest.raises(BackendError, match="not a valid ELF object: section header table"):
         cpu_runtime.check_linkable(obj[:200])
+
+
+def test_compacted_objects_keep_only_the_symbols_a_loader_needs_and_compute_the_same():
+    """`elf.compact` (every cpu object goes through it) drops the file symbol, local functions and
+    the constant pools' `.LCPI` labels, pointing their relocations at the section instead: the
+    linked code computes the same, externals (stubs) and the entry still resolve."""
+    import llvmlite.binding as llvm
+
+    from etc.targets.cpu import elf as cpu_elf
+
+    cpu_runtime._llvm()
+    text = """
+    declare float @erff(float)
+    define internal float @twice(float %v) noinline {
+      %r = fmul float %v, 2.0
+      ret float %r
+    }
+    define void @entry(ptr %args) {
+      %pin = load ptr, ptr %args
+      %s1 = getelementptr ptr, ptr %args, i64 1
+      %pout = load ptr, ptr %s1
+      %x = load <4 x float>, ptr %pin
+      %y = fmul <4 x float> %x, <float 1.5, float 2.5, float 3.5, float 4.5>
+      %z = fadd <4 x float> %y, <float 0.25, float 0.5, float 0.75, float 1.0>
+      %e = extractelement <4 x float> %z, i32 0
+      %t = call float @twice(float %e)
+      %m = call float @erff(float %t)
+      %w = insertelement <4 x float> %z, float %m, i32 0
+      store <4 x float> %w, ptr %pout
+      ret void
+    }
+    """
+    mod = llvm.parse_assembly(text)
+    mod.triple = llvm.get_process_triple()
+    tm = llvm.Target.from_default_triple().create_target_machine(reloc="pic", codemodel="default", opt=0)
+    obj = tm.emit_object(mod)
+    small = cpu_elf.compact(obj)
+    before, after = cpu_elf.Elf(obj), cpu_elf.Elf(small)
+    assert any(name.startswith(".LCPI") for name, _, _ in before.symbols)
+    assert "twice" in {name for name, _, _ in before.symbols}
+    assert {name for name, _, _ in after.symbols} == {"", "entry", "erff"}
+    assert len(small) < len(obj) and cpu_elf.compact(small) == small
+    assert len(after.relocations) == len(before.relocations)
+
+    def run(o):
+        meta = {"triple": llvm.get_process_triple(), "cpu": "generic", "required_features": [], "entry": "entry",
+                "scratch_bytes": 0, "num_threads": 1, "entry_abi": "flat", "producer": "test",
+                "args": [{"kind": "input", "dtype": "float32", "shape": [4], "name": "0"},
+                         {"kind": "output", "dtype": "float32", "shape": [4], "name": "0"}]}
+        return cpu_runtime.CompiledFunction(cpu_blob.serialize(meta, o))(np.array([1, 2, 3, 4], np.float32))
+
+    got, want = run(small), run(obj)
+    np.testing.assert_array_equal(got, want)
+    assert want[1] == 2 * 2.5 + 0.5 and abs(want[0] - 0.99999) < 1e-4  # erf(2 * 1.75)
