@@ -93,21 +93,26 @@ class CpuBlob:
         return list(self.metadata.get("required_features", []))
 
     def constant(self, name: str) -> np.ndarray:
-        """Constant `name`: a read-only view into the blob (no copy), or, stored with its last
-        panel trimmed (`tail`), the whole array rebuilt at a 64-byte boundary, zeros restored."""
+        """Constant `name`: a read-only view into the blob (no copy), or, stored narrower
+        (`stored`) or with its last panel trimmed (`tail`), the whole array rebuilt at a 64-byte
+        boundary, widened and zeros restored."""
         info = self.metadata["constants"][name]
         dtype = np.dtype(info["dtype"])
+        stored_dtype = np.dtype(info.get("stored", info["dtype"]))
         buf = np.frombuffer(self.constants_bytes, dtype=np.uint8, count=info["nbytes"], offset=info["offset"])
+        stored = buf.view(stored_dtype)
         shape = info["shape"]
-        if "tail" not in info:
-            return buf.view(dtype).reshape(shape)
-        panels, rows, cols = shape
-        head = (panels - 1) * rows * cols
-        stored = buf.view(dtype)
+        if "tail" not in info and stored_dtype == dtype:
+            return stored.reshape(shape)
         out = _aligned_empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
-        out[:-1] = stored[:head].reshape(panels - 1, rows, cols)
-        out[-1] = 0
-        out[-1, :, :info["tail"]] = stored[head:].reshape(rows, info["tail"])
+        if "tail" in info:
+            panels, rows, cols = shape
+            head = (panels - 1) * rows * cols
+            out[:-1] = stored[:head].reshape(panels - 1, rows, cols)
+            out[-1] = 0
+            out[-1, :, :info["tail"]] = stored[head:].reshape(rows, info["tail"])
+        else:
+            out[...] = stored.reshape(shape)
         out.flags.writeable = False
         return out
 
@@ -133,12 +138,36 @@ def _kept_tail(a: np.ndarray) -> "int | None":
     return keep if (a.shape[2] - keep) * a.shape[1] * a.dtype.itemsize >= MIN_TRIM_BYTES else None
 
 
+# Narrower element types a constant may be stored as, when every value survives the round trip
+# bit for bit: integers in int8/int16 range, floats that are such integers or float16 values.
+_NARROWER = {"i": ("int8", "int16"), "f": ("int8", "int16", "float16")}
+MIN_NARROW_BYTES = 256
+
+
+def _narrow_dtype(a: np.ndarray) -> "np.dtype | None":
+    """The narrowest type of _NARROWER that holds every element of `a` exactly (bit for bit, so
+    -0.0 and NaN payloads rule a float out of the integers), when that saves MIN_NARROW_BYTES."""
+    for name in _NARROWER.get(a.dtype.kind, ()):
+        narrow = np.dtype(name)
+        if narrow.itemsize >= a.dtype.itemsize or a.size * (a.dtype.itemsize - narrow.itemsize) < MIN_NARROW_BYTES:
+            continue
+        flat = a.reshape(-1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            if all(np.array_equal(part.astype(narrow).astype(a.dtype).view(np.uint8), part.view(np.uint8))
+                   for part in (flat[:1024], flat)):  # most arrays fail on their first elements
+                return narrow
+    return None
+
+
 def pack_constants(constants: dict) -> tuple[bytes, dict]:
-    """{name: array} -> (section bytes, {name: {offset, nbytes, dtype, shape[, tail]}}).
+    """{name: array} -> (section bytes, {name: {offset, nbytes, dtype, shape[, tail][, stored]}}).
 
     A packed weight whose last column panel is mostly zero padding is stored without it: its
-    full panels, then the last panel's first `tail` columns (`CpuBlob.constant` rebuilds
-    it). Llama-15M's fp32 weights padded 288 -> 320 columns carried 1.4 MB of zeros."""
+    full panels, then the last panel's first `tail` columns. Llama-15M's fp32 weights padded
+    288 -> 320 columns carried 1.4 MB of zeros. A constant whose values a narrower type holds
+    exactly is stored as that type (`stored`): an int8 filter the f32 depthwise kernel reads
+    widened (etc-cpu-prepack-constants folds the cast) ships as int8. `CpuBlob.constant`
+    rebuilds both at load."""
     out = bytearray()
     table = {}
     for name, array in constants.items():
@@ -146,6 +175,10 @@ def pack_constants(constants: dict) -> tuple[bytes, dict]:
         offset = _pad(len(out))
         out.extend(b"\x00" * (offset - len(out)))
         info = {"offset": offset, "dtype": a.dtype.name, "shape": list(a.shape)}
+        narrow = _narrow_dtype(a)
+        if narrow is not None:
+            info["stored"] = narrow.name
+            a = a.astype(narrow)
         tail = _kept_tail(a)
         if tail is None:
             data = a.tobytes()
@@ -294,6 +327,11 @@ def check_metadata(metadata, constants_size: int) -> None:
         dtype = dtype_of(info.get("dtype"), f"{where}.dtype")
         shape = shape_of(info.get("shape"), f"{where}.shape")
         offset, nbytes = info.get("offset"), info.get("nbytes")
+        if "stored" in info:  # stored as a narrower type
+            stored = dtype_of(info["stored"], f"{where}.stored")
+            if stored.name not in _NARROWER.get(dtype.kind, ()) or stored.itemsize >= dtype.itemsize:
+                fail(f"{where}.stored", f"{stored} is not a narrower type {dtype} is stored as")
+            dtype = stored
         count = math.prod(shape)
         if "tail" in info:  # stored without the last panel's columns from `tail` on
             tail = info["tail"]

@@ -518,7 +518,18 @@ def _conv_depthwise_f32(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     t.emit(f"}} -> {_t(x_shape, 'f32')}")
     zero = t.const("0.0", "f32")
     xp, (_, _, Hp, Wp) = _pad(t, "%xf", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], zero, "f32")
-    t.emit(f"%w = arith.constant {_dense(weight.reshape(C, KH, KW).astype(np.float32), 'f32')}")
+    # The filter widened from the int8 weight argument: etc-cpu-prepack-constants folds the cast
+    # when the blob is built, which stores it as int8 again (`blob.pack_constants`).
+    t.emit(f"%wc = tensor.collapse_shape %arg1 [[0, 1], [2], [3]] : {_t([C, 1, KH, KW], 'i8')} into "
+           f"{_t([C, KH, KW], 'i8')}")
+    t.emit(f"%we = tensor.empty() : {_t([C, KH, KW], 'f32')}")
+    ident3 = "affine_map<(d0, d1, d2) -> (d0, d1, d2)>"
+    t.emit(f"%w = linalg.generic {{indexing_maps = [{ident3}, {ident3}], iterator_types = [{_parallel(3)}]}} "
+           f"ins(%wc : {_t([C, KH, KW], 'i8')}) outs(%we : {_t([C, KH, KW], 'f32')}) {{")
+    t.emit("^bb0(%wi: i8, %wo: f32):")
+    t.emit("  %wf = arith.sitofp %wi : i8 to f32")
+    t.emit("  linalg.yield %wf : f32")
+    t.emit(f"}} -> {_t([C, KH, KW], 'f32')}")
     t.emit(f"%ie = tensor.empty() : {_t(out_shape, 'f32')}")
     t.emit(f"%init = linalg.fill ins({zero} : f32) outs(%ie : {_t(out_shape, 'f32')}) -> {_t(out_shape, 'f32')}")
     t.emit(f"%acc = linalg.depthwise_conv_2d_nchw_chw {{dilations = dense<[{dh}, {dw}]> : tensor<2xi64>, "
@@ -538,7 +549,7 @@ def _conv_depthwise_f32(e, a: dict, op, weight: np.ndarray) -> ir.Value:
     q = _requant_body(t, "%ra", None, "%rm", "%rb")
     t.emit(f"  linalg.yield {q} : i8")
     t.emit(f"}} -> {_t(out_shape, 'i8')}")
-    return _splice(op, [a["_t_input"]], t.text(), _t(out_shape, "i8"))
+    return _splice(op, [a["_t_input"], a["_t_weight"]], t.text(), _t(out_shape, "i8"))
 
 
 def _shape0(value) -> list:

@@ -279,3 +279,50 @@ def test_a_trimmed_constant_must_fit_its_shape(obj, tail, message):
     entry = {"offset": 0, "nbytes": 64, "dtype": "float32", "shape": [2, 4, 64], "tail": tail}
     with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
         cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants={"w": entry}), obj, bytes(64)))
+
+
+# ------------------------------------------------------------------- narrowed constants
+def test_a_constant_a_narrower_type_holds_exactly_is_stored_as_it():
+    """f32 holding int8 values (a widened int8 filter) is stored as int8, int32 small values as
+    int16, f32 holding float16 values as float16; -0.0, NaN, a fraction or a value out of range
+    keeps the wider type. `constant` gives back the array bit for bit, aligned and read-only."""
+    rng = np.random.default_rng(1)
+    filt = rng.integers(-128, 128, (64, 3, 3)).astype(np.float32)
+    cases = {
+        "filt": (filt, "int8"),
+        "i32": (rng.integers(-30000, 30000, 300).astype(np.int32), "int16"),
+        "half": (rng.standard_normal(300).astype(np.float16).astype(np.float32), "float16"),
+        "negzero": (np.where(np.arange(filt.size) == 5, np.float32(-0.0), filt.reshape(-1)).astype(np.float32), "float16"),
+        "nan": (np.where(np.arange(600) == 599, np.nan, np.arange(600) % 100).astype(np.float32), "float16"),
+        "fraction": (filt + np.float32(1 / 3), None),
+        "wide": (np.arange(300, dtype=np.float32) * 1000, None),
+        "small": (np.arange(16, dtype=np.float32), None),  # saves too little to be worth a copy
+    }
+    section, table = cpu_blob.pack_constants({k: a for k, (a, _) in cases.items()})
+    for name, (array, stored) in cases.items():
+        assert table[name].get("stored") == stored, name
+    parsed = cpu_blob.deserialize(cpu_blob.serialize(_metadata(), _object(), {k: a for k, (a, _) in cases.items()}))
+    for name, (array, _) in cases.items():
+        got = parsed.constant(name)
+        assert got.dtype == array.dtype and got.shape == array.shape and got.tobytes() == array.tobytes(), name
+        assert got.ctypes.data % 64 == 0 and not got.flags.writeable
+    assert table["filt"]["nbytes"] == filt.size
+
+
+def test_a_packed_weight_both_narrowed_and_trimmed_comes_back_whole():
+    packed = np.zeros((3, 96, 64), np.float32)
+    packed[:2] = np.random.default_rng(2).integers(-128, 128, (2, 96, 64))
+    packed[2, :, :8] = 7
+    section, table = cpu_blob.pack_constants({"w": packed})
+    assert table["w"]["stored"] == "int8" and table["w"]["tail"] == 8
+    parsed = cpu_blob.deserialize(cpu_blob.serialize(_metadata(), _object(), {"w": packed}))
+    assert parsed.constant("w").tobytes() == packed.tobytes()
+
+
+@pytest.mark.parametrize("stored, message", [("int32", "not a narrower type"), ("uint8", "not a narrower type"),
+                                             ("float16", "not a narrower type"),
+                                             ("int16", r"bytes \[0, \+16\)")])
+def test_a_narrowed_constant_must_name_a_narrower_type(obj, stored, message):
+    entry = {"offset": 0, "nbytes": 16, "dtype": "int32", "shape": [4], "stored": stored}
+    with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
+        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants={"w": entry}), obj, bytes(16)))

@@ -13,9 +13,12 @@ whose `etc.cpu.pack` is the chain as a function of the source constant; the cpu 
 evaluates it with numpy (`evaluate_pack`) when it writes the blob. Arguments nothing reads
 any more are dropped. A value is foldable when it is computed only from constant arguments
 by layout ops: `tensor.collapse_shape`, `tensor.expand_shape`, `tensor.extract_slice`
-(static), `tensor.pad` (static, a constant pad value), `linalg.transpose` and a
-`linalg.generic` that only permutes its input into a `tensor.empty`. A chain whose result
-would be much larger than its source (a broadcast-like pad) is left to run at call time.
+(static), `tensor.pad` (static, a constant pad value), `linalg.transpose`, a
+`linalg.generic` that only permutes its input into a `tensor.empty`, and one that only widens
+its elements (`arith.sitofp`, `arith.extsi`, `arith.extf`: the int8 depthwise filter the f32
+window kernel reads; the blob stores such a constant narrow again, `blob.pack_constants`). A
+chain whose result would have many more elements than its source (a broadcast-like pad) is
+left to run at call time.
 """
 
 from __future__ import annotations
@@ -67,6 +70,35 @@ def _perm_of_copy(op) -> list[int] | None:
     return [in_dims.index(i) for i in range(n)]
 
 
+# Element casts that widen exactly (every source value has its own result value), and the numpy
+# types of the elements they read and write. A source is read through its own type's view: the
+# same bytes may arrive as uint8 (MLIR's integers are signless); bf16 has no numpy type.
+_WIDENING_CASTS = {"arith.sitofp": ("i8", "i16", "i32"), "arith.extsi": ("i8", "i16", "i32"), "arith.extf": ("f16",)}
+_NUMPY_ELEMENT = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "i64": np.int64, "i32": np.int32,
+                  "i16": np.int16, "i8": np.int8}
+
+
+def _widening_cast(op):
+    """For `out[d...] = cast(in[d...])` generics with a widening cast: the (source, result) numpy
+    dtypes."""
+    if len(op.operands) != 2 or len(op.results) != 1:
+        return None
+    block = op.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    if len(ops) != 2 or ops[0].name not in _WIDENING_CASTS or ops[1].name != "linalg.yield":
+        return None
+    source = str(ir.RankedTensorType(op.operands[0].type).element_type)
+    result = str(ir.RankedTensorType(op.results[0].type).element_type)
+    if source not in _WIDENING_CASTS[ops[0].name] or result not in _NUMPY_ELEMENT:
+        return None
+    if ops[0].operands[0] != block.arguments[0] or ops[1].operands[0] != ops[0].results[0]:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if any(m != ir.AffineMap.get_identity(m.n_dims) for m in maps):
+        return None
+    return np.dtype(_NUMPY_ELEMENT[source]), np.dtype(_NUMPY_ELEMENT[result])
+
+
 def _pad_value(op):
     yields = [o for o in op.regions[0].blocks[0].operations if o.operation.name == "tensor.yield"]
     if len(yields) != 1:
@@ -114,10 +146,19 @@ def _evaluate(op, inputs: list):
     if name == "linalg.transpose":
         return np.transpose(inputs[0], _dense_ints(op, "permutation"))
     if name == "linalg.generic":
-        perm = _perm_of_copy(op)
-        if perm is None or inputs[0] is None:
+        if inputs[0] is None:
             return NotImplemented
-        return np.transpose(inputs[0], perm)
+        perm = _perm_of_copy(op)
+        if perm is not None:
+            return np.transpose(inputs[0], perm)
+        cast = _widening_cast(op)
+        if cast is None:
+            return NotImplemented
+        source, result = cast
+        value = inputs[0]
+        if value.dtype != source:  # the stand-ins are float32; data of the source's width is viewed
+            value = value.view(source) if value.dtype.itemsize == source.itemsize else value.astype(source)
+        return value.astype(result)
     return NotImplemented
 
 
