@@ -102,7 +102,7 @@ MODELS: dict[str, Model] = {m.name: m for m in [
 # ---------------------------------------------------------------- one model, in the child
 # The child's protocol is bench_models': JSON lines to the parent, a failing backend a one-line error in
 # its row (printed under Failures in BENCHMARKS.md), a crash or a timeout a row too (run_child).
-from etc.tools.bench_models import _emit, _error  # noqa: E402
+from etc.tools.bench_models import _emit, _error, not_tuned_lines  # noqa: E402
 
 
 class _Backend:
@@ -130,6 +130,7 @@ def _etc_backend(programs: dict, stats: dict, prefix: str):
     stats[f"{prefix}_partitions"] = sum(r.partitions for r in reports)
     stats[f"{prefix}_delegated_ops"] = sum(sum(r.delegated.values()) for r in reports)
     stats[f"{prefix}_portable_ops"] = sum(sum(r.portable.values()) for r in reports)
+    stats[f"{prefix}_not_tuned"] = not_tuned_lines(reports)
     method = Runtime.get().load_program(program.buffer).load_method("forward")
     return _Backend(lambda t, p: method.execute([t, p])[0], lambda x: x.numpy())
 
@@ -344,8 +345,11 @@ def render(rows: list[dict], decode_tokens: int) -> str:
         parts = []
         for key, what in (("etc", "etc cpu"), ("etc_static", "etc cpu static")):
             if r.get(f"{key}_partitions") is not None:
+                off_path = r.get(f"{key}_not_tuned") or []
                 parts.append(f"{what}: {r[f'{key}_partitions']} delegate partition(s), "
-                             f"{r.get(f'{key}_portable_ops', 0)} op(s) on portable kernels")
+                             f"{r.get(f'{key}_portable_ops', 0)} op(s) on portable kernels, decisions off the "
+                             "tuned path: " + ("; ".join(line.removeprefix("NOT TUNED").strip() for line in off_path)
+                                               or "none"))
         for key, what in (("xnnpack", "XNNPACK"), ("xnnpack_static", "XNNPACK static")):
             if r.get(f"{key}_delegate_calls") is not None:
                 parts.append(f"{what}: {r[f'{key}_delegate_calls']} delegate call(s) + "

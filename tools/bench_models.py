@@ -179,7 +179,8 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
             _emit(etc_compile_s=compile_s, etc_compile_cpu_s=compile_cpu_s, etc_partitions=sum(r.partitions for r in reports),
                   etc_delegated_ops=sum(sum(r.delegated.values()) for r in reports),
                   etc_portable_ops=sum(portable.values()),
-                  etc_portable=", ".join(f"{op.removeprefix('edge.')} x{n}" for op, n in sorted(portable.items())))
+                  etc_portable=", ".join(f"{op.removeprefix('edge.')} x{n}" for op, n in sorted(portable.items())),
+                  etc_not_tuned=not_tuned_lines(reports))
             _emit(stage="etc load")
             method = Runtime.get().load_program(etc_program.buffer).load_method("forward")
             _emit(stage="etc execute")
@@ -305,6 +306,13 @@ def _portable_text(ops) -> str:
     return f"{len(ops)}: " + ", ".join(f"{op}" + (f" x{n}" if n > 1 else "") for op, n in counts.items())
 
 
+def not_tuned_lines(reports) -> list[str]:
+    """The delegation reports' decisions off the tuned path ("NOT TUNED <kind> -> <path>: <reason>
+    xN"): what the benchmark table cannot show, a layer that fell back, said by the compiler."""
+    return [line for r in reports for lines in r.backend_lines.values() for line in lines
+            if line.startswith("NOT TUNED")]
+
+
 def geomean_etc_over_xnnpack(rows: list[dict], *, all_delegated: bool = False) -> tuple[float | None, int]:
     """Geomean of etc / XNNPACK over the models both ran; `all_delegated`: only those ExecuTorch ran
     wholly in XNNPACK (no op left to its portable kernels, which can dominate: below)."""
@@ -351,6 +359,14 @@ def render(rows: list[dict]) -> str:
         lines.append(f"| {r['name']} | {_s(r.get('etc_compile_s'))} | {_s(r.get('xnnpack_compile_s'))} | "
                      f"{_s(r.get('etc_compile_cpu_s'))} | {_s(r.get('xnnpack_compile_cpu_s'))} | "
                      f"{_ratio(r.get('etc_compile_cpu_s'), r.get('xnnpack_compile_cpu_s'))} |")
+    measured = [r for r in rows if "etc_not_tuned" in r]
+    off_path = [(r["name"], r["etc_not_tuned"]) for r in measured if r["etc_not_tuned"]]
+    if measured:
+        lines += ["", "Decisions off the tuned path (the delegation report's NOT TUNED lines): "
+                  + ("none, in every model." if not off_path else "")]
+        if off_path:
+            lines += [""] + [f"- {name}: " + "; ".join(line.removeprefix("NOT TUNED").strip() for line in found)
+                             for name, found in off_path]
     portable = [(r["name"], r["etc_portable"]) for r in rows if r.get("etc_portable")]
     if portable:
         lines += ["", "Ops etc ran outside its cpu delegates (portable kernels), per model:", ""]

@@ -44,8 +44,12 @@ def test_measure_reports_every_phase_and_matches_eager(monkeypatch, capsys):
     assert row["etc_maxdiff"] < 1e-4 * max(1.0, row["ref_max"])
     assert row["etc_static_maxdiff"] < 1e-4 * max(1.0, row["ref_max"])
     assert row["etc_static_portable_ops"] == 0  # a static length: the whole decoder in one cpu delegate
+    assert isinstance(row["etc_not_tuned"], list) and isinstance(row["etc_static_not_tuned"], list)
     table = bench_llm.render([{**row, "name": "tiny"}], decode_tokens=2)
     assert "| tiny | decode | " in table and "| tiny | decode, static 1-token export | " in table
+    assert "decisions off the tuned path: " in table
+    text = bench_llm.render([{**row, "name": "tiny", "etc_not_tuned": ["NOT TUNED  reduction -> loops: why x2"]}], 2)
+    assert "decisions off the tuned path: reduction -> loops: why x2" in text
 
 
 def test_measure_isolated_names_the_backend_that_crashed(monkeypatch):

@@ -24,3 +24,25 @@ def test_table_names_the_ops_executorch_left_outside_xnnpack():
     assert lines[4].endswith("| n/a |")
     assert "**Geomean etc cpu / ExecuTorch XNNPACK over the 2 model(s) both ran: 0.02x**" in text
     assert "Over the 1 model(s) ExecuTorch ran wholly in XNNPACK" in text and ": 0.50x." in text
+
+
+def test_the_section_lists_each_models_decisions_off_the_tuned_path():
+    rows = _rows()
+    rows[0]["etc_not_tuned"] = []
+    rows[1]["etc_not_tuned"] = ["NOT TUNED  reduction -> loops: a dynamic shape x3"]
+    text = render(rows)
+    assert "Decisions off the tuned path (the delegation report's NOT TUNED lines): " in text
+    assert "- pooled: reduction -> loops: a dynamic shape x3" in text
+    rows[1]["etc_not_tuned"] = []
+    assert "NOT TUNED lines): none, in every model." in render(rows)
+    assert "Decisions off the tuned path" not in render(_rows())  # no model compiled by etc
+
+
+def test_not_tuned_lines_come_from_every_delegate_of_every_report():
+    from types import SimpleNamespace
+
+    from etc.tools.bench_models import not_tuned_lines
+
+    reports = [SimpleNamespace(backend_lines={"d0": ["tuned      contraction -> gemm x2", "NOT TUNED  a x1"]}),
+               SimpleNamespace(backend_lines={"d1": [], "d2": ["NOT TUNED  b x2"]})]
+    assert not_tuned_lines(reports) == ["NOT TUNED  a x1", "NOT TUNED  b x2"]
