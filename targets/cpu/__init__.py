@@ -68,6 +68,26 @@ def _spec_dict(compile_specs) -> dict:
     return out
 
 
+def _derivable(derived: dict, used: dict) -> dict:
+    """The recipes of `derived` (the lowering's, naming the weights it read) pointed at the constants
+    the blob stores: a weight prepacked into panels is `<fqn>#packed<i>` (the nibble pairs
+    [NB, K/8, 64], the scales [NB, G, 16]).
+    A recipe whose sources are not stored in that form leaves its constant stored as bytes."""
+    out = {}
+    for name, recipe in derived.items():
+        if name not in used or recipe["op"] != "int4_colsum":
+            continue
+
+        def stored(fqn, rank):
+            return next((n for n, a in used.items() if (n == fqn or n.startswith(f"{fqn}#packed")) and a.ndim == rank),
+                        None)
+
+        weight, scales = stored(recipe["weight"], 3), stored(recipe["scales"], 3)
+        if weight is not None and scales is not None:
+            out[name] = {"op": recipe["op"], "weight": weight, "scales": scales}
+    return out
+
+
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
                      opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, profile: bool = False):
     """An outlined edge function -> (blob bytes, debug info): lower.py to linalg, then
@@ -111,7 +131,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
     # tensor here (same bytes); the blob's constant table must agree with the ABI.
     used = {a.name: np.asarray(lowered.constants[a.name]).reshape(a.shape) for a in result.args
             if a.kind == "constant"}
-    data = blob.serialize(metadata, result.object_bytes, used)
+    data = blob.serialize(metadata, result.object_bytes, used, _derivable(lowered.derived, used))
     debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
              "constant_bytes": sum(getattr(v, "nbytes", 0) for v in used.values()),
              "scratch_bytes": result.scratch_bytes, "to_linalg_s": t1 - t0, **result.stats,

@@ -21,7 +21,9 @@ Metadata: `triple`, `cpu`, `required_features` (the `+` ones: what the running C
 (symbol of `void entry(void **args)`), `args` (entry order; each `kind`
 input/constant/output/scratch, `dtype` (numpy name), `rank`, `shape`, `name`),
 `constants` (fqn -> offset/nbytes/dtype/shape inside the constants section; `tail`: a packed
-[panels, rows, cols] weight stored without its last panel's zero columns from `tail` on),
+[panels, rows, cols] weight stored without its last panel's zero columns from `tail` on;
+`stored`: the narrower type it is stored as; `derive`: no bytes, the recipe the runtime computes
+it by from other constants, `DERIVATIONS`),
 `scratch_bytes`, `num_threads`, `producer`, `in_place` (the [output, input] pairs the code
 computes in one buffer, which the runtime then lets overlap: `CpuBackend.in_place_state`); in a
 profiled build (`CpuPartitioner(profile=True)`) `profile`: `offset` (bytes into the scratch buffer of `regions + 1` int64 counter reads) and
@@ -75,6 +77,7 @@ class CpuBlob:
     constants_bytes: "bytes | np.ndarray" = b""  # deserialize: a read-only, 64-byte aligned uint8 array
     # Parsed-from buffer (kept so that constant views stay valid).
     raw: bytes | None = field(default=None, repr=False)
+    derived: dict = field(default_factory=dict, repr=False)  # constants computed at load (`derive`)
 
     @property
     def triple(self) -> str:
@@ -98,6 +101,14 @@ class CpuBlob:
         boundary, widened and zeros restored."""
         info = self.metadata["constants"][name]
         dtype = np.dtype(info["dtype"])
+        if "derive" in info:
+            if name not in self.derived:
+                compute, _ = DERIVATIONS[info["derive"]["op"]]
+                out = _aligned_empty(math.prod(info["shape"]) * dtype.itemsize).view(dtype).reshape(info["shape"])
+                out[...] = compute(self, info["derive"], info["shape"])
+                out.flags.writeable = False
+                self.derived[name] = out
+            return self.derived[name]
         stored_dtype = np.dtype(info.get("stored", info["dtype"]))
         buf = np.frombuffer(self.constants_bytes, dtype=np.uint8, count=info["nbytes"], offset=info["offset"])
         stored = buf.view(stored_dtype)
@@ -115,6 +126,41 @@ class CpuBlob:
             out[...] = stored.reshape(shape)
         out.flags.writeable = False
         return out
+
+
+def _int4_colsum(blob: "CpuBlob", recipe: dict, shape: list) -> np.ndarray:
+    """C[n] = sum_k w[n, k] ws[n, k / group] of an 8da4w weight, from its panels: the weight's nibble
+    pairs [NB, K/8, 16 x 4] (the program's [N, K/2] bytes regrouped) and the scales [NB, G, 16];
+    computed as the lowering computes it (float64, then float32), so the same bits."""
+    from etc.runtime.kernels.quantized import unpack_int4
+
+    panels, scales = blob.constant(recipe["weight"]), blob.constant(recipe["scales"])
+    nb, kb8, width = scales.shape[0], panels.shape[1], scales.shape[2]
+    panels = panels.reshape(nb, kb8, width, 4)
+    (n,) = shape
+    k = kb8 * 8
+    nibbles = np.ascontiguousarray(panels.transpose(0, 2, 1, 3)).reshape(nb * width, k // 2)[:n]
+    w = unpack_int4(nibbles.view(np.uint8), k).astype(np.float64)
+    s = np.ascontiguousarray(scales.transpose(0, 2, 1)).reshape(nb * width, -1)[:n].astype(np.float32)
+    groups = s.shape[1]
+    return (w.reshape(n, groups, k // groups).sum(axis=2) * s.astype(np.float64)).sum(axis=1).astype(np.float32)
+
+
+def _check_int4_colsum(recipe: dict, shape: list, table: dict, fail) -> None:
+    w, s = table.get(recipe.get("weight")), table.get(recipe.get("scales"))
+    if not (isinstance(w, dict) and isinstance(s, dict) and "derive" not in w and "derive" not in s):
+        fail("derive", f"{recipe!r} does not name two stored constants")
+    if len(w["shape"]) != 3 or w["dtype"] != "int8" or len(s["shape"]) != 3 or s["dtype"] != "float32" \
+            or s["shape"][0] != w["shape"][0] or w["shape"][2] != 4 * s["shape"][2] or len(shape) != 1 \
+            or not 0 < shape[0] <= s["shape"][0] * s["shape"][2] or s["shape"][1] < 1 \
+            or (w["shape"][1] * 8) % s["shape"][1]:
+        fail("derive", f"int4_colsum of {w['shape']} {w['dtype']} and {s['shape']} {s['dtype']} cannot be {shape}")
+
+
+# Constants the runtime computes at load from others the blob stores: op -> (compute, check).
+# Why: what a lowering precomputes from weights (8da4w's column sums: 200 KB of Llama-15M's
+# program) costs file bytes; XNNPACK computes such sums when it packs its weights at init.
+DERIVATIONS = {"int4_colsum": (_int4_colsum, _check_int4_colsum)}
 
 
 def _pad(n: int) -> int:
@@ -159,8 +205,11 @@ def _narrow_dtype(a: np.ndarray) -> "np.dtype | None":
     return None
 
 
-def pack_constants(constants: dict) -> tuple[bytes, dict]:
-    """{name: array} -> (section bytes, {name: {offset, nbytes, dtype, shape[, tail][, stored]}}).
+def pack_constants(constants: dict, derived: dict | None = None) -> tuple[bytes, dict]:
+    """{name: array} -> (section bytes, {name: {offset, nbytes, dtype, shape[, tail][, stored][, derive]}}).
+
+    A constant `derived` names ({name: recipe}, `DERIVATIONS`) is not stored: its entry holds the
+    recipe, and the runtime computes it from the constants the recipe names.
 
     A packed weight whose last column panel is mostly zero padding is stored without it: its
     full panels, then the last panel's first `tail` columns. Llama-15M's fp32 weights padded
@@ -170,8 +219,13 @@ def pack_constants(constants: dict) -> tuple[bytes, dict]:
     rebuilds both at load."""
     out = bytearray()
     table = {}
+    derived = derived or {}
     for name, array in constants.items():
         a = np.require(np.asarray(array), requirements="C")
+        if name in derived:
+            table[name] = {"offset": 0, "nbytes": 0, "dtype": a.dtype.name, "shape": list(a.shape),
+                           "derive": dict(derived[name])}
+            continue
         offset = _pad(len(out))
         out.extend(b"\x00" * (offset - len(out)))
         info = {"offset": offset, "dtype": a.dtype.name, "shape": list(a.shape)}
@@ -190,10 +244,21 @@ def pack_constants(constants: dict) -> tuple[bytes, dict]:
     return bytes(out), table
 
 
-def serialize(metadata: dict, object_bytes: bytes, constants: dict | None = None) -> bytes:
-    section, table = pack_constants(constants or {})
+def serialize(metadata: dict, object_bytes: bytes, constants: dict | None = None, derived: dict | None = None) -> bytes:
+    """The blob of `object_bytes` described by `metadata`, with `constants` ({name: array}; those
+    `derived` names, {name: recipe}, as recipes: each is computed back here and must give the
+    array bit for bit, or the recipe is wrong and this is a ValueError)."""
+    constants = constants or {}
+    section, table = pack_constants(constants, derived)
     meta = dict(metadata)
     meta["constants"] = table
+    if derived:
+        check_metadata(meta, len(section))
+        loaded = CpuBlob(meta, b"", _aligned_copy(section))
+        for name in derived:
+            want = np.ascontiguousarray(constants[name])
+            if loaded.constant(name).tobytes() != want.tobytes():
+                raise ValueError(f"cpu blob: constant '{name}' derived by {derived[name]} differs from its value")
     meta_bytes = zlib.compress(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode(), 9)
     object_bytes = zlib.compress(bytes(object_bytes), 9)
     meta_off = _HEADER.size
@@ -327,6 +392,14 @@ def check_metadata(metadata, constants_size: int) -> None:
         dtype = dtype_of(info.get("dtype"), f"{where}.dtype")
         shape = shape_of(info.get("shape"), f"{where}.shape")
         offset, nbytes = info.get("offset"), info.get("nbytes")
+        if "derive" in info:  # computed at load from other constants
+            recipe = info["derive"]
+            if not isinstance(recipe, dict) or recipe.get("op") not in DERIVATIONS or nbytes != 0 \
+                    or dtype != np.float32:
+                fail(f"{where}.derive", f"{recipe!r} is not a float32 recipe of {sorted(DERIVATIONS)} "
+                                        "stored as no bytes")
+            DERIVATIONS[recipe["op"]][1](recipe, shape, constants, lambda what, m: fail(f"{where}.{what}", m))
+            continue
         if "stored" in info:  # stored as a narrower type
             stored = dtype_of(info["stored"], f"{where}.stored")
             if stored.name not in _NARROWER.get(dtype.kind, ()) or stored.itemsize >= dtype.itemsize:

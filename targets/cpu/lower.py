@@ -42,6 +42,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
+import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
@@ -136,6 +137,9 @@ class LoweredFunction:
     # One entry per function argument: ("input", index) or ("constant", fqn).
     arguments: list = field(default_factory=list)
     constants: dict = field(default_factory=dict)  # fqn -> numpy array (those the function reads)
+    # Constants a lowering added (`_Emitter.new_constant`) that the runtime can compute from others
+    # when the blob is loaded: fqn -> its recipe (`blob.DERIVATIONS`), in the lowering's names.
+    derived: dict = field(default_factory=dict)
     # Argument position -> its `etc.dim_bounds` (lo0, hi0, lo1, hi1, ...), for inputs with dynamic dims.
     dim_bounds: dict = field(default_factory=dict)
     # Per result: its dims at their upper bounds (torch's, from to_edge), or None when unknown.
@@ -351,6 +355,8 @@ class _TorchBuilder:
 
     def __init__(self):
         self.cache: dict = {}
+        # (name, array, recipe) -> a new constant argument of the function being built (edge_to_torch)
+        self.new_constant = None
 
     def _const(self, op_name: str, result: str, attr: ir.Attribute | None):
         key = (op_name, str(attr))
@@ -508,6 +514,22 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
         tensors[old] = new
     const_args = {c: entry.arguments[len(block.arguments) + i] for i, c in enumerate(const_names)}
     builder = _TorchBuilder()
+
+    def new_constant(cname: str, array: np.ndarray, recipe: dict) -> ir.Value:
+        """One more constant argument, computed by a lowering (the data is known now)."""
+        if cname in lowered.constants:
+            raise LoweringError(f"lowering {name}: constant '{cname}' is defined twice")
+        element = {np.dtype(np.float32): "f32", np.dtype(np.int32): "si32", np.dtype(np.int8): "si8"}[array.dtype]
+        vtype = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, array.shape))}],{element}>")
+        arg = entry.add_argument(vtype, ir.Location.unknown())
+        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [a.type for a in entry.arguments], result_types))
+        lowered.arguments.append(("constant", cname))
+        lowered.constants[cname] = array
+        lowered.derived[cname] = recipe
+        return arg
+
+    builder.new_constant = new_constant
     with ir.InsertionPoint(entry):
         for op in ops:
             if op.name == "func.return":
@@ -655,6 +677,13 @@ class _Emitter:
     def __init__(self, builder: _TorchBuilder, constants: dict | None = None):
         self.builder = builder
         self.constants = constants or {}  # fqn -> array: what an expansion may compute from at compile time
+
+    def new_constant(self, name: str, array: np.ndarray, recipe: dict) -> ir.Value:
+        """A constant argument holding `array`, which the runtime derives at load from the constants
+        `recipe` names (`blob.DERIVATIONS`), so the program does not store it."""
+        if self.builder.new_constant is None:
+            raise LoweringError(f"expansion: constant '{name}' can only be added while lowering a delegate function")
+        return self.builder.new_constant(name, np.ascontiguousarray(array), recipe)
 
     def __call__(self, torch_name: str, args: dict, shape, element: str) -> ir.Value:
         from etc.dialects import op_info

@@ -747,7 +747,9 @@ def _lower_linear_dynamic(e, v: dict, op) -> list:
                               as [NB, G, 16];
       y = (acc - zp[m] * C[n]) * s[m] + bias[n]
                               the generic marked `etc.cpu.qdequant`; C[n] = sum_k w[n, k] ws[n, k/group]
-                              (a constant) takes the activation's zero point out of the K loop.
+                              takes the activation's zero point out of the K loop: a constant
+                              argument the blob does not store (the runtime derives it from the
+                              packed weight and scales at load, `blob.DERIVATIONS`).
     etc-cpu-int8-kernels turns the pair into one kernel (int8 x int4 dot products on vpdpbusd)."""
     from etc.dialects import decode_op
 
@@ -871,13 +873,12 @@ def _lower_linear_dynamic(e, v: dict, op) -> list:
         cut = "%cut"
         size = "%M" if M == DYN else str(M)
         t.emit(f"%cut = tensor.extract_slice %flat[0, 0] [{size}, {N}] [1, 1] : {m_t(NB * PANEL)} to {m_t(N)}")
-    t.emit(f"%colsum = arith.constant {_dense(colsum, 'f32')}")
     t.emit(f"%bias = arith.constant {_dense(bias, 'f32')}")
     t.emit(f"%ye = tensor.empty({dyn}) : {m_t(N)}")
     t.emit(f"%result = linalg.generic {{indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, "
       f"affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, "
       f"affine_map<(m, n) -> (m, n)>], iterator_types = [\"parallel\", \"parallel\"]}} "
-      f"ins({cut}, %params#2, %params#0, %colsum, %bias : {m_t(N)}, {m_t()}, {m_t()}, {_t([N], 'f32')}, "
+      f"ins({cut}, %params#2, %params#0, %arg3, %bias : {m_t(N)}, {m_t()}, {m_t()}, {_t([N], 'f32')}, "
       f"{_t([N], 'f32')}) outs(%ye : {m_t(N)}) attrs = {{{QDEQUANT}}} {{")
     t.emit("^bb0(%y: f32, %z: f32, %s: f32, %cs: f32, %b: f32, %o: f32):")
     t.emit("  %zc = arith.mulf %z, %cs : f32")
@@ -885,7 +886,11 @@ def _lower_linear_dynamic(e, v: dict, op) -> list:
     t.emit("  %r = math.fma %d, %s, %b : f32")
     t.emit("  linalg.yield %r : f32")
     t.emit(f"}} -> {m_t(N)}")
-    return [_splice(op, [v["input"], v["weight"], v["weight_scales"]], t.text(), m_t(N))]
+    # C is not stored: the runtime derives it from the weight and the scales when it loads the blob.
+    weight_name, scales_name = _constant_name(a["weight"]), _constant_name(a["weight_scales"])
+    colsum_value = e.new_constant(f"{weight_name}#colsum", colsum, {"op": "int4_colsum", "weight": weight_name,
+                                                                  "scales": scales_name, "group_size": gs})
+    return [_splice(op, [v["input"], v["weight"], v["weight_scales"], colsum_value], t.text(), m_t(N))]
 
 
 EXPANSIONS[_LINEAR_DYNAMIC] = _lower_linear_dynamic

@@ -326,3 +326,61 @@ def test_a_narrowed_constant_must_name_a_narrower_type(obj, stored, message):
     entry = {"offset": 0, "nbytes": 16, "dtype": "int32", "shape": [4], "stored": stored}
     with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
         cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants={"w": entry}), obj, bytes(16)))
+
+
+# ------------------------------------------------------------------- derived constants
+def _int4_panels(n: int, k: int, group: int, seed: int = 0):
+    """An 8da4w weight as the cpu target packs it: nibble pairs [NB, K/8, 64], scales [NB, G, 16],
+    and the column sums the lowering computes from the unpacked weight."""
+    from etc.runtime.kernels.quantized import unpack_int4
+
+    rng = np.random.default_rng(seed)
+    nb = -(-n // 16)
+    packed = rng.integers(-128, 128, (n, k // 2)).astype(np.int8)
+    scales = rng.uniform(1e-3, 1e-1, (n, k // group)).astype(np.float32)
+    w = unpack_int4(packed.view(np.uint8), k).astype(np.float64)
+    colsum = (w.reshape(n, k // group, group).sum(axis=2) * scales.astype(np.float64)).sum(axis=1).astype(np.float32)
+    full = np.zeros((nb * 16, k // 2), np.int8)
+    full[:n] = packed
+    panels = full.reshape(nb, 16, k // 8, 4).transpose(0, 2, 1, 3).reshape(nb, k // 8, 64)
+    sfull = np.zeros((nb * 16, k // group), np.float32)
+    sfull[:n] = scales
+    return np.ascontiguousarray(panels), np.ascontiguousarray(sfull.reshape(nb, 16, -1).transpose(0, 2, 1)), colsum
+
+
+def test_a_derived_constant_is_stored_as_its_recipe_and_computed_at_load():
+    panels, scales, colsum = _int4_panels(37, 96, 32)
+    recipe = {"op": "int4_colsum", "weight": "w#packed0", "scales": "s#packed0"}
+    constants = {"w#packed0": panels, "s#packed0": scales, "w#colsum": colsum}
+    data = cpu_blob.serialize(_metadata(), _object(), constants, {"w#colsum": recipe})
+    parsed = cpu_blob.deserialize(data)
+    info = parsed.metadata["constants"]["w#colsum"]
+    assert info["nbytes"] == 0 and info["derive"] == recipe
+    got = parsed.constant("w#colsum")
+    assert got.tobytes() == colsum.tobytes() and got.ctypes.data % 64 == 0 and not got.flags.writeable
+    assert parsed.constant("w#colsum") is got  # computed once
+    bigger = cpu_blob.serialize(_metadata(), _object(), constants)
+    assert len(data) < len(bigger)
+
+
+def test_a_recipe_that_does_not_give_the_value_is_refused_when_the_blob_is_written():
+    panels, scales, colsum = _int4_panels(37, 96, 32)
+    wrong = colsum.copy()
+    wrong[5] = np.nextafter(wrong[5], np.float32(np.inf))
+    with pytest.raises(ValueError, match="derived by .* differs from its value"):
+        cpu_blob.serialize(_metadata(), _object(), {"w": panels, "s": scales, "c": wrong},
+                           {"c": {"op": "int4_colsum", "weight": "w", "scales": "s"}})
+
+
+@pytest.mark.parametrize("recipe, shape, message", [
+    ({"op": "nope", "weight": "w", "scales": "s"}, [37], "is not a float32 recipe"),
+    ({"op": "int4_colsum", "weight": "w", "scales": "missing"}, [37], "does not name two stored constants"),
+    ({"op": "int4_colsum", "weight": "s", "scales": "w"}, [37], "cannot be"),
+    ({"op": "int4_colsum", "weight": "w", "scales": "s"}, [49], "cannot be"),
+])
+def test_a_derived_constant_must_name_a_recipe_and_sources_that_fit(obj, recipe, shape, message):
+    panels, scales, _ = _int4_panels(37, 96, 32)
+    section, table = cpu_blob.pack_constants({"w": panels, "s": scales})
+    table["c"] = {"offset": 0, "nbytes": 0, "dtype": "float32", "shape": shape, "derive": recipe}
+    with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['c'\].*{message}"):
+        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants=table), obj, section))

@@ -189,3 +189,30 @@ def test_8da8w_linear_stays_portable_and_the_report_says_why():
     report = edge.delegation_info()
     assert "portable   edge.etc_quantized_linear_dynamic" in report
     assert "per_row activations with 8-bit weights" in report
+
+
+def test_8da4w_column_sums_are_derived_at_load_not_stored():
+    """The zero-point correction's column sums C[n] (one float per output column: 128 KB of a
+    32k-vocabulary head) are a constant the blob names with a recipe and no bytes; the runtime
+    computes them from the packed weight and scales, bit for bit what the compiler computed."""
+    from torchao.quantization import quantize_
+
+    from etc.targets.cpu import blob as cpu_blob
+
+    torch.manual_seed(0)
+    model = _Block(64, 96, 37).eval()
+    quantize_(model, _config(32))
+    edge, program, _ = _program(model, (torch.randn(3, 64),))
+    (data,) = edge.program_ir.delegate_blobs
+    parsed = cpu_blob.deserialize(data)
+    derived = {n: c for n, c in parsed.metadata["constants"].items() if "derive" in c}
+    assert sorted(c["shape"] for c in derived.values()) == [[37], [96]]
+    for name, info in derived.items():
+        assert info["nbytes"] == 0 and info["derive"]["op"] == "int4_colsum" and name.endswith("#colsum")
+        assert info["derive"]["weight"].endswith("#packed0") and info["derive"]["scales"].endswith("#packed0")
+        sums = parsed.constant(name)
+        assert sums.dtype == np.float32 and sums.shape == tuple(info["shape"]) and not sums.flags.writeable
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        want = model(x)
+    assert sqnr(want, torch.as_tensor(np.asarray(_method(program).execute([x])[0]))) >= 60
