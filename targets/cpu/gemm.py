@@ -35,6 +35,7 @@ The code calls no library (no BLAS, no OpenMP).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -56,7 +57,7 @@ class KernelConfig:
     nr: int
     kc: int
     min_flops: int = 2 * 32 * 32 * 32  # smaller contractions run as plain loops (a recorded decision)
-    kc_strided: int = 0  # the K block of a B read in place (`kernel_kc`); 0: kc
+    kc_strided: int = 0  # the shortest K block of a B read in place (`in_place_k_block`); 0: kc
 
 
 # ------------------------------------------------------------------ recognition
@@ -607,7 +608,7 @@ class Region:
     inputs: list
     arg_types: list
     body: bool = True  # False: no epilogue (the tile is stored as accumulated)
-    kc: int = 1 << 30  # the K block (`k_block`): K longer than 1.5 kc is split into blocks
+    kc: int = 1 << 30  # the K block (`kernel_kc`): shorter than K, K is split into blocks of it
 
 
 def _plan_extra(extra: Extra, lay: Layout) -> tuple:
@@ -699,7 +700,7 @@ def _region_text(t: Text, g: Gemm, lay: Layout, region: Region, tag: str, a: str
     dims4 = lay.dims
     extras = [f"%X{n}" for n in range(len(region.extras))]
     empty = t.fresh("e")
-    blocked = k_block(g.K, region.kc) < g.K
+    blocked = region.kc < g.K
     if blocked and region.body:
         # K in blocks: each column panel's accumulator lives in memory between the blocks. A
         # tensor.empty would fold into one panel-sized buffer allocated inside the panel loop,
@@ -918,15 +919,52 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, regi
 _ANY = "!transform.any_op"
 
 
+# The K block of a B read in place (`in_place_k_block`), measured on a Sapphire Rapids core
+# (48 KiB 12-way L1, 2 MiB 16-way L2), one thread, whole K against blocks of 128. A panel's rows
+# are a row of B apart: their offsets within ALIAS_SPAN = 4 KiB (a page, and the L1's sets)
+# repeat every 4096 / gcd(stride, 4096) rows, and kb rows crowd into a share of the L2 as though
+# each were gcd(stride, 4096) bytes (at least an nr-wide panel row). Up to ALIAS_BYTES (half the
+# L2) whole K is faster (512^3 1.08x, 768^3 1.16x, 1000^3 1.06x, 512x1024x768 1.16x,
+# 256x256x2048 1.02-1.04x); at 1.5-2x that it evicts itself (384 rows 4 KiB apart 0.78x,
+# 512x1024x512 0.70x, 256x512x2048 0.65x, 1024^3 0.65x, 1536^3 0.60x). Rows 8 KiB apart in 2 MiB
+# pages (numpy's, whose L2 set bits are all virtual) measured no worse as 4 KiB (N = 2048 in
+# blocks of 256 against 128: 0.99-1.04x). Rows that do not alias but span more than REACH_BYTES
+# of B in one block (three quarters of the 2048 pages the second-level TLB maps) lose too: 2048
+# rows of 4000 bytes 0.82x, 3072 x 4000 0.68x, 1536 x 8000 0.85x, while 768 x 8000 (6 MB) took
+# 1.11x. Longer blocks are cut to the longest within both (1024^3 in blocks of 256: 1.05-1.10x
+# blocks of 128; 512x1536x1536 in blocks of 512: 1.07x).
+ALIAS_SPAN = 4096
+ALIAS_BYTES = 1 << 20
+REACH_BYTES = 6 << 20
+
+
+def in_place_k_block(K: int, row_bytes: "int | None", cfg: KernelConfig) -> int:
+    """The K block of a kernel whose B panel rows are `row_bytes` apart: None for a contiguous
+    panel (a packed weight, a B packed per call, an im2col gathered per panel), read row after
+    row: `k_block` at kc, the tile accumulating up to 1.5 kc in registers. B read in place keeps
+    that block while its rows neither alias in the cache nor span too many pages (ALIAS_BYTES,
+    REACH_BYTES), else takes the longest block that does: a divisor of K (no partial block)
+    down to half of it, else that length; never shorter than `kc_strided`'s block. The one
+    decision of the K block: etc-cpu-gemm-regions (`kernel_kc`) and etc-cpu-tile-gemm-kernels
+    (from the tile layout) both ask it."""
+    kb = k_block(K, cfg.kc)
+    if row_bytes is None or not cfg.kc_strided:
+        return kb
+    alias = max(math.gcd(row_bytes, ALIAS_SPAN), 4 * cfg.nr)  # a panel row covers nr f32 at least
+    longest = min(ALIAS_BYTES // alias, REACH_BYTES // row_bytes)
+    if kb <= longest:
+        return kb
+    if longest <= cfg.kc_strided:
+        return k_block(K, cfg.kc_strided)
+    divisors = [d for d in range(longest // 2, longest + 1) if K % d == 0]
+    return max(divisors) if divisors else longest
+
+
 def kernel_kc(g: Gemm, cfg: KernelConfig) -> int:
-    """The K block size `g`'s kernel is built with. A B panel laid out contiguously (a packed
-    weight, a B packed per call, an im2col gathered per panel) is read row after row, and its
-    tile accumulates up to 1.5 kc in registers. B read in place has its panel's rows a row of B
-    apart: at 4 KiB multiples (N = 1024, 2048) they share cache sets, and a long K evicts its
-    own rows (a 1024^3 activation matmul: 118 GFLOP/s in blocks of 128, 76 whole), so it takes
-    the shorter `kc_strided` (tile-gemm-kernels makes the same choice from the tile layout)."""
+    """The K block `g`'s kernel is built with (`in_place_k_block`): B read in place has its
+    panel's rows N f32 apart, unless its im2col is gathered per panel."""
     contiguous = not b_in_place(g, cfg) or gather_per_panel(g, cfg)
-    return cfg.kc if contiguous or not cfg.kc_strided else cfg.kc_strided
+    return in_place_k_block(g.K, None if contiguous else 4 * g.N, cfg)
 
 
 def k_block(K: int, kc: int) -> int:

@@ -50,8 +50,9 @@ class Isa:
 
     `gemm_mr` x `gemm_nr` is the register tile of the GEMM microkernel (nr a multiple of the lanes),
     `gemm_kc` its K block: a tile accumulates up to 1.5 kc in registers, longer K is split into
-    blocks of about kc (the kc x nr block of B stays in cache); `gemm_kc_strided` the K block
-    when B is read in place, a panel's rows a row of B apart (gemm.kernel_kc); `window_width` is how many
+    blocks of about kc (the kc x nr block of B stays in cache); `gemm_kc_strided` the shortest K
+    block of a B read in place, whose panel's rows, a row of B apart, may alias in the cache
+    (gemm.in_place_k_block); `window_width` is how many
     output columns one step of a depthwise/pooling kernel computes. `lanes == 1` means no SIMD
     unit worth tiling for: contractions and windows then run as plain loops (a decision the
     delegation report shows)."""
@@ -79,8 +80,9 @@ ISA_TABLE = {
     # memory between blocks), one thread: 1024^3 124 -> 160 GFLOP/s, ViT-B's 197x768x3072
     # 122 -> 159, ConvNeXt's 3136x384x96 90 -> 107, ResNet's 3x3 convs 131 -> 139; none slower.
     # Longer K still splits (K=6144: 131 GFLOP/s whole, 147 in blocks of 2048; K=11008: 80 whole).
-    # A B read in place keeps blocks of 128: rows 4 KiB apart (N = 1024, 2048, 3072) share cache
-    # sets, and whole K took a 1024^3 activation matmul from 118 to 76 GFLOP/s, 2048^3 109 -> 57.
+    # A B read in place keeps whole K unless its rows alias (gemm.in_place_k_block): rows 4 KiB
+    # apart (N = 1024, 2048, 3072) share cache sets, and whole K took a 1024^3 activation matmul
+    # from 118 to 76 GFLOP/s, 2048^3 109 -> 57; cut to blocks of 256 there (1.12x blocks of 128).
     "avx512": Isa("avx512", lanes=16, gemm_mr=6, gemm_nr=64, gemm_kc=2048, gemm_kc_strided=128,
                   window_width=32),
     # kc=2048 against 256, measured as the x86-64-v3 preset on this AVX-512 host: 1024^3 68 -> 81

@@ -193,6 +193,49 @@ def test_matmul_odd_sizes(m, k, n):
 
 
 
+def test_in_place_k_block_rule():
+    """The K block of a B read in place, as x86's kc = 2048 and kc-strided = 128: whole K unless the
+    panel rows alias (4 KiB multiples: at most 1 MiB of L2 as gcd(stride, 4 KiB) per row) or span
+    more than 6 MiB of B; then the longest block that does not (a divisor of K when one is near)."""
+    cfg = strategy.KernelConfig(16, 6, 64, 2048, kc_strided=128)
+    block = strategy.in_place_k_block
+    assert block(1024, None, cfg) == 1024  # a contiguous panel: k_block at kc
+    assert block(4096, None, cfg) == strategy.k_block(4096, 2048)
+    for k, n in [(512, 512), (768, 768), (1000, 1000), (1024, 768), (256, 2048), (2048, 640), (2048, 500)]:
+        assert block(k, 4 * n, cfg) == k, (k, n)  # no aliasing: whole K
+    assert block(1024, 4 * 1024, cfg) == 256  # 4 KiB rows: 256 x 4 KiB = 1 MiB
+    assert block(1024, 4 * 2048, cfg) == 256  # 8 KiB rows count as 4 KiB
+    assert block(1024, 4 * 512, cfg) == 512  # 2 KiB rows
+    assert block(1536, 4 * 1536, cfg) == 512
+    assert block(384, 4 * 1024, cfg) == 192  # 384 rows would crowd 1.5 MiB: a divisor below 256
+    assert block(1031, 4 * 1024, cfg) == 256  # no divisor near: a partial last block
+    assert block(2048, 4 * 1000, cfg) == 1024  # not aliasing, 8 MB of B: the reach cut
+    assert block(1600, 4 * 2000, cfg) == 400
+    assert block(1024, 4 * 65536, cfg) == strategy.k_block(1024, 128)  # never below kc-strided's block
+    assert block(1024, 4 * 1024, strategy.KernelConfig(16, 6, 64, 2048)) == 1024  # no kc-strided: kc
+
+
+@needs_simd
+@pytest.mark.parametrize("m,k,n", [(7, 1031, 1024), (7, 1000, 1024), (13, 1031, 1000), (6, 1600, 2000),
+                                   (9, 384, 2048)])
+def test_matmul_in_place_b_k_blocks(m, k, n):
+    """B read in place with rows that alias in the cache (N = 1024, 2048: blocks shorter than K, one
+    not dividing K), rows that do not (whole K in registers), and rows spanning many pages (K
+    blocks again): the same result."""
+    fn = compile_standalone(matmul_text(m, k, n), min_flops=0)
+    a, b = rand(m, k), rand(k, n)
+    (out,) = fn(a, b)
+    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+
+
+@needs_simd
+def test_batch_matmul_in_place_b_aliasing_rows():
+    fn = compile_standalone(batch_matmul_text(2, 7, 520, 1024), min_flops=0)
+    a, b = rand(2, 7, 520), rand(2, 520, 1024)
+    (out,) = fn(a, b)
+    assert rel_error(out, np.matmul(a.astype(np.float64), b)) < 1e-5
+
+
 @needs_simd
 def test_batch_matmul():
     fn = compile_standalone(batch_matmul_text(3, 7, 33, 100), min_flops=0)

@@ -46,7 +46,8 @@ class TileOptions:
     mr: int = option(6, help="rows of the register tile")
     nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
     kc: int = option(128, help="K block: up to 1.5 kc accumulate in registers, longer K is split into blocks")
-    kc_strided: int = option(128, help="the K block when B is read in place (its panel's rows a row of B apart)")
+    kc_strided: int = option(128, help="the shortest K block of a B read in place whose panel rows (a row of B "
+                             "apart) alias in the cache (gemm.in_place_k_block)")
 
 
 @register_pass

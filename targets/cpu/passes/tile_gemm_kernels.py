@@ -49,11 +49,12 @@ class TileGemmKernels(Pass):
                 entry["K"] = ir.RankedTensorType(op.operands[0].type).shape[-1]
         # Without an epilogue the contraction is the root and its init stays a pass of its own
         # (a destination cannot be fused into the loops that carry it).
-        # The K block: kc when the B panel is contiguous (packed, or gathered per panel), else
-        # kc-strided (B read in place: gemm.kernel_kc made the same choice building the kernel).
+        # The K block (gemm.in_place_k_block, as gemm.kernel_kc chose it building the kernel): the
+        # B panel is contiguous when packed or gathered per panel, else B is read in place, its
+        # rows the tile's columns (f32) apart.
         kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e,
-                    gemm.k_block(e["K"], o.kc if e["split"] or "_col" in e else o.kc_strided), e["K"],
-                    e["split"], e["cols"], "_col" in e) for tag, e in found.items()]
+                    gemm.in_place_k_block(e["K"], None if e["split"] or "_col" in e else 4 * e["cols"], cfg),
+                    e["K"], e["split"], e["cols"], "_col" in e) for tag, e in found.items()]
         for op in walk(module_op, ("func.call",)):
             if gemm.GEMM_ATTR in op.attributes:
                 raise self.error(f"{self.name}: a GEMM kernel call without its kernel (run etc-cpu-gemm-regions "
