@@ -20,6 +20,9 @@ from the medians over rounds.
 (int4 weights in groups of 32, int8 activations per token): that one quantized export goes to etc
 (the 8da4w kernel of the cpu target) and to ExecuTorch's XnnpackPartitioner (XNNPACK's own
 dynamically quantized int4 linears); program sizes (.pte bytes) are given for every model.
+XNNPACK stores the group scales as bfloat16, rounding float32 ones (its program then computes
+other numbers than the model); etc stores what the model has. `llama_15m_8da4w_bf16` quantizes
+with bfloat16 scales, the same numbers on both.
 
 Also measured, as ExecuTorch's export_llama does without `--enable_dynamic_shape`: a second
 export with a static length of 1 (the decode-only program), on etc and XNNPACK. It tells the
@@ -62,17 +65,25 @@ def _llama_15m():
                              max_context_len=MAX_CONTEXT_LEN)).eval()
 
 
-def _llama_15m_8da4w():
+def _llama_15m_8da4w(scale_dtype=None):
     """The same Llama, its Linears quantized by torchao as ExecuTorch's export_llama `-qmode 8da4w` does:
-    int8 activations quantized per token at run time, int4 weights in groups of 32 (symmetric)."""
+    int8 activations quantized per token at run time, int4 weights in groups of 32 (symmetric);
+    `scale_dtype` torchao's `weight_scale_dtype` (None: float32 group scales)."""
     import torch
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerGroup
 
     module = _llama_15m()
-    quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)),
+    quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32),
+                                                            weight_scale_dtype=scale_dtype),
               filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear))
     return module
+
+
+def _llama_15m_8da4w_bf16():
+    import torch
+
+    return _llama_15m_8da4w(torch.bfloat16)
 
 
 def _gpt2(layers: int):
@@ -94,6 +105,9 @@ MODELS: dict[str, Model] = {m.name: m for m in [
     Model("llama_15m_8da4w", "llama_15m with torchao's 8da4w (Int8DynamicActivationIntxWeightConfig: int4 weights "
           "in groups of 32, int8 activations per token), the same quantized export to both", _llama_15m_8da4w,
           backends=("etc", "xnnpack", "torch")),
+    Model("llama_15m_8da4w_bf16", "llama_15m_8da4w with bfloat16 group scales (torchao's weight_scale_dtype): "
+          "XNNPACK rounds float32 scales to bfloat16 when it packs them, so these are the same numbers on "
+          "both, and the program sizes compare like for like", _llama_15m_8da4w_bf16, backends=("etc", "xnnpack")),
     Model("gpt2_4l", "transformers GPT-2 (768 wide, 4 layers, 12 heads, vocab 50257) through etc.llm.hf",
           _gpt2(4)),
 ]}

@@ -117,3 +117,15 @@ def test_the_8da4w_model_runs_its_own_backends_and_sizes_are_rendered(monkeypatc
     assert "| llama_15m_8da4w | decode | 4.0 | 2.0 | n/a | 2.00x | n/a |" in text
     assert "| llama_15m_8da4w | 3.00 MiB | 4.00 MiB | 0.75x |" in text
     assert "static 1-token" not in text.split("How each program ran")[0]
+
+
+def test_the_bf16_scaled_8da4w_model_has_bf16_group_scales():
+    """The like-for-like size row: torchao keeps the scales it was asked for (XNNPACK stores bf16)."""
+    pytest.importorskip("torchao")
+    import torch
+
+    module = bench_llm.MODELS["llama_15m_8da4w_bf16"].build()
+    scales = [t.scale for t in (m.weight for m in module.modules() if isinstance(m, torch.nn.Linear))
+              if hasattr(t, "scale")]
+    assert scales and all(s.dtype == torch.bfloat16 for s in scales)
+    assert bench_llm.MODELS["llama_15m_8da4w_bf16"].backends == ("etc", "xnnpack")
