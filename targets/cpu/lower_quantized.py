@@ -270,6 +270,10 @@ def _data(e, value, what: str) -> np.ndarray:
     data = e.constants.get(name) if name is not None and e.constants else None
     if data is None:
         raise LoweringError(f"int8 lowering: the {what} must be a constant with data (got {name or 'a value'})")
+    if str(ir.RankedTensorType(value.type).element_type) == "bf16":  # held as its uint16 bits
+        from etc.runtime.kernels.common import bfloat16_to_float32
+
+        return bfloat16_to_float32(np.asarray(data).view(np.uint16))
     return np.asarray(data)
 
 

@@ -191,6 +191,25 @@ def test_8da8w_linear_stays_portable_and_the_report_says_why():
     assert "per_row activations with 8-bit weights" in report
 
 
+def test_8da4w_with_bfloat16_group_scales_matches_eager():
+    """torchao's weight_scale_dtype=bfloat16: the program holds the scales as bfloat16 (uint16
+    bits in etc's constant table); read as integers they made every output wrong (1.9e6 off)."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    torch.manual_seed(0)
+    model = nn.Linear(64, 40, bias=False).eval()
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32),
+                                                           weight_scale_dtype=torch.bfloat16))
+    x = torch.randn(3, 64)
+    edge, program, portable = _program(model, (x,))
+    assert "0 op(s) on portable kernels" in edge.delegation_info()
+    with torch.no_grad():
+        want = model(x)
+    for prog in (program, portable):
+        assert sqnr(want, torch.as_tensor(np.asarray(_method(prog).execute([x])[0]))) >= 90
+
+
 def test_8da4w_column_sums_are_derived_at_load_not_stored():
     """The zero-point correction's column sums C[n] (one float per output column: 128 KB of a
     32k-vocabulary head) are a constant the blob names with a recipe and no bytes; the runtime
