@@ -71,20 +71,36 @@ def _spec_dict(compile_specs) -> dict:
 def _derivable(derived: dict, used: dict) -> dict:
     """The recipes of `derived` (the lowering's, naming the weights it read) pointed at the constants
     the blob stores: a weight prepacked into panels is `<fqn>#packed<i>` (the nibble pairs
-    [NB, K/8, 64], the scales [NB, G, 16]).
-    A recipe whose sources are not stored in that form leaves its constant stored as bytes."""
+    [NB, K/8, 64], the scales [NB, G, 16]); of several packs, the ones the recipe computes the
+    value from, bit for bit. A recipe no stored pair satisfies leaves its constant stored as bytes."""
+    from types import SimpleNamespace
+
+    from etc.targets.cpu.blob import DERIVATIONS
+
+    def refuse(what: str, message: str):
+        raise ValueError(message)
+
     out = {}
     for name, recipe in derived.items():
-        if name not in used or recipe["op"] != "int4_colsum":
+        if name not in used or recipe["op"] not in DERIVATIONS:
             continue
-
-        def stored(fqn, rank):
-            return next((n for n, a in used.items() if (n == fqn or n.startswith(f"{fqn}#packed")) and a.ndim == rank),
-                        None)
-
-        weight, scales = stored(recipe["weight"], 3), stored(recipe["scales"], 3)
-        if weight is not None and scales is not None:
-            out[name] = {"op": recipe["op"], "weight": weight, "scales": scales}
+        compute, check = DERIVATIONS[recipe["op"]]
+        table = {n: {"shape": list(a.shape), "dtype": a.dtype.name} for n, a in used.items()}
+        packs = {key: [n for n in used if n == recipe[key] or n.startswith(f"{recipe[key]}#packed")]
+                 for key in ("weight", "scales")}
+        for weight in packs["weight"]:
+            for scales in packs["scales"]:
+                candidate = {"op": recipe["op"], "weight": weight, "scales": scales}
+                try:
+                    check(candidate, list(used[name].shape), table, refuse)
+                except ValueError:
+                    continue
+                source = SimpleNamespace(constant=used.__getitem__)
+                if compute(source, candidate, list(used[name].shape)).tobytes() == used[name].tobytes():
+                    out[name] = candidate
+                    break
+            if name in out:
+                break
     return out
 
 

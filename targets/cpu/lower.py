@@ -516,9 +516,13 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
     builder = _TorchBuilder()
 
     def new_constant(cname: str, array: np.ndarray, recipe: dict) -> ir.Value:
-        """One more constant argument, computed by a lowering (the data is known now)."""
+        """One more constant argument, computed by a lowering (the data is known now); the same
+        constant asked for again (a weight two ops read) is the same argument."""
         if cname in lowered.constants:
-            raise LoweringError(f"lowering {name}: constant '{cname}' is defined twice")
+            same = lowered.derived.get(cname) == recipe and np.array_equal(lowered.constants[cname], array)
+            if not same:
+                raise LoweringError(f"lowering {name}: constant '{cname}' is defined twice, differently")
+            return const_args[cname]
         element = {np.dtype(np.float32): "f32", np.dtype(np.int32): "si32", np.dtype(np.int8): "si8"}[array.dtype]
         vtype = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, array.shape))}],{element}>")
         arg = entry.add_argument(vtype, ir.Location.unknown())
@@ -527,6 +531,7 @@ def edge_to_torch(func_op, constants: dict) -> LoweredFunction:
         lowered.arguments.append(("constant", cname))
         lowered.constants[cname] = array
         lowered.derived[cname] = recipe
+        const_args[cname] = arg
         return arg
 
     builder.new_constant = new_constant

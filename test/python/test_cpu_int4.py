@@ -235,3 +235,35 @@ def test_8da4w_column_sums_are_derived_at_load_not_stored():
     with torch.no_grad():
         want = model(x)
     assert sqnr(want, torch.as_tensor(np.asarray(_method(program).execute([x])[0]))) >= 60
+
+
+def test_8da4w_linears_with_equal_weights_share_their_derived_column_sums():
+    """Two Linears with the same weight values (a tied or copied weight): the folded program keeps
+    one int4 constant for both, so both ask for the same column sums, one constant (asking twice
+    was a LoweringError)."""
+    from torchao.quantization import quantize_
+
+    from etc.targets.cpu import blob as cpu_blob
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(64, 64, bias=False)
+            self.b = nn.Linear(64, 64, bias=False)
+            self.b.weight = nn.Parameter(self.a.weight.detach().clone())
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    torch.manual_seed(0)
+    model = Two().eval()
+    quantize_(model, _config(32))
+    x = torch.randn(3, 64)
+    edge, program, _ = _program(model, (x,))
+    assert " 0 op(s) on portable kernels" in edge.delegation_info()
+    (data,) = edge.program_ir.delegate_blobs
+    constants = cpu_blob.deserialize(data).metadata["constants"]
+    assert len([n for n, c in constants.items() if "derive" in c]) == 1
+    with torch.no_grad():
+        want = model(x)
+    assert sqnr(want, torch.as_tensor(np.asarray(_method(program).execute([x])[0]))) >= 60
