@@ -385,6 +385,7 @@ def check_metadata(metadata, constants_size: int) -> None:
     constants = metadata.get("constants", {})
     if not isinstance(constants, dict):
         fail("'constants'", "is not an object")
+    derived = []
     for name, info in constants.items():
         where = f"constants['{name}']"
         if not isinstance(info, dict):
@@ -398,7 +399,7 @@ def check_metadata(metadata, constants_size: int) -> None:
                     or dtype != np.float32:
                 fail(f"{where}.derive", f"{recipe!r} is not a float32 recipe of {sorted(DERIVATIONS)} "
                                         "stored as no bytes")
-            DERIVATIONS[recipe["op"]][1](recipe, shape, constants, lambda what, m: fail(f"{where}.{what}", m))
+            derived.append((where, recipe, shape))
             continue
         if "stored" in info:  # stored as a narrower type
             stored = dtype_of(info["stored"], f"{where}.stored")
@@ -415,6 +416,8 @@ def check_metadata(metadata, constants_size: int) -> None:
                 or offset + nbytes > constants_size or nbytes != count * dtype.itemsize:
             fail(where, f"bytes [{offset}, +{nbytes}) of {shape} {dtype} do not fit the {constants_size}-byte "
                         "constant section")
+    for where, recipe, shape in derived:  # after every stored constant's own entry is checked
+        DERIVATIONS[recipe["op"]][1](recipe, shape, constants, lambda what, m: fail(f"{where}.{what}", m))
     args = metadata.get("args")
     if not isinstance(args, list):
         fail("'args'", "missing or not a list")

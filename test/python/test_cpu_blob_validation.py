@@ -384,3 +384,14 @@ def test_a_derived_constant_must_name_a_recipe_and_sources_that_fit(obj, recipe,
     table["c"] = {"offset": 0, "nbytes": 0, "dtype": "float32", "shape": shape, "derive": recipe}
     with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['c'\].*{message}"):
         cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants=table), obj, section))
+
+
+def test_a_recipe_is_checked_after_the_constants_it_names(obj):
+    """A derived entry listed before a malformed source: the source's own error, not a KeyError."""
+    panels, scales, _ = _int4_panels(37, 96, 32)
+    section, table = cpu_blob.pack_constants({"w": panels, "s": scales})
+    recipe = {"op": "int4_colsum", "weight": "w", "scales": "s"}
+    table = {"c": {"offset": 0, "nbytes": 0, "dtype": "float32", "shape": [37], "derive": recipe},
+             "w": dict(table["w"], shape="bad"), "s": table["s"]}
+    with pytest.raises(cpu_blob.BlobFormatError, match=r"constants\['w'\]\.shape"):
+        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants=table), obj, section))
