@@ -32,18 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from etc.runtime.kernels.common import bfloat16_to_float32
+from etc.runtime.kernels.common import float32_values
 from etc.runtime.kernels.quantized import pack_int4  # the layout the kernels read
-
-
-def _float32_values(array: np.ndarray, value) -> np.ndarray:
-    """The float32 values of a constant `value` of any float type: bfloat16 constants are held as
-    their uint16 bits (numpy has no bfloat16), which astype would read as integers."""
-    from torch_mlir import ir
-
-    if str(ir.RankedTensorType(value.type).element_type) == "bf16":
-        return bfloat16_to_float32(array.view(np.uint16))
-    return array.astype(np.float32)
 
 PASS_NAME = "etc-fold-quantized"
 SUMMARY = "Fold dequantize -> op -> quantize patterns into quantized edge ops with their scales"
@@ -350,6 +340,8 @@ class _Folder:
     def group_weight(self, dq_w):
         """(weight array, bits, group size, scales (N, G), zero points (N, G) or None) of a
         constant weight dequantized per channel or per group."""
+        from torch_mlir import ir
+
         a = self.args(dq_w)
         weight = self.table.of_value(a["input"])
         if weight is None or weight.dtype != np.int8 or weight.ndim != 2:
@@ -371,7 +363,8 @@ class _Folder:
         if scale_array is None or (zps is not None and zp_array is None):
             return None
         bits = 4 if (qmin, qmax) == (-8, 7) else 8
-        scale_array = _float32_values(scale_array, scales).reshape(n, k // group)
+        scale_array = float32_values(scale_array, str(ir.RankedTensorType(scales.type).element_type))
+        scale_array = scale_array.reshape(n, k // group)
         if zp_array is not None:
             zp_array = zp_array.astype(np.int8).reshape(n, k // group)
             if not np.any(zp_array):

@@ -263,6 +263,14 @@ def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+def float32_values(array: np.ndarray, element: str) -> np.ndarray:
+    """float32 values of a constant whose MLIR element type is `element`: bfloat16 constants are
+    held as their uint16 bits, which astype would read as integers."""
+    if element == "bf16":
+        return bfloat16_to_float32(np.asarray(array).view(np.uint16))
+    return np.asarray(array).astype(np.float32)
+
+
 def float32_to_bfloat16(values: np.ndarray) -> np.ndarray:
     """uint16 bits of the bfloat16 nearest to each float32 (ties to even; NaN stays a quiet NaN)."""
     f = np.ascontiguousarray(values, dtype=np.float32)

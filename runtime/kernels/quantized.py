@@ -339,6 +339,16 @@ def unpack_int4(packed: np.ndarray, k: int) -> np.ndarray:
     return np.where(both > 7, both - 16, both).astype(np.int8)
 
 
+def int4_column_sums(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """C[n] = sum_k w[n, k] * scales[n, k / group] of int4 weights packed as `pack_int4` ((N, K/2)
+    uint8, K = 2 * its columns) with float32 group scales (N, G): float64, then float32. The one
+    definition the cpu target's 8da4w lowering and its blob loader both compute (same bits)."""
+    n, groups = scales.shape
+    k = 2 * packed.shape[1]
+    w = unpack_int4(packed.view(np.uint8), k).astype(np.float64)
+    return (w.reshape(n, groups, k // groups).sum(axis=2) * scales.astype(np.float64)).sum(axis=1).astype(np.float32)
+
+
 # Reference kernels: each computes what the dq -> op -> q computation it replaced computes
 # (integer accumulation exact in float64, then one requantization), so that the folded
 # program and the unfolded one agree (within a rounding tie); int8 back ends implement them fast.

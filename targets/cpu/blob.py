@@ -130,20 +130,16 @@ class CpuBlob:
 
 def _int4_colsum(blob: "CpuBlob", recipe: dict, shape: list) -> np.ndarray:
     """C[n] = sum_k w[n, k] ws[n, k / group] of an 8da4w weight, from its panels: the weight's nibble
-    pairs [NB, K/8, 16 x 4] (the program's [N, K/2] bytes regrouped) and the scales [NB, G, 16];
-    computed as the lowering computes it (float64, then float32), so the same bits."""
-    from etc.runtime.kernels.quantized import unpack_int4
+    pairs [NB, K/8, 16 x 4] (the program's [N, K/2] bytes regrouped) and the scales [NB, G, 16],
+    ungrouped and given to `int4_column_sums`, as the lowering computes it: the same bits."""
+    from etc.runtime.kernels.quantized import int4_column_sums
 
     panels, scales = blob.constant(recipe["weight"]), blob.constant(recipe["scales"])
     nb, kb8, width = scales.shape[0], panels.shape[1], scales.shape[2]
-    panels = panels.reshape(nb, kb8, width, 4)
     (n,) = shape
-    k = kb8 * 8
-    nibbles = np.ascontiguousarray(panels.transpose(0, 2, 1, 3)).reshape(nb * width, k // 2)[:n]
-    w = unpack_int4(nibbles.view(np.uint8), k).astype(np.float64)
-    s = np.ascontiguousarray(scales.transpose(0, 2, 1)).reshape(nb * width, -1)[:n].astype(np.float32)
-    groups = s.shape[1]
-    return (w.reshape(n, groups, k // groups).sum(axis=2) * s.astype(np.float64)).sum(axis=1).astype(np.float32)
+    packed = np.ascontiguousarray(panels.reshape(nb, kb8, width, 4).transpose(0, 2, 1, 3)).reshape(nb * width, -1)[:n]
+    s = np.ascontiguousarray(scales.transpose(0, 2, 1)).reshape(nb * width, -1)[:n]
+    return int4_column_sums(packed, s)
 
 
 def _check_int4_colsum(recipe: dict, shape: list, table: dict, fail) -> None:

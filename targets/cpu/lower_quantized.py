@@ -271,9 +271,9 @@ def _data(e, value, what: str) -> np.ndarray:
     if data is None:
         raise LoweringError(f"int8 lowering: the {what} must be a constant with data (got {name or 'a value'})")
     if str(ir.RankedTensorType(value.type).element_type) == "bf16":  # held as its uint16 bits
-        from etc.runtime.kernels.common import bfloat16_to_float32
+        from etc.runtime.kernels.common import float32_values
 
-        return bfloat16_to_float32(np.asarray(data).view(np.uint16))
+        return float32_values(data, "bf16")
     return np.asarray(data)
 
 
@@ -766,10 +766,9 @@ def _lower_linear_dynamic(e, v: dict, op) -> list:
     G, KB8, NB = K // gs, K // 8, -(-N // PANEL)
     if packed.shape != (N, K // 2) or scales.shape != (N, G):
         raise LoweringError(f"{_LINEAR_DYNAMIC}: weight {packed.shape} / scales {scales.shape} do not match K = {K}")
-    from etc.runtime.kernels.quantized import unpack_int4
+    from etc.runtime.kernels.quantized import int4_column_sums
 
-    w = unpack_int4(packed.view(np.uint8), K).astype(np.float64)
-    colsum = (w.reshape(N, G, gs).sum(axis=2) * scales.astype(np.float64)).sum(axis=1).astype(np.float32)
+    colsum = int4_column_sums(packed, scales)
     bias = (np.zeros(N, np.float32) if a["bias"] is None
             else _data(e, a["bias"], "bias").astype(np.float32).reshape(-1))
     t = Text()
