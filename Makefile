@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test pytest lit bench fuzz clean
+.PHONY: demo test pytest lit bench fuzz clean toolchains
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,12 +23,30 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m etc.tools.demo
 
-test: $(STAMP)
-	$(PY) -m pytest test/python
+# The cross toolchains and emulators the deployment tests build and run with (C libraries for
+# AArch64 and Cortex-M, the ExecuTorch backend for AArch64): Debian's packages, installed here and
+# never by hand. A no-op when every tool is already there.
+TOOLCHAIN_PACKAGES := qemu-user qemu-system-arm gcc-aarch64-linux-gnu g++-aarch64-linux-gnu gcc-arm-none-eabi \
+	libnewlib-arm-none-eabi
+TOOLCHAIN_TOOLS := qemu-aarch64 qemu-system-arm aarch64-linux-gnu-gcc aarch64-linux-gnu-g++ arm-none-eabi-gcc
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+toolchains:
+	@for tool in $(TOOLCHAIN_TOOLS); do command -v $$tool >/dev/null || missing=1; done; \
+	[ -f /usr/lib/arm-none-eabi/newlib/libc.a ] || missing=1; \
+	if [ -n "$$missing" ]; then \
+		echo "installing $(TOOLCHAIN_PACKAGES)"; \
+		$(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+			--no-install-recommends $(TOOLCHAIN_PACKAGES); \
+	fi
+
+# pytest on both cores (pytest-xdist); lit runs its own workers.
+test: $(STAMP) toolchains
+	$(PY) -m pytest test/python -n 2
 	$(VENV)/bin/lit -sv test/lit
 
-pytest: $(STAMP)
-	$(PY) -m pytest test/python
+pytest: $(STAMP) toolchains
+	$(PY) -m pytest test/python -n 2
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv test/lit

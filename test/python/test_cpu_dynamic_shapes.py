@@ -291,3 +291,49 @@ def test_sizes_are_bounded_through_views_of_inferred_sizes():
         size, per_row = ret.operands
         assert index_range(size) == (1, 128)
         assert index_range(per_row) == (768, 768)
+
+
+class _MergeRows(torch.nn.Module):
+    """(x.reshape(b * t, k) * 2).reshape(b, t, k): two dynamic dims merged and split again."""
+
+    def forward(self, x):
+        b, t, k = x.shape
+        return (x.reshape(b * t, k) * 2).reshape(b, t, k)
+
+
+class _HeadsMerge(torch.nn.Module):
+    """An attention head merge: [b, t, h, d] -> transpose -> [b, h, t, d] -> back -> [b, t, h * d]."""
+
+    def forward(self, x):
+        b, t, h, d = x.shape
+        y = x.transpose(1, 2).reshape(b, h, t * d) + 1.0
+        return y.reshape(b, h, t, d).transpose(1, 2).reshape(b, t, h * d)
+
+
+def _two_dims(max_b=8, max_t=64):
+    return torch.export.Dim("b", min=1, max=max_b), torch.export.Dim("t", min=1, max=max_t)
+
+
+# Each of these returned NaN, garbage or wrote out of bounds with two dynamic dims: torch-mlir's
+# aten.view lowering took [b, t, 64] -> [b * t, 64] for a cast of [b, t, 64] to [b, 1, 64].
+@pytest.mark.parametrize("name", ["linear", "mlp", "merge_rows", "heads_merge"])
+def test_views_over_two_dynamic_dims_match_eager_at_every_size(name):
+    torch.manual_seed(0)
+    b, t = _two_dims()
+    module, example, dims = {
+        "linear": (torch.nn.Linear(64, 128), torch.randn(2, 5, 64), {0: b, 1: t}),
+        "mlp": (torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64),
+                                    torch.nn.Softmax(-1)), torch.randn(2, 5, 64), {0: b, 1: t}),
+        "merge_rows": (_MergeRows(), torch.randn(2, 5, 64), {0: b, 1: t}),
+        "heads_merge": (_HeadsMerge(), torch.randn(2, 5, 4, 8), {0: b, 1: t}),
+    }[name]
+    module = module.eval()
+    report, method = _compile(module, (example,), (dims,))
+    assert report.partitions == 1 and not report.portable, str(report)
+    for size in [(2, 5), (1, 1), (8, 1), (1, 2), (3, 7), (8, 64), (5, 33)]:
+        x = torch.randn(*size, *example.shape[2:])
+        got = method.execute([x.numpy()])[0]
+        with torch.no_grad():
+            want = module(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"size {size}")

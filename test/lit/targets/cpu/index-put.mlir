@@ -10,9 +10,9 @@
 // A KV-cache update cache[:, :, pos] = k: values [2, 3, 4] broadcast to [1, 2, 3, 4]; the cache is
 // written in its own layout ([2, 16, 4], no permute), 3 new positions, one row each.
 // CHECK-LABEL: func.func @delegate_cpu_0
-// CHECK: %[[X:.*]] = torch.aten.view %arg0, {{.*}} -> !torch.vtensor<[2,16,4],f32>
+// CHECK: %[[X:.*]] = torch_c.from_builtin_tensor %{{.*}} : {{.*}} -> !torch.vtensor<[2,16,4],f32>
 // CHECK: torch.aten.expand %arg2, {{.*}} -> !torch.vtensor<[1,2,3,4],f32>
-// CHECK: %[[VALUES:.*]] = torch.aten.view {{.*}} -> !torch.vtensor<[2,3,4],f32>
+// CHECK: %[[VALUES:.*]] = torch_c.from_builtin_tensor {{.*}} -> !torch.vtensor<[2,3,4],f32>
 // CHECK: %[[POS:.*]] = torch.aten.remainder.Scalar %arg1, %int16
 // CHECK: torch.prim.Loop %int3, %true, init(%[[X]])
 // CHECK-NEXT: ^bb0(%[[K:.*]]: !torch.int, %[[ACC:.*]]: !torch.vtensor<[2,16,4],f32>):
@@ -23,7 +23,7 @@
 // CHECK: %[[NEW:.*]] = torch.aten.slice_scatter %[[ACC]], %[[ROW]], %{{.*}}, %[[P]], %[[END]],
 // CHECK: torch.prim.Loop.condition %{{.*}}, iter(%[[NEW]] : !torch.vtensor<[2,16,4],f32>)
 // CHECK-NOT: torch.aten.permute
-// CHECK: torch.aten.view {{.*}} -> !torch.vtensor<[1,2,16,4],f32>
+// CHECK: torch_c.from_builtin_tensor {{.*}} -> !torch.vtensor<[1,2,16,4],f32>
 // LINALG-LABEL: func.func @delegate_cpu_0
 // LINALG-NOT: tm_tensor
 // LINALG: %[[OUT:.*]] = scf.for {{.*}} iter_args(%[[ACC:.*]] = %collapsed) -> (tensor<2x16x4xf32>)
