@@ -24,7 +24,7 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-from etc.targets.cpu import elf
+from etc.targets.cpu.image import IMPORTS
 from etc.targets.cpu.isa import CpuTarget, init_llvm
 
 
@@ -204,17 +204,8 @@ _DECIMAL_FLOAT = re.compile(r"(?<![\w%@.\"$])[-+]?\d+\.\d+e[-+]\d+")
 _SPECIAL_FLOAT = re.compile(r"(?<![\w%@.\"$-])([+-]?inf|[+-]?qnan|[+-]?nan)(?![\w.(])")
 
 
-# Functions the object may call: libm/libc entry points LLVM emits for math ops and memory intrinsics.
-ALLOWED_EXTERNALS = frozenset({
-    "memcpy", "memmove", "memset", "expf", "exp", "exp2f", "exp2", "logf", "log", "log2f", "log2", "log10f", "log10",
-    "log1pf", "log1p", "expm1f", "expm1", "powf", "pow", "sinf", "sin", "cosf", "cos", "tanf", "tan", "asinf",
-    "asin", "acosf", "acos", "atanf", "atan", "atan2f", "atan2", "sinhf", "sinh", "coshf", "cosh", "tanhf", "tanh",
-    "asinhf", "asinh", "acoshf", "acosh", "atanhf", "atanh", "erff", "erf", "erfcf", "erfc", "sqrtf", "sqrt",
-    "cbrtf", "cbrt", "fmodf", "fmod", "roundf", "round", "roundevenf", "roundeven", "truncf", "trunc", "floorf",
-    "floor", "ceilf", "ceil", "fabsf", "fabs", "copysignf", "copysign", "fmaf", "fma", "fminf", "fmin", "fmaxf",
-    "fmax", "rintf", "rint", "nearbyintf", "nearbyint", "tgammaf", "lgammaf",
-    "sched_yield",  # only the barrier of threaded entries (parallel.py) calls it
-})
+# Functions the object may call: the libc/libm functions the cpu image's loaders provide.
+ALLOWED_EXTERNALS = IMPORTS
 
 
 def check_external_symbols(mod) -> None:
@@ -231,8 +222,7 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
                 out_of_line=()) -> tuple[bytes, str]:
     """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file. The functions
     `internalize` names get internal linkage; those `out_of_line` names are never inlined (the
-    dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one). The object
-    comes without the symbols no loader needs (`elf.compact`).
+    dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one).
 
     LLVM's loop unrolling is off: the cpu pipeline already unrolls the vector micro-kernels
     (GEMM register tiles, window taps), and unrolling the rest measured no faster (ResNet's
@@ -267,4 +257,4 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
-    return elf.compact(tm.emit_object(mod)), str(mod)
+    return tm.emit_object(mod), str(mod)
