@@ -88,11 +88,12 @@ def build_key(target: str = "host") -> str:
         with open(os.path.join(SOURCE_DIR, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read() + b"\0")
     root = executorch_root(target)
-    digest.update(os.path.realpath(root).encode())
-    library = os.path.join(root, "lib", "libexecutorch.so")
-    if os.path.exists(library):
-        stat = os.stat(library)
-        digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+    digest.update(os.path.realpath(root).encode())  # the runner's run path names it
+    for name in ("share/cmake/executorch-config-version.cmake", "lib/libexecutorch.so"):
+        path = os.path.join(root, name)
+        if os.path.exists(path):  # the package's version, and its runtime's size (another build of it)
+            with open(path, "rb") as f:
+                digest.update(f.read(4096) + str(os.path.getsize(path)).encode())
     return f"{target}-{digest.hexdigest()[:16]}"
 
 
