@@ -128,7 +128,7 @@ def test_an_8da4w_llm_prefills_and_decodes_on_executorch(llama):
         (got,) = method.execute([t, p])
         (etc_got,) = ours.execute([t.numpy(), p.numpy()])
         assert _sqnr(want, got) >= 35, int(p[0])
-        np.testing.assert_allclose(got.numpy(), np.asarray(etc_got), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got.numpy(), np.asarray(etc_got))  # the same code, its constants derived alike
 
 
 @executorch_runner.needs_aarch64
@@ -140,6 +140,58 @@ def test_an_8da4w_llm_prefills_on_executorch_on_aarch64(llama, tmp_path):
         want = reference(tokens, positions).numpy()
     executorch_runner.run("aarch64-linux-gnu", program.buffer,
                           [("forward", [tokens.numpy(), positions.numpy()], [want])], tmp_path, tolerance=0.05)
+
+
+# ------------------------------------------------------------------------------- constants stored small
+class NarrowWeights(nn.Module):
+    """Weights the blob stores narrower (float16 values, int8 and int16 integers) and one packed into 64-wide
+    panels with most of its last panel zero padding (288 columns: the tail is not stored)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fp16 = nn.Linear(256, 288)
+        self.small = nn.Linear(288, 64, bias=False)
+        self.wide = nn.Linear(64, 32, bias=False)
+        with torch.no_grad():
+            self.fp16.weight.copy_(self.fp16.weight.half().float())
+            self.small.weight.copy_(torch.randint(-128, 128, self.small.weight.shape).float() / 1)
+            self.wide.weight.copy_(torch.randint(-30000, 30000, self.wide.weight.shape).float())
+
+    def forward(self, x):
+        return self.wide(torch.tanh(self.small(torch.relu(self.fp16(x))) * 1e-3)) * 1e-4
+
+
+def test_constants_stored_narrower_or_trimmed_are_rebuilt_bit_for_bit():
+    model, x = NarrowWeights().eval(), torch.randn(3, 256)
+    program = etc.to_edge(torch.export.export(model, (x,))).to_backend(CpuPartitioner()).to_executorch()
+    (blob,) = [cpu_blob.deserialize(b) for b in program.pte.delegate_segments]
+    stored = {info.get("stored") for info in blob.metadata["constants"].values()}
+    assert {"float16", "int8", "int16"} <= stored, blob.metadata["constants"]
+    assert any("tail" in info for info in blob.metadata["constants"].values())
+    (got,) = _on_executorch(program.buffer, [x])
+    (ours,) = Runtime.get().load_program(program.buffer).load_method("forward").execute([x.numpy()])
+    np.testing.assert_array_equal(got.numpy(), ours)  # the same constants, the same code
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_derived_8da4w_column_sums_are_the_same_bits_in_both_loaders():
+    """24 groups per row: summed in the one order both loaders use (numpy's sum of 8 or more terms
+    would be pairwise), so ExecuTorch's run and etc's compute the same bits."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(768, 96)).eval(), torch.randn(5, 768)
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)))
+    program = etc.to_edge(torch.export.export(model, (x,))).to_backend(CpuPartitioner()).to_executorch()
+    (blob,) = [cpu_blob.deserialize(b) for b in program.pte.delegate_segments]
+    assert any("derive" in info for info in blob.metadata["constants"].values())
+    (got,) = _on_executorch(program.buffer, [x])
+    (ours,) = Runtime.get().load_program(program.buffer).load_method("forward").execute([x.numpy()])
+    np.testing.assert_array_equal(got.numpy(), ours)
 
 
 # ------------------------------------------------------------------------------- dynamic sizes, threads
