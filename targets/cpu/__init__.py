@@ -9,8 +9,9 @@ Stages (one module each): `lower.py` (edge -> torch dialect, data-driven from th
 op schemas, then torch-mlir's pipelines to linalg), `pipeline.py` (`cpu_pipeline`: the
 registered passes of `passes/` and upstream ones, from linalg on tensors to the LLVM
 dialect, sizes from the ISA table in `isa.py`), `codegen.py` (LLVM IR and llvmlite
-object emission), `blob.py` (the delegate blob format), `runtime.py` (the runtime
-backend: checks the CPU, links with MCJIT, calls through ctypes). `decisions.py`: the
+object emission), `link.py` (the object -> a pre-linked image, `image.py`), `blob.py` (the
+delegate blob format), `runtime.py` (the runtime backend: checks the CPU, maps the image,
+calls through ctypes; `runtime/executorch_backend/` is the same for ExecuTorch). `decisions.py`: the
 path each contraction, window op and reduction took, shown in the delegation report.
 
 Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
