@@ -124,10 +124,12 @@ def _plan_method(name: str, func, program_ir, reasons: dict, dims_record) -> tup
     others = [op for op in ops if op.name != "backend.delegate" and op.name not in glue
               and not (op.name in SIZE_OPS and _only_sizes_use(op))]
     if len(calls) != 1 or others:
-        lines = [f"method '{name}': " + (
-            "no delegate call (call to_backend(CpuPartitioner(...)) first, and see delegation_info())"
-            if not calls else f"{len(calls)} delegate calls (partitions); the library needs the whole method "
-                              "in one" if len(calls) > 1 else "ops outside its delegate call")]
+        if not calls:
+            what = "no delegate call (call to_backend(CpuPartitioner(...)) first; see delegation_info())"
+        else:
+            what = " and ".join(([f"{len(calls)} delegate calls (partitions)"] if len(calls) > 1 else []) +
+                                ([f"{len(others)} op(s) outside its delegate"] if others else []))
+        lines = [f"method '{name}': {what}"]
         for op in others:
             where = format_location(op.location) or "unknown location"
             why = reasons.get(op.name)

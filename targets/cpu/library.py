@@ -620,8 +620,9 @@ def _target_machine(target: CpuTarget):
 
 
 def _emit(module, target: CpuTarget, *, nounwind: bool) -> bytes:
-    """The object of a copy of `module` (codegen changes the module it runs on). `nounwind`: no
-    unwind tables (on Arm, EHABI tables would pull the C++ unwinder into firmware)."""
+    """The object of a copy of `module` (codegen changes the module it runs on). `nounwind`: the
+    functions cannot unwind (C callers; on Arm their EHABI entries are then EXIDX_CANTUNWIND, where
+    unwindable ones would reference __aeabi_unwind_cpp_pr0 and pull the unwinder into firmware)."""
     import llvmlite.binding as llvm
 
     copy = llvm.parse_bitcode(module.as_bitcode())

@@ -29,7 +29,7 @@ DL_SPEC = "dlti.dl_spec"
 
 _LOWERINGS = ("lower_bitcast", "lower_broadcast", "lower_contraction", "lower_masks", "lower_masked_transfers",
               "lower_shape_cast", "lower_interleave", "lower_transpose", "lower_transfer max_transfer_rank = 1",
-              "transfer_permutation_patterns", "lower_gather", "rank_reducing_subview_patterns")
+              "transfer_permutation_patterns", "materialize_masks", "lower_gather", "rank_reducing_subview_patterns")
 
 
 def _script() -> str:
