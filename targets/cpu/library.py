@@ -755,8 +755,8 @@ def _method_header(name: str, m: _MethodBuild, layout: _Layout) -> list:
                     f"#define {p}_DTYPE {code}  /* {spec.dtype if spec.dtype != 'uint16' else 'bfloat16'} "
                     "(ExecuTorch ScalarType) */",
                     f"#define {p}_CTYPE {ctype}", f"#define {p}_RANK {len(bounds)}",
-                    f"#define {p}_SHAPE {{{', '.join(str(b) for b in bounds)}}}"
-                    + ("  /* upper bounds */" if dynamic else ""),
+                    *([f"#define {p}_SHAPE {{{', '.join(str(b) for b in bounds)}}}"
+                       + ("  /* upper bounds */" if dynamic else "")] if bounds else []),  # (a scalar has none)
                     f"#define {p}_NUMEL {numel}", f"#define {p}_BYTES {numel * np.dtype(spec.dtype).itemsize}"]
             for d in dynamic:
                 if role == "INPUT":

@@ -57,11 +57,11 @@ def test_a_program_without_delegate_is_refused(tmp_path):
         edge.to_library(tmp_path, "plain")
 
 
-@pytest.mark.parametrize("name", ["9lives", "my-model", ""])
-def test_the_library_name_must_be_a_c_identifier(tmp_path, name):
+def test_the_library_name_must_be_a_c_identifier(tmp_path):
     edge = _edge(nn.Linear(4, 4), (torch.randn(1, 4),))
-    with pytest.raises(LoweringError, match="not a C identifier"):
-        edge.to_library(tmp_path, name)
+    for name in ("9lives", "my-model", ""):
+        with pytest.raises(LoweringError, match="not a C identifier"):
+            edge.to_library(tmp_path, name)
 
 
 def test_threaded_code_is_refused(tmp_path):
