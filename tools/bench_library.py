@@ -251,7 +251,8 @@ def _kb(n) -> str:
 def render_host(rows: list) -> str:
     lines = ["Microseconds per call (median CPU time of the calling thread); the library called from C, the others "
              "through their Python runtimes. Ratios: time over time, below 1.00x the library is faster.", "",
-             "| model | library (C) | etc runtime | ET XNNPACK | torch 1t | library vs XNNPACK | library vs etc runtime "
+             "| model | library (C) | etc runtime | ET XNNPACK | torch 1t | library vs XNNPACK | "
+             "library vs etc runtime "
              "| code KiB | weights KiB | arena KiB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r:
@@ -268,7 +269,8 @@ def render_host(rows: list) -> str:
         geomean = float(np.exp(np.mean([np.log(r["library"] / r["xnnpack"]) for r in timed])))
         slower = [r["name"] for r in timed if r["library"] >= r["xnnpack"]]
         lines += ["", f"Geomean library / XNNPACK over {len(timed)} models: {geomean:.2f}x; "
-                      + (f"slower than XNNPACK: {', '.join(slower)}." if slower else "every model is faster as a library.")]
+                      + (f"slower than XNNPACK: {', '.join(slower)}." if slower
+                         else "every model is faster as a library.")]
     return "\n".join(lines) + "\n"
 
 

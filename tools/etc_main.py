@@ -127,7 +127,8 @@ def cmd_compile(args) -> int:
     if not args.output and not args.emit_library:
         raise UsageError("nothing to write: give -o model.pte, --emit-library DIR, or both")
     if (args.target != "host" or args.float_abi) and args.backend != "cpu" and not args.emit_library:
-        raise UsageError("--target and --float-abi choose the cpu backend's target: use --backend cpu or --emit-library")
+        raise UsageError("--target and --float-abi choose the cpu backend's target: use them with --backend cpu "
+                         "or --emit-library")
     if args.backend == "cpu" or args.emit_library:  # a library is the cpu target's native code
         from etc.targets.cpu import CpuPartitioner
 

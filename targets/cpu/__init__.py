@@ -15,11 +15,11 @@ backend: checks the CPU, links with MCJIT, calls through ctypes). `decisions.py`
 path each contraction, window op and reduction took, shown in the delegation report.
 
 Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
-`features`, `float_abi` (32-bit Arm: "hard", the presets' default, or "softfp"), `opt_level` (0-3), `num_threads` (> 1: the threaded entry of parallel.py, run by
-up to that many of the runtime's threads; the object still needs only libc/libm). At load the
-runtime times the delegate on one thread and on `num_threads` and keeps the faster (waking a
-thread costs tens of microseconds: small models stay on one); the runtime-side compile spec
-`calibrate_threads=0` turns that off. `profile` ("1"; `CpuPartitioner(profile=True)`): the code
+`features`, `float_abi` (32-bit Arm: "hard", the presets' default, or "softfp"), `opt_level` (0-3),
+`num_threads` (> 1: the threaded entry of parallel.py, run by up to that many of the runtime's
+threads; the object still needs only libc/libm). At load the runtime times the delegate on one
+thread and on `num_threads` and keeps the faster (waking a thread costs tens of microseconds: small
+models stay on one); the runtime-side compile spec `calibrate_threads=0` turns that off. `profile` ("1"; `CpuPartitioner(profile=True)`): the code
 reads a cycle counter between its dispatch regions (`passes/profile_regions.py`) and a recording
 run (`enable_etdump=True`) shows each region's time and source lines; absent (the default), the
 code is exactly the unprofiled one.
@@ -180,9 +180,9 @@ class CpuBackend(BackendDetails):
         specs = _spec_dict(compile_specs)
         data, debug = compile_function(
             func_op, constants, target=specs.get("target") or None, cpu=specs.get("cpu") or None,
-            features=specs.get("features"), float_abi=specs.get("float_abi"), opt_level=int(specs.get("opt_level", 3)),
-            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1",
-            profile=specs.get("profile") == "1")
+            features=specs.get("features"), float_abi=specs.get("float_abi"),
+            opt_level=int(specs.get("opt_level", 3)), num_threads=int(specs.get("num_threads", 1)),
+            keep_ir=specs.get("keep_ir") == "1", profile=specs.get("profile") == "1")
         return PreprocessResult(processed_bytes=data, debug_info=debug, report_lines=debug["decision_summary"],
                                 native=debug.pop("native"))
 

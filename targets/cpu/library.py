@@ -761,13 +761,14 @@ def _method_header(name: str, m: _MethodBuild, layout: _Layout) -> list:
             for d in dynamic:
                 if role == "INPUT":
                     dim = spec.dims[d]
-                    out += [f"#define {p}_DIM{d}_MIN {dim.lo}  /* Dim '{dim.name}' */", f"#define {p}_DIM{d}_MAX {dim.hi}"]
+                    out += [f"#define {p}_DIM{d}_MIN {dim.lo}  /* Dim '{dim.name}' */",
+                            f"#define {p}_DIM{d}_MAX {dim.hi}"]
                 else:
                     out += [f"#define {p}_DIM{d}_MAX {bounds[d]}"]
     for s, b in enumerate(plan.state):
         offset, nbytes, _ = layout.state[(plan.name, b.symbol)]
-        out += [f'#define {up}_STATE{s}_NAME "{b.symbol}"', f"#define {up}_STATE{s}_OFFSET {offset}  /* in the arena */",
-                f"#define {up}_STATE{s}_BYTES {nbytes}"]
+        out += [f'#define {up}_STATE{s}_NAME "{b.symbol}"',
+                f"#define {up}_STATE{s}_OFFSET {offset}  /* in the arena */", f"#define {up}_STATE{s}_BYTES {nbytes}"]
     dynamic = bool(m.input_dims or m.output_dims)
     params = ["const void *const *inputs"] + (["const int32_t *input_dims"] if dynamic else []) + \
              ["void *const *outputs"] + (["int32_t *output_dims"] if dynamic else []) + ["void *arena"]

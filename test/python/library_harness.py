@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -124,7 +124,8 @@ def harness_source(cases: list, mode: str = "static") -> str:
         calls.append(f"    case_{n}();")
     lines += ["int main(void) {"]
     if mode == "static":
-        lines += [f"    if ({name}_init(arena_{name}) != 0) fail(\"{name}_init\", \"status\", 0);" for name in libraries]
+        lines += [f"    if ({name}_init(arena_{name}) != 0) fail(\"{name}_init\", \"status\", 0);"
+                  for name in libraries]
     lines += calls
     lines += ['    SAY(failures ? "FAILED " : "PASSED ");', "    SAY_INT(failures);", "    END_LINE();",
               "    return failures ? 1 : 0;", "}", ""]
@@ -200,7 +201,8 @@ def _case_source(n: int, case: Case, mode: str) -> list:
         if case.expect_status:
             for p, nbytes in enumerate(out_bytes):
                 step += [f"for (int k = 0; k < {nbytes}; k++)",
-                         f"    if (((const uint8_t *)out{p})[k] != 0x5A) {{ fail(label, \"refused but wrote\", {p}); break; }}"]
+                         f"    if (((const uint8_t *)out{p})[k] != 0x5A) "
+                         f"{{ fail(label, \"refused but wrote\", {p}); break; }}"]
         else:
             want_dims = [np.asarray(expected[p]).shape[d] for p, d in info["output_dims"]]
             for q, want in enumerate(want_dims):

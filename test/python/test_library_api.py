@@ -249,7 +249,8 @@ def test_two_libraries_of_one_model_link_into_one_program_with_their_own_weights
     main = tmp_path / "main.c"
     main.write_text('#include <stdio.h>\n#include "one.h"\n#include "two.h"\n'
                     "static _Alignas(64) unsigned char a[ONE_ARENA_BYTES + 64], b[TWO_ARENA_BYTES + 64];\n"
-                    f"static const float x[4] = {{{', '.join(float(v).hex() + 'f' for v in x.reshape(-1).tolist())}}};\n"
+                    f"static const float x[4] = {{{', '.join(float(v).hex() + 'f' for v in x.reshape(-1).tolist())}}};"
+                    "\n"
                     "int main(void) {\n    float y[2], z[2];\n"
                     "    if (one_forward_run(x, y, a) || two_forward_run(x, z, b)) return 1;\n"
                     '    printf("%.9g %.9g %.9g %.9g\\n", y[0], y[1], z[0], z[1]);\n    return 0;\n}\n')

@@ -144,7 +144,8 @@ def build_firmware(output: str, sources: list, libraries: list, board_name, *, i
     flags = gcc_flags(target)
     include = [f"-I{FIRMWARE_DIR}"] + [f"-I{d}" for d in include_dirs] + \
         sorted({f"-I{library.directory}" for library in libraries})
-    command = [gcc, optimize, *flags, "-ffunction-sections", "-fdata-sections", "-nostartfiles", "-Wall", *include, *extra_flags, f"-L{FIRMWARE_DIR}", "-T", chosen.linker_script,
+    command = [gcc, optimize, *flags, "-ffunction-sections", "-fdata-sections", "-nostartfiles", "-Wall", *include,
+               *extra_flags, f"-L{FIRMWARE_DIR}", "-T", chosen.linker_script,
                "-Wl,--gc-sections", "-Wl,--no-warn-rwx-segments",
                *([f"-Wl,--defsym=STACK_SIZE={stack_bytes}"] if stack_bytes else []),
                *[os.path.join(FIRMWARE_DIR, s) for s in SOURCES], *sources,

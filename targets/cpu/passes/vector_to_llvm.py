@@ -37,7 +37,8 @@ def _script() -> str:
     patterns = "\n".join(f"      transform.apply_patterns.vector.{p}" for p in _LOWERINGS)
     return (f"module attributes {{transform.with_named_sequence}} {{\n"
             f"  transform.named_sequence @__transform_main(%root: {any_op} {{transform.readonly}}) {{\n"
-            f"    %f = transform.structured.match ops{{[\"func.func\", \"llvm.func\"]}} in %root : ({any_op}) -> {any_op}\n"
+            f"    %f = transform.structured.match ops{{[\"func.func\", \"llvm.func\"]}} in %root\n"
+            f"        : ({any_op}) -> {any_op}\n"
             f"    transform.apply_patterns to %f {{\n{patterns}\n    }} : {any_op}\n"
             f"    transform.yield\n  }}\n}}\n")
 
