@@ -86,3 +86,16 @@ bench: $(STAMP) $(BENCH_STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# Deploying without Python (README "Microcontrollers"): the MNIST-style MLP and the keyword-spotting
+# DS-CNN, int8, as C libraries linked into Cortex-M33 firmware for QEMU's mps2-an505 (etc's start-up
+# code, linker script and semihosting harness, etc/targets/cpu/firmware/), with the size report;
+# run-firmware boots them under qemu-system-arm and prints the predictions.
+FIRMWARE_BOARD ?= mps2-an505
+
+.PHONY: firmware run-firmware
+firmware: $(STAMP) toolchains
+	$(PY) -m etc.tools.firmware build --board $(FIRMWARE_BOARD)
+
+run-firmware: $(STAMP) toolchains
+	$(PY) -m etc.tools.firmware run --board $(FIRMWARE_BOARD)

@@ -62,6 +62,9 @@ class CodegenResult:
     decisions: list = field(default_factory=list)  # decisions.Decision per heavy op
     stats: dict = field(default_factory=dict)
     profile: dict | None = None  # profiled builds: the regions the code times (profile_regions.read_profile)
+    # The optimized module as LLVM bitcode: what a native library (library.py) emits its code from, with
+    # its own symbol names and relocation model, without running LLVM's optimizer again.
+    bitcode: bytes = b""
 
 
 def check_llvm_dialect(module: ir.Module) -> None:
@@ -219,9 +222,10 @@ def check_external_symbols(mod) -> None:
 
 
 def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=(),
-                out_of_line=()) -> tuple[bytes, str]:
-    """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file. The functions
-    `internalize` names get internal linkage; those `out_of_line` names are never inlined (the
+                out_of_line=()) -> tuple[bytes, str, bytes]:
+    """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file; returns the object,
+    the optimized module's text and its bitcode (what a native library emits its code from). The
+    functions `internalize` names get internal linkage; those `out_of_line` names are never inlined (the
     dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one).
 
     LLVM's loop unrolling is off: the cpu pipeline already unrolls the vector micro-kernels
@@ -257,4 +261,5 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
-    return tm.emit_object(mod), str(mod)
+    bitcode = mod.as_bitcode()  # before codegen, whose IR passes (CodeGenPrepare) change the module
+    return tm.emit_object(mod), str(mod), bitcode
