@@ -326,9 +326,8 @@ def _llm_text(args) -> str:
 def _executorch_text(args) -> str:
     from etc.tools.bench_executorch import run
 
-    intro = ("The real models and the LLMs above, both programs in ExecuTorch's runtime: etc's through its cpu "
-             "backend for ExecuTorch (`etc.runtime.executorch_backend`), ExecuTorch's through XNNPACK, one thread, "
-             "each model in its own child process (`python -m etc.tools.bench_executorch`).\n\n")
+    intro = ("The real models and the LLMs above, each model in its own child process (`python -m "
+             "etc.tools.bench_executorch`); etc's backend is `etc.runtime.executorch_backend`.\n\n")
     return intro + run(args.real_models.split(",") if args.real_models else None, runs=max(3, args.runs // 2))
 
 
