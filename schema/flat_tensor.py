@@ -170,11 +170,11 @@ def read_ptd(data, *, verify_checksums: bool = True, source: str = "<bytes>") ->
              f"{segment_base + segment_size}) lies outside the {size}-byte file (truncated?)")
     data_end = segment_base + segment_size
     # The trailer, if any, must begin exactly where the data ends.
-    trailer = checksums.find_trailer(bytes(view[data_end:])) if size > data_end else None
+    trailer = checksums.find_trailer(view) if size > data_end else None
     if size > data_end and trailer is None:
         fail(f"{size - data_end} unexpected bytes after the data (truncated or damaged checksum trailer?)")
-    if trailer is not None and trailer[0] != 0:
-        fail(f"{trailer[0]} unexpected bytes between the data and the checksum trailer")
+    if trailer is not None and trailer[0] != data_end:
+        fail(f"the checksum trailer begins at byte {trailer[0]}, not where the data ends ({data_end})")
     buf = bytes(view[:fb_end])
     reader = _FlatbufferReader(buf, fb_end, tables=TABLES)
     root = struct.unpack_from("<I", buf, 0)[0]
