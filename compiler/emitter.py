@@ -427,11 +427,20 @@ class _MethodEmitter:
     def kernel_call(self, op) -> None:
         from etc.dialects import decode_op, op_info
 
-        info = op_info(op.name)
-        kernel = out_variant_name(info.torch_name)
+        from etc.dialects import custom_ops
+
+        custom = custom_ops.is_custom(op)
+        info = op_info(op) if custom else op_info(op.name)
+        try:
+            kernel = custom_ops.out_variant(info.torch_name) if custom else out_variant_name(info.torch_name)
+        except LoweringError as error:
+            error.location = error.location or _where(op)
+            raise
         if kernel is None:
             raise LoweringError(f"'{info.torch_name}' has no out variant to run as a kernel", location=_where(op))
-        if kernel not in self.kernels:
+        # A user's operator may have its kernel only where the program runs (C++ linked into ExecuTorch):
+        # etc's runtime names it at load if no Python kernel is registered (etc.runtime.register_kernel).
+        if kernel not in self.kernels and not custom:
             raise LoweringError(
                 f"no kernel for '{kernel}' (from '{info.torch_name}') in the portable kernel library; "
                 "decompose the op, delegate it to a backend, or register a kernel", location=_where(op))

@@ -486,7 +486,13 @@ class Method:
             try:
                 bound.append((name, _lookup_default(name, lookup)))
             except (KernelNotFoundError, KeyError) as error:
-                missing.append((op_index, name, getattr(error, "notes", [])))
+                notes = list(getattr(error, "notes", []))
+                if name.split("::", 1)[0] not in ("aten", "executorch_prim", "quantized_decomposed", "torchao") \
+                        and kernels is None:
+                    notes.append(f"'{name}' is a custom operator: give etc's runtime its kernel with "
+                                 f"etc.runtime.register_kernel('{name}', fn), fn a numpy function of the "
+                                 "schema's arguments (out= last) returning the out tensor")
+                missing.append((op_index, name, notes))
                 bound.append((name, None))
         if missing:
             op_index, name, notes = missing[0]
