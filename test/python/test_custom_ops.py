@@ -199,3 +199,30 @@ def test_mutating_custom_op_is_refused_at_the_users_line():
             as caught:
         etc.to_edge(ep)
     assert caught.value.location and caught.value.location.startswith(__file__)
+
+
+def test_program_runs_on_stock_executorch_with_the_kernel_linked(tmp_path):
+    """The same program on ExecuTorch's runtime, with a C++ kernel library built here against the
+    executorch wheel's headers (custom_kernel/) and loaded into executorch.runtime's registry."""
+    import ctypes
+    import os
+    import shutil
+    import subprocess
+
+    executorch_runtime = pytest.importorskip("executorch.runtime")
+    from etc.runtime.executorch_backend import executorch_root
+
+    if shutil.which("cmake") is None:
+        pytest.skip("no cmake")
+    source = os.path.join(os.path.dirname(__file__), "custom_kernel")
+    build = tmp_path / "build"
+    for command in (["cmake", "-S", source, "-B", str(build), f"-DEXECUTORCH_ROOT={executorch_root()}"],
+                    ["cmake", "--build", str(build)]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    runtime = executorch_runtime.Runtime.get()  # loads libexecutorch.so first: the kernel registers there
+    ctypes.CDLL(str(build / "libetc_ext_kernels.so"), mode=ctypes.RTLD_GLOBAL)
+    model = Model()
+    program = _edge(model).to_executorch()
+    (out,) = runtime.load_program(program.buffer).load_method("forward").execute([X])
+    np.testing.assert_allclose(out.numpy(), _eager(model), rtol=1e-5, atol=1e-5)
