@@ -72,8 +72,7 @@ class Model(torch.nn.Module):
         self.second = torch.nn.Linear(16, 4)
 
     def forward(self, x):
-        h = torch.relu(self.first(x))
-        return self.second(scaled_tanh(h, self.bias, 0.5))
+        return self.second(scaled_tanh(self.first(x), self.bias, 0.5))
 
 
 class NoOut(torch.nn.Module):
@@ -102,6 +101,13 @@ def _run(buffer, x=X):
     return Runtime.get().load_program(buffer).load_method("forward").execute([x.numpy()])[0]
 
 
+@pytest.fixture(scope="module")
+def portable():
+    """(model, its portable ExecutorchProgram), shared: exporting and lowering is most of a test's time."""
+    model = Model()
+    return model, _edge(model).to_executorch()
+
+
 def test_custom_op_imports_through_its_schema():
     edge = _edge(Model())
     text = str(edge.module)
@@ -116,9 +122,8 @@ def test_custom_op_imports_through_its_schema():
     assert "scaled_tanh(h" in str(op.location) or "test_custom_ops.py" in str(op.location)
 
 
-def test_portable_program_matches_eager():
-    model = Model()
-    program = _edge(model).to_executorch()
+def test_portable_program_matches_eager(portable):
+    model, program = portable
     operators = {f"{o.name}.{o.overload}" for o in program.pte.program.execution_plan[0].operators}
     assert "etc_ext::scaled_tanh.out" in operators
     np.testing.assert_allclose(_run(program.buffer), _eager(model), rtol=1e-5, atol=1e-6)
@@ -133,15 +138,15 @@ def test_cpu_target_leaves_the_custom_op_to_its_kernel_with_a_report_line():
     assert "custom operator etc_ext::scaled_tanh: the cpu target does not compile users' operators" in info
     program = edge.to_executorch()
     plan = program.pte.program.execution_plan[0]
-    assert len(plan.delegates) == 2  # the linear+relu before, the linear after
+    assert len(plan.delegates) == 2  # the linear before, the linear after
     assert "etc_ext::scaled_tanh.out" in {f"{o.name}.{o.overload}" for o in plan.operators}
     np.testing.assert_allclose(_run(program.buffer), _eager(model), rtol=1e-5, atol=1e-5)
 
 
-def test_selective_build_lists_the_custom_op():
+def test_selective_build_lists_the_custom_op(portable):
     from etc.devtools.selective_build import SelectiveBuild
 
-    selection = SelectiveBuild.from_programs(_edge(Model()).to_executorch())
+    selection = SelectiveBuild.from_programs(portable[1])
     assert "etc_ext::scaled_tanh.out" in selection.operators
     assert "etc_ext::scaled_tanh.out" in selection.to_selected_operators()["operators"]
 
@@ -201,7 +206,7 @@ def test_mutating_custom_op_is_refused_at_the_users_line():
     assert caught.value.location and caught.value.location.startswith(__file__)
 
 
-def test_program_runs_on_stock_executorch_with_the_kernel_linked(tmp_path):
+def test_program_runs_on_stock_executorch_with_the_kernel_linked(tmp_path, portable):
     """The same program on ExecuTorch's runtime, with a C++ kernel library built here against the
     executorch wheel's headers (custom_kernel/) and loaded into executorch.runtime's registry."""
     import ctypes
@@ -222,7 +227,6 @@ def test_program_runs_on_stock_executorch_with_the_kernel_linked(tmp_path):
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     runtime = executorch_runtime.Runtime.get()  # loads libexecutorch.so first: the kernel registers there
     ctypes.CDLL(str(build / "libetc_ext_kernels.so"), mode=ctypes.RTLD_GLOBAL)
-    model = Model()
-    program = _edge(model).to_executorch()
+    model, program = portable
     (out,) = runtime.load_program(program.buffer).load_method("forward").execute([X])
     np.testing.assert_allclose(out.numpy(), _eager(model), rtol=1e-5, atol=1e-5)

@@ -70,9 +70,15 @@ def test_flat_tensor_round_trip_and_shared_segments():
         read_ptd(b"\0" * 64)
 
 
-def test_etc_program_with_external_weights_runs_on_etc(tmp_path):
+@pytest.fixture(scope="module")
+def external():
+    """(model, its ExecutorchProgram with external_constants=True), shared by the tests below."""
     model = Model()
-    program = _etc_program(model)
+    return model, _etc_program(model)
+
+
+def test_etc_program_with_external_weights_runs_on_etc(tmp_path, external):
+    model, program = external
     assert list(program.tensor_data) == ["_default_external_constant"]
     weight = model.lin.weight.detach().numpy().T.copy().tobytes()  # to_edge folds the transpose into it
     assert weight not in program.buffer and weight in program.tensor_data["_default_external_constant"]
@@ -83,8 +89,8 @@ def test_etc_program_with_external_weights_runs_on_etc(tmp_path):
     (out,) = loaded.load_method("forward").execute([X.numpy()])
     np.testing.assert_allclose(out, _eager(model), rtol=1e-5, atol=1e-6)
 
-    # One data file serves another program of the same model, and a list of files is accepted.
-    again = Runtime.get().load_program(_etc_program(model).buffer, data_path=[str(ptd)])
+    # A list of files is accepted (several programs may share one file, each reading its keys).
+    again = Runtime.get().load_program(program.buffer, data_path=[str(ptd)])
     np.testing.assert_allclose(again.load_method("forward").execute([X.numpy()])[0], out)
 
 
@@ -98,8 +104,8 @@ def test_external_constants_callable_splits_files(tmp_path):
     np.testing.assert_allclose(out, _eager(model), rtol=1e-5, atol=1e-6)
 
 
-def test_missing_wrong_or_corrupt_data_file_is_a_clear_error(tmp_path):
-    program = _etc_program(Model())
+def test_missing_wrong_or_corrupt_data_file_is_a_clear_error(tmp_path, external):
+    program = external[1]
     with pytest.raises(ProgramError, match=r"tensor '\w+(\.\w+)?' lives in external data .* data_path="):
         Runtime.get().load_program(program.buffer).load_method("forward")
     with pytest.raises(ProgramError, match="cannot read data file .*No such file"):
