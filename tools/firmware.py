@@ -9,7 +9,7 @@ int8), compiles it for the board's core (`CpuPartitioner(target="cortex-m33")`),
 library (`to_library`: mnist.h, libmnist.a), generates the firmware's main.c (the test inputs, the
 outputs torch computed for them, the printing) and links it with etc's start-up code, linker script
 and semihosting harness (`etc.targets.cpu.firmware`). It prints the library's size report and the
-whole firmware's flash and RAM. `run` boots it under qemu-system-arm with instruction counting on:
+whole firmware's flash and RAM. `run` (building it first if it is not built) boots it under qemu-system-arm with instruction counting on:
 it prints each input, the scores and the prediction, the instructions and stack one inference took,
 and exits 0 only if every prediction matches the one torch made.
 
@@ -276,10 +276,9 @@ def run(model: str, board_name: str, out: str) -> int:
     from etc.targets.cpu import firmware
 
     elf = os.path.join(out, model, f"{model}.elf")
-    if not os.path.exists(elf):
-        print(f"{elf} is not built: make firmware (python -m etc.tools.firmware build --model {model})",
-              file=sys.stderr)
-        return 1
+    if not os.path.exists(elf):  # a newcomer's first command may be run-firmware: build what it runs
+        print(f"{elf} is not built yet: building it first (make firmware)")
+        build(model, board_name, out)
     print(" ".join(firmware.qemu_command(elf, board_name, icount=True)))
     done = firmware.run_firmware(elf, board_name, icount=True)
     print(done.stdout, end="")
