@@ -183,3 +183,24 @@ def test_llm_weights_in_a_data_file_generate_as_eager(tmp_path):
         TextGenerator(str(tmp_path / "llama.pte"))
     generator = TextGenerator(str(tmp_path / "llama.pte"), data_path=ptd)
     assert generator.generate(prompt, max_new_tokens=5, stop_tokens=[]).tokens == want
+
+
+def test_flat_tensor_fbs_and_dataclasses_agree():
+    """schema/flat_tensor.fbs (the text) and flat_tensor.py (what the writer and reader follow)."""
+    import os
+
+    from test_schema_fbs import kind_matches, parse_fbs
+
+    from etc.schema import flat_tensor
+    from etc.schema.kinds import wire_fields
+
+    text = open(os.path.join(os.path.dirname(flat_tensor.__file__), "flat_tensor.fbs")).read()
+    text = text.replace("executorch_flatbuffer.", "")  # ScalarType, from program.fbs
+    _, _, tables, identifier = parse_fbs(text)
+    assert identifier.encode() == flat_tensor.FILE_IDENTIFIER
+    assert set(tables) == set(flat_tensor.TABLES)
+    for name, cls in flat_tensor.TABLES.items():
+        fields = wire_fields(cls)
+        assert [f for f, _, _ in tables[name]] == [f for f, _ in fields], name
+        for (field, ftype, attrs), (_, kind) in zip(tables[name], fields):
+            assert kind_matches(kind, ftype, attrs), f"{name}.{field}"
