@@ -45,6 +45,12 @@ class InternalError(PassError):
     Names the pass; the original exception is chained as `__cause__` for the bug report."""
 
 
+class UserPassError(PassError):
+    """A pass from outside etc (a user's `@register_pass` class, an `etc-opt --load-pass-plugin`
+    module) raised an exception: names the pass and the line of the user's file it came from.
+    The original exception is chained as `__cause__`."""
+
+
 class LoweringError(EtcError):
     """An op that has no lowering on the chosen path (no edge form, no kernel, ...)."""
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Callable
+
 import numpy as np
 
 
@@ -203,6 +205,29 @@ class _ProgramState:
     delegate_blobs: list = field(default_factory=list)  # bytes
     mutable_index: dict = field(default_factory=dict)  # fqn -> index in the mutable data segment (>= 1)
     mutable_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
+    # `external_constants`: fqn -> the name of the .ptd that holds it, or None (in the program).
+    external_tag: Callable | None = None
+    external_data: dict = field(default_factory=dict)  # tag -> PtdFile
+
+    def external(self, name: str, op, scalar_type, sizes: list[int]) -> str | None:
+        """The .ptd tag of constant `name` when it goes outside the program (its data then added to
+        that file under `name`, with its layout), else None."""
+        tag = self.external_tag(name) if self.external_tag is not None else None
+        if tag is None:
+            return None
+        if not isinstance(tag, str) or not tag or "/" in tag or "\\" in tag:
+            raise LoweringError(f"external_constants gave {tag!r} for constant '{name}': a .ptd name must be a "
+                                "non-empty str without a path separator (or None to keep it in the program)",
+                                location=_where(op))
+        if name not in self.constants:
+            raise LoweringError(f"constant '{name}' has no data in the program's constant table", location=_where(op))
+        from etc.schema.flat_tensor import DataEntry, PtdFile, TensorLayout
+
+        ptd = self.external_data.setdefault(tag, PtdFile())
+        if name not in ptd.entries:
+            ptd.entries[name] = DataEntry(np.ascontiguousarray(self.constants[name]).tobytes(), TensorLayout(
+                scalar_type=scalar_type, sizes=list(sizes), dim_order=list(range(len(sizes)))))
+        return tag
 
     def mutable(self, name: str, op) -> int:
         """The mutable-data index of a buffer the program writes (its initial state), or 0 when that
@@ -307,6 +332,19 @@ class _MethodEmitter:
         self.index[value] = i
         return i
 
+    def load_constant(self, symbol: str, op) -> None:
+        """A constant tensor: its bytes in the constant segment, or (`external_constants`) in a .ptd,
+        the tensor naming them as ExecuTorch's do: `ExtraTensorInfo(fully_qualified_name, EXTERNAL)`."""
+        S = self.S
+        result = op.results[0]
+        index = self.tensor(result)
+        t = self.values[index].val
+        if self.state.external(symbol, op, t.scalar_type, t.sizes) is not None:
+            t.extra_tensor_info = S.ExtraTensorInfo(fully_qualified_name=symbol,
+                                                    location=S.TensorDataLocation.EXTERNAL)
+        else:
+            t.data_buffer_idx = self.state.constant(symbol, op)
+
     def _upper_bounds(self, value, sizes: list[int]) -> list[int]:
         """Dynamic dims are planned at their upper bound, recorded by to_edge as `etc.upper_bounds`."""
         from torch_mlir import ir
@@ -389,11 +427,20 @@ class _MethodEmitter:
     def kernel_call(self, op) -> None:
         from etc.dialects import decode_op, op_info
 
-        info = op_info(op.name)
-        kernel = out_variant_name(info.torch_name)
+        from etc.dialects import custom_ops
+
+        custom = custom_ops.is_custom(op)
+        info = op_info(op) if custom else op_info(op.name)
+        try:
+            kernel = custom_ops.out_variant(info.torch_name) if custom else out_variant_name(info.torch_name)
+        except LoweringError as error:
+            error.location = error.location or _where(op)
+            raise
         if kernel is None:
             raise LoweringError(f"'{info.torch_name}' has no out variant to run as a kernel", location=_where(op))
-        if kernel not in self.kernels:
+        # A user's operator may have its kernel only where the program runs (C++ linked into ExecuTorch):
+        # etc's runtime names it at load if no Python kernel is registered (etc.runtime.register_kernel).
+        if kernel not in self.kernels and not custom:
             raise LoweringError(
                 f"no kernel for '{kernel}' (from '{info.torch_name}') in the portable kernel library; "
                 "decompose the op, delegate it to a backend, or register a kernel", location=_where(op))
@@ -578,7 +625,7 @@ class _MethodEmitter:
                 emit_control_flow.EMITTERS[name](self, op.operation)
             elif name == "ml_program.global_load_const":
                 symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
-                self.tensor(op.results[0], data_buffer_idx=self.state.constant(symbol, op))
+                self.load_constant(symbol, op)
             elif name == "ml_program.global_load":
                 self.load_state(op)
             elif name == "ml_program.global_store":
@@ -656,16 +703,20 @@ def registered_kernel_names() -> set[str]:
     return set(registered_kernels())
 
 
-def emit_program(program_ir, config=None, *, instruction_ops: dict | None = None):
+def emit_program(program_ir, config=None, *, instruction_ops: dict | None = None,
+                 external_data: dict | None = None):
     """ProgramIR (edge/backend dialect, memory planned) -> schema PteFile.
 
     `instruction_ops`, if given, receives {method: [(op, result EValue indices)]}, one entry per
-    instruction in order: the compile record (`etc.devtools.compile_record`) is built from it."""
+    instruction in order: the compile record (`etc.devtools.compile_record`) is built from it.
+    `external_data`, if given, receives {.ptd name: PtdFile} of the constants `config.external_constants`
+    put outside the program."""
     from torch_mlir import ir
 
     from etc.schema import program as S
 
-    state = _ProgramState(constants=program_ir.constants)
+    state = _ProgramState(constants=program_ir.constants,
+                          external_tag=_external_tag(getattr(config, "external_constants", False)))
     state.delegate_blobs = list(getattr(program_ir, "delegate_blobs", []))
     kernels = registered_kernel_names()
     plans = []
@@ -689,5 +740,23 @@ def emit_program(program_ir, config=None, *, instruction_ops: dict | None = None
         mutable_data_segments=[],
         named_data=[],
     )
-    return S.PteFile(program=program, constant_data=state.constant_data, delegate_segments=state.delegate_blobs,
-                     mutable_data=[state.mutable_data] if state.mutable_data else [])
+    pte = S.PteFile(program=program, constant_data=state.constant_data, delegate_segments=state.delegate_blobs,
+                    mutable_data=[state.mutable_data] if state.mutable_data else [])
+    if external_data is not None:
+        external_data.update(state.external_data)
+    return pte
+
+
+DEFAULT_EXTERNAL_TAG = "_default_external_constant"  # ExecuTorch's name for the .ptd of external_constants=True
+
+
+def _external_tag(option) -> Callable | None:
+    """`ExecutorchBackendConfig.external_constants` as fqn -> .ptd name or None."""
+    if option is True:
+        return lambda name: DEFAULT_EXTERNAL_TAG
+    if not option:
+        return None
+    if callable(option):
+        return option
+    raise LoweringError(f"external_constants must be a bool or a callable (fqn -> .ptd name or None), "
+                        f"got {type(option).__name__}")

@@ -56,6 +56,7 @@ from torch_mlir.dialects import arith, func, ml_program, tensor as tensor_dialec
 from etc.compiler.ir import (BUFFER, CONSTANT_TENSOR, PARAMETER, USER_INPUT, InputInfo, MethodSignature,
                              ProgramIR, dtype_row, element_type, numpy_dtype, torch_dtype_name)
 from etc.compiler.locations import named_location, node_location, node_source_position
+from etc.dialects.custom_ops import BUILTIN_NAMESPACES
 from etc.dialects.quantized_ops import NAMESPACES as QUANTIZATION_NAMESPACES
 from etc.errors import EtcError, UnsupportedConstructError
 
@@ -463,6 +464,9 @@ class _MethodImporter:
                                                           or target.namespace in QUANTIZATION_NAMESPACES):
             self._import_aten(node)
             return
+        if isinstance(target, torch._ops.OpOverload) and target.namespace not in BUILTIN_NAMESPACES:
+            self._import_aten(node, custom=True)  # a user's operator (torch.library): aten.custom_op
+            return
         if isinstance(target, torch._ops.HigherOrderOperator):
             from etc.compiler.import_control_flow import import_control_flow
 
@@ -473,6 +477,11 @@ class _MethodImporter:
     @staticmethod
     def _unsupported_target_message(node) -> str:
         target = node.target
+        if isinstance(target, torch._ops.HigherOrderOperator) and target.name().startswith("auto_functionalized"):
+            mutated = node.args[0] if node.args else None
+            name = getattr(getattr(mutated, "_schema", None), "name", str(mutated))
+            return (f"custom operator {name} writes its arguments (mutates_args); etc imports functional custom "
+                    "operators: return new tensors instead")
         if isinstance(target, torch._ops.HigherOrderOperator):
             return (f"torch.ops.higher_order.{target.name()} is not supported: etc imports torch.cond and "
                     "torch.while_loop (write map/scan as a while_loop, or unroll it in Python)")
@@ -527,9 +536,11 @@ class _MethodImporter:
             return arith.ConstantOp(ir.IndexType.get(), value, loc=location).result
         return value
 
-    def _import_aten(self, node: torch.fx.Node) -> None:
+    def _import_aten(self, node: torch.fx.Node, custom: bool = False) -> None:
         from etc.dialects.aten import build_op
 
+        if custom:
+            from etc.dialects.custom_ops import build as build_op  # noqa: F811 (the generic op, by schema)
         target: torch._ops.OpOverload = node.target
         arguments = self._schema_arguments(node)
         traced = node.meta.get("val")

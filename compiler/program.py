@@ -54,6 +54,13 @@ class ExecutorchBackendConfig:
     alignment: byte alignment of every planned tensor.
     segment_alignment / constant_tensor_alignment: `.pte` layout.
     delegate_data_in_segments: put delegate blobs in segments (else inline).
+    external_constants: the program's constant tensors go to a `.ptd` data file instead
+      (ExecuTorch's FlatTensor format, `etc.schema.flat_tensor`): True puts them all in
+      `_default_external_constant.ptd` (ExecuTorch's name); a callable `fqn -> name or None`
+      chooses the file per constant (None keeps it in the program). Each tensor names its data
+      by its fully qualified name; `ExecutorchProgram.write_tensor_data_to_file(dir)` (or
+      `save`) writes the files, `load_program(pte, data_path=ptd)` reads them. Constants a
+      delegate packs into its blob stay in the blob.
     """
 
     memory_planning_algorithm: object = "greedy"
@@ -64,6 +71,7 @@ class ExecutorchBackendConfig:
     segment_alignment: int = 128
     constant_tensor_alignment: int = 16
     delegate_data_in_segments: bool = True
+    external_constants: bool | Callable[[str], str | None] = False
 
 
 # ---------------------------------------------------------------- to_edge
@@ -282,7 +290,8 @@ class EdgeProgram:
             mem_id_for=config.mem_id_for,
         )
         instruction_ops = {} if generate_etrecord else None
-        pte = emit_program(self.program_ir, config, instruction_ops=instruction_ops)
+        external_data: dict = {}
+        pte = emit_program(self.program_ir, config, instruction_ops=instruction_ops, external_data=external_data)
         from etc.schema import input_dims  # Dim minimums and shared Dims, checked by the runtime
 
         pte.named_data.update(input_dims.records_of(self.exported_programs))
@@ -291,15 +300,24 @@ class EdgeProgram:
             from etc.devtools.compile_record import build_compile_record
 
             etrecord = build_compile_record(self.program_ir, instruction_ops, pte)
-        return ExecutorchProgram(pte, config=config, memory_report=report, etrecord=etrecord)
+        return ExecutorchProgram(pte, config=config, memory_report=report, etrecord=etrecord,
+                                 external_data=external_data)
 
 
 # ----------------------------------------------------------- ExecutorchProgram
 class ExecutorchProgram:
     """The emitted program: `.buffer` (the .pte bytes), `.save(path)`, `.memory_report()`."""
 
-    def __init__(self, pte, *, config: ExecutorchBackendConfig, memory_report, etrecord=None):
+    def __init__(self, pte, *, config: ExecutorchBackendConfig, memory_report, etrecord=None,
+                 external_data: dict | None = None):
         from etc.schema import serialize_pte
+        from etc.schema.flat_tensor import serialize_ptd
+
+        # {.ptd name: bytes} of the constants `config.external_constants` put outside the program.
+        self.tensor_data: dict[str, bytes] = {
+            name: serialize_ptd(ptd, segment_alignment=config.segment_alignment,
+                                tensor_alignment=config.constant_tensor_alignment)
+            for name, ptd in (external_data or {}).items()}
 
         self.pte = pte
         self._etrecord = etrecord
@@ -312,8 +330,23 @@ class ExecutorchProgram:
         )
 
     def save(self, path: str | os.PathLike) -> None:
+        """Write the `.pte` to `path`, and its `.ptd` data files (if any) beside it."""
         with open(path, "wb") as f:
             f.write(self.buffer)
+        if self.tensor_data:
+            self.write_tensor_data_to_file(os.path.dirname(os.path.abspath(os.fspath(path))))
+
+    def write_tensor_data_to_file(self, outdir: str | os.PathLike) -> list[str]:
+        """Write each `.ptd` data file (`<name>.ptd`, `external_constants`) into `outdir`, as
+        ExecuTorch's method of that name does; returns the paths written."""
+        os.makedirs(outdir, exist_ok=True)
+        written = []
+        for name, data in self.tensor_data.items():
+            path = os.path.join(os.fspath(outdir), f"{name}.ptd")
+            with open(path, "wb") as f:
+                f.write(data)
+            written.append(path)
+        return written
 
     def write_to_file(self, f) -> None:
         f.write(self.buffer)

@@ -18,7 +18,7 @@ __all__ = ["make_context", "load_dialects", "op_info", "decode_op", "build_op", 
 
 def load_dialects(context: ir.Context | None = None) -> ir.Context:
     """Load aten, edge and backend into `context` (the current one by default); idempotent."""
-    from etc.dialects import aten, backend, edge, irdl_base
+    from etc.dialects import aten, backend, custom_ops, edge, irdl_base  # noqa: F401 (custom_ops: its ops)
 
     context = context or ir.Context.current
     for dialect in (aten.Aten, edge.Edge, backend.Backend):
@@ -36,10 +36,16 @@ def make_context() -> ir.Context:
 
 
 def op_info(name: str):
-    """OpInfo for an op name (`aten.add_tensor`, `edge.add_tensor`) or a torch
-    name (`aten::add.Tensor`); None if there is none."""
+    """OpInfo for an op name (`aten.add_tensor`, `edge.add_tensor`), a torch name
+    (`aten::add.Tensor`) or an operation (which a user's `custom_op` needs); None if there is none."""
     from etc.dialects.opinfo import by_torch_name, load_table
 
+    if not isinstance(name, str):  # an operation: a user's custom_op knows its operator by attribute
+        from etc.dialects import custom_ops
+
+        if custom_ops.is_custom(name):
+            return custom_ops.op_info_of(name)
+        name = name.operation.name
     if "::" in name:
         return by_torch_name().get(name)
     dialect, _, op = name.partition(".")
@@ -61,8 +67,11 @@ _BY_NAME = None
 
 
 def decode_op(op):
+    from etc.dialects import custom_ops
     from etc.dialects.aten import decode_op as decode
 
+    if custom_ops.is_custom(op):
+        return custom_ops.decode(op)
     return decode(op)
 
 

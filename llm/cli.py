@@ -16,6 +16,7 @@ def add_parser(sub) -> None:
     g = sub.add_parser("generate", help="generate text with an etc.llm program (streams tokens, prints tokens/s)")
     g.add_argument("program", help="a .pte exported with etc.llm.export_llm")
     g.add_argument("--tokenizer", required=True, help="a tokenizer.json (the tokenizers library's format)")
+    g.add_argument("--data-path", default=None, help="the weights' .ptd (export_llm(external_weights=True))")
     g.add_argument("--prompt", required=True)
     g.add_argument("--max-new-tokens", type=int, default=64)
     g.add_argument("--temperature", type=float, default=0.0, help="0 (the default) is greedy")
@@ -29,7 +30,7 @@ def add_parser(sub) -> None:
 def cmd_generate(args) -> int:
     from etc.llm.generator import TextGenerator
 
-    generator = TextGenerator(args.program, args.tokenizer)
+    generator = TextGenerator(args.program, args.tokenizer, data_path=args.data_path)
 
     def stream(piece: str) -> None:
         sys.stdout.write(piece)

@@ -106,12 +106,18 @@ def export_decoder(model, *, max_seq_len: int, max_context_len: int | None = Non
 
 
 def export_llm(model, *, max_seq_len: int, max_context_len: int | None = None, vocab_size: int | None = None,
-               bos_id: int | None = None, eos_ids=(), partitioner=None, strict: bool | None = None):
+               bos_id: int | None = None, eos_ids=(), partitioner=None, strict: bool | None = None,
+               external_weights: bool | str = False):
     """Export, lower and emit a decoder-only LM: an `ExecutorchProgram` (`.save(path)`, `.buffer`).
 
     max_seq_len: the most tokens one call takes (the prefill bound); max_context_len: cache
     positions (read from the cache buffers when not given); eos_ids: the stop tokens the runner
     uses by default; partitioner: optional, as in `EdgeProgram.to_backend`.
+    external_weights: put the weights in a `.ptd` data file instead of the program (True:
+    `_default_external_constant.ptd`, a str: that name without `.ptd`), so a fine-tune ships new
+    weights without a new program: `save(path)` writes it beside the program, and
+    `TextGenerator(pte, data_path=ptd)` (or `etc.llm.cli --data-path`) loads both. Weights a
+    partitioner's delegate packs into its blob stay in the blob.
     """
     import etc
 
@@ -120,7 +126,12 @@ def export_llm(model, *, max_seq_len: int, max_context_len: int | None = None, v
     edge = etc.to_edge(programs)
     if partitioner is not None:
         edge = edge.to_backend(partitioner)
-    return edge.to_executorch()
+    if isinstance(external_weights, str):
+        name = external_weights[:-4] if external_weights.endswith(".ptd") else external_weights
+        external = lambda fqn: name  # noqa: E731
+    else:
+        external = bool(external_weights)
+    return edge.to_executorch(etc.ExecutorchBackendConfig(external_constants=external))
 
 
 def read_metadata(program) -> LLMMetadata:

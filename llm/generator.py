@@ -81,13 +81,13 @@ def _load_tokenizer(tokenizer):
 class TextGenerator:
     """Generates text with an `etc.llm` program on etc's runtime."""
 
-    def __init__(self, program, tokenizer=None):
+    def __init__(self, program, tokenizer=None, *, data_path=None):
         from etc.llm.export import read_metadata
         from etc.runtime import Runtime
         from etc.runtime.runtime import Program
 
-        if not isinstance(program, Program):
-            program = Runtime.get().load_program(program)
+        if not isinstance(program, Program):  # data_path: the weights' .ptd (export_llm(external_weights=True))
+            program = Runtime.get().load_program(program, data_path=data_path)
         self.program = program
         self.metadata = read_metadata(program)
         self.method = program.load_method("forward")

@@ -3,31 +3,35 @@
 A pass is a `Pass` subclass registered under its pipeline name:
 
     from dataclasses import dataclass
-    from etc.passes.pass_api import Pass, option, register_pass
+    from etc.passes.pass_api import Pass, RewritePatternSet, option, register_pass
 
     @register_pass
     class MyPass(Pass):
         name = "etc-my-pass"                       # what pipelines and etc-opt call it
-        summary = "Fold the frobnicators"          # one line, shown by `etc-opt --list-passes`
+        summary = "Forward the operand of aten.alias"   # one line, shown by `etc-opt --list-passes`
 
         @dataclass
         class Options:                             # optional; every field needs a default
-            alignment: int = option(16, help="byte alignment of every buffer")
-            algorithm: str = option("greedy", help="placement algorithm", choices=("greedy", "naive"))
             verbose: bool = option(False, help="say what was done")
-            dims: list[int] = option(list, help="dimensions to look at")
 
-        def run(self, op):                         # either walk the IR yourself ...
-            ... self.options.alignment ...
-
-        def patterns(self):                        # ... or give rewrite patterns (then leave run alone)
+        def patterns(self):                        # rewrite patterns for MLIR's greedy driver ...
             patterns = RewritePatternSet()
-            patterns.add("aten.alias", lambda op, rewriter: ...)
+            patterns.add("aten.alias", self.forward_operand)
             return patterns
+
+        def forward_operand(self, op, rewriter):   # a pattern: returns a truthy value if it does not apply
+            rewriter.replace_op(op, [op.operands[0]])
+            self.count("forwarded")
+            if self.options.verbose:
+                self.remark("forwarded an alias", at=op)
+
+    # ... or, instead of patterns(), walk the IR yourself:
+    #     def run(self, op): ... self.options.verbose ...
 
 `run(op)` receives the op the pass is anchored on in the pipeline (the module,
 or each `func.func` inside `func.func(...)`). The default `run` applies
-`patterns()` with MLIR's greedy driver (`greedy_config()` tunes it). A pass
+`patterns()` with MLIR's greedy driver (`greedy_config()` tunes it); `patterns()` is
+called inside the IR's context, so `RewritePatternSet()` needs none. A pass
 signals failure by raising `self.error(message, at=op)` (a located PassError);
 `self.warning(message, at=op)` reports a warning without failing.
 
@@ -36,6 +40,10 @@ Options are a dataclass whose fields are int, float, bool, str, an Enum, a
 `etc-my-pass{alignment=64 algorithm=naive verbose dims=0,2}` (dashes and
 underscores in names are interchangeable, a bare bool option means true).
 An unknown or malformed option is a PassError naming the valid ones.
+
+A pass defined outside etc (in the user's code, or a module `etc-opt
+--load-pass-plugin=my_passes.py` loads) that raises an exception other than an
+EtcError fails with `UserPassError` naming the pass and the user's file:line.
 
 A pass that is one function can be registered with `@function_pass(name,
 summary, Options)` instead. Every module of `etc.passes` is imported on the
@@ -58,7 +66,7 @@ from typing import Any, Callable, ClassVar
 from etc.errors import PassError
 
 __all__ = [
-    "Pass", "option", "NoOptions", "function_pass", "register_pass", "get_pass", "all_passes",
+    "Pass", "RewritePatternSet", "option", "NoOptions", "function_pass", "register_pass", "get_pass", "all_passes",
     "parse_options", "format_options", "options_help", "split_option_string",
     "Diagnostic", "collect_diagnostics", "emit_diagnostic", "location_text",
 ]
@@ -368,15 +376,17 @@ class Pass:
     # -- the body: override run, or patterns
     def run(self, op) -> None:
         """Transform `op` in place. The default applies `patterns()` greedily."""
-        patterns = self.patterns()
-        if patterns is None:
-            raise NotImplementedError(f"pass {self.name} defines neither run() nor patterns()")
         from torch_mlir import ir, rewrite
 
-        try:
-            rewrite.apply_patterns_and_fold_greedily(op, patterns.freeze(), self.greedy_config())
-        except (ir.MLIRError, RuntimeError) as exc:  # e.g. the driver did not converge
-            raise PassError(f"{self.name}: the greedy rewrite driver failed: {exc}", location=_where(op)) from None
+        with op.context:  # so that patterns() may build RewritePatternSet() without naming one
+            patterns = self.patterns()
+            if patterns is None:
+                raise NotImplementedError(f"pass {self.name} defines neither run() nor patterns()")
+            try:
+                rewrite.apply_patterns_and_fold_greedily(op, patterns.freeze(), self.greedy_config())
+            except (ir.MLIRError, RuntimeError) as exc:  # e.g. the driver did not converge
+                raise PassError(f"{self.name}: the greedy rewrite driver failed: {exc}",
+                                location=_where(op)) from None
 
     def patterns(self):
         """A `torch_mlir.rewrite.RewritePatternSet` (patterns `fn(op, rewriter)` return a truthy
@@ -427,3 +437,12 @@ def function_pass(name: str, summary: str, options: type = NoOptions) -> Callabl
 
 
 from etc.passes.registry import all_passes, get_pass, register_pass  # noqa: E402  (re-exported)
+
+
+def __getattr__(name: str):
+    # `RewritePatternSet` is MLIR's (torch_mlir.rewrite), imported only when a pass asks for it.
+    if name == "RewritePatternSet":
+        from torch_mlir.rewrite import RewritePatternSet
+
+        return RewritePatternSet
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -315,7 +315,13 @@ class Pipeline:
                 step.python_pass.run(target)
             except EtcError:
                 raise
-            except Exception as exc:  # a bug in the pass: say which one, keep the cause
+            except Exception as exc:
+                from etc.passes.pass_api import location_text
+                from etc.passes.registry import is_user_pass, user_pass_error
+
+                if is_user_pass(type(step.python_pass)):  # the user's bug, at the user's line
+                    raise user_pass_error(step.element.name, exc, location_text(target.location)) from exc
+                # a bug in one of etc's passes: say which one, keep the cause
                 raise InternalError(
                     f"pass '{step.element.name}' crashed: {type(exc).__name__}: {exc}",
                     location=str(target.location),

@@ -4,15 +4,25 @@
 every module of the packages in `PASS_PACKAGES` (`etc.passes`, and each target's
 `passes` package, such as `etc.targets.cpu.passes`) except `INFRASTRUCTURE_MODULES`,
 so that looking a pass up never depends on what happened to be imported before.
+
+`load_pass_plugin(path_or_module)` imports a user's module (a `.py` file or a dotted
+module name) whose `@register_pass` classes then join the registry: `etc-opt
+--load-pass-plugin=my_passes.py` lists and runs them like etc's own. A pass defined
+outside etc is a user pass (`is_user_pass`): an exception it raises is the user's
+(`UserPassError` at the user's file and line), not a bug in etc.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
+import os
 import pkgutil
+import sys
+import traceback
 
-from etc.errors import PassError
+from etc.errors import PassError, UserPassError
 
 # Modules of etc.passes that define no pass. Every other module of the package is
 # imported on the first lookup, so a new pass only needs `@register_pass` in its own file.
@@ -78,3 +88,90 @@ def get_pass(name: str) -> type:
             f"; registered passes: {', '.join(sorted(_PASSES))}"
         raise PassError(f"unknown pass '{name}'{hint}")
     return cls
+
+
+_ETC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PLUGINS: dict[str, object] = {}  # resolved path or module name -> module
+
+
+def load_pass_plugin(spec: str):
+    """Import a pass plugin once: `spec` is a `.py` file path or a dotted module name. Its
+    `@register_pass` / `@function_pass` definitions register as it is imported. Returns the
+    module; a missing file or module, or an exception while importing it, is a PassError
+    (the latter at the plugin's failing line)."""
+    _load_builtin()  # so that a plugin reusing a built-in name is caught as a duplicate
+    is_file = spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec)
+    key = os.path.realpath(spec) if is_file else spec
+    if key in _PLUGINS:
+        return _PLUGINS[key]
+    if is_file:
+        if not os.path.isfile(key):
+            raise PassError(f"pass plugin '{spec}': no such file")
+        name = "etc_pass_plugin_" + "".join(c if c.isalnum() else "_" for c in key)
+        module_spec = importlib.util.spec_from_file_location(name, key)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except PassError:
+            del sys.modules[name]
+            raise
+        except Exception as exc:
+            del sys.modules[name]
+            raise _plugin_import_error(spec, exc) from exc
+    else:
+        try:
+            module = importlib.import_module(spec)
+        except ModuleNotFoundError as exc:
+            if exc.name and spec.startswith(exc.name):
+                raise PassError(f"pass plugin '{spec}': no module named '{exc.name}' (give a dotted module "
+                                "name importable from sys.path, or a path to a .py file)") from None
+            raise _plugin_import_error(spec, exc) from exc
+        except PassError:
+            raise
+        except Exception as exc:
+            raise _plugin_import_error(spec, exc) from exc
+    _PLUGINS[key] = module
+    return module
+
+
+def _plugin_import_error(spec: str, exc: BaseException) -> PassError:
+    frame = user_frame(exc)
+    where = f"{frame.filename}:{frame.lineno}" if frame else None
+    return PassError(f"pass plugin '{spec}' failed to import: {type(exc).__name__}: {exc}", location=where)
+
+
+def _is_etc_file(path: str) -> bool:
+    """A source file of etc itself (the package, not its tests)."""
+    path = os.path.realpath(path)
+    return path.startswith(_ETC_ROOT + os.sep) and not path.startswith(os.path.join(_ETC_ROOT, "test") + os.sep)
+
+
+def is_user_pass(cls: type) -> bool:
+    """Whether `cls` is defined outside etc's package (a user's pass or a plugin's)."""
+    if cls.__module__ != "etc" and not cls.__module__.startswith("etc."):
+        return True
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return path is not None and not _is_etc_file(path)
+
+
+def user_frame(exc: BaseException):
+    """The innermost traceback frame of `exc` in a file outside etc and outside installed
+    packages (the user's code), or None."""
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith("<") or _is_etc_file(frame.filename) or \
+                "site-packages" in os.path.realpath(frame.filename):
+            continue
+        found = frame
+    return found
+
+
+def user_pass_error(pass_name: str, exc: BaseException, location: str | None) -> UserPassError:
+    """The UserPassError for an exception `exc` raised inside the user's pass `pass_name`."""
+    frame = user_frame(exc)
+    where = f"{frame.filename}:{frame.lineno}" if frame else location
+    notes = [f"in `{frame.line}`"] if frame and frame.line else []
+    if location and location != where:
+        notes.append(f"while running on the op at {location}")
+    return UserPassError(f"pass '{pass_name}' raised {type(exc).__name__}: {exc}", location=where, notes=notes)

@@ -314,9 +314,11 @@ def _lookup_default(name: str, lookup):
 class Method:
     """A method ready to run: `execute(inputs) -> outputs`. See the module docstring."""
 
-    def __init__(self, pte: S.PteFile, plan: S.ExecutionPlan, *, kernels=None, run_record=None):
+    def __init__(self, pte: S.PteFile, plan: S.ExecutionPlan, *, kernels=None, run_record=None,
+                 data_map: dict | None = None):
         self.name = plan.name
         self._pte = pte
+        self._data_map = data_map or {}  # key -> flat_tensor.DataEntry, from load_program(data_path=...)
         self._plan = plan
         self.metadata = method_meta(plan)
         for placement in plan.non_const_buffer_device or []:
@@ -409,7 +411,7 @@ class Method:
         dynamic = tensor.shape_dynamism != S.TensorShapeDynamism.STATIC
         extra = tensor.extra_tensor_info
         if extra is not None and extra.location == S.TensorDataLocation.EXTERNAL:
-            data = self._external_data(index, extra.fully_qualified_name, nbytes)
+            data = self._external_data(index, extra.fully_qualified_name, nbytes, tensor)
             return _Tensor(index, dtype, shape, dim_order, dynamic, data, planned=True, constant=True)
         info = tensor.allocation_info
         if info is not None:
@@ -439,15 +441,28 @@ class Method:
             return legacy[data_buffer_idx].storage or b""
         return self._pte.constant(data_buffer_idx)
 
-    def _external_data(self, index: int, fqn: str, nbytes: int) -> np.ndarray:
-        """A constant kept outside the program (a .ptd file), found by name in the named data."""
-        data = self._pte.named_data.get(fqn)
+    def _external_data(self, index: int, fqn: str, nbytes: int, tensor: S.Tensor) -> np.ndarray:
+        """A constant kept outside the program: by name in the data files given to load_program
+        (`data_path`, checked against the layout they record), else in the program's named data."""
+        where = f"method '{self.name}' value {index}"
+        entry = self._data_map.get(fqn)
+        if entry is not None:
+            data, layout = entry.data, entry.layout
+            if layout is not None:
+                sizes = [int(s) for s in layout.sizes or []]
+                if int(layout.scalar_type) != int(tensor.scalar_type) or sizes != [int(s) for s in tensor.sizes or []]:
+                    raise ProgramError(
+                        f"{where}: external tensor '{fqn}' is {S.ScalarType(tensor.scalar_type).name}"
+                        f"{list(tensor.sizes or [])} in the program but "
+                        f"{S.ScalarType(layout.scalar_type).name}{sizes} in the data file: a .ptd of another "
+                        "model or version")
+        else:
+            data = self._pte.named_data.get(fqn)
         if data is None:
-            raise ProgramError(f"method '{self.name}' value {index}: tensor '{fqn}' lives in external data "
-                               "(a .ptd file), which this program does not carry")
+            raise ProgramError(f"{where}: tensor '{fqn}' lives in external data (a .ptd file), and no data file "
+                               "holds it: give load_program(..., data_path='<the .ptd>')")
         if len(data) < nbytes:
-            raise ProgramError(f"method '{self.name}' value {index}: external data '{fqn}' has {len(data)} "
-                               f"bytes, the tensor needs {nbytes}")
+            raise ProgramError(f"{where}: external data '{fqn}' has {len(data)} bytes, the tensor needs {nbytes}")
         return np.frombuffer(data, dtype=np.uint8, count=nbytes)
 
     # ------------------------------------------------------------------ load: kernels, delegates
@@ -471,7 +486,13 @@ class Method:
             try:
                 bound.append((name, _lookup_default(name, lookup)))
             except (KernelNotFoundError, KeyError) as error:
-                missing.append((op_index, name, getattr(error, "notes", [])))
+                notes = list(getattr(error, "notes", []))
+                if name.split("::", 1)[0] not in ("aten", "executorch_prim", "quantized_decomposed", "torchao") \
+                        and kernels is None:
+                    notes.append(f"'{name}' is a custom operator: give etc's runtime its kernel with "
+                                 f"etc.runtime.register_kernel('{name}', fn), fn a numpy function of the "
+                                 "schema's arguments (out= last) returning the out tensor")
+                missing.append((op_index, name, notes))
                 bound.append((name, None))
         if missing:
             op_index, name, notes = missing[0]

@@ -42,12 +42,41 @@ class Verification(enum.Enum):
     InternalConsistency = 1
 
 
+def read_data_files(data_path, *, verify_checksums: bool = True) -> dict:
+    """{key: DataEntry} of the `.ptd` files `data_path` names: None, a path, bytes, or a list of
+    those. A key in two files is a ProgramError (which of them would be meant is unknowable)."""
+    from etc.schema.flat_tensor import map_ptd, read_ptd
+
+    if data_path is None:
+        return {}
+    sources = list(data_path) if isinstance(data_path, (list, tuple)) else [data_path]
+    entries, origin = {}, {}
+    for number, source in enumerate(sources):
+        if isinstance(source, (str, os.PathLike)):
+            name = os.fspath(source)
+            ptd = map_ptd(name, verify_checksums=verify_checksums)
+        elif isinstance(source, (bytes, bytearray, memoryview)):
+            name = f"<data {number}>"
+            ptd = read_ptd(source, verify_checksums=verify_checksums, source=name)
+        else:
+            raise ProgramError(f"data_path takes a .ptd path, its bytes, or a list of them; got "
+                               f"{type(source).__name__}")
+        for key, entry in ptd.entries.items():
+            if key in entries:
+                raise ProgramError(f"data files {origin[key]} and {name} both hold '{key}'")
+            entries[key], origin[key] = entry, name
+    return entries
+
+
 class Program:
     """A loaded program: its methods by name, each loaded on first request."""
 
-    def __init__(self, pte: PteFile, *, source: str = "<bytes>", run_record=None, kernels=None):
+    def __init__(self, pte: PteFile, *, source: str = "<bytes>", run_record=None, kernels=None,
+                 data_map: dict | None = None):
         self.pte = pte
         self.source = source
+        # Tensors kept outside the program (`load_program(..., data_path=...)`): key -> DataEntry.
+        self.data_map = dict(data_map or {})
         self._plans = {plan.name: plan for plan in pte.program.execution_plan or []}
         self._methods: dict[str, Method] = {}
         # `enable_etdump=True`: every method of this program records into this one RunRecord.
@@ -75,7 +104,8 @@ class Program:
         """The method `name`, loaded (memory planned, kernels bound, delegates initialised) once."""
         method = self._methods.get(name)
         if method is None:
-            method = Method(self.pte, self._plan(name), kernels=self._kernels, run_record=self.run_record)
+            method = Method(self.pte, self._plan(name), kernels=self._kernels, run_record=self.run_record,
+                            data_map=self.data_map)
             self._methods[name] = method
         return method
 
@@ -188,7 +218,7 @@ class Runtime:
         return set_blas_threads(int(count))
 
     def load_program(self, data, *, verification: Verification = Verification.InternalConsistency,
-                     enable_etdump: bool = False, debug_buffer_size: int = 0) -> Program:
+                     enable_etdump: bool = False, debug_buffer_size: int = 0, data_path=None) -> Program:
         """A program from a `.pte` path, its bytes, a binary file object, or a PteFile.
 
         `verification` (ExecuTorch's name): `Verification.InternalConsistency`, the default,
@@ -202,6 +232,12 @@ class Runtime:
         `program.write_etdump_result_to_file(path)` saves it); `debug_buffer_size` > 0 also keeps
         the intermediate output of every instruction, up to that many bytes over all runs (as
         ExecuTorch's debug buffer). Without `enable_etdump` the methods run untimed, at no cost.
+
+        `data_path`: a `.ptd` data file (or a list of them, or their bytes) holding tensors the
+        program keeps outside itself (`ExecutorchBackendConfig(external_constants=...)`, ExecuTorch's
+        FlatTensor format); a file is memory-mapped, its entries used in place, and its checksums
+        (etc's trailer) verified under InternalConsistency. A program naming a tensor no file holds,
+        or one whose dtype or shape differs, fails to load its method with a ProgramError.
         """
         if debug_buffer_size and not enable_etdump:
             raise EtcError("debug_buffer_size is the intermediate-output budget of the run record: "
@@ -215,10 +251,12 @@ class Runtime:
             raise EtcError(f"verification must be Verification.Minimal or Verification.InternalConsistency, "
                            f"got {verification!r}")
         pte, source = self._read_program(data, verification)
+        data_map = read_data_files(data_path, verify_checksums=verification == Verification.InternalConsistency)
         if self._selection is not None:
             self._selection.check(pte, source)
-            return Program(pte, source=source, run_record=run_record, kernels=self._selection.kernel_table())
-        return Program(pte, source=source, run_record=run_record)
+            return Program(pte, source=source, run_record=run_record, kernels=self._selection.kernel_table(),
+                           data_map=data_map)
+        return Program(pte, source=source, run_record=run_record, data_map=data_map)
 
     def _read_program(self, data, verification: Verification) -> tuple[PteFile, str]:
         def deserialize_pte(blob: bytes) -> PteFile:

@@ -6,12 +6,16 @@
     etc-opt input.mlir --split-input-file --verify-diagnostics --etc-convert-aten-to-edge
     etc-opt input.mlir --etc-dce --mlir-pass-statistics      # what each pass counted
     etc-opt --list-passes
+    etc-opt input.mlir --load-pass-plugin=my_passes.py --my-pass   # a user's passes
 
 Input is a file or `-` (stdin), parsed in a context with the aten, edge and
 backend dialects (`etc.dialects.make_context`). Passes come either from one
 flag per pass, in command-line order (`--<pass>` or `--<pass>=<options>`;
 etc's passes and any upstream MLIR pass), or from `--pass-pipeline`
 (`etc.passes.pipeline` syntax). The verifier runs after every pass.
+`--load-pass-plugin=PATH_OR_MODULE` (any number of times) first imports a
+user's module (a `.py` file or a dotted module name): its `@register_pass`
+passes are then listed, given as flags and run like etc's own.
 
 Errors in the input, the pipeline or a pass print as MLIR diagnostics
 (`file:line:col: error: ...`) and exit with status 1. `--verify-diagnostics`
@@ -37,7 +41,8 @@ _LOCATION_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<col>\d+)$")
 
 _OWN_FLAGS = ("o", "pass-pipeline", "split-input-file", "mlir-print-ir-after-all", "list-passes",
               "verify-diagnostics", "mlir-print-debuginfo", "allow-unregistered-dialect",
-              "mlir-print-op-generic", "mlir-pass-statistics", "dump-pass-pipeline", "verify-each", "help", "h")
+              "mlir-print-op-generic", "mlir-pass-statistics", "dump-pass-pipeline", "verify-each", "help", "h",
+              "load-pass-plugin")
 
 
 # ------------------------------------------------------------- diagnostics
@@ -270,6 +275,8 @@ def _parser(pass_classes) -> argparse.ArgumentParser:
                         help=f"process each '{SPLIT_MARKER}'-separated chunk of the input on its own")
     parser.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after every pass")
     parser.add_argument("--list-passes", action="store_true", help="list etc's passes and their options")
+    parser.add_argument("--load-pass-plugin", action="append", default=[], metavar="PATH_OR_MODULE",
+                        help="import a .py file or a dotted module whose passes then register (repeatable)")
     parser.add_argument("--verify-diagnostics", action="store_true",
                         help="check diagnostics against expected-* comments in the input")
     parser.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
@@ -300,7 +307,7 @@ def _split_pass_flags(argv: list[str], pass_classes, context) -> tuple[list[str]
     from torch_mlir import ir, passmanager
 
     rest, passes, unknown = [], [], []
-    takes_value = {"-o", "--pass-pipeline", "--verify-each"}
+    takes_value = {"-o", "--pass-pipeline", "--verify-each", "--load-pass-plugin", "-load-pass-plugin"}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -316,7 +323,7 @@ def _split_pass_flags(argv: list[str], pass_classes, context) -> tuple[list[str]
         if name in _OWN_FLAGS:
             if len(name) > 1 and not arg.startswith("--"):
                 arg = "-" + arg  # mlir-opt spells long options with one dash too: -split-input-file
-            if name in ("pass-pipeline", "verify-each") and not eq:
+            if name in ("pass-pipeline", "verify-each", "load-pass-plugin") and not eq:
                 rest += [arg] + argv[i + 1:i + 2]
                 i += 2
                 continue
@@ -401,13 +408,33 @@ class _Run:
         return True
 
 
+def _plugin_specs(argv: list[str]) -> list[str]:
+    """The values of every `--load-pass-plugin` (`=X` or ` X`), in order: loaded before the
+    pass flags are told from unknown ones."""
+    specs = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and name == "load-pass-plugin":
+            if eq:
+                specs.append(value)
+            elif i + 1 < len(argv):
+                specs.append(argv[i + 1])
+    return specs
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch_mlir import ir
 
     from etc.dialects import make_context
-    from etc.passes.registry import all_passes
+    from etc.passes.registry import all_passes, load_pass_plugin
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        for plugin in _plugin_specs(argv):
+            load_pass_plugin(plugin)
+    except EtcError as exc:
+        print(_from_exception(exc).render(), file=sys.stderr)
+        return 1
     pass_classes = all_passes()
     context = make_context()
     rest, flag_passes, unknown = _split_pass_flags(argv, pass_classes, context)

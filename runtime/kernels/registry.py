@@ -113,7 +113,12 @@ def _call_in_float32(fn, args, kwargs):
 
 
 def register_kernel(name: str, fn: Callable) -> Callable:
-    """Register `fn` under `name` (for kernels built from tables)."""
+    """Register `fn` under `name` (`etc.runtime.register_kernel`): a user's custom operator's kernel
+    (`"mylib::twice.out"`, the out variant a program calls), or kernels built from tables. `fn` takes
+    the schema's arguments in order, the `out=` tensors last (numpy arrays viewing planned memory),
+    and returns the out array(s)."""
+    if not callable(fn):
+        raise TypeError(f"register_kernel({name!r}, ...): the kernel must be callable, got {type(fn).__name__}")
     return kernel(name)(fn)
 
 

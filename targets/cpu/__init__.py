@@ -57,9 +57,20 @@ def __getattr__(name: str):
 
 
 def is_supported(op) -> tuple[bool, str]:
+    from etc.dialects import custom_ops
     from etc.targets.cpu.lower import is_supported as check
 
+    if custom_ops.is_custom(op):  # left to the operator's own kernel; the delegates around it still run
+        name = ir_string(op.operation.attributes["op"])
+        return False, (f"custom operator {name}: the cpu target does not compile users' operators; it runs on "
+                       "its registered kernel")
     return check(op)
+
+
+def ir_string(attribute) -> str:
+    from torch_mlir import ir
+
+    return ir.StringAttr(attribute).value
 
 
 def _spec_dict(compile_specs) -> dict:
@@ -275,8 +286,10 @@ class CpuPartitioner(CapabilityPartitioner):
         trial, skip the per-op trials (one lowering instead of one per op signature)."""
         from etc.targets.cpu.lower import structural_check, trial_function
 
+        from etc.dialects import custom_ops
+
         try:
-            if not all(structural_check(op)[0] for op in work):
+            if any(custom_ops.is_custom(op) for op in work) or not all(structural_check(op)[0] for op in work):
                 return False
             return trial_function(func, getattr(program_ir, "constants", {}))[0]
         except Exception:  # noqa: BLE001 - fall back to the per-op checks

@@ -48,6 +48,31 @@ def _program(kind: str) -> bytes:
     return _PROGRAMS[kind]
 
 
+def _external() -> tuple[bytes, bytes]:
+    """(program, its .ptd) of a Linear(4, 3) with its weights outside the program."""
+    if "external" not in _PROGRAMS:
+        import torch
+
+        import etc
+
+        torch.manual_seed(0)
+        ep = torch.export.export(torch.nn.Linear(4, 3), (torch.randn(2, 4),))
+        program = etc.to_edge(ep).to_executorch(etc.ExecutorchBackendConfig(external_constants=True))
+        _PROGRAMS["external"] = (program.buffer, program.tensor_data["_default_external_constant"])
+    return _PROGRAMS["external"]
+
+
+def _wider_ptd() -> bytes:
+    """The .ptd of a Linear(4, 5): the same keys, other shapes."""
+    import torch
+
+    import etc
+
+    ep = torch.export.export(torch.nn.Linear(4, 5), (torch.randn(2, 4),))
+    program = etc.to_edge(ep).to_executorch(etc.ExecutorchBackendConfig(external_constants=True))
+    return program.tensor_data["_default_external_constant"]
+
+
 def _load(data, **options):
     from etc.runtime import Runtime
 
@@ -151,6 +176,15 @@ CASES = [
      lambda: _load(_out_of_range_index()), "ProgramError"),
     ("program bytes", "a path that does not exist", lambda: _load("no/such/model.pte"), "ProgramError"),
     ("program bytes", "a well-formed program whose loop cannot end", _endless_loop, "ExecutionError"),
+    # ------------------------------------------------------------------ .ptd data files
+    ("data files", "a program with external weights loaded without its .ptd",
+     lambda: _load(_external()[0]).load_method("forward"), "ProgramError"),
+    ("data files", "a .ptd that does not exist", lambda: _load(_external()[0], data_path="no/such/weights.ptd"),
+     "ProgramError"),
+    ("data files", "a weight's bit flipped in the .ptd",
+     lambda: _load(_external()[0], data_path=_flip(_external()[1], len(_external()[1]) - 40)), "ProgramError"),
+    ("data files", "the .ptd of another model (other shapes)",
+     lambda: _load(_external()[0], data_path=_wider_ptd()).load_method("forward"), "ProgramError"),
     # ------------------------------------------------------------------ inputs
     ("inputs", "too few inputs", lambda: _execute("linear"), "InputError"),
     ("inputs", "the wrong dtype", lambda: _execute("linear", np.zeros((2, 4), np.float64)), "InputError"),

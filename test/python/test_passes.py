@@ -335,6 +335,9 @@ def test_invalid_input_is_not_blamed_on_a_pass():
 
 @register_pass
 class _Crash(Pass):
+    """Stands for one of etc's own passes (its module is etc's): its bug is etc's. A pass defined
+    outside etc is the user's (test_pass_plugins.py)."""
+    __module__ = "etc.passes.crash_for_test"
     name = "etc-test-crash"
     summary = "test: a pass with a bug"
 
