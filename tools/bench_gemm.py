@@ -1,4 +1,4 @@
-"""GEMM/convolution throughput of the cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/gemm.py).
+"""GEMM/convolution throughput of the cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/kernels/gemm_*.py).
 
     python -m etc.tools.bench_gemm [--runs N] [--quick]
 

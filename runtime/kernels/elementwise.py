@@ -59,7 +59,7 @@ def _erf32_rational():
     return [np.float32(c) for c in p[::-1]], [np.float32(c) for c in q[::-1]]
 
 
-_ERF32_P, _ERF32_Q = _erf32_rational()
+ERF32_P, ERF32_Q = _erf32_rational()
 _BLOCK = 8192  # elements per cache-resident block of the float32 path
 _ERF32_ONE = np.float32(3.92)
 
@@ -73,12 +73,12 @@ def _erf32(x: np.ndarray) -> np.ndarray:
     for start in range(0, flat.size, _BLOCK):
         xb = np.clip(flat[start:start + _BLOCK], -four, four)
         u = xb * xb
-        num = np.full_like(u, _ERF32_P[0])
-        for c in _ERF32_P[1:]:
+        num = np.full_like(u, ERF32_P[0])
+        for c in ERF32_P[1:]:
             num *= u
             num += c
-        den = np.full_like(u, _ERF32_Q[0])
-        for c in _ERF32_Q[1:]:
+        den = np.full_like(u, ERF32_Q[0])
+        for c in ERF32_Q[1:]:
             den *= u
             den += c
         num *= xb

@@ -112,7 +112,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
 
     from etc.targets.cpu import blob, decisions, lower
     from etc.targets.cpu.isa import resolve_target
-    from etc.targets.cpu.passes._util import IN_PLACE_ATTR
+    from etc.targets.cpu.entry_args import IN_PLACE_ATTR
     from etc.targets.cpu.pipeline import blob_metadata, compile_linalg
 
     t0 = time.perf_counter()
@@ -329,7 +329,7 @@ def _indirect_path(a, b, successors: dict) -> bool:
 
 
 def _producer(value):
-    from etc.targets.cpu.passes._util import defining_op
+    from etc.targets.cpu.ir_query import defining_op
 
     return defining_op(value)
 

@@ -42,10 +42,10 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-from etc.targets.cpu.gemm import Text
-from etc.targets.cpu.gemm import tensor_type as _t
+from etc.targets.cpu.kernel_ir import KernelText as Text
+from etc.targets.cpu.kernel_ir import tensor_type as _t
 from etc.targets.cpu.lower import EXPANSIONS, vtensor_type
-from etc.targets.cpu.passes._util import defining_op as _owner
+from etc.targets.cpu.ir_query import defining_op as _owner
 
 DYN = -1  # a dynamic dimension in the shapes of this file (`?` in the text)
 PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)

@@ -38,7 +38,7 @@ THREAD_SPLIT = "etc.thread_split"  # the GEMM kernels mark their loop over indep
 
 # Top-level ops that are pure (views, constants, index math): every thread runs them. So it does a
 # stack allocation (a GEMM kernel's panel buffer, etc-cpu-plan-scratch): each thread gets its own.
-_PURE_PREFIXES = ("arith.", "affine.apply", "memref.get_global", "memref.alloca", "memref.expand_shape",
+PURE_PREFIXES = ("arith.", "affine.apply", "memref.get_global", "memref.alloca", "memref.expand_shape",
                   "memref.collapse_shape",
                   "memref.subview", "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.extract_strided_metadata",
                   "ub.poison")
@@ -123,7 +123,7 @@ def partition_top_level_loops(fn) -> int:
 
         def barrier_after(op):
             nonlocal barriers
-            with _after(op):
+            with insertion_after(op):
                 call = func_d.CallOp([], ir.FlatSymbolRefAttr.get(BARRIER_FN), [barrier, nthreads])
             barriers += 1
             return call
@@ -151,7 +151,7 @@ def partition_top_level_loops(fn) -> int:
                     base = _base(op.operands[0])
                     if any(w is None or base in w for w in written[position[op] + 1:]):
                         return False
-                elif not (op.name.startswith(_PURE_PREFIXES) or op.name == "memref.dim"):
+                elif not (op.name.startswith(PURE_PREFIXES) or op.name == "memref.dim"):
                     return False
                 return all(v not in defined or (producer[v] not in seen and repeatable(producer[v], (*seen, op)))
                            for v in op.operands)
@@ -188,7 +188,7 @@ def partition_top_level_loops(fn) -> int:
             for op in run:
                 op.move_before(terminator)
             call = barrier_after(guard.operation)
-            with _after(call.operation):
+            with insertion_after(call.operation):
                 remap = {}
                 for op in [o for o in run if o in again_ops]:  # in order: each after what it reads
                     again = op.clone()
@@ -204,7 +204,7 @@ def partition_top_level_loops(fn) -> int:
         depends: set = set()  # values computed by the current run
         for op in ops:
             name = op.name
-            pure = name.startswith(_PURE_PREFIXES)
+            pure = name.startswith(PURE_PREFIXES)
             if name == "func.return":
                 break
             if pure and not any(v in depends for v in op.operands):
@@ -237,7 +237,8 @@ def _top_level_ancestor(op, block):
     return current
 
 
-def _after(op):
+def insertion_after(op):
+    """The insertion point right after `op`."""
     nxt = op.next_sibling if hasattr(op, "next_sibling") else None
     if nxt is not None:
         return ir.InsertionPoint(nxt)
@@ -337,7 +338,7 @@ def _thread_split_loop(op):
         if THREAD_SPLIT in current.attributes:
             return current
         inner = [o.operation for o in current.regions[0].blocks[0].operations
-                 if o.operation.name != "scf.yield" and not o.operation.name.startswith(_PURE_PREFIXES)]
+                 if o.operation.name != "scf.yield" and not o.operation.name.startswith(PURE_PREFIXES)]
         if len(inner) != 1:
             return None
         current = inner[0]

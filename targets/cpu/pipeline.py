@@ -94,7 +94,7 @@ def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None, result_
     """Mark the entry's arguments with the pipeline's input contract (kind:name, read-only, and
     `etc.dim_bounds` on those with dynamic dims: `dim_bounds` maps an argument's position to its
     lo0, hi0, lo1, hi1, ...; bounds already on the function's arguments are kept)."""
-    from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, set_arg_attrs
+    from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, set_arg_attrs
     from etc.targets.cpu.passes.dynamic_shapes import RESULT_BOUNDS_ATTR
 
     with fn.context:
@@ -118,7 +118,7 @@ def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, t
     The pipeline verifies the module after it; `verify=True` verifies after every pass (the
     tests do; a large model pays seconds for it)."""
     from etc.passes.pipeline import run_pipeline
-    from etc.targets.cpu.passes._util import entry_function
+    from etc.targets.cpu.entry_args import entry_function
 
     label_arguments(entry_function(module.operation), arg_kinds, dim_bounds, result_bounds)
     run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops, profile=profile),
@@ -142,7 +142,7 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
 
     from etc.targets.cpu import codegen, decisions
     from etc.targets.cpu.parallel import BARRIER_FN, barrier_llvm_ir
-    from etc.targets.cpu.passes._util import entry_function
+    from etc.targets.cpu.entry_args import entry_function
     from etc.targets.cpu.passes.entry_abi import read_abi
     from etc.targets.cpu.passes.prepack_constants import evaluate_pack
     from etc.targets.cpu.passes.profile_regions import read_profile
@@ -226,7 +226,7 @@ def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: 
     target = resolve_target(target)
     with shared_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
-        from etc.targets.cpu.passes._util import entry_function
+        from etc.targets.cpu.entry_args import entry_function
 
         fn = entry_function(module.operation)
         n = len(fn.regions[0].blocks[0].arguments)

@@ -267,7 +267,7 @@ def test_sizes_are_bounded_through_views_of_inferred_sizes():
     from torch_mlir import ir
 
     from etc.targets.cpu.lower import shared_context
-    from etc.targets.cpu.passes._util import index_range
+    from etc.targets.cpu.size_ranges import index_range
 
     text = """
     func.func @f(%x: memref<?x768xf32> {etc.dim_bounds = array<i64: 1, 128, 768, 768>}) -> (index, i64) {

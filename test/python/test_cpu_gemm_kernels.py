@@ -1,4 +1,4 @@
-"""The cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/gemm.py) and window kernels
+"""The cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/kernels/gemm_*.py) and window kernels
 through the whole cpu pipeline: correctness only.
 
 Each case is linalg-on-tensors text as torch-mlir produces it, compiled through the cpu
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from etc.targets.cpu import gemm as strategy
 from etc.targets.cpu.isa import PRESETS, CpuTarget, isa_for, resolve_target
+from etc.targets.cpu.kernels import gemm_match as strategy
 from etc.targets.cpu.pipeline import compile_linalg_text, run_cpu_pipeline
 
 HOST = resolve_target(None)

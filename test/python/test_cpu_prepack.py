@@ -6,7 +6,7 @@ import torch
 from torch_mlir import ir
 
 from etc.passes.pipeline import run_pipeline
-from etc.targets.cpu.passes._util import arg_attrs, arg_label, entry_function
+from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function
 from etc.targets.cpu.passes.prepack_constants import PACK_ATTR, evaluate_pack
 from etc.targets.cpu.pipeline import label_arguments
 

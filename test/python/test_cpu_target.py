@@ -558,12 +558,12 @@ def test_bool_integer_and_half_results_are_exact():
 def test_a_failing_pass_of_the_cpu_pipeline_is_an_error_naming_it(monkeypatch):
     """No silent fallback: a GEMM kernel that cannot be built fails the compile, naming the pass."""
     from etc.errors import EtcError
-    from etc.targets.cpu import gemm
+    from etc.targets.cpu.kernels import gemm_match
 
     def broken(*args, **kwargs):
         raise RuntimeError("kernel bug")
 
-    monkeypatch.setattr(gemm, "_rewrite_list", broken)
+    monkeypatch.setattr(gemm_match, "describe", broken)
     with pytest.raises(EtcError, match="etc-cpu-gemm-kernels.*kernel bug"):
         delegated(MatMul(), (torch.randn(2, 48, 64), torch.randn(2, 64, 96)))
 

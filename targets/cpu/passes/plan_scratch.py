@@ -24,9 +24,10 @@ from torch_mlir import ir
 from torch_mlir.dialects import memref
 
 from etc.passes.pass_api import Pass, option, register_pass
+from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type
+from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.parallel import THREAD_SPLIT
-from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, entry_function, index_range, set_arg_attrs, \
-    update_function_type, walk
+from etc.targets.cpu.size_ranges import index_range
 
 SCRATCH_ATTR = "etc.cpu.scratch_bytes"
 

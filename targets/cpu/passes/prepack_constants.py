@@ -27,8 +27,8 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs, \
-    update_function_type
+from etc.targets.cpu.entry_args import (ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs,
+                                        update_function_type)
 
 PACK_ATTR = "etc.cpu.pack"
 # Folded arrays may grow (zero padding to whole panels) but not explode.
