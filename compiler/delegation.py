@@ -89,7 +89,13 @@ def register_backend_details(backend: BackendDetails) -> BackendDetails:
 
 
 class Partitioner:
-    """Decides what a backend takes. Subclass and implement `partition`."""
+    """Decides what a backend takes. Subclass and implement `partition`.
+
+    `pipeline`: passes `to_backend` runs on the program before `partition()`, rewriting it into the
+    ops the backend takes (the cpu target folds each quantized computation into one op,
+    `etc-fold-quantized`); the report shows it."""
+
+    pipeline: str | None = None
 
     def partition(self, program_ir) -> PartitionResult:
         raise NotImplementedError
@@ -212,11 +218,14 @@ class DelegationReport:
     reasons: dict = field(default_factory=dict)  # op name -> why it was not delegated
     partitions: int = 0
     backend_lines: dict = field(default_factory=dict)  # delegate function name -> the backend's report lines
+    pipeline: str = ""  # what ran on the program before partitioning (`Partitioner.pipeline`)
 
     def __str__(self) -> str:
         lines = [f"delegation to {', '.join(sorted(self.backend_ids)) or '(none)'}: "
                  f"{self.partitions} partition(s), {sum(self.delegated.values())} op(s) delegated, "
                  f"{sum(self.portable.values())} op(s) on portable kernels"]
+        if self.pipeline:
+            lines.append(f"  program pipeline: {self.pipeline}")
         for name, count in sorted(self.delegated.items()):
             lines.append(f"  delegated  {name} x{count}")
         for name, count in sorted(self.portable.items()):
@@ -237,9 +246,13 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
 
     if not isinstance(partitioner, Partitioner):
         raise EtcError(f"to_backend expects a Partitioner, got {type(partitioner).__name__}")
+    if partitioner.pipeline:
+        from etc.passes.pipeline import run_pipeline
+
+        run_pipeline(program_ir.module, partitioner.pipeline)
     result = partitioner.partition(program_ir)
     result.partitions = [piece for partition in result.partitions for piece in _split_at_control_flow(partition)]
-    report = DelegationReport(reasons=dict(result.rejected))
+    report = DelegationReport(reasons=dict(result.rejected), pipeline=partitioner.pipeline or "")
     if not hasattr(program_ir, "delegate_blobs"):
         program_ir.delegate_blobs = []
     delegated_ops = set()

@@ -4,21 +4,18 @@ linalg-on-tensors function the cpu target sees -> `etc-cpu-window-kernels` -> JI
 from __future__ import annotations
 
 def linalg_of(model, x):
-    """(linalg text, LoweredFunction) of `model(x)` as the cpu target lowers it (edge program ->
+    """(linalg text, pipeline.Lowered) of `model(x)` as the cpu target lowers it (edge program ->
     torch-mlir -> linalg on tensors; batch norm folded into the convolution by etc-fuse-batch-norm)."""
     import torch
-    from torch_mlir import ir
 
     import etc
-    from etc.targets.cpu import lower
+    from etc.targets.cpu.pipeline import lower_to_linalg
 
     ep = torch.export.export(model.eval(), (x,))
     program_ir = etc.to_edge(ep).program_ir
     fn = [op for op in program_ir.module.body.operations if op.operation.name == "func.func"][0]
-    context, func_op = lower.import_for_lowering(fn)
-    with context, ir.Location.unknown():
-        lowered = lower.lower_to_linalg(func_op, program_ir.constants)
-        return str(lowered.module), lowered
+    lowered = lower_to_linalg(fn, program_ir.constants)
+    return str(lowered.module), lowered
 
 
 def run_window_pass(text: str, options: str = "") -> str:

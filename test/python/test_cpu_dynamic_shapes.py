@@ -266,7 +266,7 @@ def test_sizes_are_bounded_through_views_of_inferred_sizes():
     the 98304 interval arithmetic gives): buffers are planned at what they can hold, not GBs."""
     from torch_mlir import ir
 
-    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.lowering.context import shared_context
     from etc.targets.cpu.size_ranges import index_range
 
     text = """

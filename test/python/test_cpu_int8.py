@@ -1,5 +1,5 @@
 """Int8 native code in the cpu target (issue 10, part 3): quantized programs fully delegated, their
-int8 ops lowered by targets/cpu/lower_quantized.py and the contractions run by the vpdpbusd kernel
+int8 ops lowered by targets/cpu/lowering/quantized*.py (etc-cpu-lower-quantized) and the contractions run by the vpdpbusd kernel
 of passes/int8_kernels.py, checked against etc's portable int8 kernels (the reference semantics)
 and the eager quantized model."""
 
@@ -185,9 +185,8 @@ def _assembly(module, x, **target) -> str:
 
     _, ep, _ = _quantized(module, x, 0)
     edge = etc.to_edge(ep)
-    from etc.targets.cpu.lower_quantized import fold_for_cpu
 
-    fold_for_cpu(edge.program_ir.module)
+    edge.transform(CpuPartitioner.pipeline)  # the quantized computations folded, as to_backend does
     fn = [op for op in edge.program_ir.module.body.operations if op.operation.name == "func.func"][0]
     _, debug = compile_function(fn.operation, edge.program_ir.constants, keep_ir=True, **target)
     init_llvm()

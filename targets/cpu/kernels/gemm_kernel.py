@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from etc.targets.cpu.ir_query import DYNAMIC
-from etc.targets.cpu.kernel_ir import KernelText
-from etc.targets.cpu.kernel_ir import tensor_type as _t
+from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.gemm_match import Gemm, KernelConfig, b_in_place, gather_per_panel
 
 # The SSA name of a dynamic kernel's row count (`tensor.dim` of A at the kernel's entry).
@@ -57,14 +56,14 @@ def _im2col(t: KernelText, x: str, g: Gemm) -> tuple[str, list]:
     h = f"d4 * {geo['sh']} + d2 * {geo['dh']}"
     w = f"d5 * {geo['sw']} + d3 * {geo['dw']}"
     par = ", ".join(['"parallel"'] * 6)
-    t.emit(f"{e} = tensor.empty() : {_t(shape)}")
+    t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
     t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, {h}, {w})>, "
            f"affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4, d5)>], iterator_types = "
-           f"[{par}]}} ins({x} : {_t([g.batch, geo['c'], geo['h'], geo['w']])}) "
-           f"outs({e} : {_t(shape)}) {{")
+           f"[{par}]}} ins({x} : {tensor_type([g.batch, geo['c'], geo['h'], geo['w']])}) "
+           f"outs({e} : {tensor_type(shape)}) {{")
     t.emit("^bb0(%in: f32, %o: f32):")
     t.emit("  linalg.yield %in : f32")
-    t.emit(f"}} -> {_t(shape)}")
+    t.emit(f"}} -> {tensor_type(shape)}")
     return _reshape(t, "collapse", out, shape, [g.batch, g.K, g.N], [[0], [1, 2, 3], [4, 5]]), [g.batch, g.K, g.N]
 
 
@@ -85,22 +84,24 @@ def _im2col_gather(t: KernelText, x: str, g: Gemm, tag: str) -> str:
     offsets = []
     for values in (koff, noff):
         name = t.fresh("off")
-        t.emit(f"{name} = arith.constant dense<[{', '.join(map(str, values))}]> : {_t([len(values)], element)}")
+        t.emit(f"{name} = arith.constant dense<[{', '.join(map(str, values))}]> : "
+               f"{tensor_type([len(values)], element)}")
         offsets.append(name)
     shape = [g.batch, g.K, g.N]
     e, out = t.fresh("e"), t.fresh("col")
-    t.emit(f"{e} = tensor.empty() : {_t(shape)}")
+    t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
     t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d1)>, "
            f"affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
-           f"[\"parallel\", \"parallel\", \"parallel\"]}} ins({offsets[0]}, {offsets[1]} : {_t([g.K], element)}, "
-           f"{_t([g.N], element)}) outs({e} : {_t(shape)}) attrs = {{{tag}_col}} {{")
+           f"[\"parallel\", \"parallel\", \"parallel\"]}} ins({offsets[0]}, {offsets[1]} : "
+           f"{tensor_type([g.K], element)}, "
+           f"{tensor_type([g.N], element)}) outs({e} : {tensor_type(shape)}) attrs = {{{tag}_col}} {{")
     t.emit(f"^bb0(%ko: {element}, %no: {element}, %o: f32):")
     t.emit("  %b = linalg.index 0 : index")
     t.emit(f"  %s = arith.addi %ko, %no : {element}")
     t.emit(f"  %i = arith.index_cast %s : {element} to index")
-    t.emit(f"  %v = tensor.extract {flat}[%b, %i] : {_t([g.batch, geo['c'] * hw])}")
+    t.emit(f"  %v = tensor.extract {flat}[%b, %i] : {tensor_type([g.batch, geo['c'] * hw])}")
     t.emit("  linalg.yield %v : f32")
-    t.emit(f"}} -> {_t(shape)}")
+    t.emit(f"}} -> {tensor_type(shape)}")
     return out
 
 
@@ -326,13 +327,13 @@ def _adapt(t: KernelText, value: str, extra: Extra, lay: Layout) -> tuple[str, s
         value = _reshape(t, "expand", value, shape, new, [[i] for i in range(len(shape) - 1)] +
                          [[len(shape) - 1, len(shape)]], element)
         shape = new
-    return value, _t(shape, element), "(" + ", ".join(results) + ")"
+    return value, tensor_type(shape, element), "(" + ", ".join(results) + ")"
 
 
 def _region_text(t: KernelText, g: Gemm, lay: Layout, region: Region, tag: str, a: str, a_map: str, a_type: str,
                  b: str, b_map: str, b_type: str) -> str:
     """The init, the contraction and the epilogue on the tile layout; returns the epilogue's result."""
-    tile = _t(lay.tile_shape)
+    tile = tensor_type(lay.tile_shape)
     dims4 = lay.dims
     extras = [f"%X{n}" for n in range(len(region.extras))]
     empty = t.fresh("e")
@@ -397,7 +398,7 @@ def _region_text(t: KernelText, g: Gemm, lay: Layout, region: Region, tag: str, 
 
 def _signature(name: str, g: Gemm, region: Region, lay: Layout) -> str:
     args = [f"%A: {g.a.type}", f"%B: {g.b.type}"] + [f"%X{n}: {e.type}" for n, e in enumerate(region.extras)]
-    return f"func.func private @{name}({', '.join(args)}) -> {_t(lay.shape)} {{"
+    return f"func.func private @{name}({', '.join(args)}) -> {tensor_type(lay.shape)} {{"
 
 
 def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Region,
@@ -430,7 +431,7 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
 
     ab = "b, " if g.a_batched else ""
     bb = "b, " if g.b_batched else ""
-    a_type = _t(([g.batch] if g.a_batched else []) + [M, g.K])
+    a_type = tensor_type(([g.batch] if g.a_batched else []) + [M, g.K])
     b = "%B"
     lead = [g.batch] if g.b_batched else []
     if not lay.split:  # B read in place as [B?, K, N]: the columns are tiled, never padded
@@ -441,9 +442,9 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
         elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
             b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
         out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)",
-                           _t(lead + [g.K, g.N]))
+                           tensor_type(lead + [g.K, g.N]))
         r = _to_result(t, out, [g.batch, M, g.N], [0, 1, 2], lay)
-        t.emit(f"return {r} : {_t(lay.shape)}")
+        t.emit(f"return {r} : {tensor_type(lay.shape)}")
         return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
 
     # B packed into panels [B?, NB, K, nr]: a weight (evaluated when the blob is written) or an
@@ -463,17 +464,17 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
         b = _reshape(t, "expand", b, b_shape, lead + [NB, nr, g.K], [[i] for i in range(n)] + [[n, n + 1], [n + 2]])
         b, _ = t.transpose(b, lead + [NB, nr, g.K], list(range(n)) + [n, n + 2, n + 1])
     out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}jb, k, j)",
-                       _t(lead + [NB, g.K, nr]))
+                       tensor_type(lead + [NB, g.K, nr]))
 
     # back to the result type
     r = _reshape(t, "collapse", out, [g.batch, M, NB, nr], [g.batch, M, Np], [[0], [1], [2, 3]])
     if Np != g.N:
         s = t.fresh("s")
         t.emit(f"{s} = tensor.extract_slice {r}[0, 0, 0] [{g.batch}, {ROWS if g.dynamic_rows else g.M}, {g.N}] "
-               f"[1, 1, 1] : {_t([g.batch, M, Np])} to {_t([g.batch, M, g.N])}")
+               f"[1, 1, 1] : {tensor_type([g.batch, M, Np])} to {tensor_type([g.batch, M, g.N])}")
         r = s
     r = _to_result(t, r, [g.batch, M, g.N], [0, 1, 2], lay)
-    t.emit(f"return {r} : {_t(lay.shape)}")
+    t.emit(f"return {r} : {tensor_type(lay.shape)}")
     return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
 
 
@@ -520,15 +521,15 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, regi
     w, _ = _pad(t, w, [F, K], [Fp - F, 0])
     w = _reshape(t, "expand", w, [Fp, K], [NB, nr, K], [[0, 1], [2]])
     b, _ = t.transpose(w, [NB, nr, K], [0, 2, 1])
-    out = _region_text(t, g, lay, region, tag, a, "(b, i, k)", _t([g.batch, P, K]), b, "(jb, k, j)",
-                       _t([NB, K, nr]))
+    out = _region_text(t, g, lay, region, tag, a, "(b, i, k)", tensor_type([g.batch, P, K]), b, "(jb, k, j)",
+                       tensor_type([NB, K, nr]))
     r = _reshape(t, "collapse", out, [g.batch, P, NB, nr], [g.batch, P, Fp], [[0], [1], [2, 3]])
     if Fp != F:
         s = t.fresh("s")
         t.emit(f"{s} = tensor.extract_slice {r}[0, 0, 0] [{g.batch}, {P}, {F}] [1, 1, 1] "
-               f": {_t([g.batch, P, Fp])} to {_t([g.batch, P, F])}")
+               f": {tensor_type([g.batch, P, Fp])} to {tensor_type([g.batch, P, F])}")
         r = s
     r, _ = t.transpose(r, [g.batch, P, F], [0, 2, 1])
     r = _to_result(t, r, [g.batch, F, P], [0, 2, 1], lay)
-    t.emit(f"return {r} : {_t(lay.shape)}")
+    t.emit(f"return {r} : {tensor_type(lay.shape)}")
     return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"

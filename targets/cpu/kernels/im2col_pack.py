@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from etc.targets.cpu.kernel_ir import KernelText
-from etc.targets.cpu.kernel_ir import tensor_type as _t
+from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, Im2col
 
 
@@ -31,12 +30,12 @@ def pack_text(g: Im2col) -> str:
     k_safe = 0
     while k_safe < KB and all(g.k_offset(GROUP * k_safe + r) + reach <= total for r in range(GROUP)):
         k_safe += 1
-    src, flat_t = _t([g.C, g.Hp, g.Wp], "i8"), _t([total], "i8")
-    rows_t, dst = _t([NB, KB, PANEL * GROUP], "i8"), _t([NB, KB, PANEL, GROUP], "i8")
+    src, flat_t = tensor_type([g.C, g.Hp, g.Wp], "i8"), tensor_type([total], "i8")
+    rows_t, dst = tensor_type([NB, KB, PANEL * GROUP], "i8"), tensor_type([NB, KB, PANEL, GROUP], "i8")
     koffs = ", ".join(str(g.k_offset(k)) for k in range(KB * GROUP))
     t = KernelText()
     t.emit(f"%flat = tensor.collapse_shape %src [[0, 1, 2]] : {src} into {flat_t}")
-    t.emit(f"%koffs = arith.constant dense<[{koffs}]> : {_t([KB * GROUP], 'i32')}")
+    t.emit(f"%koffs = arith.constant dense<[{koffs}]> : {tensor_type([KB * GROUP], 'i32')}")
     t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
     t.emit("%pad = arith.constant 0 : i8")
     t.emit(f"%empty = tensor.empty() : {rows_t}")
@@ -92,7 +91,7 @@ def pack_text(g: Im2col) -> str:
         bases = []
         for r in range(GROUP):
             e, i = t.fresh(), t.fresh()
-            t.emit(f"{e} = tensor.extract %koffs[{t.add(k0, r)}] : {_t([KB * GROUP], 'i32')}")
+            t.emit(f"{e} = tensor.extract %koffs[{t.add(k0, r)}] : {tensor_type([KB * GROUP], 'i32')}")
             t.emit(f"{i} = arith.index_cast {e} : i32 to index")
             bases.append(i)
         cur = a

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from etc.targets.cpu.kernel_ir import KernelText
-from etc.targets.cpu.kernel_ir import tensor_type as _t
+from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
 from etc.targets.cpu.kernels.int8_match import PANEL, Qgemm4Pair
 
@@ -37,10 +36,11 @@ class Int4Kernel(Int8Kernel):
     def types(self):
         p = self.p
         M = p.M
-        return {"A": _t([M, p.KB8, 2, 4], "i8"), "B": _t([p.NB, p.KB8, PANEL, 4], "i8"),
-                "S": _t([p.NB, p.G, PANEL], "f32"), "row": _t([M], "f32"), "col": _t([p.N], "f32"),
-                "out": _t([M, p.N], "f32"), "qs": _t([M, p.G], "i32"),
-                "Bflat": _t([p.NB, p.KB8, PANEL * 4], "i8")}
+        return {"A": tensor_type([M, p.KB8, 2, 4], "i8"), "B": tensor_type([p.NB, p.KB8, PANEL, 4], "i8"),
+                "S": tensor_type([p.NB, p.G, PANEL], "f32"), "row": tensor_type([M], "f32"),
+                "col": tensor_type([p.N], "f32"),
+                "out": tensor_type([M, p.N], "f32"), "qs": tensor_type([M, p.G], "i32"),
+                "Bflat": tensor_type([p.NB, p.KB8, PANEL * 4], "i8")}
 
     def build(self) -> str:
         p, L, ty = self.p, self.lanes, self.types()
@@ -55,7 +55,7 @@ class Int4Kernel(Int8Kernel):
         self.emit(f"%x04 = arith.constant dense<4> : vector<{4 * L}xi8>")
         self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {ty['B']} into {ty['Bflat']}")
         # qs[m, g] = -8 * (sum of the group's q): the accumulator's start, cancelling the +8.
-        ag = _t([p.M, p.G, O, 2, 4], "i8")
+        ag = tensor_type([p.M, p.G, O, 2, 4], "i8")
         self.emit(f"%Ag = tensor.expand_shape %A [[0], [1, 2], [3], [4]] output_shape [{'%M' if p.M < 0 else p.M}, "
                   f"{p.G}, {O}, 2, 4] : {ty['A']} into {ag}")
         self.emit("%qz = arith.constant 0 : i32")
@@ -125,7 +125,8 @@ class Int4Kernel(Int8Kernel):
         carried = [self.fresh("f") for _ in range(rows * nv)]
         res = self.fresh("k")
         self.emit(f"{res}:{len(carried)} = scf.for {g} = {self.index(0)} to {self.index(p.G)} step {self.index(1)} "
-                  f"iter_args({', '.join(f'{c} = %fzero' for c in carried)}) -> ({', '.join([fvec] * len(carried))}) {{")
+                  f"iter_args({', '.join(f'{c} = %fzero' for c in carried)}) -> "
+                  f"({', '.join([fvec] * len(carried))}) {{")
         iacc = []
         for r in range(rows):
             s, b = self.fresh(), self.fresh()
@@ -149,14 +150,8 @@ class Int4Kernel(Int8Kernel):
             for r in range(rows):
                 words = []
                 for parity in range(2):
-                    raw, word, s, bc, a = (self.fresh() for _ in range(5))
-                    self.emit(f"  {raw} = vector.transfer_read %A[{ms[r]}, {kb}, {self.index(parity)}, {self.index(0)}], "
-                              f"%pad8 {{in_bounds = [true]}} : {ty['A']}, vector<4xi8>")
-                    self.emit(f"  {word} = vector.bitcast {raw} : vector<4xi8> to vector<1xi32>")
-                    self.emit(f"  {s} = vector.extract {word}[0] : i32 from vector<1xi32>")
-                    self.emit(f"  {bc} = vector.broadcast {s} : i32 to {ivec}")
-                    self.emit(f"  {a} = vector.bitcast {bc} : {ivec} to {bytes_}")
-                    words.append(a)
+                    words.append(self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(parity)}, {self.index(0)}]",
+                                                      ty["A"]))
                 new = []
                 for v in range(nv):
                     acc = iacc[r][v]
@@ -182,15 +177,7 @@ class Int4Kernel(Int8Kernel):
         # Epilogue: (facc - zp C) * s + bias.
         for r in range(rows):
             zp, sc = (self.splat_f(name, ms[r]) for name in ("%zp", "%sc"))
-            for v in range(nv):
-                j, h = divmod(v, vp)
-                col = self.add(self.mul(nbs[j], PANEL), h * L)
-                inb = "true"
-                if static_panel is not None:
-                    first = (static_panel + j) * PANEL + h * L
-                    if first >= p.N:
-                        continue
-                    inb = "true" if first + L <= p.N else "false"
+            for v, col, inb in self.column_vectors(nbs, panels, static_panel):
                 c, b = (self.col_vector(name, col, inb) for name in ("%C", "%bias"))
                 t, d, y, w = (self.fresh() for _ in range(4))
                 self.emit(f"{t} = arith.mulf {zp}, {c} : {fvec}")

@@ -15,8 +15,7 @@ fewer rows or panels.
 
 from __future__ import annotations
 
-from etc.targets.cpu.kernel_ir import KernelText
-from etc.targets.cpu.kernel_ir import tensor_type as _t
+from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, QgemmPair
 
 # dot -> (i32 lanes per vector, the LLVM intrinsic multiplying unsigned by signed bytes)
@@ -37,8 +36,8 @@ class Int8Kernel(KernelText):
     def build(self) -> str:
         p, L = self.p, self.lanes
         C = p.M if p.per == "row" else p.N
-        a_t, b_t = _t([p.M, p.KB, GROUP], "i8"), _t([p.NB, p.KB, PANEL, GROUP], "i8")
-        c_i, c_f, o_t = _t([C], "i32"), _t([C], "f32"), _t([p.M, p.N], "i8")
+        a_t, b_t = tensor_type([p.M, p.KB, GROUP], "i8"), tensor_type([p.NB, p.KB, PANEL, GROUP], "i8")
+        c_i, c_f, o_t = tensor_type([C], "i32"), tensor_type([C], "f32"), tensor_type([p.M, p.N], "i8")
         self.emit(f"%zero = arith.constant dense<0> : vector<{L}xi32>")
         self.emit("%pad8 = arith.constant 0 : i8")
         self.emit("%pad32 = arith.constant 0 : i32")
@@ -48,7 +47,7 @@ class Int8Kernel(KernelText):
         self.emit(f"%hi = arith.constant dense<{float(p.hi)}> : vector<{L}xf32>")
         self.emit(f"%init = tensor.empty() : {o_t}")
         self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {b_t} into "
-                  f"{_t([p.NB, p.KB, PANEL * GROUP], 'i8')}")
+                  f"{tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}")
         groups = (p.N // PANEL) // self.panels  # groups of whole panels (loop); the rest, a partial one too, after
         out = "%init"
         if groups:
@@ -71,7 +70,7 @@ class Int8Kernel(KernelText):
 
     def rows(self, out: str, nb0: str, panels: int, static_panel) -> str:
         """Row tiles over all M for `panels` panels starting at `nb0`; returns the updated tensor."""
-        p, o_t = self.p, _t([self.p.M, self.p.N], "i8")
+        p, o_t = self.p, tensor_type([self.p.M, self.p.N], "i8")
         tiles = p.M // self.mr
         if tiles:
             m, o, res = self.fresh("m"), self.fresh("o"), self.fresh("r")
@@ -106,21 +105,16 @@ class Int8Kernel(KernelText):
             for h in range(vp):  # one contiguous load per vector (a 2-D read would be a load per row)
                 b = self.fresh("b")
                 self.emit(f"  {b} = vector.transfer_read %Bflat[{nbs[j]}, {kb}, {self.index(h * 4 * L)}], "
-                          f"%pad8 {{in_bounds = [true]}} : {_t([p.NB, p.KB, PANEL * GROUP], 'i8')}, {bytes_}")
+                          f"%pad8 {{in_bounds = [true]}} : {tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}, {bytes_}")
                 bvecs.append(b)
         new = []
         for r in range(rows):
-            raw, word, s, bc, a = (self.fresh() for _ in range(5))
-            self.emit(f"  {raw} = vector.transfer_read %A[{ms[r]}, {kb}, {self.index(0)}], %pad8 "
-                      f"{{in_bounds = [true]}} : {_t([p.M, p.KB, GROUP], 'i8')}, vector<{GROUP}xi8>")
-            self.emit(f"  {word} = vector.bitcast {raw} : vector<{GROUP}xi8> to vector<1xi32>")
-            self.emit(f"  {s} = vector.extract {word}[0] : i32 from vector<1xi32>")
-            self.emit(f"  {bc} = vector.broadcast {s} : i32 to {vec}")
-            self.emit(f"  {a} = vector.bitcast {bc} : {vec} to {bytes_}")
+            a = self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(0)}]", tensor_type([p.M, p.KB, GROUP], 'i8'))
             for v in range(panels * vp):
                 u, sg = (a, bvecs[v]) if p.a_unsigned else (bvecs[v], a)
                 acc = self.fresh("d")
-                self.emit(f"  {acc} = llvm.call_intrinsic \"{self.intrinsic}\"({carried[r * panels * vp + v]}, {u}, {sg}) "
+                self.emit(f"  {acc} = llvm.call_intrinsic "
+                          f"\"{self.intrinsic}\"({carried[r * panels * vp + v]}, {u}, {sg}) "
                           f": ({vec}, {bytes_}, {bytes_}) -> {vec}")
                 new.append(acc)
         self.emit(f"  scf.yield {', '.join(new)} : {', '.join([vec] * len(new))}")
@@ -130,25 +124,46 @@ class Int8Kernel(KernelText):
             if p.per == "row":
                 row_params = [self.splat(name, ms[r], element) for name, element in
                               (("%corr", "i32"), ("%mult", "f32"), ("%bias", "f32"))]
-            for v in range(panels * vp):
-                j, h = divmod(v, vp)
-                col = self.add(self.mul(nbs[j], PANEL), h * L)
-                inb = "true"
-                if static_panel is not None:
-                    first = (static_panel + j) * PANEL + h * L
-                    if first >= p.N:
-                        continue  # wholly past the last column
-                    inb = "true" if first + L <= p.N else "false"
+            for v, col, inb in self.column_vectors(nbs, panels, static_panel):
                 params = row_params if p.per == "row" else [
                     self.vector(name, col, element, inb) for name, element in
                     (("%corr", "i32"), ("%mult", "f32"), ("%bias", "f32"))]
                 out = self.requant(out, f"{res}#{r * panels * vp + v}", params, ms[r], col, inb)
         return out
 
+    def column_vectors(self, nbs: list, panels: int, static_panel):
+        """(v, first column, store in bounds) of each output vector of a tile over `panels` panels
+        (`nbs`: their indices); in the static last panels (from `static_panel`), a vector wholly
+        past the last column is skipped and one partly past it stored masked."""
+        L, N = self.lanes, self.p.N
+        for v in range(panels * self.vp):
+            j, h = divmod(v, self.vp)
+            col = self.add(self.mul(nbs[j], PANEL), h * L)
+            inb = "true"
+            if static_panel is not None:
+                first = (static_panel + j) * PANEL + h * L
+                if first >= N:
+                    continue  # wholly past the last column
+                inb = "true" if first + L <= N else "false"
+            yield v, col, inb
+
+    def broadcast_group(self, at: str, tensor_type: str) -> str:
+        """The 4 bytes at `at` (a tensor and its indices) as one 32-bit word in every lane, seen as
+        bytes: the operand `vpdpbusd` multiplies a panel row's 4-byte groups against."""
+        vec, bytes_ = f"vector<{self.lanes}xi32>", f"vector<{4 * self.lanes}xi8>"
+        raw, word, s, bc, a = (self.fresh() for _ in range(5))
+        self.emit(f"  {raw} = vector.transfer_read {at}, %pad8 {{in_bounds = [true]}} : {tensor_type}, "
+                  f"vector<{GROUP}xi8>")
+        self.emit(f"  {word} = vector.bitcast {raw} : vector<{GROUP}xi8> to vector<1xi32>")
+        self.emit(f"  {s} = vector.extract {word}[0] : i32 from vector<1xi32>")
+        self.emit(f"  {bc} = vector.broadcast {s} : i32 to {vec}")
+        self.emit(f"  {a} = vector.bitcast {bc} : {vec} to {bytes_}")
+        return a
+
     def splat(self, tensor: str, at: str, element: str) -> str:
         p, L = self.p, self.lanes
         s, v = self.fresh(), self.fresh()
-        self.emit(f"{s} = tensor.extract {tensor}[{at}] : {_t([p.M], element)}")
+        self.emit(f"{s} = tensor.extract {tensor}[{at}] : {tensor_type([p.M], element)}")
         self.emit(f"{v} = vector.broadcast {s} : {element} to vector<{L}x{element}>")
         return v
 
@@ -157,7 +172,7 @@ class Int8Kernel(KernelText):
         v = self.fresh()
         pad = "%pad32" if element == "i32" else "%padf"
         self.emit(f"{v} = vector.transfer_read {tensor}[{at}], {pad} {{in_bounds = [{inb}]}} : "
-                  f"{_t([p.N], element)}, vector<{L}x{element}>")
+                  f"{tensor_type([p.N], element)}, vector<{L}x{element}>")
         return v
 
     def requant(self, out: str, acc: str, params: list, m: str, col: str, inb: str) -> str:
@@ -173,5 +188,5 @@ class Int8Kernel(KernelText):
         self.emit(f"{c2} = arith.minimumf {c1}, %hi : vector<{L}xf32>")
         self.emit(f"{q} = arith.fptosi {c2} : vector<{L}xf32> to vector<{L}xi8>")
         self.emit(f"{res} = vector.transfer_write {q}, {out}[{m}, {col}] {{in_bounds = [{inb}]}} : "
-                  f"vector<{L}xi8>, {_t([p.M, p.N], 'i8')}")
+                  f"vector<{L}xi8>, {tensor_type([p.M, p.N], 'i8')}")
         return res

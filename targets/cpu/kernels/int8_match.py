@@ -77,7 +77,7 @@ def match_qgemm(requant) -> "QgemmPair | None":
 
 @dataclass
 class Im2col:
-    """A convolution's im2col gather (lower_quantized.py, `etc.cpu.im2col`): B[k, p] =
+    """A convolution's im2col gather (etc-cpu-lower-quantized, `etc.cpu.im2col`): B[k, p] =
     x[c, oh * sh + kh * dh, ow * sw + kw * dw] xor 0x80, k = (c, kh, kw), p = (oh, ow), over the
     padded image x [C, Hp, Wp], then packed as [NB, KB, 16, 4] (K and P padded)."""
     C: int
@@ -122,7 +122,7 @@ class Im2col:
 
 def pack_source(qgemm):
     """A convolution's qgemm packs its im2col per call: (the padded image, the gather's geometry,
-    the transpose that packs it), following the chain lower_quantized.py emits (gather, collapse,
+    the transpose that packs it), following the chain etc-cpu-lower-quantized emits (gather, collapse,
     padding, expand, transpose); None for a prepacked operand (a linear layer's weight)."""
     transpose = defining_op(qgemm.operands[1])
     if transpose is None or transpose.name != "linalg.transpose":

@@ -1,16 +1,12 @@
 """The row kernel: one loop nest over a group's rows, a few vector passes over each row held in L1.
 
-    for each row (the outer loop carries `etc.thread_split`: rows are independent)
-      pass 0: vector accumulators of the reductions over the inputs (max for softmax, sum for a mean)
-      pass 1: the reductions that need pass 0's (softmax's sum of exp(x - max), a variance), ...
-      last pass: the row's outputs, written once
-    (a per-row scalar -- 1/sum, rsqrt(var + eps) -- is computed once per row, not per element)
-
-Each pass walks the row in `lanes`-wide vectors, `unroll` vectors per step with as many
-independent accumulators, the row's last partial vector masked; accumulators are combined by
-halving the vector, then the row's init is applied. `Kernel.plan` decides which elementwise
-values a later pass recomputes and which it keeps in the row of an output (see
-`passes/row_kernels.py` for the whole story).
+`Kernel(group).function(name)` writes the text of a `row_match.Group` as a function (arguments: the
+tensor inputs, then the captured scalars; results: the group's used results). `plan` assigns each
+reduction to the pass that accumulates it and each output to the pass that writes it, and decides
+which elementwise values a later pass recomputes and which it keeps in the row of an output;
+`emit_pass` walks the row in `lanes`-wide vectors, `unroll` of them per step with their own
+accumulators, the row's last partial vector masked (its lanes contribute the reduction's
+identity). The whole story is `passes/row_kernels.py`'s docstring.
 """
 
 from __future__ import annotations

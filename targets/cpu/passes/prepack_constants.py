@@ -302,7 +302,7 @@ def _pack_function(root, source, folded_ops: list) -> str:
 
 def evaluate_pack(text: str, array: np.ndarray) -> np.ndarray:
     """Run a pack function (an `etc.cpu.pack` attribute) on the source constant's data."""
-    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.lowering.context import shared_context
 
     with shared_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
