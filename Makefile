@@ -72,7 +72,7 @@ FUZZ_CASES ?= 30000
 fuzz: $(STAMP)
 	cd test/python && ../../$(PY) program_fuzzer.py --cases $(FUZZ_CASES)
 
-# Bench-only dependencies (tools/bench_models.py builds real models from transformers configs),
+# Bench-only dependencies (bench/hf_models.py builds real models from transformers configs),
 # in their own stamp so that `make test` never needs them. transformers does not depend on
 # torch; torch is named again, at its exact version, so that no resolution can replace it.
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -82,7 +82,7 @@ $(BENCH_STAMP): $(STAMP) Makefile
 	touch $(BENCH_STAMP)
 
 bench: $(STAMP) $(BENCH_STAMP)
-	$(PY) -m etc.tools.bench
+	$(PY) -m etc.bench
 
 clean:
 	rm -rf $(VENV)

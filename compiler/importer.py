@@ -53,9 +53,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, ml_program, tensor as tensor_dialect
 
-from etc.compiler.ir import (BUFFER, CONSTANT_TENSOR, PARAMETER, USER_INPUT, InputInfo, MethodSignature,
-                             ProgramIR, dtype_row, element_type, numpy_dtype, torch_dtype_name)
-from etc.compiler.locations import named_location, node_location, node_source_position
+from etc.ir.dtypes import dtype_row, element_type, numpy_dtype, torch_dtype_name
+from etc.compiler.ir import BUFFER, CONSTANT_TENSOR, PARAMETER, USER_INPUT, InputInfo, MethodSignature, ProgramIR
+from etc.ir.locations import named_location, node_location, node_source_position
 from etc.dialects.quantized_ops import NAMESPACES as QUANTIZATION_NAMESPACES
 from etc.errors import EtcError, UnsupportedConstructError
 

@@ -166,7 +166,7 @@ def annotate_upper_bounds(program_ir, decomposed: dict) -> None:
     """
     from torch_mlir import ir
 
-    from etc.compiler.locations import location_name
+    from etc.ir.locations import location_name
 
     bounds: dict = {}
     for ep in decomposed.values():
@@ -288,7 +288,7 @@ class EdgeProgram:
         pte.named_data.update(input_dims.records_of(self.exported_programs))
         etrecord = None
         if generate_etrecord:
-            from etc.devtools.compile_record import build_compile_record
+            from etc.compiler.compile_record import build_compile_record
 
             etrecord = build_compile_record(self.program_ir, instruction_ops, pte)
         return ExecutorchProgram(pte, config=config, memory_report=report, etrecord=etrecord)

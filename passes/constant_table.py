@@ -32,7 +32,7 @@ class ConstantTable:
                          for op in self.body.operations if op.operation.name == "ml_program.global"}
 
     def dtype_name(self, symbol: str) -> str | None:
-        from etc.compiler.ir import torch_dtype_name_of_element_type
+        from etc.ir.dtypes import torch_dtype_name_of_element_type
 
         if self.program is not None and symbol in self.program.constant_dtypes:
             return self.program.constant_dtypes[symbol]

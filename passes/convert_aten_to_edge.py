@@ -21,7 +21,7 @@ def convert_aten_to_edge(module) -> int:
     """Convert in place; returns the number of ops rewritten. Raises LoweringError at the first op with no edge form."""
     from torch_mlir import ir
 
-    from etc.compiler.locations import format_location as render_location
+    from etc.ir.locations import format_location as render_location
     from etc.dialects import op_info
 
     context = module.context

@@ -79,7 +79,7 @@ def _user_code(path: str, doing: str):
         raise UsageError(f"{where}: {doing} raised {type(error).__name__}: {error}") from None
 
 
-def _load_model(target: str, example_specs: list[str]):
+def load_model(target: str, example_specs: list[str]):
     """'file.py:Class' -> (module instance, example inputs) or a saved .pt2 -> ExportedProgram."""
     import torch
 
@@ -118,7 +118,7 @@ def cmd_compile(args) -> int:
     import etc
 
     _progress("exporting")
-    model, inputs = _load_model(args.model, args.example_inputs or [])
+    model, inputs = load_model(args.model, args.example_inputs or [])
     ep = model if inputs is None else torch.export.export(model, inputs)
     _progress("lowering to the edge dialect")
     edge = etc.to_edge(ep)
@@ -271,7 +271,7 @@ def cmd_profile(args) -> int:
 
 # ---------------------------------------------------------- selective build
 def cmd_selective_build(args) -> int:
-    from etc.devtools.selective_build import SelectiveBuild
+    from etc.runtime.selective_build import SelectiveBuild
 
     selection = SelectiveBuild.from_programs(*args.programs)
     selection.save(args.output)

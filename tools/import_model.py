@@ -27,18 +27,13 @@ import warnings
 
 from etc.errors import EtcError
 
-_ZOO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test")
-
-
 def _load_attribute(spec: str):
     """`file.py:name`, `pkg.module:name`, or a zoo model name."""
     if ":" not in spec:
-        if _ZOO_DIR not in sys.path:
-            sys.path.insert(0, _ZOO_DIR)
-        from models.zoo import ZOO
+        from etc.models.zoo import ZOO
 
         if spec not in ZOO:
-            raise EtcError(f"unknown model '{spec}': not in the test zoo ({', '.join(ZOO)}); "
+            raise EtcError(f"unknown model '{spec}': not in the model zoo (etc.models.zoo) ({', '.join(ZOO)}); "
                            "use file.py:name or package.module:name")
         return ZOO[spec]
     where, name = spec.rsplit(":", 1)

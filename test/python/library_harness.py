@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etc.targets.cpu.library import _DTYPES
+from etc.targets.cpu.library import C_DTYPES
 
-_C_TYPES = {name: ctype for name, (_, ctype) in _DTYPES.items()}
+_C_TYPES = {name: ctype for name, (_, ctype) in C_DTYPES.items()}
 
 
 @dataclass

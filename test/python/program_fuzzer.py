@@ -145,14 +145,14 @@ class FieldMap:
         from etc.schema import reader as R
 
         self.data = data
-        program_size, base, size = R._read_headers(data)
+        program_size, base, size = R.read_headers(data)
         self.scalars: list[tuple[str, int, str]] = []   # (path, position, struct format)
         self.offsets: list[tuple[str, int]] = []        # uoffset positions
         self.lengths: list[tuple[str, int, int]] = []   # (path, vector length position, element size)
         self.ints: list[tuple[str, int, str]] = []      # index-like items inside int vectors
         fields = self
 
-        class Recorder(R._FlatbufferReader):
+        class Recorder(R.FlatbufferReader):
             def scalar(self, kind, at, path):
                 fields.scalars.append((path, at, kind.fmt))
                 return super().scalar(kind, at, path)
@@ -208,8 +208,8 @@ def resign(data: bytes) -> bytes:
     from etc.schema import reader as R
 
     try:
-        program_size, base, size = R._read_headers(data)
-        reader = R._FlatbufferReader(data, program_size)
+        program_size, base, size = R.read_headers(data)
+        reader = R.FlatbufferReader(data, program_size)
         program = reader.table(P.Program, struct.unpack_from("<I", data, 0)[0], "Program")
         payloads = R._segment_payloads(data, program, base)
     except (ProgramError, struct.error):

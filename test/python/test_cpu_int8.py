@@ -15,8 +15,8 @@ pytest.importorskip("torchao")
 import etc  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
 from etc.targets.cpu import CpuPartitioner  # noqa: E402
-from models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
-from models.zoo import ZooModel  # noqa: E402
+from etc.models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
+from etc.models.zoo import ZooModel  # noqa: E402
 
 CNNS = ["small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn"]
 
@@ -222,7 +222,7 @@ def test_isa_rows_choose_the_dot_product_from_the_features():
 
 
 def test_dynamic_linear_stays_portable_and_the_report_says_why():
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo_model = ZOO["mlp"]()
     converted, ep = quantize(zoo_model, is_dynamic=True)

@@ -14,7 +14,7 @@ from etc.devtools import CompileRecord, Inspector, RunRecord
 from etc.errors import EtcError
 from etc.runtime import Runtime
 from etc.tools.etc_main import main as etc_main
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 
 @pytest.fixture(scope="module")

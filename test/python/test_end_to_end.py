@@ -9,7 +9,7 @@ import torch
 
 import etc
 from etc.runtime import Runtime
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 
 def _max_rel_error(actual, expected) -> float:

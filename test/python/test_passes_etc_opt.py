@@ -6,19 +6,19 @@ import pytest
 
 from etc.dialects import make_context
 from etc.tools import etc_opt
-from etc.tools.etc_opt import Diag, _chunks, _wrap_in_module, check_expectations, parse_expectations, parse_input
+from etc.tools.etc_opt import Diag, split_input, wrap_in_module, check_expectations, parse_expectations, parse_input
 
 
 def test_split_keeps_line_numbers():
     text = "a\n// -----\nb\nc\n  // -----  \nd"
-    chunks = _chunks(text, True)
+    chunks = split_input(text, True)
     assert [c.split("\n").index(c.strip().split("\n")[0]) for c in chunks] == [0, 2, 5]
-    assert _chunks(text, False) == [text]
+    assert split_input(text, False) == [text]
 
 
 def test_wrap_keeps_lines_and_trailing_aliases():
     text = "// comment\nfunc.func @a() {\n  return\n}\nfunc.func @b() {\n  return\n}\n#loc = loc(\"x\":1:1)\n"
-    wrapped = _wrap_in_module(text)
+    wrapped = wrap_in_module(text)
     assert wrapped.split("\n")[0] == "module {"
     assert wrapped.split("\n")[1:7] == text.split("\n")[1:6] + ["} }"]
     assert len(wrapped.split("\n")) == len(text.split("\n"))
