@@ -92,6 +92,8 @@ def check(op) -> tuple[bool, str]:
                 return False, f"{name}: its {arg} is not a constant"
         if name == _LINEAR and len(ir.RankedTensorType(a["input"].type).shape) != 2:
             return False, f"{name}: the input is not 2-D"
+        if not ir.RankedTensorType(a["input"].type).has_static_shape:
+            return False, f"{name}: a dynamically shaped input (the cpu target's int8 GEMMs take static shapes)"
         return True, ""
     if name == _LINEAR_DYNAMIC:
         return _check_linear_dynamic(a, op)
@@ -627,6 +629,18 @@ def _lower_linear(e, v: dict, op) -> list:
     return [_splice(op, [v["input"], v["weight"]], t.text(), _t([M, N], "i8"))]
 
 
+def _empty_like(t: Text, name: str, shape: list, element: str, like_element: str) -> None:
+    """`name = tensor.empty(...)` of `shape`, its dynamic sizes read from `%arg0` (of the same
+    shape, elements `like_element`)."""
+    sizes = []
+    for d, size in enumerate(shape):
+        if size < 0:  # DYN, or MLIR's own dynamic sentinel
+            t.emit(f"{name}_c{d} = arith.constant {d} : index")
+            t.emit(f"{name}_d{d} = tensor.dim %arg0, {name}_c{d} : {_t(shape, like_element)}")
+            sizes.append(f"{name}_d{d}")
+    t.emit(f"{name} = tensor.empty({', '.join(sizes)}) : {_t(shape, element)}")
+
+
 def _lower_add(e, v: dict, op) -> list:
     from etc.dialects import decode_op
 
@@ -641,7 +655,7 @@ def _lower_add(e, v: dict, op) -> list:
     t.emit(f"%sa = arith.constant {_f32(a['a_scale'])} : f32")
     t.emit(f"%sb = arith.constant {_f32(a['b_scale'])} : f32")
     t.emit(f"%inv = arith.constant {_f32(1.0 / float(a['output_scale']))} : f32")
-    t.emit(f"%e = tensor.empty() : {_t(shape, 'i8')}")
+    _empty_like(t, "%e", shape, "i8", "i8")
     t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}, {ident}], "
       f"iterator_types = [{_parallel(n)}]}} ins(%arg0, %arg1 : {_t(shape, 'i8')}, "
       f"{_t(shape, 'i8')}) outs(%e : {_t(shape, 'i8')}) {{")
@@ -672,7 +686,7 @@ def _elementwise(op, v_input, shape, in_el: str, out_el: str, body: list, head: 
     t = Text()
     for line in head:
         t.emit(line)
-    t.emit(f"%e = tensor.empty() : {_t(shape, out_el)}")
+    _empty_like(t, "%e", shape, out_el, in_el)
     t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}], "
       f"iterator_types = [{_parallel(n)}]}} ins(%arg0 : {_t(shape, in_el)}) "
       f"outs(%e : {_t(shape, out_el)}) {{")
