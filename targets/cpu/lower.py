@@ -1281,7 +1281,12 @@ def _run_stage(fn, constants: dict, stage: str, target: str) -> str:
         return f"// arguments: {lowered.arguments}\n{lowered.module}"
     lowered = lower_to_linalg(fn, constants)
     header = f"// arguments: {lowered.arguments}\n"
-    if stage == "linalg":
+    if stage == "linalg":  # the pipeline's input contract: etc-opt can run the cpu pipeline on it
+        from etc.targets.cpu.passes._util import entry_function
+        from etc.targets.cpu.pipeline import label_arguments
+
+        label_arguments(entry_function(lowered.module.operation), lowered.arguments, lowered.dim_bounds,
+                        lowered.result_bounds)
         return header + str(lowered.module)
     resolved = resolve_target(target)
     result = compile_linalg(lowered.module, lowered.arguments, resolved, keep_ir=True)

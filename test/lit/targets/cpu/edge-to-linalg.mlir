@@ -5,8 +5,10 @@
 
 ml_program.global private @w(#ml_program.extern : tensor<8x3x3x3xf32>) : tensor<8x3x3x3xf32>
 
+// The arguments carry the pipeline's input contract (an input, a constant: without the labels
+// etc-opt's cpu pipeline took every argument for an output).
 // CHECK-LABEL: func.func @delegate_cpu_0
-// CHECK-SAME: (%[[X:.*]]: tensor<1x3x10x10xf32>, %[[W:.*]]: tensor<8x3x3x3xf32>) -> tensor<1x8x8x8xf32>
+// CHECK-SAME: (%[[X:[a-z0-9]+]]: tensor<1x3x10x10xf32> {bufferization.writable = false, etc.cpu.arg = "input:0"}, %[[W:[a-z0-9]+]]: tensor<8x3x3x3xf32> {bufferization.writable = false, etc.cpu.arg = "constant:w"}) -> tensor<1x8x8x8xf32>
 // CHECK: linalg.conv_2d_nchw_fchw
 // CHECK-SAME: ins(%[[X]], %[[W]] : tensor<1x3x10x10xf32>, tensor<8x3x3x3xf32>)
 // CHECK: linalg.generic
