@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from torch_mlir import ir
 
 from etc.dialects import irdl_base
+from etc.dialects.shapes import verify_shapes
 from etc.dialects.opinfo import LIST_SLOTS, OpInfo, by_torch_name, decode_value, encode_value, list_slots, load_table
 from etc.errors import UnsupportedConstructError
 
@@ -32,7 +33,7 @@ def _class_name(info: OpInfo) -> str:
 
 def _verify_tensors(op) -> bool:
     """Operands of Tensor arguments and all results are ranked tensors; symbolic
-    size operands are `index`."""
+    size operands are `index`; the result shapes are torch's for the operands (shapes.py)."""
     info = op.OP_INFO
     operation = op.operation
     for value in list(operation.results):
@@ -45,7 +46,7 @@ def _verify_tensors(op) -> bool:
             op.location.emit_error(f"'{operation.name}' ({info.torch_name}) takes ranked tensors and index "
                                    f"sizes, got an operand of type {value.type}")
             return False
-    return True
+    return verify_shapes(op)
 
 
 def define_ops(dialect: type, infos, verifier=None) -> dict[str, type]:
