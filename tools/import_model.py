@@ -35,6 +35,9 @@ _ZOO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 def _load_attribute(spec: str):
     """`file.py:name`, `pkg.module:name`, or a zoo model name."""
     if ":" not in spec:
+        if not os.path.isdir(os.path.join(_ZOO_DIR, "models")):
+            raise EtcError(f"'{spec}' names a model of the test zoo, which a source checkout has and an installed "
+                           "etc does not; use file.py:name or package.module:name")
         if _ZOO_DIR not in sys.path:
             sys.path.insert(0, _ZOO_DIR)
         from models.zoo import ZOO
