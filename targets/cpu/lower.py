@@ -994,7 +994,12 @@ def _expand_cumsum(e: _Emitter, v: dict, op) -> list:
     """torch-mlir lowers cumsum to tm_tensor.scan, which our bufferization does not take: a
     Hillis-Steele scan instead, ceil(log2 n) steps of x + (x shifted by 2^k along dim, zero-filled),
     each a slice, a pad and an add that fuse into one loop nest (exact for integers; for floats each
-    output sums its prefix as a tree)."""
+    output sums its prefix as a tree). Over a dynamic dim, n is its upper bound and the shift is
+    the pad first, then the first `size` elements (run-time size): right for every size, a shift
+    past the end giving zeros. (Its steps once counted the dynamic sentinel: no step, x returned
+    as its own cumsum.)"""
+    from etc.compiler.ir import upper_bounds
+
     shape, element = _tensor_type(op.results[0])
     _, in_element = _tensor_type(op.operands[0])
     x = v["self"]
@@ -1006,13 +1011,24 @@ def _expand_cumsum(e: _Emitter, v: dict, op) -> list:
         return [x]
     dim = v["dim"] % rank
     n = shape[dim]
+    dynamic = n == _DYNAMIC
+    if dynamic:
+        bounds = upper_bounds(op.results[0])
+        if bounds is None or bounds[dim] < 0:
+            raise LoweringError("cumsum over a dynamic dim without an upper bound")
+        n, size = bounds[dim], e.size(x, dim)
     zero = 0.0 if element.startswith(("f", "bf")) else 0
     step = 1
     while step < n:
-        head, _ = e.slice(x, shape, element, dim, 0, n - step)
         pad = [0] * (2 * rank)
         pad[2 * (rank - 1 - dim)] = step  # constant_pad_nd's pairs run from the last dim
-        shifted = e("aten::constant_pad_nd", {"self": head, "pad": pad, "value": zero}, shape, element)
+        if dynamic:
+            padded = e("aten::constant_pad_nd", {"self": x, "pad": pad, "value": zero}, shape, element)
+            shifted = e("aten::slice.Tensor", {"self": padded, "dim": dim, "start": 0, "end": size, "step": 1},
+                        shape, element)
+        else:
+            head, _ = e.slice(x, shape, element, dim, 0, n - step)
+            shifted = e("aten::constant_pad_nd", {"self": head, "pad": pad, "value": zero}, shape, element)
         x = e("aten::add.Tensor", {"self": x, "other": shifted, "alpha": 1}, shape, element)
         step *= 2
     return [x]

@@ -337,3 +337,22 @@ def test_views_over_two_dynamic_dims_match_eager_at_every_size(name):
             want = module(x).numpy()
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"size {size}")
+
+
+class _Cumsums(torch.nn.Module):
+    def forward(self, x):
+        return x.cumsum(-2), (x > 0).cumsum(0)
+
+
+def test_cumsum_over_a_dynamic_dim_matches_eager_at_every_size():
+    """Found by the compiler fuzzer: a cumsum along a dynamic dim returned its input unchanged
+    (the scan's steps were counted from the dynamic sentinel: none ran)."""
+    n = torch.export.Dim("n", min=1, max=6)
+    report, method = _compile(_Cumsums(), (torch.randn(3, 3, 8),), ({0: n, 1: n},))
+    assert report.partitions == 1 and not report.portable, str(report)
+    for size in range(1, 7):
+        x = torch.randn(size, size, 8)
+        got = method.execute([x])
+        want = _Cumsums()(x)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+        assert torch.equal(got[1], want[1])
