@@ -34,16 +34,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import random
-import select
 import signal
 import struct
-import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+
+from child_worker import ChildWorker, serve
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = ("raw", "resigned", "minimal", "elf")
@@ -374,22 +373,18 @@ def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
 
 
 def worker() -> None:
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     samples = None
-    while True:
-        header = stdin.read(8)
-        if len(header) < 8:
-            return
-        message = pickle.loads(stdin.read(struct.unpack("<Q", header)[0]))
+
+    def handle(message, reply):
+        nonlocal samples
         if message[0] == "samples":
             samples = message[1]
-            reply = ("ready",)
+            reply(("ready",))
         else:
             _, case_id, name, mode, data = message
-            reply = (case_id, *run_case(samples[name], data, mode))
-        payload = pickle.dumps(reply)
-        stdout.write(struct.pack("<Q", len(payload)) + payload)
-        stdout.flush()
+            reply((case_id, *run_case(samples[name], data, mode)))
+
+    serve(handle)
 
 
 # ------------------------------------------------------------------ the parent
@@ -431,42 +426,10 @@ class Report:
         return "\n".join(lines)
 
 
-class _Worker:
+class _Worker(ChildWorker):
     def __init__(self, samples: dict[str, Sample]):
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=HERE)
+        super().__init__(__file__, cwd=HERE)
         self.send(("samples", {name: Sample(b"", s.runs, s.checksummed, s.has_blob) for name, s in samples.items()}))
-
-    def send(self, message):
-        payload = pickle.dumps(message)
-        self.proc.stdin.write(struct.pack("<Q", len(payload)) + payload)
-        self.proc.stdin.flush()
-
-    def receive(self, timeout: float):
-        """The reply, or "crash"/"hang"."""
-        buf = b""
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        need = 8
-        length = None
-        while len(buf) < need:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return "hang"
-            chunk = os.read(fd, need - len(buf))
-            if not chunk:
-                return "crash"
-            buf += chunk
-            if length is None and len(buf) == 8:
-                length = struct.unpack("<Q", buf)[0]
-                need = 8 + length
-        return pickle.loads(buf[8:])
-
-    def kill(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        code = self.proc.wait()
-        return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
 
 
 def fuzz(samples: dict[str, Sample], cases: dict[tuple[str, str], int], *, seed=0, timeout: float = 60.0) -> Report:
@@ -499,8 +462,7 @@ def fuzz(samples: dict[str, Sample], cases: dict[tuple[str, str], int], *, seed=
             assert worker.receive(startup) == ("ready",)
             continue
         report.outcomes.append(Outcome(name, mode, what, reply[1], reply[2]))
-    worker.proc.stdin.close()
-    worker.kill()
+    worker.close()
     report.seconds = time.monotonic() - start
     return report
 
