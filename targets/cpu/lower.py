@@ -1141,6 +1141,9 @@ def _expand_index_put(e: _Emitter, v: dict, op) -> list:
         return [v["self"]]
     if any(e.element(indices[d]) == "i1" for d in dims):
         raise LoweringError("index_put with a boolean mask index has a data-dependent shape")
+    if _DYNAMIC in shape:  # the [pre, P, post] view below multiplies static sizes
+        raise LoweringError("index_put into a dynamically shaped tensor (the cpu target's scatter is built for "
+                            "static sizes; a dynamic number of indices into a static tensor is taken)")
     rest = [d for d in range(rank) if d not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     index_shapes = [e.shape(indices[d]) for d in dims]
