@@ -33,6 +33,9 @@ sys.path.insert(0, HERE)
 from child_worker import ChildWorker, serve  # noqa: E402
 
 CONFIGS = ("portable", "cpu", "cpu-2threads", "cpu-profile")
+# configs="rotate": each model portable and one cpu configuration, in turn (more distinct models for
+# the same time: make test's budget).
+ROTATE = "rotate"
 
 
 # ------------------------------------------------------------------ the child
@@ -192,7 +195,7 @@ def fuzz(n_models: int, *, seed: int = 0, configs=CONFIGS, timeout: float = 300.
 
     stats = stats if stats is not None else Stats()
     pool = Pool(fault)
-    active = {"configs": tuple(configs), "shrinking": False}
+    active = {"configs": configs if configs == ROTATE else tuple(configs), "shrinking": False}
     start = time.monotonic()
 
     phases = [Phase.generate] + ([Phase.shrink] if shrink and not keep_going else [])
@@ -202,9 +205,12 @@ def fuzz(n_models: int, *, seed: int = 0, configs=CONFIGS, timeout: float = 300.
     @hypothesis_seed(seed)
     @given(strategy if strategy is not None else models(max_ops=max_ops, dtypes=tuple(dtypes)))
     def one(spec):
-        result = pool.run(spec, active["configs"], timeout)
+        chosen = active["configs"]
+        if chosen == ROTATE:
+            chosen = ("portable", CONFIGS[1 + stats.models % (len(CONFIGS) - 1)])
+        result = pool.run(spec, chosen, timeout)
         if not active["shrinking"]:
-            stats.add(spec, result, active["configs"])
+            stats.add(spec, result, chosen)
             if log is not None and (stats.models % 25 == 0 or result["status"] != "ok"):
                 log(f"[{stats.models}/{n_models}, {time.monotonic() - start:.0f} s] {describe(result)[:2000]}")
         if result["status"] != "ok":
@@ -259,7 +265,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", type=int, default=5000, help="random models to check (default 5000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="parallel shards, each with its own worker")
-    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {CONFIGS}")
+    parser.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {CONFIGS}, or "
+                                                                       f"'{ROTATE}' (portable and one cpu one in turn)")
     parser.add_argument("--keep-going", action="store_true", help="record every failure unshrunk instead of "
                                                                    "stopping at the first and shrinking it")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per model (compile and all runs)")
@@ -269,7 +276,7 @@ def main(argv=None) -> int:
     if args.worker:
         worker()
         return 0
-    configs = tuple(c for c in args.configs.split(",") if c)
+    configs = ROTATE if args.configs == ROTATE else tuple(c for c in args.configs.split(",") if c)
     per_shard = [args.models // args.jobs + (1 if k < args.models % args.jobs else 0) for k in range(args.jobs)]
     work = [(n, args.seed * 1000 + k, configs, args.keep_going, args.timeout, args.failures_dir)
             for k, n in enumerate(per_shard)]
