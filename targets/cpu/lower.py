@@ -1084,6 +1084,8 @@ def _expand_as_strided(e: _Emitter, v: dict, op) -> list:
 
     in_shape, element = _tensor_type(op.operands[0])
     out_shape, _ = _tensor_type(op.results[0])
+    if _DYNAMIC in in_shape or _DYNAMIC in out_shape:  # the view chain below is computed from static sizes
+        raise LoweringError("as_strided of or to a dynamically shaped tensor (the cpu target takes static ones)")
     size, stride = list(v["size"]), list(v["stride"])
     offset = v.get("storage_offset") or 0
     numel = int(np.prod(in_shape)) if in_shape else 1
