@@ -213,8 +213,9 @@ class Scope:
         self.values.append(value)
         return value
 
-    def operand_like(self, shape, *, allow_input=True) -> tuple[str, tuple, float]:
-        """Another float operand broadcastable to `shape`: (python expression, its shape, its err)."""
+    def operand_like(self, shape, *, allow_input=True) -> tuple[str, tuple, float, bool]:
+        """Another float operand broadcastable to `shape`: (python expression, its shape, its err,
+        whether it is a Python number)."""
         kind = self.draw(st.sampled_from(["scalar", "param", "input", "value"]))
         if kind == "input" and (self.nested or not allow_input or len(self.method.inputs) >= 4):
             kind = "param"
@@ -222,11 +223,11 @@ class Scope:
             candidates = [v for v in self.values if v.dtype == "float" and broadcast(shape, v.shape) == tuple(shape)]
             if candidates:
                 v = self.draw(st.sampled_from(candidates))
-                return v.name, v.shape, v.err
+                return v.name, v.shape, v.err, False
             kind = "param"
         if kind == "scalar":
             c = self.draw(st.sampled_from([0.5, 2.0, -1.0, 1.5, 3.0, -0.25]))
-            return repr(c), (), 0.0
+            return repr(c), (), 0.0, True
         # A broadcastable shape: a suffix of `shape` with some sizes 1 (every dynamic size may be).
         keep = self.draw(st.integers(0, len(shape)))
         sub = []
@@ -236,9 +237,9 @@ class Scope:
         if kind == "param" or any(not s.static and (len(s.names) > 1 or s.const != 1) for s in sub):
             if any(not s.static for s in sub):
                 sub = [s if s.static else Size(1) for s in sub]
-            return self.model.attr("p", f"nn.Parameter(torch.randn({shape_text(sub)}))"), tuple(sub), 0.0
+            return self.model.attr("p", f"nn.Parameter(torch.randn({shape_text(sub)}))"), tuple(sub), 0.0, False
         value = self.new_input(sub)
-        return value.name, value.shape, 0.0
+        return value.name, value.shape, 0.0, False
 
     def exact_values(self, dtype="float"):
         return [v for v in self.values if v.exact and v.dtype == dtype]
@@ -473,16 +474,16 @@ def op_binary(s: Scope, v: Value):
     if v.dtype != "float":
         return None
     name = s.draw(st.sampled_from(list(BINARY)))
-    other, other_shape, other_err = s.operand_like(v.shape)
+    other, other_shape, other_err, number = s.operand_like(v.shape)
     if other == v.name:
         other_err = v.err
     swap = s.draw(st.booleans()) and name != "div"
     a, b = (other, v.name) if swap else (v.name, other)
     shape = broadcast(v.shape, other_shape)
-    if name in ("maximum", "minimum") and not other_shape:  # a number: clamp (maximum wants tensors)
+    if name in ("maximum", "minimum") and number:  # clamp (maximum wants tensors)
         bound = "min" if name == "maximum" else "max"
         return s.emit("h", f"{v.name}.clamp({bound}={other})", v.shape, err=v.err)
-    if name == "div" and not other_shape:  # by a number
+    if name == "div" and number:
         return s.emit("h", f"{v.name} / {abs(float(other)) + 1.0!r}", v.shape, err=_inexact(v.err * 4, add=2))
     exact_op = name in ("maximum", "minimum")
     err = max(v.err, other_err) if exact_op else _inexact(v.err * 4, other_err * 4, add=2)

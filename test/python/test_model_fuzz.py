@@ -97,6 +97,26 @@ def test_generated_models_are_valid_for_torch():
     valid()
 
 
+def test_the_generator_draws_many_models_without_an_error_of_its_own():
+    """Drawing only (no torch): a generator bug shows in seconds, not after an hour of fuzzing."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from model_gen import models
+
+    drawn = []
+
+    @settings(max_examples=600, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(models())
+    def draw(spec):
+        compile(spec["source"], "<model>", "exec")
+        drawn.append(spec)
+
+    draw()
+    assert len(drawn) == 600
+    ops = {op for spec in drawn for op in spec["ops"]}
+    assert {"attention", "conv_block", "cond", "while", "state", "index_put", "gather"} <= ops, ops
+
+
 def test_sizes_of_the_generator_are_products_of_dims():
     from model_gen import Size, broadcast
 
