@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test pytest lit bench fuzz fuzz-compiler clean toolchains
+.PHONY: demo test pytest lit bench fuzz fuzz-compiler clean toolchains executorch-aarch64
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,12 +40,27 @@ toolchains:
 			--no-install-recommends $(TOOLCHAIN_PACKAGES); \
 	fi
 
+# The AArch64 ExecuTorch SDK: the executorch wheel built for manylinux AArch64 (its headers, shared
+# libraries and CMake config, ~18 MB), which etc's ExecuTorch backend and runner are cross-built against
+# (etc.runtime.executorch_backend.AARCH64_SDK) and run under qemu-aarch64 in the tests.
+AARCH64_SDK := $(VENV)/executorch-aarch64
+$(AARCH64_SDK)/.unpacked: $(STAMP)
+	rm -rf $(AARCH64_SDK) && mkdir -p $(AARCH64_SDK)
+	$(PY) -m pip download -q executorch==1.5.1 --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 \
+		--python-version 3.11 -d $(AARCH64_SDK)/wheel
+	$(PY) -c "import glob, zipfile; z = zipfile.ZipFile(glob.glob('$(AARCH64_SDK)/wheel/*.whl')[0]); \
+		[z.extract(n, '$(AARCH64_SDK)') for n in z.namelist() if n.split('/')[1:2] in (['lib'], ['include'], ['share'])]"
+	rm -rf $(AARCH64_SDK)/wheel
+	touch $@
+
+executorch-aarch64: $(AARCH64_SDK)/.unpacked
+
 # pytest on both cores (pytest-xdist); lit runs its own workers.
-test: $(STAMP) toolchains
+test: $(STAMP) toolchains $(AARCH64_SDK)/.unpacked
 	$(PY) -m pytest test/python -n 2
 	$(VENV)/bin/lit -sv test/lit
 
-pytest: $(STAMP) toolchains
+pytest: $(STAMP) toolchains $(AARCH64_SDK)/.unpacked
 	$(PY) -m pytest test/python -n 2
 
 lit: $(STAMP)
@@ -83,3 +98,16 @@ bench: $(STAMP) $(BENCH_STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+# Deploying without Python (README "Microcontrollers"): the MNIST-style MLP and the keyword-spotting
+# DS-CNN, int8, as C libraries linked into Cortex-M33 firmware for QEMU's mps2-an505 (etc's start-up
+# code, linker script and semihosting harness, etc/targets/cpu/firmware/), with the size report;
+# run-firmware boots them under qemu-system-arm and prints the predictions.
+FIRMWARE_BOARD ?= mps2-an505
+
+.PHONY: firmware run-firmware
+firmware: $(STAMP) toolchains
+	$(PY) -m etc.tools.firmware build --board $(FIRMWARE_BOARD)
+
+run-firmware: $(STAMP) toolchains
+	$(PY) -m etc.tools.firmware run --board $(FIRMWARE_BOARD)

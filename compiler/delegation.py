@@ -59,6 +59,9 @@ class PreprocessResult:
     # Lines for the delegation report: what the backend decided inside the partition (the cpu
     # target: the path each contraction, window op and reduction took, and why).
     report_lines: list = field(default_factory=list)
+    # The compiled code in the form the backend's `emit_library` builds a native library from (the
+    # cpu target: its optimized LLVM module, argument layout and constants); None: no library.
+    native: object = None
 
 
 # On an outlined function: array<i64: k, j, ...>, result k is computed in argument j's memory.
@@ -78,6 +81,12 @@ class BackendDetails:
 
     def preprocess(self, func_op, compile_specs: list, constants: dict) -> PreprocessResult:
         raise NotImplementedError
+
+    def emit_library(self, plans: list, directory: str, name: str, **options):
+        """Write the whole program as a native library (`EdgeProgram.to_library`): `plans` describe
+        each method's one delegate call (compiler/library.py), whose `PreprocessResult.native` the
+        backend kept. A backend that cannot build one says so."""
+        raise LoweringError(f"backend '{self.backend_id}' cannot build a native library")
 
 
 _BACKENDS: dict[str, BackendDetails] = {}
@@ -242,6 +251,8 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
     report = DelegationReport(reasons=dict(result.rejected))
     if not hasattr(program_ir, "delegate_blobs"):
         program_ir.delegate_blobs = []
+    if not hasattr(program_ir, "delegate_native"):  # by blob index, beside delegate_blobs
+        program_ir.delegate_native = [None] * len(program_ir.delegate_blobs)
     delegated_ops = set()
     with program_ir.context, ir.Location.unknown():
         counter = _existing_delegate_count(program_ir.module)
@@ -266,6 +277,7 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
                 _mark_in_place_outputs(outlined, call)
             processed = backend.preprocess(outlined, partition.spec.compile_specs, program_ir.constants)
             program_ir.delegate_blobs.append(bytes(processed.processed_bytes))
+            program_ir.delegate_native.append(processed.native)  # what to_library builds from
             report.backend_lines[func_name] = list(processed.report_lines)
             call.attributes["etc.blob_index"] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), len(program_ir.delegate_blobs) - 1)

@@ -4,6 +4,7 @@
     edge = edge.to_backend(CpuPartitioner())        # optional: delegate parts to a target
     program = edge.to_executorch()                  # memory planning + emission
     program.save("model.pte")
+    edge.to_library("build", "model")               # or: the program as a C library (NAME.h, libNAME.a)
 
 Each method of this module is one stage of the pipeline; the stages themselves
 live in their own modules (importer, delegation, memory planning, emitter) so
@@ -243,6 +244,18 @@ class EdgeProgram:
     def delegation_info(self) -> str:
         """A readable summary of every to_backend call: what went where, and why not."""
         return "\n\n".join(str(r) for r in self.delegation_reports) or "no delegation"
+
+    def to_library(self, directory: str | os.PathLike, name: str, **options):
+        """The whole program as a native library instead of a `.pte`: `NAME.h` (one C function per
+        method over caller-owned memory, every size as a macro), `libNAME.a` (code and weights) and a
+        size report, for the target the delegate was compiled for (`CpuPartitioner(target=...)`).
+        Each method must be one delegate call doing all its work (`to_backend` first); anything else
+        is refused with the ops and source lines that keep it from being one. Returns what the
+        backend wrote (the cpu target: `targets/cpu/library.NativeLibrary`)."""
+        from etc.compiler.library import plan_library
+
+        plans, backend = plan_library(self)
+        return backend.emit_library(plans, os.fspath(directory), name, **options)
 
     def to_executorch(self, config: ExecutorchBackendConfig | None = None, *,
                       generate_etrecord: bool = False) -> "ExecutorchProgram":

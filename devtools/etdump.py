@@ -14,7 +14,9 @@ are declared here (kind-annotated, read by the same bounds-checked reader as
   does not name the method: the caller says which it profiled);
 - `OPERATOR_CALL` / `DELEGATE_CALL` events become instruction events, labelled as
   etc's runtime labels them (from the program: the kernel name, `delegate '<id>'`);
-- events a delegate logged itself (a delegate debug id) become that call's regions;
+- events a delegate logged itself (a delegate debug id) become that call's regions; etc's cpu backend
+  for ExecuTorch (`runtime/executorch_backend/`) names each region and lists the partition ops it
+  computed in the event's metadata (`REGION_OPS_TAG` then little-endian u32 op indices);
 - times are ExecuTorch's ticks times `ticks_to_ns` (1 on hosts whose PAL counts in ns).
 """
 
@@ -31,6 +33,8 @@ from etc.schema.kinds import INT, UBYTE, UINT, ULONG, SchemaTable, Str, Table, V
 __all__ = ["read_executorch_etdump", "FILE_IDENTIFIER"]
 
 FILE_IDENTIFIER = b"ED00"
+# A delegate event's metadata that lists the partition ops of the region it timed (etc's cpu backend).
+REGION_OPS_TAG = b"etc.ops\0"
 
 
 class _Wire:
@@ -103,6 +107,15 @@ def _labels(program, method: str) -> dict:
     return labels
 
 
+def _region_ops(event) -> tuple:
+    """The partition ops a delegate's event computed: listed in its metadata (etc's cpu backend), or its
+    integer debug id."""
+    meta = bytes(event.delegate_debug_metadata or b"")
+    if meta.startswith(REGION_OPS_TAG) and (len(meta) - len(REGION_OPS_TAG)) % 4 == 0:
+        return struct.unpack(f"<{(len(meta) - len(REGION_OPS_TAG)) // 4}I", meta[len(REGION_OPS_TAG):])
+    return (event.delegate_debug_id_int,) if event.delegate_debug_id_int >= 0 else ()
+
+
 def read_executorch_etdump(source, *, program=None, method: str = "forward", ticks_to_ns: float = 1.0) -> RunRecord:
     """A RunRecord from ExecuTorch's `.etdp` bytes or path; `program` (the `.pte` it ran) labels the
     instructions as etc does (without it they keep ExecuTorch's event names)."""
@@ -152,7 +165,7 @@ def read_executorch_etdump(source, *, program=None, method: str = "forward", tic
             if parent is not None:
                 events = DelegateEvents()
                 events.add(p.name or p.delegate_debug_id_str or f"region {p.delegate_debug_id_int}", end - start,
-                           ops=(p.delegate_debug_id_int,) if p.delegate_debug_id_int >= 0 else ())
+                           ops=_region_ops(p))
                 record.add_delegate_events(method, run, *parent, start, events)
     if not record.runs(method):
         raise EtcError("the ETDump records no execute (was the method run with enable_etdump=True?)")

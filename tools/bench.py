@@ -8,16 +8,20 @@ against its lifetime lower bound and against ExecuTorch's planner. The machine
 is shared and noisy, so only ratios within this run mean anything.
 
 Then the int8 CNNs (tools/bench_int8.py: etc cpu on a CpuQuantizer program against ExecuTorch
-+ XNNPACK on an XNNPACKQuantizer one, and both in fp32). Then two sections on what we did not tune for: the layer sweep (tools/bench_layers.py:
++ XNNPACK on an XNNPACKQuantizer one, and both in fp32). Then the models as native libraries
+(tools/bench_library.py: called from C on the host; Cortex-M sizes and instructions under QEMU). Then two sections on what we did not tune for: the layer sweep (tools/bench_layers.py:
 the layer kinds of real CNNs and transformers at real sizes against torch and XNNPACK)
 and real models (tools/bench_models.py: transformers architectures with random weights,
 latency, numerics, compile time, and the geomean of etc cpu over ExecuTorch XNNPACK).
 Then LLM prefill and decode tokens/s (tools/bench_llm.py: etc.llm exports, etc cpu against
-ExecuTorch + XNNPACK on the same program, and torch eager), and what profiling costs and
-explains (tools/bench_profiling.py). All but the last run in child processes, so that a crash
-of the compiler under test is a row.
+ExecuTorch + XNNPACK on the same program, and torch eager); the real models and the LLMs again
+inside one runtime (tools/bench_executorch.py: etc's program through etc's cpu backend for
+ExecuTorch against ExecuTorch's through XNNPACK, both in ExecuTorch's runtime); and what profiling
+costs and explains (tools/bench_profiling.py). All but the last run in child processes, so that a
+crash of the compiler under test is a row.
 
-    python -m etc.tools.bench [--sections zoo,int8,layers,models,llm,profiling] [--models a,b] [--layers a,b]
+    python -m etc.tools.bench [--sections zoo,int8,library,layers,models,llm,executorch,profiling]
+                              [--models a,b] [--layers a,b]
                               [--real-models a,b] [--runs N] [--output BENCHMARKS.md]
 """
 
@@ -208,9 +212,10 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", default="zoo,int8,layers,models,llm,profiling",
+    parser.add_argument("--sections", default="zoo,int8,library,layers,models,llm,executorch,profiling",
                         help="comma-separated parts to run: zoo, layers (layer sweep), models (real models), "
-                             "llm (prefill/decode tokens/s), profiling (its cost and coverage)")
+                             "llm (prefill/decode tokens/s), executorch (etc's backend against XNNPACK inside "
+                             "ExecuTorch's runtime), profiling (its cost and coverage)")
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
     parser.add_argument("--layers", help="comma-separated layer-sweep names (default: all)")
     parser.add_argument("--real-models", help="comma-separated real-model names (default: all)")
@@ -219,7 +224,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-gemm", action="store_true")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    known = ("zoo", "int8", "layers", "models", "llm", "profiling")
+    known = ("zoo", "int8", "library", "layers", "models", "llm", "executorch", "profiling")
     unknown = sorted(set(sections) - set(known))
     if unknown:
         parser.error(f"unknown section(s) {unknown}: choose among {', '.join(known)}")
@@ -251,16 +256,21 @@ def main(argv=None) -> int:
         parts.append(render(rows, with_executorch, gemm_text, et_threads, header=False))
     if "int8" in sections:
         parts.append(_section("Int8", _int8_text, args))
+    if "library" in sections:
+        parts.append(_section("Native libraries", _library_text, args))
     if "layers" in sections:
         parts.append(_section("Layer sweep", _layers_text, args))
     if "models" in sections:
         parts.append(_section("Real models", _models_text, args))
     if "llm" in sections:
         parts.append(_section("LLM", _llm_text, args))
+    if "executorch" in sections:
+        parts.append(_section("One runtime: etc's backend and XNNPACK inside ExecuTorch", _executorch_text, args))
     if "profiling" in sections:
         parts.append(_section("Profiling", _profiling_text, args))
-    summary = [line for part in parts for line in part.splitlines() if line.startswith("**Geomean")]
-    text = "\n".join(_header() + [f"{line} See Real models.\n" for line in summary]) + "\n" + "\n".join(parts)
+    summary = [(part.splitlines()[0].removeprefix("## "), line) for part in parts for line in part.splitlines()
+               if line.startswith("**Geomean")]
+    text = "\n".join(_header() + [f"{line} See {title}.\n" for title, line in summary]) + "\n" + "\n".join(parts)
     with open(args.output, "w") as f:
         f.write(text)
     print(text)
@@ -275,6 +285,15 @@ def _int8_text(args) -> str:
              "the fp32 model on both, one thread each, interleaved in one child process per model (`python -m "
              "etc.tools.bench_int8`).\n\n")
     return intro + run(args.models.split(",") if args.models else None, args.runs)
+
+
+def _library_text(args) -> str:
+    from etc.tools.bench_library import run
+
+    intro = ("Each model as a C library (`to_library`), without a runtime: on the host called from C, against etc's "
+             "Python runtime, ExecuTorch + XNNPACK and torch eager (one thread each); on Cortex-M cores under QEMU, "
+             "float against int8 (`python -m etc.tools.bench_library`).\n\n")
+    return intro + run(models=args.models.split(",") if args.models else None, runs=args.runs)
 
 
 def _layers_text(args) -> str:
@@ -302,6 +321,15 @@ def _llm_text(args) -> str:
              "program lowered by etc cpu and by ExecuTorch + XNNPACK, and torch eager, one thread each, each model "
              "in its own child process (`python -m etc.tools.bench_llm`).\n\n")
     return intro + run(runs=max(3, args.runs // 4))
+
+
+def _executorch_text(args) -> str:
+    from etc.tools.bench_executorch import run
+
+    intro = ("The real models and the LLMs above, both programs in ExecuTorch's runtime: etc's through its cpu "
+             "backend for ExecuTorch (`etc.runtime.executorch_backend`), ExecuTorch's through XNNPACK, one thread, "
+             "each model in its own child process (`python -m etc.tools.bench_executorch`).\n\n")
+    return intro + run(args.real_models.split(",") if args.real_models else None, runs=max(3, args.runs // 2))
 
 
 def _profiling_text(args) -> str:

@@ -129,9 +129,8 @@ class _Backend:
         return self.run(self.convert(tokens), self.convert(positions))
 
 
-def _etc_backend(programs: dict, stats: dict, prefix: str):
+def _etc_program(programs: dict, stats: dict, prefix: str):
     import etc
-    from etc.runtime import Runtime
     from etc.targets.cpu import CpuPartitioner
 
     start, start_cpu = time.perf_counter(), time.process_time()
@@ -145,8 +144,32 @@ def _etc_backend(programs: dict, stats: dict, prefix: str):
     stats[f"{prefix}_delegated_ops"] = sum(sum(r.delegated.values()) for r in reports)
     stats[f"{prefix}_portable_ops"] = sum(sum(r.portable.values()) for r in reports)
     stats[f"{prefix}_not_tuned"] = not_tuned_lines(reports)
+    return program
+
+
+def _etc_backend(programs: dict, stats: dict, prefix: str):
+    from etc.runtime import Runtime
+
+    program = _etc_program(programs, stats, prefix)
     method = Runtime.get().load_program(program.buffer).load_method("forward")
     return _Backend(lambda t, p: method.execute([t, p])[0], lambda x: x.numpy())
+
+
+def _etc_executorch_backend(programs: dict, stats: dict, prefix: str):
+    """etc's program on ExecuTorch's runtime with etc's cpu backend (tools/bench_executorch.py)."""
+    from executorch.runtime import Runtime as EtRuntime
+
+    from etc.runtime import executorch_backend
+    from etc.tools.bench import _executorch_threads
+
+    stats["et_threads"] = _executorch_threads(1)
+    executorch_backend.load()
+    program = _etc_program(programs, stats, prefix)
+    buffer = program.buffer
+    loaded = EtRuntime.get().load_program(buffer)
+    method = loaded.load_method("forward")
+    keep = (buffer, loaded)
+    return _Backend(lambda t, p: keep and method.execute([t, p])[0], lambda x: x)
 
 
 def _xnnpack_backend(exported, stats: dict, prefix: str):
@@ -221,6 +244,7 @@ def measure(name: str, runs: int, decode_tokens: int, backends: set, budget_s: f
 
     makers = {
         "etc": lambda stats: _etc_backend(programs, stats, "etc"),
+        "etc_executorch": lambda stats: _etc_executorch_backend(programs, stats, "etc_executorch"),
         "xnnpack": lambda stats: _xnnpack_backend(pristine, stats, "xnnpack"),
         "torch": lambda stats: _torch_backend(module),
         "etc_static": lambda stats: _etc_backend({"forward": decode_only()[0]}, stats, "etc_static"),
@@ -280,7 +304,7 @@ def measure(name: str, runs: int, decode_tokens: int, backends: set, budget_s: f
 
 
 # ---------------------------------------------------------------- the parent
-BACKENDS = ("etc", "xnnpack", "torch", "etc_static", "xnnpack_static")
+BACKENDS = ("etc", "xnnpack", "torch", "etc_static", "xnnpack_static")  # (and "etc_executorch": bench_executorch)
 
 
 def _child(name: str, runs: int, decode_tokens: int, backends, timeout_s: float) -> tuple[dict, str | None]:

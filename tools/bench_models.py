@@ -143,6 +143,31 @@ def _emit(**fields):
     print(json.dumps(fields), flush=True)
 
 
+def _etc_program(module, inputs):
+    """etc's program of `module` (CpuPartitioner, one thread), its compile time and delegation emitted."""
+    import torch
+
+    import etc
+    from etc.targets.cpu import CpuPartitioner
+
+    ep = torch.export.export(module, inputs)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner(num_threads=1))
+    program = edge.to_executorch()
+    compile_s, compile_cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
+    reports = edge.delegation_reports
+    portable = {}
+    for r in reports:
+        for op, n in r.portable.items():
+            portable[op] = portable.get(op, 0) + n
+    _emit(etc_compile_s=compile_s, etc_compile_cpu_s=compile_cpu_s, etc_partitions=sum(r.partitions for r in reports),
+          etc_delegated_ops=sum(sum(r.delegated.values()) for r in reports),
+          etc_portable_ops=sum(portable.values()),
+          etc_portable=", ".join(f"{op.removeprefix('edge.')} x{n}" for op, n in sorted(portable.items())),
+          etc_not_tuned=not_tuned_lines(reports))
+    return program
+
+
 def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
     import warnings
 
@@ -159,28 +184,17 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
     if "torch" in backends:
         calls["torch"] = lambda: module(*inputs)
 
-    if "etc" in backends:
+    if "etc" in backends or "etc_executorch" in backends:
         try:
-            import etc
-            from etc.runtime import Runtime
-            from etc.targets.cpu import CpuPartitioner
-
             _emit(stage="etc compile")
-            ep = torch.export.export(module, inputs)
-            start, start_cpu = time.perf_counter(), time.process_time()
-            edge = etc.to_edge(ep).to_backend(CpuPartitioner(num_threads=1))
-            etc_program = edge.to_executorch()
-            compile_s, compile_cpu_s = time.perf_counter() - start, time.process_time() - start_cpu
-            reports = edge.delegation_reports
-            portable = {}
-            for r in reports:
-                for op, n in r.portable.items():
-                    portable[op] = portable.get(op, 0) + n
-            _emit(etc_compile_s=compile_s, etc_compile_cpu_s=compile_cpu_s, etc_partitions=sum(r.partitions for r in reports),
-                  etc_delegated_ops=sum(sum(r.delegated.values()) for r in reports),
-                  etc_portable_ops=sum(portable.values()),
-                  etc_portable=", ".join(f"{op.removeprefix('edge.')} x{n}" for op, n in sorted(portable.items())),
-                  etc_not_tuned=not_tuned_lines(reports))
+            etc_program = _etc_program(module, inputs)
+        except Exception as e:  # noqa: BLE001 - reported in the row
+            _emit(etc_error=_error(e))
+            etc_program = None
+    if "etc" in backends and etc_program is not None:
+        try:
+            from etc.runtime import Runtime
+
             _emit(stage="etc load")
             method = Runtime.get().load_program(etc_program.buffer).load_method("forward")
             _emit(stage="etc execute")
@@ -190,6 +204,25 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
             calls["etc"] = lambda: etc_program and method.execute(np_inputs)
         except Exception as e:  # noqa: BLE001 - reported in the row
             _emit(etc_error=_error(e))
+    if "etc_executorch" in backends and etc_program is not None:
+        try:  # the same program on ExecuTorch's runtime, with etc's cpu backend (tools/bench_executorch.py)
+            from executorch.runtime import Runtime as EtRuntime
+
+            from etc.runtime import executorch_backend
+            from etc.tools.bench import _executorch_threads
+
+            _emit(stage="etc_executorch load", et_threads=_executorch_threads(1))
+            executorch_backend.load()
+            buffer = etc_program.buffer
+            loaded = EtRuntime.get().load_program(buffer)
+            et_etc_method = loaded.load_method("forward")
+            _emit(stage="etc_executorch execute")
+            got = et_etc_method.execute(list(inputs))[0]
+            _emit(etc_executorch_maxdiff=float((got - expected).abs().max()))
+            kept = (buffer, loaded)
+            calls["etc_executorch"] = lambda: kept and et_etc_method.execute(list(inputs))
+        except Exception as e:  # noqa: BLE001 - reported in the row
+            _emit(etc_executorch_error=_error(e))
 
     if "xnnpack" in backends:
         try:

@@ -2,6 +2,7 @@
 
     etc compile model.py:MyModel --example-inputs "1x3x32x32" -o model.pte [--backend cpu]
     etc compile exported.pt2 -o model.pte [--etrecord model.etrecord]
+    etc compile model.py:MyModel --example-inputs 1x784 --emit-library build/mnist [--name mnist] --target cortex-m33
     etc run model.pte [--inputs a.npy b.npy] [--runs 10]
     etc run --verify model.bpte [--rtol 1e-5 --atol 1e-8]
     etc inspect model.pte [--plot DIR]
@@ -127,12 +128,23 @@ def cmd_compile(args) -> int:
     edge = etc.to_edge(ep)
     if args.profile and args.backend != "cpu":
         raise UsageError("--profile times the regions inside cpu delegates: use it with --backend cpu")
-    if args.backend == "cpu":
+    if not args.output and not args.emit_library:
+        raise UsageError("nothing to write: give -o model.pte, --emit-library DIR, or both")
+    if (args.target != "host" or args.float_abi) and args.backend != "cpu" and not args.emit_library:
+        raise UsageError("--target and --float-abi choose the cpu backend's target: use them with --backend cpu "
+                         "or --emit-library")
+    if args.backend == "cpu" or args.emit_library:  # a library is the cpu target's native code
         from etc.targets.cpu import CpuPartitioner
 
-        _progress("delegating to the cpu target (MLIR -> LLVM -> object code)")
-        edge = edge.to_backend(CpuPartitioner(profile=args.profile))
+        _progress(f"delegating to the cpu target for {args.target} (MLIR -> LLVM -> object code)")
+        edge = edge.to_backend(CpuPartitioner(args.target, profile=args.profile, float_abi=args.float_abi))
         print(edge.delegation_info())
+    if args.emit_library:
+        name = args.name or os.path.basename(os.path.normpath(args.emit_library))
+        _progress(f"writing the library {name} into {args.emit_library}")
+        edge.to_library(args.emit_library, name)
+        if not args.output:
+            return 0
     _progress("planning memory and emitting")
     program = edge.to_executorch(generate_etrecord=bool(args.etrecord))
     program.save(args.output)
@@ -374,7 +386,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="<file.py>:<Model factory or class>, or a saved .pt2 ExportedProgram")
     c.add_argument("--example-inputs", nargs="*", help="input shapes, e.g. 1x3x32x32 int64:1x12")
     c.add_argument("--backend", choices=["portable", "cpu"], default="portable")
-    c.add_argument("-o", "--output", required=True)
+    c.add_argument("-o", "--output", help="the .pte to write")
+    c.add_argument("--emit-library", metavar="DIR", help="also (or instead) write the program as a C library: "
+                   "DIR/NAME.h, DIR/libNAME.a and the size report (compiles with the cpu backend)")
+    c.add_argument("--name", help="--emit-library: the library's name, a C identifier (default: DIR's name)")
+    c.add_argument("--target", default="host", help="the cpu backend's target: host, a preset (aarch64-linux-gnu, "
+                   "cortex-m4, cortex-m7, cortex-m33, cortex-m55, x86-64-v3) or an LLVM triple")
+    c.add_argument("--float-abi", choices=["hard", "softfp"], help="32-bit Arm: the float ABI of the firmware "
+                   "the code links into (default: hard)")
     c.add_argument("--etrecord", help="also write the compile record (for etc profile and numeric debugging)")
     c.add_argument("--profile", action="store_true",
                    help="cpu delegates time their dispatch regions (etc profile shows them with source lines)")

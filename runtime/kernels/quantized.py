@@ -341,12 +341,19 @@ def unpack_int4(packed: np.ndarray, k: int) -> np.ndarray:
 
 def int4_column_sums(packed: np.ndarray, scales: np.ndarray) -> np.ndarray:
     """C[n] = sum_k w[n, k] * scales[n, k / group] of int4 weights packed as `pack_int4` ((N, K/2)
-    uint8, K = 2 * its columns) with float32 group scales (N, G): float64, then float32. The one
-    definition the cpu target's 8da4w lowering and its blob loader both compute (same bits)."""
+    uint8, K = 2 * its columns) with float32 group scales (N, G): each group's integer sum (exact)
+    times its scale in float64, added group after group in order, then float32. The one definition
+    the cpu target's 8da4w lowering and its blob loaders (etc's runtime, and the C++ ExecuTorch
+    backend, runtime/executorch_backend/cpu_backend.cpp) compute, to the same bits: hence the
+    explicit order (numpy's `sum` adds 8 or more terms pairwise, which a loop in C++ would not)."""
     n, groups = scales.shape
     k = 2 * packed.shape[1]
     w = unpack_int4(packed.view(np.uint8), k).astype(np.float64)
-    return (w.reshape(n, groups, k // groups).sum(axis=2) * scales.astype(np.float64)).sum(axis=1).astype(np.float32)
+    products = w.reshape(n, groups, k // groups).sum(axis=2) * scales.astype(np.float64)
+    total = np.zeros(n)
+    for g in range(groups):
+        total = total + products[:, g]
+    return total.astype(np.float32)
 
 
 # Reference kernels: each computes what the dq -> op -> q computation it replaced computes

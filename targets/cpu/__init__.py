@@ -3,22 +3,24 @@
     from etc.targets.cpu import CpuPartitioner
     edge = etc.to_edge(ep).to_backend(CpuPartitioner())                 # host CPU
     edge = etc.to_edge(ep).to_backend(CpuPartitioner(target="aarch64-linux-gnu"))
-    edge = etc.to_edge(ep).to_backend(CpuPartitioner(target="cortex-m7"))   # thumbv7em-none-eabihf
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner(target="cortex-m33"))  # thumbv8m.main, hard float
+    edge.to_library("build/model", "model")      # the whole program as a C library (library.py)
 
 Stages (one module each): `lower.py` (edge -> torch dialect, data-driven from the
 op schemas, then torch-mlir's pipelines to linalg), `pipeline.py` (`cpu_pipeline`: the
 registered passes of `passes/` and upstream ones, from linalg on tensors to the LLVM
 dialect, sizes from the ISA table in `isa.py`), `codegen.py` (LLVM IR and llvmlite
-object emission), `blob.py` (the delegate blob format), `runtime.py` (the runtime
-backend: checks the CPU, links with MCJIT, calls through ctypes). `decisions.py`: the
+object emission), `link.py` (the object -> a pre-linked image, `image.py`), `blob.py` (the
+delegate blob format), `runtime.py` (the runtime backend: checks the CPU, maps the image,
+calls through ctypes; `runtime/executorch_backend/` is the same for ExecuTorch). `decisions.py`: the
 path each contraction, window op and reduction took, shown in the delegation report.
 
 Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
-`features`, `opt_level` (0-3), `num_threads` (> 1: the threaded entry of parallel.py, run by
-up to that many of the runtime's threads; the object still needs only libc/libm). At load the
-runtime times the delegate on one thread and on `num_threads` and keeps the faster (waking a
-thread costs tens of microseconds: small models stay on one); the runtime-side compile spec
-`calibrate_threads=0` turns that off. `profile` ("1"; `CpuPartitioner(profile=True)`): the code
+`features`, `float_abi` (32-bit Arm: "hard", the presets' default, or "softfp"), `opt_level` (0-3),
+`num_threads` (> 1: the threaded entry of parallel.py, run by up to that many of the runtime's
+threads; the object still needs only libc/libm). At load the runtime times the delegate on one
+thread and on `num_threads` and keeps the faster (waking a thread costs tens of microseconds: small
+models stay on one); the runtime-side compile spec `calibrate_threads=0` turns that off. `profile` ("1"; `CpuPartitioner(profile=True)`): the code
 reads a cycle counter between its dispatch regions (`passes/profile_regions.py`) and a recording
 run (`enable_etdump=True`) shows each region's time and source lines; absent (the default), the
 code is exactly the unprofiled one.
@@ -105,7 +107,8 @@ def _derivable(derived: dict, used: dict) -> dict:
 
 
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
-                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, profile: bool = False):
+                     opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, profile: bool = False,
+                     float_abi: str | None = None):
     """An outlined edge function -> (blob bytes, debug info): lower.py to linalg, then
     `pipeline.compile_linalg` (the cpu pass pipeline, LLVM, object code)."""
     from torch_mlir import ir
@@ -125,7 +128,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
 
         relocate_like(func_op, fn)
     with context, ir.Location.unknown():
-        resolved = resolve_target(target, cpu=cpu, features=features)
+        resolved = resolve_target(target, cpu=cpu, features=features, float_abi=float_abi)
         lowered = lower.lower_to_linalg(fn, constants)
         if in_place:
             lowered.module.operation.attributes[IN_PLACE_ATTR] = ir.DenseI64ArrayAttr.get(in_place)
@@ -148,10 +151,13 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
     used = {a.name: np.asarray(lowered.constants[a.name]).reshape(a.shape) for a in result.args
             if a.kind == "constant"}
     data = blob.serialize(metadata, result.object_bytes, used, _derivable(lowered.derived, used))
+    from etc.targets.cpu.library import NativeCode
+
     debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
              "constant_bytes": sum(getattr(v, "nbytes", 0) for v in used.values()),
              "scratch_bytes": result.scratch_bytes, "to_linalg_s": t1 - t0, **result.stats,
-             "decisions": result.decisions, "decision_summary": decisions.summarize(result.decisions)}
+             "decisions": result.decisions, "decision_summary": decisions.summarize(result.decisions),
+             "native": NativeCode.of(result, used, opt_level, metadata.get("in_place", []))}
     if keep_ir:
         debug["linalg"] = linalg_text
         debug["llvm_ir"] = result.llvm_ir
@@ -175,10 +181,17 @@ class CpuBackend(BackendDetails):
         specs = _spec_dict(compile_specs)
         data, debug = compile_function(
             func_op, constants, target=specs.get("target") or None, cpu=specs.get("cpu") or None,
-            features=specs.get("features"), opt_level=int(specs.get("opt_level", 3)),
-            num_threads=int(specs.get("num_threads", 1)), keep_ir=specs.get("keep_ir") == "1",
-            profile=specs.get("profile") == "1")
-        return PreprocessResult(processed_bytes=data, debug_info=debug, report_lines=debug["decision_summary"])
+            features=specs.get("features"), float_abi=specs.get("float_abi"),
+            opt_level=int(specs.get("opt_level", 3)), num_threads=int(specs.get("num_threads", 1)),
+            keep_ir=specs.get("keep_ir") == "1", profile=specs.get("profile") == "1")
+        return PreprocessResult(processed_bytes=data, debug_info=debug, report_lines=debug["decision_summary"],
+                                native=debug.pop("native"))
+
+    def emit_library(self, plans: list, directory: str, name: str, **options):
+        """The program as a C library (library.py): NAME.h, libNAME.a, the size report."""
+        from etc.targets.cpu.library import emit_library
+
+        return emit_library(plans, directory, name, **options)
 
 
 register_backend_details(CpuBackend())
@@ -193,7 +206,8 @@ class CpuPartitioner(CapabilityPartitioner):
     """
 
     def __init__(self, target: str | None = None, *, cpu: str | None = None, features: str | None = None,
-                 opt_level: int = 3, num_threads: int = 1, profile: bool = False, compile_specs: list | None = None):
+                 opt_level: int = 3, num_threads: int = 1, profile: bool = False, float_abi: str | None = None,
+                 compile_specs: list | None = None):
         specs = [CompileSpec("target", (target or "host").encode()), CompileSpec("opt_level", str(opt_level).encode()),
                  CompileSpec("num_threads", str(num_threads).encode())]
         if profile:  # only when on: an unprofiled program is byte for byte what it was without the option
@@ -202,6 +216,8 @@ class CpuPartitioner(CapabilityPartitioner):
             specs.append(CompileSpec("cpu", cpu.encode()))
         if features is not None:
             specs.append(CompileSpec("features", features.encode()))
+        if float_abi is not None:
+            specs.append(CompileSpec("float_abi", float_abi.encode()))
         specs += list(compile_specs or [])
         super().__init__(DelegationSpec(BACKEND_ID, specs), is_supported)
 

@@ -1,51 +1,62 @@
-"""The `cpu` delegate blob: object code plus what the runtime needs to call it safely.
+"""The `cpu` delegate blob: pre-linked code plus what a loader needs to call it safely.
 
-Layout (little endian), version 3:
+Layout (little endian), version 4:
 
     0   8  magic  b"ETCCPU\\x00\\x01"
-    8   4  u32 format version (3)
+    8   4  u32 format version (4)
     12  4  u32 CRC-32 of the whole blob, these 4 bytes taken as zero
-    16  8  u64 metadata offset   24 8 u64 metadata size    (UTF-8 JSON, deflated)
-    32  8  u64 object offset     40 8 u64 object size      (relocatable object, ELF on Linux/bare metal, deflated)
-    48  8  u64 constants offset  56 8 u64 constants size   (tensor bytes, each 64-byte aligned)
-    the metadata follows the header, the object the metadata; the constants start at a 64-byte boundary.
+    16  8  u64 table offset      24 8 u64 table size      (the loader's description, binary, deflated)
+    32  8  u64 image offset      40 8 u64 image size      (the pre-linked code, `image.Image.data`, deflated)
+    48  8  u64 info offset       56 8 u64 info size       (UTF-8 JSON for tools, deflated; loaders never read it)
+    64  8  u64 constants offset  72 8 u64 constants size  (tensor bytes, each 64-byte aligned)
+    the sections follow the header in this order; the constants start at a 64-byte boundary.
 
-Why the metadata and the code are deflated (zlib) and the constants are not: the code and its
-JSON description shrink 2.5-3.5x (the code of a small int8 CNN was most of its program, over
-twice ExecuTorch's .pte, which ships its kernels in the runtime instead), and neither is used in
-place (the loader copies the code into its own mapping, the JSON is parsed); weights barely
-compress and are read where they lie. Inflating is bounded (`MAX_INFLATED`), so a crafted blob
-cannot make the loader allocate without limit.
+Two loaders read it: etc's Python runtime (`runtime.py`) and etc's ExecuTorch backend
+(`runtime/executorch_backend/`, C++), so what they need is a table of fixed-size records, not JSON:
+a C++ loader reads it with a bounds-checked cursor and no parser. The table (`TABLE_RECORDS`):
 
-Metadata: `triple`, `cpu`, `required_features` (the `+` ones: what the running CPU must have), `entry`
-(symbol of `void entry(void **args)`), `args` (entry order; each `kind`
-input/constant/output/scratch, `dtype` (numpy name), `rank`, `shape`, `name`),
-`constants` (fqn -> offset/nbytes/dtype/shape inside the constants section; `tail`: a packed
-[panels, rows, cols] weight stored without its last panel's zero columns from `tail` on;
-`stored`: the narrower type it is stored as; `derive`: no bytes, the recipe the runtime computes
-it by from other constants, `DERIVATIONS`),
-`scratch_bytes`, `num_threads`, `producer`, `in_place` (the [output, input] pairs the code
-computes in one buffer, which the runtime then lets overlap: `CpuBackend.in_place_state`); in a
-profiled build (`CpuPartitioner(profile=True)`) `profile`: `offset` (bytes into the scratch buffer of `regions + 1` int64 counter reads) and
-`regions` (each `name`, `ops`: the partition's op indices, `nodes`, `sources`).
+    head      machine (ELF e_machine), entry ABI (0 flat, 1 threaded), num_threads, triple, the
+              record counts, the image's size, segment alignment, entry offset and stored bytes, the
+              profile counters' offset in the scratch buffer (-1: not profiled)
+    features  each required CPU feature: its LLVM name and its probe (`cpu_features.Probe`)
+    args      the entry's arguments in order: kind (input, constant, output, dims, scratch), dtype
+              (ExecuTorch's ScalarType numbering), rank, index (input/output position, constant
+              number, dims 0 = in / 1 = out), dynamic-dim mask, first dim in the dims pool
+    constants name, dtype, the type it is stored as, rank, derivation (0 none, 1 int4_colsum with its
+              two source constants), first dim, columns kept of a trimmed last panel, offset, bytes
+    in_place  (output, input) pairs computed in one buffer
+    regions   profiled builds: each region's name and its partition op indices (ops pool)
+    segments  image segments: offset, size, protection (`image.R|W|X`)
+    fixups    image offsets of the RELATIVE words; imports: (slot offset, symbol name)
+    pools     dims (u64), ops (u32), strings (NUL-terminated, referenced by offset)
 
-Checked before use (`deserialize`): the CRC first, so nothing from a damaged
-blob (not its metadata, not a byte of its code) is trusted before it matches,
-even when the program's own checksums were turned off
-(`Verification.Minimal`); then every section against the blob's size and every
-metadata field the runtime reads against its type and range (a constant's
-bytes inside the constant section, shapes that fit their dtype's bytes), so a
-hand-made or mis-built blob is a `BlobFormatError`, never a KeyError or a read
-out of bounds. The object code is validated by the loader (`elf.Elf`).
+What only tools read (the decisions `etc inspect` prints, the producer, the CPU name, the entry
+symbol, a profile region's FX nodes and source lines) is the info JSON. `deserialize` puts both
+back into one `metadata` dict of the shape `serialize` takes.
 
-Constants live in the blob, not in the program's constant segment: the
-delegate's interface (`backend.delegate` operands) carries only the
-partition's runtime inputs, and `to_backend` moves constants used only inside
-the partition into it, so the blob is self-contained (one mmap-able unit per
-delegate, and a constant folded at compile time, e.g. batch norm into conv
-weights, exists only here). The runtime passes pointers into the blob's
-constant section (aligned) as the entry's constant arguments; a constant stored trimmed
-(`tail`) is rebuilt once, when the blob is loaded.
+Why the table, the code and the info are deflated (zlib) and the constants are not: the code and
+its description shrink 2.5-3.5x (the code of a small int8 CNN was most of its program, over twice
+ExecuTorch's .pte, which ships its kernels in the runtime instead), and none is used in place (the
+loader inflates the code into its own mapping); weights barely compress and are read where they
+lie. Inflating is bounded (`MAX_INFLATED`), so a crafted blob cannot make a loader allocate
+without limit.
+
+Checked before use (`deserialize`): the CRC first, so nothing from a damaged blob (not its table,
+not a byte of its code) is trusted before it matches, even when the program's own checksums were
+turned off (`Verification.Minimal`); then every section against the blob's size, every table
+record against its counts and pools, every metadata field the runtime reads against its type and
+range (a constant's bytes inside the constant section, shapes that fit their dtype's bytes), and
+the image's promises (`image.check`: segments, entry, fixups and imports inside it), so a
+hand-made or mis-built blob is a `BlobFormatError`, never a KeyError or a write out of bounds. The
+C++ loader makes the same checks in the same order.
+
+Constants live in the blob, not in the program's constant segment: the delegate's interface
+(`backend.delegate` operands) carries only the partition's runtime inputs, and `to_backend` moves
+constants used only inside the partition into it, so the blob is self-contained (one mmap-able
+unit per delegate, and a constant folded at compile time, e.g. batch norm into conv weights,
+exists only here). A loader passes pointers into the blob's constant section (aligned) as the
+entry's constant arguments; a constant stored trimmed (`tail`), narrower (`stored`) or as a
+recipe (`derive`) is rebuilt once, when the blob is loaded.
 """
 
 from __future__ import annotations
@@ -58,34 +69,71 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from etc.targets.cpu import cpu_features
+from etc.targets.cpu import image as image_format
+
 MAGIC = b"ETCCPU\x00\x01"
-VERSION = 3
-_HEADER = struct.Struct("<8sII6Q")
+VERSION = 4
+_HEADER = struct.Struct("<8sII8Q")
+HEADER_SIZE = _HEADER.size
 ALIGN = 64
-# The most bytes the metadata and the object code may inflate to (ViT-B/16's code is about 1 MiB).
-MAX_INFLATED = {"metadata": 64 << 20, "object": 512 << 20}
+SECTIONS = ("table", "image", "info", "constants")  # in header order
+# The most bytes a deflated section may inflate to (ViT-B/16's code is about 1 MiB).
+MAX_INFLATED = {"table": 64 << 20, "image": image_format.MAX_IMAGE, "info": 64 << 20}
 
 
 class BlobFormatError(ValueError):
-    """A blob that is not a cpu-target blob, of an unknown version, or truncated."""
+    """A blob that is not a cpu-target blob, of an unknown version, truncated or inconsistent."""
+
+
+# ExecuTorch's ScalarType numbers of the element types a cpu blob's arguments and constants have.
+DTYPE_CODES = {"uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6,
+               "float64": 7, "bool": 11, "uint16": 27, "uint32": 28, "uint64": 29}
+DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
+ARG_KINDS = ("input", "constant", "output", "dims", "scratch")
+DIMS_NAMES = ("in", "out")
+DERIVE_OPS = (None, "int4_colsum")
+ENTRY_ABIS = ("flat", "threaded")
+NONE32 = 0xFFFFFFFF
+
+# The table's records: name -> (struct, field names). `head` once, then each list in this order,
+# its length the head's `n_<name>` count; the pools last.
+TABLE_RECORDS = {
+    "head": (struct.Struct("<4sHHIIIIIIIIIIIIIIQQQqQ"),
+             ("magic", "machine", "entry_abi", "num_threads", "triple", "n_features", "n_args", "n_constants",
+              "n_in_place", "n_regions", "n_segments", "n_fixups", "n_imports", "n_dims", "n_ops", "strings_size",
+              "reserved", "image_size", "image_align", "entry", "profile_offset", "image_stored")),
+    "features": (struct.Struct("<IBBBBIII"), ("name", "kind", "register", "bit", "reserved", "leaf", "subleaf",
+                                              "os_state")),
+    "args": (struct.Struct("<BBBBIII"), ("kind", "dtype", "rank", "reserved", "index", "dynamic", "dims_at")),
+    "constants": (struct.Struct("<IBBBBIIIIQQ"), ("name", "dtype", "stored", "rank", "derive", "dims_at", "tail",
+                                                  "source_a", "source_b", "offset", "nbytes")),
+    "in_place": (struct.Struct("<II"), ("output", "input")),
+    "regions": (struct.Struct("<III"), ("name", "ops_at", "n_ops")),
+    "segments": (struct.Struct("<QQII"), ("offset", "size", "prot", "reserved")),
+    "fixups": (struct.Struct("<Q"), ("offset",)),
+    "imports": (struct.Struct("<QII"), ("offset", "name", "reserved")),
+    "dims": (struct.Struct("<Q"), ("size",)),
+    "ops": (struct.Struct("<I"), ("op",)),
+}
+TABLE_MAGIC = b"ETCT"
+_LISTS = ("features", "args", "constants", "in_place", "regions", "segments", "fixups", "imports", "dims", "ops")
+_MAX_RANK = 16
 
 
 @dataclass
 class CpuBlob:
     metadata: dict
-    object_bytes: bytes
+    image: image_format.Image
     constants_bytes: "bytes | np.ndarray" = b""  # deserialize: a read-only, 64-byte aligned uint8 array
     # Parsed-from buffer (kept so that constant views stay valid).
     raw: bytes | None = field(default=None, repr=False)
     derived: dict = field(default_factory=dict, repr=False)  # constants computed at load (`derive`)
+    probes: list = field(default_factory=list)  # cpu_features.Probe per required feature
 
     @property
     def triple(self) -> str:
         return self.metadata["triple"]
-
-    @property
-    def entry(self) -> str:
-        return self.metadata["entry"]
 
     @property
     def args(self) -> list:
@@ -157,6 +205,7 @@ def _check_int4_colsum(recipe: dict, shape: list, table: dict, fail) -> None:
 # Why: what a lowering precomputes from weights (8da4w's column sums: 200 KB of Llama-15M's
 # program) costs file bytes; XNNPACK computes such sums when it packs its weights at init.
 DERIVATIONS = {"int4_colsum": (_int4_colsum, _check_int4_colsum)}
+
 
 
 def _pad(n: int) -> int:
@@ -240,32 +289,256 @@ def pack_constants(constants: dict, derived: dict | None = None) -> tuple[bytes,
     return bytes(out), table
 
 
-def serialize(metadata: dict, object_bytes: bytes, constants: dict | None = None, derived: dict | None = None) -> bytes:
-    """The blob of `object_bytes` described by `metadata`, with `constants` ({name: array}; those
+
+# Metadata keys the table holds (the rest of a blob's metadata is the info JSON).
+TABLE_KEYS = ("triple", "required_features", "entry_abi", "num_threads", "args", "constants", "in_place")
+
+
+class _Pools:
+    """The table's dims, ops and strings pools while a table is written."""
+
+    def __init__(self):
+        self.dims: list[int] = []
+        self.ops: list[int] = []
+        self.strings = bytearray()
+        self._at: dict[str, int] = {}
+
+    def string(self, text: str) -> int:
+        if text not in self._at:
+            self._at[text] = len(self.strings)
+            self.strings.extend(text.encode() + b"\0")
+        return self._at[text]
+
+    def shape(self, shape) -> int:
+        at = len(self.dims)
+        self.dims.extend(int(d) for d in shape)
+        return at
+
+
+def encode_table(metadata: dict, image: image_format.Image) -> bytes:
+    """The binary table of a blob's (checked) `metadata` and its `image` (see the module docstring)."""
+    pools = _Pools()
+    records = {name: [] for name in _LISTS}
+    for name in metadata.get("required_features", []):
+        probe = cpu_features.probe(image.machine, name)
+        records["features"].append((pools.string(name), probe.kind, probe.register, probe.bit, 0, probe.leaf,
+                                    probe.subleaf, probe.os_state))
+    constants = metadata.get("constants", {})
+    number = {name: k for k, name in enumerate(constants)}
+    for a in metadata["args"]:
+        kind = a["kind"]
+        index = {"input": lambda: int(a["name"]), "output": lambda: int(a["name"]),
+                 "constant": lambda: number[a["name"]], "dims": lambda: DIMS_NAMES.index(a["name"]),
+                 "scratch": lambda: 0}[kind]()
+        dtype = DTYPE_CODES["uint8" if kind == "scratch" else np.dtype(a["dtype"]).name]
+        mask = sum(1 << d for d in a.get("dynamic", ()))
+        records["args"].append((ARG_KINDS.index(kind), dtype, len(a["shape"]), 0, index, mask, pools.shape(a["shape"])))
+    for name, info in constants.items():
+        recipe = info.get("derive")
+        records["constants"].append((
+            pools.string(name), DTYPE_CODES[np.dtype(info["dtype"]).name],
+            DTYPE_CODES[np.dtype(info.get("stored", info["dtype"])).name], len(info["shape"]),
+            DERIVE_OPS.index(recipe["op"]) if recipe else 0, pools.shape(info["shape"]), info.get("tail", NONE32),
+            number[recipe["weight"]] if recipe else NONE32, number[recipe["scales"]] if recipe else NONE32,
+            info["offset"], info["nbytes"]))
+    records["in_place"] = [tuple(pair) for pair in metadata.get("in_place", [])]
+    profile = metadata.get("profile")
+    for region in profile["regions"] if profile else []:
+        ops = region.get("ops", [])
+        records["regions"].append((pools.string(region["name"]), len(pools.ops), len(ops)))
+        pools.ops.extend(ops)
+    records["segments"] = [(s.offset, s.size, s.prot, 0) for s in image.segments]
+    records["fixups"] = [(offset,) for offset in image.fixups]
+    records["imports"] = [(offset, pools.string(name), 0) for offset, name in image.imports]
+    records["dims"] = [(d,) for d in pools.dims]
+    records["ops"] = [(op,) for op in pools.ops]
+    triple = pools.string(metadata["triple"])
+    head = (TABLE_MAGIC, image.machine, ENTRY_ABIS.index(metadata.get("entry_abi", "flat")),
+            metadata.get("num_threads", 1), triple, *(len(records[name]) for name in _LISTS), len(pools.strings), 0,
+            image.size, image.align, image.entry, profile["offset"] if profile else -1, len(image.data))
+    out = bytearray(TABLE_RECORDS["head"][0].pack(*head))
+    for name in _LISTS:
+        record = TABLE_RECORDS[name][0]
+        for values in records[name]:
+            out.extend(record.pack(*values))
+    out.extend(pools.strings)
+    return bytes(out)
+
+
+def decode_table(data: bytes, fail) -> tuple[dict, image_format.Image, list]:
+    """(metadata of the table, its image without data, the features' probes) from table bytes; every
+    count, index, pool reference and code checked (`fail(message)` raises)."""
+    head_record, head_names = TABLE_RECORDS["head"]
+    if len(data) < head_record.size:
+        fail(f"{len(data)} bytes is shorter than its {head_record.size}-byte head")
+    head = dict(zip(head_names, head_record.unpack_from(data)))
+    if head["magic"] != TABLE_MAGIC:
+        fail(f"head magic {head['magic']!r} is not {TABLE_MAGIC!r}")
+    at = head_record.size
+    lists = {}
+    for name in _LISTS:
+        record, names = TABLE_RECORDS[name]
+        count = head[f"n_{name}"]
+        if count * record.size > len(data) - at:
+            fail(f"{count} {name} records of {record.size} bytes do not fit its {len(data)} bytes")
+        lists[name] = [dict(zip(names, record.unpack_from(data, at + k * record.size))) for k in range(count)]
+        at += count * record.size
+    if head["strings_size"] != len(data) - at:
+        fail(f"its string pool is {len(data) - at} bytes, the head says {head['strings_size']}")
+    strings = data[at:]
+    dims = [r["size"] for r in lists["dims"]]
+    ops = [r["op"] for r in lists["ops"]]
+
+    def string(offset: int, what: str) -> str:
+        end = strings.find(b"\0", offset) if offset < len(strings) else -1
+        if end < 0:
+            fail(f"{what}: string offset {offset} is not a string of its {len(strings)}-byte pool")
+        try:
+            return strings[offset:end].decode()
+        except UnicodeDecodeError:
+            fail(f"{what}: string at {offset} is not UTF-8")
+
+    def shape(at: int, rank: int, what: str) -> list:
+        if rank > _MAX_RANK or at + rank > len(dims):
+            fail(f"{what}: {rank} dims from {at} do not fit the {len(dims)}-entry dims pool")
+        return dims[at:at + rank]
+
+    def dtype(code: int, what: str) -> str:
+        if code not in DTYPE_NAMES:
+            fail(f"{what}: dtype code {code} is not one of {sorted(DTYPE_NAMES)}")
+        return DTYPE_NAMES[code]
+
+    if head["entry_abi"] >= len(ENTRY_ABIS):
+        fail(f"entry ABI {head['entry_abi']} is not 0 (flat) or 1 (threaded)")
+    metadata = {"triple": string(head["triple"], "triple"), "entry_abi": ENTRY_ABIS[head["entry_abi"]],
+                "num_threads": head["num_threads"]}
+    features, probes = [], []
+    for k, f in enumerate(lists["features"]):
+        features.append(string(f["name"], f"features[{k}]"))
+        probes.append(cpu_features.Probe(f["kind"], f["leaf"], f["subleaf"], f["register"], f["bit"], f["os_state"]))
+    metadata["required_features"] = features
+    constants, names = {}, []
+    for k, c in enumerate(lists["constants"]):
+        where = f"constants[{k}]"
+        name = string(c["name"], where)
+        info = {"offset": c["offset"], "nbytes": c["nbytes"], "dtype": dtype(c["dtype"], where),
+                "shape": shape(c["dims_at"], c["rank"], where)}
+        if c["stored"] != c["dtype"]:
+            info["stored"] = dtype(c["stored"], where)
+        if c["tail"] != NONE32:
+            info["tail"] = c["tail"]
+        if c["derive"]:
+            n = len(lists["constants"])
+            if c["derive"] >= len(DERIVE_OPS) or c["source_a"] >= n or c["source_b"] >= n:
+                fail(f"{where}: derivation {c['derive']} of constants {c['source_a']} and {c['source_b']} is not "
+                     f"one of {DERIVE_OPS[1:]} of two of its {n} constants")
+            info["derive"] = {"op": DERIVE_OPS[c["derive"]], "weight": c["source_a"], "scales": c["source_b"]}
+        if name in constants:
+            fail(f"{where}: constant '{name}' twice")
+        constants[name] = info
+        names.append(name)
+    for info in constants.values():
+        if "derive" in info:
+            info["derive"]["weight"], info["derive"]["scales"] = names[info["derive"]["weight"]], \
+                names[info["derive"]["scales"]]
+    metadata["constants"] = constants
+    args = []
+    for k, a in enumerate(lists["args"]):
+        where = f"args[{k}]"
+        if a["kind"] >= len(ARG_KINDS):
+            fail(f"{where}: kind {a['kind']} is not one of {ARG_KINDS}")
+        kind = ARG_KINDS[a["kind"]]
+        arg = {"kind": kind, "dtype": dtype(a["dtype"], where), "rank": a["rank"],
+               "shape": shape(a["dims_at"], a["rank"], where)}
+        if kind == "constant":
+            if a["index"] >= len(names):
+                fail(f"{where}: constant {a['index']} is not one of its {len(names)} constants")
+            arg["name"] = names[a["index"]]
+        elif kind == "dims":
+            if a["index"] >= len(DIMS_NAMES):
+                fail(f"{where}: dims {a['index']} is not 0 (in) or 1 (out)")
+            arg["name"] = DIMS_NAMES[a["index"]]
+        else:
+            arg["name"] = "scratch" if kind == "scratch" else str(a["index"])
+        if a["dynamic"]:
+            arg["dynamic"] = [d for d in range(32) if a["dynamic"] >> d & 1]
+        args.append(arg)
+    metadata["args"] = args
+    if lists["in_place"]:
+        metadata["in_place"] = [[p["output"], p["input"]] for p in lists["in_place"]]
+    if head["profile_offset"] >= 0 or lists["regions"]:
+        regions = []
+        for k, r in enumerate(lists["regions"]):
+            if r["ops_at"] + r["n_ops"] > len(ops):
+                fail(f"regions[{k}]: {r['n_ops']} ops from {r['ops_at']} do not fit the {len(ops)}-entry ops pool")
+            regions.append({"name": string(r["name"], f"regions[{k}]"), "ops": ops[r["ops_at"]:r["ops_at"] + r["n_ops"]]})
+        metadata["profile"] = {"offset": head["profile_offset"], "regions": regions}
+    image = image_format.Image(
+        machine=head["machine"], data=b"", size=head["image_size"], align=head["image_align"], entry=head["entry"],
+        segments=[image_format.Segment(s["offset"], s["size"], s["prot"]) for s in lists["segments"]],
+        fixups=[f["offset"] for f in lists["fixups"]],
+        imports=[(i["offset"], string(i["name"], f"imports[{k}]")) for k, i in enumerate(lists["imports"])])
+    if head["image_stored"] > head["image_size"]:
+        fail(f"the image stores {head['image_stored']} bytes, more than its size {head['image_size']}")
+    return metadata, image, probes, head["image_stored"]
+
+
+def _info_of(metadata: dict) -> dict:
+    """The part of `metadata` the table does not hold (what tools read)."""
+    info = {k: v for k, v in metadata.items() if k not in TABLE_KEYS and k != "profile"}
+    if "profile" in metadata:
+        info["profile"] = {"regions": [{k: v for k, v in r.items() if k not in ("name", "ops")}
+                                       for r in metadata["profile"]["regions"]]}
+    return info
+
+
+def serialize(metadata: dict, code: "bytes | image_format.Image", constants: dict | None = None,
+              derived: dict | None = None) -> bytes:
+    """The blob of `code` (a relocatable object, linked here with `link.link` at `metadata['entry']`,
+    or an image already linked) described by `metadata`, with `constants` ({name: array}; those
     `derived` names, {name: recipe}, as recipes: each is computed back here and must give the
-    array bit for bit, or the recipe is wrong and this is a ValueError)."""
+    array bit for bit, or the recipe is wrong and this is a ValueError). Metadata a loader would
+    refuse is refused here (BlobFormatError)."""
+    if isinstance(code, image_format.Image):
+        image = code
+    elif bytes(code[:4]) == b"\x7fELF" and len(code) >= 20 \
+            and struct.unpack_from("<H", code, 18)[0] not in image_format.MACHINES:
+        image = image_format.unlinked(struct.unpack_from("<H", code, 18)[0])
+    else:
+        from etc.targets.cpu.link import link
+
+        image = link(bytes(code), metadata["entry"])
     constants = constants or {}
     section, table = pack_constants(constants, derived)
     meta = dict(metadata)
     meta["constants"] = table
+    check_metadata(meta, len(section))
+    image_format.check(image, lambda m: _fail("image", m))
+    _check_machine(meta["triple"], image)
     if derived:
-        check_metadata(meta, len(section))
-        loaded = CpuBlob(meta, b"", _aligned_copy(section))
+        loaded = CpuBlob(meta, image, _aligned_copy(section))
         for name in derived:
             want = np.ascontiguousarray(constants[name])
             if loaded.constant(name).tobytes() != want.tobytes():
                 raise ValueError(f"cpu blob: constant '{name}' derived by {derived[name]} differs from its value")
-    meta_bytes = zlib.compress(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode(), 9)
-    object_bytes = zlib.compress(bytes(object_bytes), 9)
-    meta_off = _HEADER.size
-    obj_off = meta_off + len(meta_bytes)
-    const_off = _pad(obj_off + len(object_bytes))
-    header = _HEADER.pack(MAGIC, VERSION, 0, meta_off, len(meta_bytes), obj_off, len(object_bytes), const_off,
-                          len(section))
-    out = bytearray(header)
-    for offset, payload in ((meta_off, meta_bytes), (obj_off, object_bytes), (const_off, section)):
-        out.extend(b"\x00" * (offset - len(out)))
-        out.extend(payload)
+    return assemble({"table": zlib.compress(encode_table(meta, image), 9), "image": zlib.compress(image.data, 9),
+                     "info": zlib.compress(json.dumps(_info_of(meta), sort_keys=True, separators=(",", ":")).encode(),
+                                           9),
+                     "constants": section})
+
+
+def assemble(stored: dict) -> bytes:
+    """The blob of these stored sections ({name: bytes as stored, deflated where the format says}),
+    header and CRC written: `serialize`'s last step, with none of its checks (tests make blobs a
+    writer refuses with it, to reach the reader's checks)."""
+    out = bytearray(HEADER_SIZE)
+    places = []
+    for name in SECTIONS:
+        if name == "constants":
+            out.extend(bytes(_pad(len(out)) - len(out)))
+        places += [len(out), len(stored[name])]
+        out.extend(stored[name])
+    _HEADER.pack_into(out, 0, MAGIC, VERSION, 0, *places)
     struct.pack_into("<I", out, _CRC_AT, _crc(out))
     return bytes(out)
 
@@ -280,12 +553,33 @@ def _crc(data) -> int:
     return zlib.crc32(memoryview(data)[_CRC_AT + 4:], crc) & 0xFFFFFFFF
 
 
+def _fail(where: str, message: str):
+    raise BlobFormatError(f"cpu blob: {where}: {message}")
+
+
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def _check_machine(triple: str, image: image_format.Image) -> None:
+    """The image's machine is the triple's architecture (a loader checks the triple against the host)."""
+    arch = triple.split("-")[0]
+    if image.machine in image_format.MACHINES and _ARCH_ALIASES.get(arch, arch) != image_format.MACHINES[image.machine]:
+        _fail("image", f"machine {image_format.MACHINES.get(image.machine, image.machine)} is not the "
+                       f"architecture of its triple {triple}")
+
+
+def sections(data: bytes) -> dict:
+    """{section name: (offset, size)} from a blob's header, unchecked (tools and tests)."""
+    values = _HEADER.unpack_from(data)[3:]
+    return {name: (values[2 * k], values[2 * k + 1]) for k, name in enumerate(SECTIONS)}
+
+
 def deserialize(data: bytes) -> CpuBlob:
     """The blob in `data`, checked (see the module docstring); BlobFormatError says what is wrong."""
     data = bytes(data)
-    if len(data) < _HEADER.size:
-        raise BlobFormatError(f"cpu blob: {len(data)} bytes is shorter than the {_HEADER.size}-byte header")
-    magic, version, stored, meta_off, meta_len, obj_off, obj_len, const_off, const_len = _HEADER.unpack_from(data)
+    if len(data) < HEADER_SIZE:
+        raise BlobFormatError(f"cpu blob: {len(data)} bytes is shorter than the {HEADER_SIZE}-byte header")
+    magic, version, stored = _HEADER.unpack_from(data)[:3]
     if magic != MAGIC:
         raise BlobFormatError(f"not a cpu blob (magic {magic!r})")
     if version != VERSION:
@@ -295,21 +589,44 @@ def deserialize(data: bytes) -> CpuBlob:
     if computed != stored:
         raise BlobFormatError(f"cpu blob: checksum mismatch (stored {stored:08x}, computed {computed:08x}): the blob "
                               "is corrupted")
-    sections = sorted([("metadata", meta_off, meta_len), ("object", obj_off, obj_len),
-                       ("constants", const_off, const_len)], key=lambda section: section[1])
-    end = _HEADER.size
-    for what, off, n in sections:
-        if off < end or (what == "constants" and off % ALIGN) or off + n > len(data):
-            raise BlobFormatError(f"cpu blob: {what} section [{off}, {off + n}) is misplaced (overlaps another, "
-                                  f"unaligned, or past the end of the {len(data)}-byte blob)")
+    places = sections(data)
+    end = HEADER_SIZE
+    for name in SECTIONS:
+        off, n = places[name]
+        if off < end or (name == "constants" and off % ALIGN) or off + n > len(data):
+            raise BlobFormatError(f"cpu blob: {name} section [{off}, {off + n}) is misplaced (overlaps another, "
+                                  f"unaligned, out of order, or past the end of the {len(data)}-byte blob)")
         end = off + n
+
+    def section(name: str) -> bytes:
+        off, n = places[name]
+        return data[off:off + n]
+
+    metadata, image, probes, stored_bytes = decode_table(_inflate(section("table"), "table"),
+                                                         lambda m: _fail("table", m))
     try:
-        metadata = json.loads(_inflate(data[meta_off:meta_off + meta_len], "metadata").decode())
+        info = json.loads(_inflate(section("info"), "info").decode())
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise BlobFormatError(f"cpu blob: metadata is not JSON: {e}") from None
+        raise BlobFormatError(f"cpu blob: info is not JSON: {e}") from None
+    if not isinstance(info, dict):
+        _fail("info", "is not an object")
+    extra_regions = info.pop("profile", {}).get("regions", []) if isinstance(info.get("profile"), dict) else []
+    metadata = {**info, **metadata}
+    if "profile" in metadata and isinstance(extra_regions, list) \
+            and len(extra_regions) == len(metadata["profile"]["regions"]):
+        for region, extra in zip(metadata["profile"]["regions"], extra_regions):
+            if isinstance(extra, dict):
+                region.update({k: v for k, v in extra.items() if k not in ("name", "ops")})
+    const_len = places["constants"][1]
     check_metadata(metadata, const_len)
-    return CpuBlob(metadata=metadata, object_bytes=_inflate(data[obj_off:obj_off + obj_len], "object"),
-                   constants_bytes=_aligned_copy(memoryview(data)[const_off:const_off + const_len]), raw=data)
+    image.data = _inflate(section("image"), "image")
+    if len(image.data) != stored_bytes:
+        _fail("image", f"inflates to {len(image.data)} bytes, the table says {stored_bytes}")
+    image_format.check(image, lambda m: _fail("image", m))
+    _check_machine(metadata["triple"], image)
+    off = places["constants"][0]
+    return CpuBlob(metadata=metadata, image=image,
+                   constants_bytes=_aligned_copy(memoryview(data)[off:off + const_len]), raw=data, probes=probes)
 
 
 def _inflate(section: bytes, what: str) -> bytes:
@@ -343,8 +660,6 @@ def _aligned_copy(section) -> np.ndarray:
     return out
 
 
-_ARG_KINDS = ("input", "constant", "output", "dims", "scratch")
-
 
 def check_metadata(metadata, constants_size: int) -> None:
     """Every metadata field the runtime reads has its type and a value in range."""
@@ -352,8 +667,9 @@ def check_metadata(metadata, constants_size: int) -> None:
         raise BlobFormatError(f"cpu blob: metadata {where}: {message}")
 
     def shape_of(value, where) -> list[int]:
-        if not isinstance(value, list) or not all(type(d) is int and 0 <= d < 1 << 40 for d in value):
-            fail(where, f"{value!r} is not a list of sizes")
+        if not isinstance(value, list) or len(value) > _MAX_RANK \
+                or not all(type(d) is int and 0 <= d < 1 << 40 for d in value):
+            fail(where, f"{value!r} is not a list of at most {_MAX_RANK} sizes")
         return value
 
     def dtype_of(value, where):
@@ -361,15 +677,14 @@ def check_metadata(metadata, constants_size: int) -> None:
             dtype = np.dtype(value)
         except (TypeError, ValueError):
             fail(where, f"{value!r} is not a dtype")
-        if dtype.kind not in "biuf":
+        if dtype.kind not in "biuf" or dtype.name not in DTYPE_CODES:
             fail(where, f"{value!r} is not a tensor element type")
         return dtype
 
     if not isinstance(metadata, dict):
         fail("", "is not an object")
-    for key in ("triple", "entry"):
-        if not isinstance(metadata.get(key), str) or not metadata[key]:
-            fail(f"'{key}'", "missing or not a string")
+    if not isinstance(metadata.get("triple"), str) or not metadata["triple"]:
+        fail("'triple'", "missing or not a string")
     features = metadata.get("required_features", [])
     if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
         fail("'required_features'", "is not a list of strings")
@@ -417,18 +732,34 @@ def check_metadata(metadata, constants_size: int) -> None:
     args = metadata.get("args")
     if not isinstance(args, list):
         fail("'args'", "missing or not a list")
+    position = {"input": 0, "output": 0}  # the next input/output index: each is named by its position
+    dynamic_dims = {"in": 0, "out": 0}  # how many dynamic dims the inputs/outputs have
+    seen = set()  # the scratch and dims arguments, each at most once
     for i, arg in enumerate(args):
         where = f"args[{i}]"
-        if not isinstance(arg, dict) or arg.get("kind") not in _ARG_KINDS:
-            fail(where, f"is not an argument of kind {', '.join(_ARG_KINDS)}")
+        if not isinstance(arg, dict) or arg.get("kind") not in ARG_KINDS:
+            fail(where, f"is not an argument of kind {', '.join(ARG_KINDS)}")
         shape = shape_of(arg.get("shape"), f"{where}.shape")
+        if arg["kind"] in ("scratch", "dims"):
+            key = (arg["kind"], arg.get("name"))
+            if key in seen:
+                fail(where, f"a second {arg['kind']} argument {arg.get('name')!r}")
+            seen.add(key)
         if arg["kind"] == "scratch":
+            if len(shape) != 1:
+                fail(where, f"the scratch buffer is a byte vector, not {shape}")
             continue
         dtype = dtype_of(arg.get("dtype"), f"{where}.dtype")
         dynamic = arg.get("dynamic", [])
         if not isinstance(dynamic, list) or not all(type(d) is int and 0 <= d < len(shape) for d in dynamic) \
-                or (dynamic and arg["kind"] not in ("input", "output")):
-            fail(f"{where}.dynamic", f"{dynamic!r} is not a list of dims of an input or output")
+                or dynamic != sorted(set(dynamic)) or (dynamic and arg["kind"] not in ("input", "output")):
+            fail(f"{where}.dynamic", f"{dynamic!r} is not an ascending list of dims of an input or output")
+        if arg["kind"] in position:
+            if arg.get("name") != str(position[arg["kind"]]):
+                fail(f"{where}.name", f"{arg.get('name')!r}: {arg['kind']} {position[arg['kind']]} must be named "
+                                      f"'{position[arg['kind']]}' (its position)")
+            position[arg["kind"]] += 1
+            dynamic_dims["in" if arg["kind"] == "input" else "out"] += len(dynamic)
         if arg["kind"] == "dims" and (arg.get("name") not in ("in", "out") or dtype != np.int64 or len(shape) != 1):
             fail(where, "a dims argument is an int64 vector named 'in' or 'out'")
         if arg["kind"] == "constant":
@@ -437,6 +768,13 @@ def check_metadata(metadata, constants_size: int) -> None:
                 fail(f"{where}.name", f"constant {arg.get('name')!r} is not in the constant table")
             if list(shape) != info["shape"] or dtype != np.dtype(info["dtype"]):
                 fail(where, f"{shape} {dtype} disagrees with its constant's {info['shape']} {info['dtype']}")
+    for arg in args:
+        if arg["kind"] == "dims" and arg["shape"] != [dynamic_dims[arg["name"]]]:
+            fail(f"'args' dims '{arg['name']}'", f"{arg['shape']} does not hold the {dynamic_dims[arg['name']]} "
+                                                 f"dynamic dims of the {arg['name']}puts")
+        if arg["kind"] in ("input", "output") and arg.get("dynamic") \
+                and ("dims", "in" if arg["kind"] == "input" else "out") not in seen:
+            fail("'args'", f"a dynamic {arg['kind']} without the dims argument that gives its sizes")
     in_place = metadata.get("in_place", [])
     names = {(a["kind"], a.get("name")) for a in args}
     if not isinstance(in_place, list) or not all(

@@ -24,7 +24,7 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-from etc.targets.cpu import elf
+from etc.targets.cpu.image import IMPORTS
 from etc.targets.cpu.isa import CpuTarget, init_llvm
 
 
@@ -62,6 +62,9 @@ class CodegenResult:
     decisions: list = field(default_factory=list)  # decisions.Decision per heavy op
     stats: dict = field(default_factory=dict)
     profile: dict | None = None  # profiled builds: the regions the code times (profile_regions.read_profile)
+    # The optimized module as LLVM bitcode: what a native library (library.py) emits its code from, with
+    # its own symbol names and relocation model, without running LLVM's optimizer again.
+    bitcode: bytes = b""
 
 
 def check_llvm_dialect(module: ir.Module) -> None:
@@ -204,17 +207,8 @@ _DECIMAL_FLOAT = re.compile(r"(?<![\w%@.\"$])[-+]?\d+\.\d+e[-+]\d+")
 _SPECIAL_FLOAT = re.compile(r"(?<![\w%@.\"$-])([+-]?inf|[+-]?qnan|[+-]?nan)(?![\w.(])")
 
 
-# Functions the object may call: libm/libc entry points LLVM emits for math ops and memory intrinsics.
-ALLOWED_EXTERNALS = frozenset({
-    "memcpy", "memmove", "memset", "expf", "exp", "exp2f", "exp2", "logf", "log", "log2f", "log2", "log10f", "log10",
-    "log1pf", "log1p", "expm1f", "expm1", "powf", "pow", "sinf", "sin", "cosf", "cos", "tanf", "tan", "asinf",
-    "asin", "acosf", "acos", "atanf", "atan", "atan2f", "atan2", "sinhf", "sinh", "coshf", "cosh", "tanhf", "tanh",
-    "asinhf", "asinh", "acoshf", "acosh", "atanhf", "atanh", "erff", "erf", "erfcf", "erfc", "sqrtf", "sqrt",
-    "cbrtf", "cbrt", "fmodf", "fmod", "roundf", "round", "roundevenf", "roundeven", "truncf", "trunc", "floorf",
-    "floor", "ceilf", "ceil", "fabsf", "fabs", "copysignf", "copysign", "fmaf", "fma", "fminf", "fmin", "fmaxf",
-    "fmax", "rintf", "rint", "nearbyintf", "nearbyint", "tgammaf", "lgammaf",
-    "sched_yield",  # only the barrier of threaded entries (parallel.py) calls it
-})
+# Functions the object may call: the libc/libm functions the cpu image's loaders provide.
+ALLOWED_EXTERNALS = IMPORTS
 
 
 def check_external_symbols(mod) -> None:
@@ -228,11 +222,11 @@ def check_external_symbols(mod) -> None:
 
 
 def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=(),
-                out_of_line=()) -> tuple[bytes, str]:
-    """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file. The functions
-    `internalize` names get internal linkage; those `out_of_line` names are never inlined (the
-    dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one). The object
-    comes without the symbols no loader needs (`elf.compact`).
+                out_of_line=()) -> tuple[bytes, str, bytes]:
+    """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file; returns the object,
+    the optimized module's text and its bitcode (what a native library emits its code from). The
+    functions `internalize` names get internal linkage; those `out_of_line` names are never inlined (the
+    dispatch regions etc-cpu-outline-regions made: LLVM optimizes them one by one).
 
     LLVM's loop unrolling is off: the cpu pipeline already unrolls the vector micro-kernels
     (GEMM register tiles, window taps), and unrolling the rest measured no faster (ResNet's
@@ -267,4 +261,5 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
-    return elf.compact(tm.emit_object(mod)), str(mod)
+    bitcode = mod.as_bitcode()  # before codegen, whose IR passes (CodeGenPrepare) change the module
+    return tm.emit_object(mod), str(mod), bitcode

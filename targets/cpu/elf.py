@@ -1,21 +1,18 @@
-"""A validating reader of the 64-bit little-endian ELF relocatable objects in cpu blobs.
+"""A validating reader of the 64-bit little-endian ELF relocatable objects LLVM emits for the cpu target.
 
-Why: the runtime links a blob's object code itself (`runtime.load_elf_x86_64`) or
-through MCJIT, and both trust the object's numbers: a section offset past the
-end reads garbage into code, a relocation offset past its section writes into
-another part of the mapping (or out of it: SIGSEGV), a symbol index out of
-range picks any address, an entry in a data section jumps into data (SIGILL).
-So every number the linker uses is checked here first, and anything out of
-range is a `BackendError` naming it. The blob's CRC (`blob.deserialize`) has
-already matched by then; this is what keeps a mis-built or hand-made object
-from taking the process down.
+Why: the linker (`link.py`) trusts the object's numbers: a section offset past the end would copy
+garbage into code, a relocation offset past its section would patch another part of the image,
+a symbol index out of range would pick any address, an entry in a data section would jump into
+data. So every number it uses is checked here first, and anything out of range is a
+`LoweringError` naming it (the object comes from LLVM at compile time: a bad one is a compiler
+bug, caught before a blob is written, never a loader's problem).
 """
 
 from __future__ import annotations
 
 import struct
 
-from etc.errors import BackendError
+from etc.errors import LoweringError
 
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHT_NULL, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS, SHT_REL = 0, 2, 3, 4, 8, 9
@@ -28,11 +25,11 @@ _MAX_ALIGN = 1 << 16
 # Bytes a relocation of each type writes at its offset (the loader's x86-64 set; aarch64's data
 # relocations, its instruction relocations patch one 4-byte instruction).
 _X86_64_WIDTHS = {0: 0, 1: 8, 2: 4, 4: 4, 9: 4, 10: 4, 11: 4, 24: 8, 41: 4, 42: 4}
-_AARCH64_WIDTHS = {0: 0, 257: 8, 258: 4, 259: 2, 260: 8, 261: 4, 262: 2}
+_AARCH64_WIDTHS = {0: 0, 257: 8, 258: 4, 259: 2, 260: 8, 261: 4, 262: 2}  # others: one instruction
 
 
 def _fail(message: str):
-    raise BackendError(f"cpu delegate: its object code is not a valid ELF object: {message}")
+    raise LoweringError(f"cpu codegen: the object code is not a valid ELF object: {message}")
 
 
 class Elf:
@@ -117,6 +114,16 @@ class Elf:
                       f"has {target_size}")
             self.relocations.append((target, r_offset, rtype, sym, addend))
 
+    def section_name(self, index: int) -> str:
+        """Section `index`'s name from the section-name string table ('' when there is none)."""
+        shstrndx = struct.unpack_from("<H", self.data, 0x3E)[0]
+        if not 0 < shstrndx < len(self.sections) or self.sections[shstrndx][1] != SHT_STRTAB:
+            return ""
+        table, size = self.sections[shstrndx][4], self.sections[shstrndx][5]
+        name = self.sections[index][0]
+        end = self.data.find(b"\0", table + name, table + size) if name < size else -1
+        return self.data[table + name:end].decode("latin-1") if end >= 0 else ""
+
     def allocated(self) -> list[int]:
         return [i for i, sec in enumerate(self.sections) if sec[2] & SHF_ALLOC and sec[5] > 0]
 
@@ -128,117 +135,6 @@ class Elf:
         for k, (symbol, shndx, _) in enumerate(self.symbols):
             if symbol == name and shndx not in (SHN_UNDEF, SHN_ABS):
                 if self.symbol_types[k] != STT_FUNC or not self.sections[shndx][2] & SHF_EXECINSTR:
-                    raise BackendError(f"cpu delegate: its entry '{name}' is not a function in executable code")
+                    raise LoweringError(f"cpu codegen: the entry '{name}' is not a function in executable code")
                 return k
-        raise BackendError(f"cpu delegate: entry symbol '{name}' not found in its object code")
-
-
-# x86-64 relocations computing S + A or S + A - P (R_X86_64_64, PC32, PLT32, 32, 32S, PC64): the same
-# bytes whether S is a symbol or its section's start with the symbol's offset added to A.
-_X86_64_SECTION_RELATIVE = frozenset({1, 2, 4, 10, 11, 24})
-STB_LOCAL, STT_SECTION = 0, 3
-# Section types whose contents never index the symbol table except through relocations (NULL,
-# PROGBITS, SYMTAB, STRTAB, RELA, NOTE, NOBITS, X86_64_UNWIND).
-_PLAIN_SECTION_TYPES = frozenset({0, 1, 2, 3, 4, 7, 8, 0x70000001})
-
-
-def compact(data: bytes) -> bytes:
-    """`data` (an x86-64 relocatable object) without the symbols nothing needs: its file and
-    local function symbols, and the `.LCPI*` labels of its constant pools, which relocations
-    name only because the pools are mergeable sections, a linker feature our loader does not
-    use. Such a relocation is rewritten to the label's section plus its offset (the bytes the
-    loader writes do not change), and the string table keeps section and global names only.
-
-    Why: those symbols were a fifth of a small int8 CNN's object code (77 symbols and their names
-    for 8 KB of code). Other formats and machines' objects are returned as they are."""
-    if not Elf.is_elf64le(data):
-        return data
-    elf = Elf(data)
-    if elf.machine != "x86_64":
-        return data
-    symtabs = [i for i, sec in enumerate(elf.sections) if sec[1] == SHT_SYMTAB]
-    shstrndx = struct.unpack_from("<H", data, 0x3E)[0]
-    if len(symtabs) != 1 or elf.sections[symtabs[0]][6] != shstrndx \
-            or any(sec[1] not in _PLAIN_SECTION_TYPES for sec in elf.sections):
-        return data  # not the one-string-table layout LLVM writes, or sections that index symbols
-    symtab = symtabs[0]
-    sec_sym = elf.sections[symtab]
-    strtab = sec_sym[6]
-    binds = [data[sec_sym[4] + 24 * k + 4] >> 4 for k in range(len(elf.symbols))]
-    # Locals that must stay named: a relocation whose value depends on the symbol itself (GOT), or
-    # one not in a section.
-    pinned = {sym for _, _, rtype, sym, _ in elf.relocations
-              if sym and (rtype not in _X86_64_SECTION_RELATIVE or elf.symbols[sym][1] in (SHN_UNDEF, SHN_ABS))}
-    keep_local = [k for k in range(1, len(elf.symbols))
-                  if binds[k] == STB_LOCAL and k in pinned]
-    globals_ = [k for k in range(1, len(elf.symbols)) if binds[k] != STB_LOCAL]
-    sections_named = sorted({elf.symbols[sym][1] for _, _, rtype, sym, _ in elf.relocations
-                             if sym and binds[sym] == STB_LOCAL and sym not in pinned
-                             and elf.symbols[sym][1] not in (SHN_UNDEF, SHN_ABS)})
-
-    names = bytearray(b"\0")
-    name_at = {}
-
-    def intern(name: str) -> int:
-        if not name:
-            return 0
-        if name not in name_at:
-            name_at[name] = len(names)
-            names.extend(name.encode("latin-1") + b"\0")
-        return name_at[name]
-
-    section_names = []
-    for sec in elf.sections:
-        end = data.find(b"\0", elf.sections[strtab][4] + sec[0])
-        section_names.append(intern(data[elf.sections[strtab][4] + sec[0]:end].decode("latin-1")))
-
-    symbols = [bytes(24)]
-    new_index = {}
-    section_symbol = {}
-    for shndx in sections_named:
-        section_symbol[shndx] = len(symbols)
-        symbols.append(struct.pack("<IBBHQQ", 0, (STB_LOCAL << 4) | STT_SECTION, 0, shndx, 0, 0))
-    for k in keep_local + globals_:
-        new_index[k] = len(symbols)
-        raw = bytearray(data[sec_sym[4] + 24 * k:sec_sym[4] + 24 * k + 24])
-        struct.pack_into("<I", raw, 0, intern(elf.symbols[k][0]))
-        symbols.append(bytes(raw))
-    first_global = 1 + len(sections_named) + len(keep_local)
-
-    relocated = {}  # relocation section index -> its new bytes
-    for i, sec in enumerate(elf.sections):
-        if sec[1] != SHT_RELA:
-            continue
-        out = bytearray(data[sec[4]:sec[4] + sec[5]])
-        for k in range(sec[5] // 24):
-            r_offset, r_info, addend = struct.unpack_from("<QQq", out, 24 * k)
-            rtype, sym = r_info & 0xFFFFFFFF, r_info >> 32
-            if sym in new_index:
-                sym = new_index[sym]
-            elif sym:
-                _, shndx, value = elf.symbols[sym]
-                sym, addend = section_symbol[shndx], addend + value
-            struct.pack_into("<QQq", out, 24 * k, r_offset, (sym << 32) | rtype, addend)
-        relocated[i] = bytes(out)
-
-    contents = {i: data[sec[4]:sec[4] + sec[5]] for i, sec in enumerate(elf.sections) if sec[1] != SHT_NOBITS}
-    contents.update(relocated)
-    contents[symtab] = b"".join(symbols)
-    contents[strtab] = bytes(names)
-    out = bytearray(data[:64])
-    headers = []
-    for i, sec in enumerate(elf.sections):
-        name, sh_type, flags, addr, offset, size, link, info, align, entsize = sec
-        if i in contents and i != 0:
-            offset = -len(out) % max(align, 1) + len(out)
-            out.extend(bytes(offset - len(out)))
-            out.extend(contents[i])
-            size = len(contents[i])
-        if i == symtab:
-            info = first_global
-        headers.append(struct.pack("<IIQQQQIIQQ", section_names[i], sh_type, flags, addr, offset, size, link, info,
-                                   align, entsize))
-    out.extend(bytes(-len(out) % 8))
-    struct.pack_into("<Q", out, 0x28, len(out))
-    out.extend(b"".join(headers))
-    return bytes(Elf(bytes(out)).data)
+        raise LoweringError(f"cpu codegen: entry symbol '{name}' not found in the object code")

@@ -116,12 +116,39 @@ def host_target() -> CpuTarget:
     return CpuTarget(triple=llvm.get_process_triple(), cpu=llvm.get_host_cpu_name(), features=features, name="host")
 
 
+# Triples are LLVM's normalized four-part form (arch-vendor-os-environment): LLVM reads a
+# three-part "thumbv7em-none-eabihf" as vendor "none" and OS "eabihf", with no environment, and
+# so compiles for the soft-float ABI (calls pass floats in core registers, no Tag_ABI_VFP_args)
+# although the triple says eabihf; `normalize_triple` puts any user triple in that form.
+# Cortex-M: the hard-float ABI (`-mfloat-abi=hard` firmware); `float_abi="softfp"` compiles the
+# same FPU code with the base AAPCS calls of `-mfloat-abi=softfp` firmware (the `eabi` env).
 PRESETS = {
     "aarch64": CpuTarget("aarch64-unknown-linux-gnu", "cortex-a76", "+neon,+fp-armv8", "aarch64"),
-    "aarch64-linux-gnu": CpuTarget("aarch64-linux-gnu", "generic", "+neon", "aarch64-linux-gnu"),
-    "cortex-m7": CpuTarget("thumbv7em-none-eabihf", "cortex-m7", "", "cortex-m7"),
+    "aarch64-linux-gnu": CpuTarget("aarch64-unknown-linux-gnu", "generic", "+neon", "aarch64-linux-gnu"),
+    # Cortex-M4F: FPv4-SP-D16 (single precision); Cortex-M7: FPv5-D16 (double precision too).
+    "cortex-m4": CpuTarget("thumbv7em-unknown-none-eabihf", "cortex-m4", "", "cortex-m4"),
+    "cortex-m7": CpuTarget("thumbv7em-unknown-none-eabihf", "cortex-m7", "", "cortex-m7"),
+    # Cortex-M33: Armv8-M mainline, FPv5-SP-D16 and the DSP extension.
+    "cortex-m33": CpuTarget("thumbv8m.main-unknown-none-eabihf", "cortex-m33", "", "cortex-m33"),
+    # Cortex-M55: Armv8.1-M with MVE (Helium) integer and float vectors.
+    "cortex-m55": CpuTarget("thumbv8.1m.main-unknown-none-eabihf", "cortex-m55", "", "cortex-m55"),
     "x86-64-v3": CpuTarget("x86_64-unknown-linux-gnu", "haswell", "+avx2,+fma,+f16c", "x86-64-v3"),
 }
+
+# The float ABIs of 32-bit Arm targets, as the triple's environment says them.
+FLOAT_ABIS = {"hard": "eabihf", "softfp": "eabi"}
+
+_OS_NAMES = ("linux", "none", "windows", "darwin", "macos", "freebsd", "android", "unknown")
+
+
+def normalize_triple(triple: str) -> str:
+    """An LLVM triple in its four-part form: "thumbv7em-none-eabihf" -> "thumbv7em-unknown-none-eabihf",
+    "aarch64-linux-gnu" -> "aarch64-unknown-linux-gnu" (what clang's Triple::normalize does for these
+    forms; LLVM's target machine does not normalize, and a three-part triple loses its environment)."""
+    parts = triple.split("-")
+    if len(parts) == 3 and parts[1] in _OS_NAMES and parts[1] != "unknown":
+        return "-".join([parts[0], "unknown", parts[1], parts[2]])
+    return triple
 
 # What `cpu="generic"` compiles for: the oldest CPU of each architecture worth targeting, as an
 # explicit feature list so the blob records (in `required_features`) exactly what it needs and
@@ -142,12 +169,13 @@ def generic_baseline(arch: str) -> tuple[str, str]:
 
 
 def resolve_target(spec: "str | CpuTarget | None" = None, *, cpu: str | None = None,
-                   features: str | None = None) -> CpuTarget:
+                   features: str | None = None, float_abi: str | None = None) -> CpuTarget:
     """'host' (default), a preset name, a CpuTarget, or an LLVM triple (with optional cpu/features).
 
     `cpu="generic"` without `features` means the architecture's portable baseline
     (`GENERIC_BASELINES`), not the spec's features: a host or preset target would otherwise keep
-    recording the compiling machine's features, and the blob would refuse older CPUs."""
+    recording the compiling machine's features, and the blob would refuse older CPUs.
+    `float_abi` ("hard" or "softfp", 32-bit Arm only): how calls pass floats (see FLOAT_ABIS)."""
     if isinstance(spec, CpuTarget):
         target = spec
     elif spec in (None, "", "host"):
@@ -155,13 +183,29 @@ def resolve_target(spec: "str | CpuTarget | None" = None, *, cpu: str | None = N
     elif spec in PRESETS:
         target = PRESETS[spec]
     else:
-        target = CpuTarget(triple=spec, cpu="generic", features="", name=spec)
+        target = CpuTarget(triple=normalize_triple(spec), cpu="generic", features="", name=spec)
     if cpu == "generic" and features is None:
         features = generic_baseline(target.arch)[1]
     if cpu is not None or features is not None:
         target = CpuTarget(target.triple, cpu or target.cpu, target.features if features is None else features,
                            target.name)
+    if float_abi is not None:
+        target = with_float_abi(target, float_abi)
     return target
+
+
+def with_float_abi(target: CpuTarget, float_abi: str) -> CpuTarget:
+    """`target` with the float ABI `float_abi` (its triple's environment: eabihf or eabi)."""
+    from etc.errors import LoweringError
+
+    if float_abi not in FLOAT_ABIS:
+        raise LoweringError(f"cpu target: float_abi must be one of {', '.join(FLOAT_ABIS)}, not '{float_abi}'")
+    parts = normalize_triple(target.triple).split("-")
+    if not target.arch.startswith(("thumb", "arm")) or len(parts) != 4 or parts[3] not in FLOAT_ABIS.values():
+        raise LoweringError(f"cpu target: float_abi applies to 32-bit Arm EABI targets, not {target.triple}")
+    parts[3] = FLOAT_ABIS[float_abi]
+    name = target.name if float_abi == "hard" else f"{target.name}+{float_abi}"
+    return CpuTarget("-".join(parts), target.cpu, target.features, name)
 
 
 _LLVM_READY = False

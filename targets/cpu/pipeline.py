@@ -43,6 +43,10 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
     tile = (f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1} "
             f"kc-strided={isa.gemm_kc_strided or isa.gemm_kc or 1}")
+    # convert-vector-to-llvm converts memrefs with a 64-bit index whatever the target: a 32-bit
+    # target takes etc's, which converts with its width (passes/vector_to_llvm.py).
+    vector_to_llvm = ("convert-vector-to-llvm" if target.index_bits == 64
+                      else f"etc-cpu-vector-to-llvm{{index-bitwidth={target.index_bits}}}")
     steps = [
         # Int8 contractions -> dot-product kernels with the requantization in registers (lower_quantized.py).
         f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",
@@ -80,7 +84,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         *(["etc-cpu-profile-regions"] if profile else []),
         # Each dispatch region its own function: LLVM's loop passes stay linear in the model's size.
         "etc-cpu-outline-regions",
-        "lower-affine", "func.func(convert-vector-to-scf{full-unroll=true}, lower-affine)", "convert-vector-to-llvm",
+        "lower-affine", "func.func(convert-vector-to-scf{full-unroll=true}, lower-affine)", vector_to_llvm,
         "canonicalize", "convert-scf-to-cf", "expand-strided-metadata", "lower-affine",
         "convert-math-to-llvm", "convert-math-to-libm",
         f"finalize-memref-to-llvm{{{ib}}}", f"convert-arith-to-llvm{{{ib}}}", f"convert-cf-to-llvm{{{ib}}}",
@@ -180,11 +184,11 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
     n_slots = len(args) - (1 if offsets else 0)
     llvm_ir += codegen.entry_wrapper(inner, entry, n_slots, offsets, target.index_bits, threaded=threaded)
     regions = [name for name in _function_names(module) if name.startswith(f"{inner}_region")]
-    obj, optimized = codegen.emit_object(llvm_ir, target, opt_level=opt_level, internalize=[inner, *regions],
-                                         out_of_line=regions)
+    obj, optimized, bitcode = codegen.emit_object(llvm_ir, target, opt_level=opt_level,
+                                                  internalize=[inner, *regions], out_of_line=regions)
     return codegen.CodegenResult(object_bytes=obj, entry=entry, args=args, target=target, scratch_bytes=scratch,
                                  llvm_ir=optimized if keep_ir else "", threaded=threaded,
-                                 decisions=decisions.read(module), profile=read_profile(module),
+                                 decisions=decisions.read(module), profile=read_profile(module), bitcode=bitcode,
                                  stats={"pipeline_s": t1 - t0, "llvm_s": time.perf_counter() - t1})
 
 

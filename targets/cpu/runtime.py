@@ -1,4 +1,4 @@
-"""Runtime side of the `cpu` target: link a blob's object code in-process and call it.
+"""Runtime side of the `cpu` target: load a blob's pre-linked image in-process and call it.
 
 `CompiledFunction(blob_bytes)` is usable on its own (numpy in, numpy out);
 `CpuRuntimeBackend` adapts it to the runtime's backend interface
@@ -6,22 +6,24 @@
 inputs then the outputs, as numpy views into planned memory, written in place).
 
 Safety: nothing from a blob is used before its CRC matches (`blob.deserialize`,
-which also checks its sections and metadata); its object code's sections,
-symbols and relocations are range-checked (`elf.Elf`) and its entry must be a
-function in executable code. Before linking, the blob's triple must match this
-process's architecture and OS, and every feature the code was compiled for
-(`required_features`) must be present on this CPU (llvmlite's host feature
-list); otherwise `BackendError` names what is missing, instead of the process
-dying of an illegal instruction.
+which also checks its table, metadata and image: segments, entry, fixups and import
+slots inside the image, `image.check`). Before mapping, the blob's triple must match
+this process's architecture and OS, and every feature the code was compiled for
+(`required_features`) must be present on this CPU (llvmlite's host feature list);
+otherwise `BackendError` names what is missing, instead of the process dying of an
+illegal instruction.
 
-Linking: on x86-64 Linux the runtime loads the ELF object itself
-(`load_elf_x86_64`): all its sections, its GOT and call stubs in one mapping,
-so the small code model's 32-bit displacements between code and constants
-always reach, however fragmented the process's address space is (MCJIT maps
-them separately and, when they land 2 GiB apart, LLVM aborts the process).
-Other hosts link with llvmlite's MCJIT, after `check_linkable` has turned what
-it would abort on (a symbol this process lacks, non-PIC or oversized code) into
-a BackendError.
+Loading (`map_image`): the image was linked when the blob was written (`link.py`), so
+loading is what IREE's embedded-ELF loader does: map its size read-write, copy its bytes,
+add the base address to each fixup, write each import's libc/libm address into its GOT
+slot, then make the code read+execute and the constants read-only (W^X: no page is ever
+writable and executable). One mapping holds the code, its constants and its GOT, so the
+small code model's 32-bit displacements always reach, however fragmented the process's
+address space. Where the system refuses executable anonymous memory (an SELinux policy
+without `execmem`, PaX MPROTECT, iOS), `mprotect` fails and the load is a BackendError
+saying so: the code is never run from writable memory. The ExecuTorch backend
+(`runtime/executorch_backend/`) is the same loader in C++. The mapping is unmapped when its
+CompiledFunction is garbage collected.
 
 Per call: the argument pointer array is filled in place (ctypes) and the entry
 is called; ctypes releases the GIL during the call. No allocation in steady
@@ -33,7 +35,6 @@ the same objects every call; a caller's input it binds in place and the fresh
 output arrays it passes are new ones). An input that is not C-contiguous or not
 of the compiled dtype, or that overlaps an output, is copied (once per call;
 `notes` records it).
-
 Threads: a blob compiled with `num_threads > 1` has the threaded entry of
 `parallel.py` (the object still needs only libc/libm: no OpenMP runtime). The
 handle keeps `num_threads - 1` worker threads; each call runs thread 0 on the
@@ -55,20 +56,16 @@ from __future__ import annotations
 
 import ctypes
 import math
-import sys
 import threading
+import weakref
 
 import numpy as np
 
 from etc.errors import BackendError
 from etc.targets.cpu import blob as blob_format
-from etc.targets.cpu import elf as elf_format
+from etc.targets.cpu import image as image_format
 
 BACKEND_ID = "cpu"
-
-_LLVM_LOCK = threading.Lock()
-_ENGINES: list = []  # keep every engine (and so its code) alive for the process lifetime
-
 
 def _llvm():
     # Self-contained: the runtime needs no compiler module (nor MLIR) to link and run a blob.
@@ -126,63 +123,8 @@ def check_host_compatible(metadata: dict) -> None:
             f"features), or {portable}")
 
 
-# What MCJIT's ELF linker aborts the process on (report_fatal_error or an assertion) rather than
-# reporting: checked before linking, so a blob it cannot link is a BackendError instead.
-_SMALL_MODEL_LIMIT = 1 << 31  # 32-bit displacements between the sections of one object
-_ABSOLUTE_32 = {"x86_64": {10: "R_X86_64_32", 11: "R_X86_64_32S"}}  # need the object below 4 GiB
-_SHF_WRITE, _SHF_EXECINSTR, _SHT_NOBITS = elf_format.SHF_WRITE, elf_format.SHF_EXECINSTR, elf_format.SHT_NOBITS
-_Elf = elf_format.Elf
-
-
-def _process_defines(name: str, llvm=None) -> int:
-    """The address MCJIT would resolve `name` to (0: none): the process's global symbols (dlsym on
-    the process), or a symbol added to LLVM explicitly."""
-    if llvm is not None and llvm.address_of_symbol(name):
-        return llvm.address_of_symbol(name)
-    try:
-        return ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value or 0
-    except (AttributeError, OSError):
-        return 0
-
-
-def elf_object_info(data: bytes) -> dict | None:
-    """A 64-bit little-endian ELF relocatable's undefined symbols, relocation types and loaded
-    bytes (its SHF_ALLOC sections, aligned); None for anything else (nothing is checked then)."""
-    if not _Elf.is_elf64le(data):
-        return None
-    elf = _Elf(data)
-    loaded = 0
-    for i in elf.allocated():
-        align = max(elf.sections[i][8], 1)
-        loaded = (loaded + align - 1) // align * align + elf.sections[i][5]
-    return {"machine": elf.machine, "undefined": elf.undefined(), "relocations": {r[2] for r in elf.relocations},
-            "loaded_bytes": loaded}
-
-
-def check_linkable(object_bytes: bytes, llvm=None) -> None:
-    """Raise BackendError for an object MCJIT would abort the process on: a symbol this process
-    does not define (LLVM: "Program used external function ... which could not be resolved"),
-    sections too big for 32-bit displacements, absolute 32-bit relocations (non-PIC code)."""
-    info = elf_object_info(object_bytes)
-    if info is None:
-        return
-    missing = sorted(name for name in info["undefined"] if not _process_defines(name, llvm))
-    if missing:
-        raise BackendError(f"cpu delegate: its object code calls {', '.join(missing)}, which this process "
-                           "does not define (the cpu target's code may use libc/libm only)")
-    if info["loaded_bytes"] >= _SMALL_MODEL_LIMIT:
-        raise BackendError(f"cpu delegate: its object code is {info['loaded_bytes']} bytes; the small code "
-                           f"model it is compiled for reaches {_SMALL_MODEL_LIMIT} bytes at most")
-    absolute = sorted(_ABSOLUTE_32.get(info["machine"], {}).get(t) for t in info["relocations"]
-                      if t in _ABSOLUTE_32.get(info["machine"], {}))
-    if absolute:
-        raise BackendError(f"cpu delegate: its object code has {', '.join(absolute)} relocations (not "
-                           "position-independent); recompile it with reloc=pic")
-
-
-# ------------------------------------------------------------- the x86-64 ELF loader
-_IMAGES: list = []  # (address, size) of every loaded image: code stays mapped for the process lifetime
-_PAGE = 4096
+# ------------------------------------------------------------- the image loader
+_PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 
 
 def _libc():
@@ -194,129 +136,59 @@ def _libc():
     return libc
 
 
-def load_elf_x86_64(object_bytes: bytes, entry: str) -> int:
-    """Load a relocatable x86-64 ELF object into one mapping and return `entry`'s address.
+def import_address(name: str) -> int:
+    """The address of C library function `name` in this process (one of `image.IMPORTS`)."""
+    if name not in image_format.IMPORTS:  # image.check refused it already; never resolve anything else
+        raise BackendError(f"cpu delegate: its code imports '{name}', which is not a libc/libm function it may call")
+    try:
+        address = ctypes.cast(getattr(ctypes.CDLL(None), name), ctypes.c_void_p).value
+    except AttributeError:
+        address = None
+    if not address:
+        raise BackendError(f"cpu delegate: its code calls {name}, which this process does not define")
+    return address
 
-    Why not MCJIT: its memory manager maps code, read-only data and the GOT of one object
-    separately, wherever mmap finds room, while the small code model reaches constants and
-    GOT entries with 32-bit displacements. In a big, fragmented process (after compiling a
-    ViT-B, say) those land more than 2 GiB apart and LLVM stops on `Assertion
-    isInt<32>(RealOffset)` (SIGABRT); without assertions it would link wrong code. (llvmlite's
-    own memory manager reserves one block, but asserts when the x86-64 linker adds its GOT.)
-    Here every section, the GOT and the call stubs are one mapping: every displacement is
-    within it. Anything unexpected is a BackendError.
 
-    Layout: [code sections | call stubs] [read-only sections | GOT] [writable sections], each
-    part page-aligned; code ends read+execute, read-only data read-only.
-    """
+def map_image(image: image_format.Image) -> tuple[int, int]:
+    """Map a checked image (`image.check`), apply its fixups and imports, protect its segments; returns
+    (base address, mapped bytes). See the module docstring; anything refused is a BackendError."""
+    import os
     import struct
 
-    elf = _Elf(object_bytes)  # every offset, index and size below is checked there
-    elf.entry_symbol(entry)
-    secs = elf.sections
-    parts = {"code": [], "ro": [], "rw": []}
-    for i in elf.allocated():
-        flags = secs[i][2]
-        parts["code" if flags & _SHF_EXECINSTR else "rw" if flags & _SHF_WRITE else "ro"].append(i)
-    externals = sorted(elf.undefined())
-    where = {}  # section index -> offset in the image
-    offset = 0
-    bounds = {}
-    for part in ("code", "ro", "rw"):
-        start = offset
-        for i in parts[part]:
-            align = max(secs[i][8], 1)
-            offset = (offset + align - 1) // align * align
-            where[i] = offset
-            offset += secs[i][5]
-        if part == "code":
-            offset = (offset + 15) // 16 * 16
-            stubs = offset
-            offset += 16 * len(externals)
-        if part == "ro":
-            offset = (offset + 7) // 8 * 8
-            got = offset
-            offset += 8 * len(externals)
-        offset = (offset + _PAGE - 1) // _PAGE * _PAGE
-        bounds[part] = (start, offset)
-    size = max(offset, _PAGE)
-    if size >= _SMALL_MODEL_LIMIT:
-        raise BackendError(f"cpu delegate: its object code needs {size} bytes; the small code model it is "
-                           f"compiled for reaches {_SMALL_MODEL_LIMIT} bytes at most")
-    addresses = {}
-    for name in externals:
-        addresses[name] = _process_defines(name)
-        if not addresses[name]:
-            raise BackendError(f"cpu delegate: its object code calls {name}, which this process does not define "
-                               "(the cpu target's code may use libc/libm only)")
+    page = os.sysconf("SC_PAGE_SIZE")
+    if image.align % page:
+        raise BackendError(f"cpu delegate: its image is laid out for {image.align}-byte pages; this system's pages "
+                           f"are {page} bytes")
     libc = _libc()
-    PROT_READ, PROT_WRITE, PROT_EXEC = 1, 2, 4
-    base = libc.mmap(None, size, PROT_READ | PROT_WRITE, 0x02 | 0x20, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
+    size = image.size
+    base = libc.mmap(None, size, _PROT_READ | _PROT_WRITE, 0x02 | 0x20, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
     if base in (None, ctypes.c_void_p(-1).value):
         raise BackendError(f"cpu delegate: cannot map {size} bytes for its code (errno {ctypes.get_errno()})")
-    image = (ctypes.c_char * size).from_address(base)
     try:
-        for i, off in where.items():
-            if secs[i][1] != _SHT_NOBITS:
-                image[off:off + secs[i][5]] = object_bytes[secs[i][4]:secs[i][4] + secs[i][5]]
-        got_of, stub_of = {}, {}
-        for k, name in enumerate(externals):
-            got_of[name] = base + got + 8 * k
-            stub_of[name] = base + stubs + 16 * k
-            struct.pack_into("<Q", image, got + 8 * k, addresses[name])
-            # jmp *disp32(%rip) to the GOT slot
-            struct.pack_into("<BBi", image, stubs + 16 * k, 0xFF, 0x25, got_of[name] - (stub_of[name] + 6))
-
-        def symbol_address(index):
-            name, shndx, value = elf.symbols[index]
-            if shndx == 0:
-                return addresses[name], name
-            if shndx == 0xFFF1:  # SHN_ABS
-                return value, name
-            if shndx not in where:
-                raise BackendError(f"cpu delegate: its object code refers to '{name}' in a section it does not load")
-            return base + where[shndx] + value, name
-
-        for target, r_offset, rtype, sym, addend in elf.relocations:
-            if target not in where or rtype == 0:
-                continue  # relocations of debug information (not loaded)
-            if addend is None:
-                raise BackendError("cpu delegate: REL relocations (without addends) are not supported on x86-64")
-            at = where[target] + r_offset
-            place = base + at
-            s, name = symbol_address(sym) if sym else (0, "")
-            if rtype == 1:  # R_X86_64_64: S + A
-                struct.pack_into("<Q", image, at, (s + addend) & (2 ** 64 - 1))
-                continue
-            if rtype == 24:  # R_X86_64_PC64: S + A - P
-                struct.pack_into("<q", image, at, s + addend - place)
-                continue
-            if rtype == 4 and name in stub_of:  # R_X86_64_PLT32 to an external function: its stub
-                value = stub_of[name] + addend - place
-            elif rtype in (2, 4):  # R_X86_64_PC32, PLT32 to a local function: S + A - P
-                value = s + addend - place
-            elif rtype in (9, 41, 42):  # GOTPCREL, GOTPCRELX, REX_GOTPCRELX: G + GOT + A - P
-                if name not in got_of:
-                    raise BackendError(f"cpu delegate: GOT relocation to local symbol '{name}' is not supported")
-                value = got_of[name] + addend - place
-            elif rtype in (10, 11):
-                raise BackendError("cpu delegate: its object code has absolute 32-bit relocations (not "
-                                   "position-independent); recompile it with reloc=pic")
-            else:
-                raise BackendError(f"cpu delegate: x86-64 relocation type {rtype} is not supported by the loader")
-            if not -(1 << 31) <= value < (1 << 31):
-                raise BackendError(f"cpu delegate: relocation to '{name}' out of 32-bit range ({value})")
-            struct.pack_into("<i", image, at, value)
-        address, _ = symbol_address(elf.entry_symbol(entry))
-        for part, prot in (("code", PROT_READ | PROT_EXEC), ("ro", PROT_READ)):
-            lo, hi = bounds[part]
-            if hi > lo and libc.mprotect(base + lo, hi - lo, prot) != 0:
-                raise BackendError(f"cpu delegate: mprotect of its {part} failed (errno {ctypes.get_errno()})")
+        mapped = (ctypes.c_char * size).from_address(base)
+        mapped[:len(image.data)] = image.data
+        for offset in image.fixups:
+            struct.pack_into("<Q", mapped, offset, base + struct.unpack_from("<Q", mapped, offset)[0])
+        for offset, name in image.imports:
+            struct.pack_into("<Q", mapped, offset, import_address(name))
+        for seg in image.segments:
+            prot = _PROT_READ | (_PROT_WRITE if seg.prot & image_format.W else 0) \
+                | (_PROT_EXEC if seg.prot & image_format.X else 0)
+            if libc.mprotect(base + seg.offset, seg.size, prot) != 0:
+                errno = ctypes.get_errno()
+                refused = " (this system refuses executable memory that was writable: W^X policy)" \
+                    if prot & _PROT_EXEC and errno in (1, 13) else ""
+                raise BackendError(f"cpu delegate: cannot make its code segment executable (errno {errno}){refused}"
+                                   if prot & _PROT_EXEC else
+                                   f"cpu delegate: mprotect of its image failed (errno {errno})")
     except BaseException:
         libc.munmap(base, size)
         raise
-    _IMAGES.append((base, size))
-    return address
+    return base, size
+
+
+def _unmap(base: int, size: int) -> None:
+    _libc().munmap(base, size)
 
 
 def _address(array: np.ndarray) -> int:
@@ -375,7 +247,9 @@ class CompiledFunction:
         self.num_threads = max(1, int(self.specs.get("num_threads", meta.get("num_threads", 1)) or 1))
         if not self.threaded:
             self.num_threads = 1
-        self._address = self._link(meta["entry"])
+        base, size = map_image(self.blob.image)
+        weakref.finalize(self, _unmap, base, size)  # the code lives as long as this function
+        self._address = base + self.blob.image.entry
         if self.threaded:
             self._fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_ssize_t,
                                         ctypes.c_void_p)(self._address)
@@ -460,31 +334,6 @@ class CompiledFunction:
         if chosen != self.num_threads:
             self.notes.append(f"threads: 1 of {self.num_threads} (measured at load: {best[1] * 1e6:.0f} us "
                               f"on one, {best[self.num_threads] * 1e6:.0f} us on {self.num_threads})")
-
-    def _link(self, entry: str) -> int:
-        obj = self.blob.object_bytes
-        info = elf_object_info(obj)
-        if info is not None and info["machine"] == "x86_64" and sys.platform.startswith("linux"):
-            return load_elf_x86_64(obj, entry)  # see there: MCJIT aborts on far-apart sections
-        if _Elf.is_elf64le(obj):
-            _Elf(obj).entry_symbol(entry)
-        llvm = _llvm()
-        with _LLVM_LOCK:
-            check_linkable(obj, llvm)
-            try:
-                target = llvm.Target.from_default_triple()
-                tm = target.create_target_machine(codemodel="default", reloc="pic")
-                empty = llvm.parse_assembly("")
-                engine = llvm.create_mcjit_compiler(empty, tm)
-                engine.add_object_file(llvm.ObjectFileRef.from_data(self.blob.object_bytes))
-                engine.finalize_object()
-                address = engine.get_function_address(entry)
-            except Exception as e:  # noqa: BLE001
-                raise BackendError(f"cpu delegate: linking its object code failed: {e}") from None
-            if not address:
-                raise BackendError(f"cpu delegate: entry symbol '{entry}' not found in its object code")
-            _ENGINES.append(engine)
-        return address
 
     def _slots(self):
         """Per-thread pointer array, scratch buffer and dims buffers (allocated once per thread), and
@@ -679,7 +528,7 @@ class CpuRuntimeBackend:
             events.add_later(lambda: handle.regions_ns(reads))
         return outputs
 
-    def destroy(self, handle) -> None:  # the code stays linked (MCJIT cannot unload one object)
+    def destroy(self, handle) -> None:  # the code is unmapped once the handle is garbage collected
         handle.close()
 
 

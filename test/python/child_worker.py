@@ -22,8 +22,8 @@ import time
 class ChildWorker:
     """`python <script> --worker` (its `serve` loop), talked to with `send` / `receive`."""
 
-    def __init__(self, script: str, cwd: str | None = None):
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(script), "--worker"],
+    def __init__(self, script: str, cwd: str | None = None, extra_args=()):
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(script), "--worker", *extra_args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      cwd=cwd or os.path.dirname(os.path.abspath(script)))
 

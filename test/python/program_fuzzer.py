@@ -20,10 +20,15 @@ records where every field of the flatbuffer lives (`FieldMap`):
   minimal    raw damage loaded with `Verification.Minimal` (checksums off): damaged values reach
              the kernels (which must raise EtcErrors, not crash) and a cpu delegate's blob must
              still be refused by its own CRC before any code runs. EtcError or outputs.
-  elf        (cpu samples) the delegate's object code damaged where the linker looks (section
-             headers, symbols, relocations), the blob's CRC and the trailer recomputed: the
-             validator must refuse it or the link must succeed; it is loaded, never run (a
-             re-signed blob may carry any code).
+  table      (cpu samples) the delegate blob's table damaged where a loader looks (its head:
+             counts, image size and entry; its records: arguments, constants, segments, fixups,
+             imports), the blob's CRC and the trailer recomputed: the reader must refuse it or the
+             load must succeed; it is loaded, never run (a re-signed blob may describe any code).
+  et-raw     (cpu samples) raw damage inside the delegate's blob only, the program loaded by stock
+             ExecuTorch with etc's cpu backend (`runtime/executorch_backend/`, in its own worker):
+             the backend's CRC check must refuse it (an ExecuTorch error), never crash or run it.
+  et-table   the `table` damage, loaded (never run) by stock ExecuTorch with etc's cpu backend:
+             the backend's checks must refuse it or the load succeed, never crash.
 
 Children: one worker process runs many cases; a case that kills it (signal) or runs past the
 timeout is recorded as a crash or a hang and the worker is restarted. `python program_fuzzer.py
@@ -45,7 +50,8 @@ from dataclasses import dataclass, field
 from child_worker import ChildWorker, serve
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ("raw", "resigned", "minimal", "elf")
+MODES = ("raw", "resigned", "minimal", "table", "et-raw", "et-table")
+EXECUTORCH_MODES = ("et-raw", "et-table")  # run by a worker with ExecuTorch's runtime and etc's backend
 
 
 # ------------------------------------------------------------------ samples
@@ -282,45 +288,83 @@ class Mutator:
         struct.pack_into("<" + fmt, data, at, value)
         return f"{kind}: {path} {old} -> {value}", bytes(data)
 
-    def elf(self) -> tuple[str, bytes] | None:
-        """Damage the object code of the first cpu delegate blob where the linker looks; re-sign all."""
-        from etc.schema import deserialize_pte, serialize_pte
+    def _blob_table_damage(self, blob: bytes) -> tuple[str, bytes]:
+        """`blob` with one field of its table set to a hostile value, re-deflated and re-signed."""
+        import zlib
+
         from etc.targets.cpu import blob as cpu_blob
-        from etc.targets.cpu import elf as cpu_elf
 
         rng = self.rng
+        places = cpu_blob.sections(blob)
+        stored = {name: blob[off:off + n] for name, (off, n) in places.items()}
+        table = bytearray(zlib.decompress(stored["table"]))
+        head_record, head_names = cpu_blob.TABLE_RECORDS["head"]
+        head = dict(zip(head_names, head_record.unpack_from(table)))
+        sites = []  # (what, position, struct format)
+
+        def fields(record: struct.Struct, names, base: int, what: str):
+            at = 0
+            for name, fmt in zip(names, _formats(record.format)):
+                sites.append((f"{what}.{name}", base + at, "<" + fmt))
+                at += struct.calcsize("<" + fmt)
+
+        fields(head_record, head_names, 0, "head")
+        at = head_record.size
+        for name in cpu_blob._LISTS:
+            record, names = cpu_blob.TABLE_RECORDS[name]
+            for k in range(head[f"n_{name}"]):
+                if name not in ("dims", "ops") or rng.random() < 0.2:
+                    fields(record, names, at + k * record.size, f"{name}[{k}]")
+            at += head[f"n_{name}"] * record.size
+        what, at, fmt = rng.choice([s for s in sites if not s[0].endswith((".magic", ".reserved"))])
+        old = struct.unpack_from(fmt, table, at)[0]
+        bits = struct.calcsize(fmt) * 8
+        signed = fmt[-1] in "bhiq"
+        value = rng.choice((old + 1, old - 1, old + rng.randint(2, 64), old ^ (1 << rng.randrange(bits)), 0,
+                            (1 << bits) - 1, 1 << (bits - 1), rng.getrandbits(bits), len(table), 4096))
+        value %= 1 << bits
+        if signed and value >= 1 << (bits - 1):
+            value -= 1 << bits
+        struct.pack_into(fmt, table, at, value)
+        stored["table"] = zlib.compress(bytes(table))
+        return f"blob table {what} {old} -> {value}", cpu_blob.assemble(stored)
+
+    def table(self) -> tuple[str, bytes] | None:
+        """Damage the table of one cpu delegate blob where a loader looks; re-sign the blob and the file."""
+        from etc.schema import deserialize_pte, serialize_pte
+
         pte = deserialize_pte(self.data)
         if not pte.delegate_segments:
             return None
-        k = rng.randrange(len(pte.delegate_segments))
-        parsed = cpu_blob.deserialize(pte.delegate_segments[k])
-        obj = bytearray(parsed.object_bytes)
-        elf = cpu_elf.Elf(bytes(obj))
-        shoff = struct.unpack_from("<Q", obj, 0x28)[0]
-        sites = [("ELF header word", rng.randrange(16, 64 - 4), "<I")]
-        for i, sec in enumerate(elf.sections):
-            for name, off, fmt in (("offset", 24, "<Q"), ("size", 32, "<Q"), ("link", 40, "<I"), ("info", 44, "<I"),
-                                   ("align", 48, "<Q"), ("entsize", 56, "<Q"), ("type", 4, "<I"), ("flags", 8, "<Q")):
-                sites.append((f"section {i} {name}", shoff + 64 * i + off, fmt))
-            if sec[1] == cpu_elf.SHT_SYMTAB:
-                for s in range(sec[5] // 24):
-                    for name, off, fmt in (("name", 0, "<I"), ("info", 4, "<B"), ("shndx", 6, "<H"),
-                                           ("value", 8, "<Q"), ("size", 16, "<Q")):
-                        sites.append((f"symbol {s} {name}", sec[4] + 24 * s + off, fmt))
-            if sec[1] == cpu_elf.SHT_RELA:
-                for r in range(sec[5] // 24):
-                    for name, off, fmt in (("offset", 0, "<Q"), ("type", 8, "<I"), ("symbol", 12, "<I")):
-                        sites.append((f"relocation {i}.{r} {name}", sec[4] + 24 * r + off, fmt))
-        what, at, fmt = rng.choice(sites)
-        old = struct.unpack_from(fmt, obj, at)[0]
-        bits = struct.calcsize(fmt) * 8
-        value = rng.choice((old + 1, old + rng.randint(2, 64), old ^ (1 << rng.randrange(bits)), 0,
-                            (1 << bits) - 1, rng.getrandbits(bits), len(obj), 1 << (bits - 1)))
-        struct.pack_into(fmt, obj, at, value % (1 << bits))
-        meta = dict(parsed.metadata)
-        constants = {name: parsed.constant(name) for name in meta.pop("constants")}
-        pte.delegate_segments[k] = cpu_blob.serialize(meta, bytes(obj), constants)
-        return f"object code of blob {k}: {what} {old:#x} -> {value % (1 << bits):#x}", serialize_pte(pte)
+        k = self.rng.randrange(len(pte.delegate_segments))
+        what, pte.delegate_segments[k] = self._blob_table_damage(pte.delegate_segments[k])
+        return f"blob {k}: {what}", serialize_pte(pte)
+
+    def blob_raw(self) -> tuple[str, bytes] | None:
+        """Raw damage inside one cpu delegate blob only (the rest of the file intact, as ExecuTorch reads it)."""
+        from etc.schema import deserialize_pte
+
+        rng, data = self.rng, bytearray(self.data)
+        blobs = deserialize_pte(self.data).delegate_segments
+        if not blobs:
+            return None
+        k = rng.randrange(len(blobs))
+        lo = self.data.find(blobs[k])
+        hi = lo + len(blobs[k])
+        kind = rng.choice(("flip", "flip", "random_bytes", "word"))
+        if kind == "flip":
+            flips = rng.choice((1, 1, 2, 3, 8))
+            for _ in range(flips):
+                data[rng.randrange(lo, hi)] ^= 1 << rng.randrange(8)
+            return f"{flips} bit flip(s) in blob {k}", bytes(data)
+        at = rng.randrange(lo, hi - 4)
+        if kind == "random_bytes":
+            n = min(rng.randint(1, 16), hi - at)
+            data[at:at + n] = bytes(rng.randrange(256) for _ in range(n))
+            return f"{n} random bytes at {at - lo} of blob {k}", bytes(data)
+        value = rng.choice(_HOSTILE32 + (len(blobs[k]), rng.getrandbits(32)))
+        struct.pack_into("<I", data, at, value)
+        return f"word {value:#x} at {at - lo} of blob {k}", bytes(data)
 
     def case(self, mode: str) -> tuple[str, bytes] | None:
         if mode == "raw" or mode == "minimal":
@@ -328,9 +372,24 @@ class Mutator:
         if mode == "resigned":
             what, data = self.structured()
             return what + " (re-signed)", resign(data)
-        if mode == "elf":
-            return self.elf()
+        if mode in ("table", "et-table"):
+            return self.table()
+        if mode == "et-raw":
+            return self.blob_raw()
         raise ValueError(mode)
+
+
+def _formats(fmt: str) -> list[str]:
+    """'<4sHHI' -> ['4s', 'H', 'H', 'I']: each field's own struct format."""
+    out, count = [], ""
+    for c in fmt.lstrip("<>=!@"):
+        if c.isdigit():
+            count += c
+        else:
+            out.append(count + c if c == "s" else c)
+            out.extend([c] * (int(count) - 1) if count and c != "s" else [])
+            count = ""
+    return out
 
 
 # ------------------------------------------------------------------ the child
@@ -345,6 +404,26 @@ def _digest(outputs) -> str:
     return h.hexdigest()
 
 
+def run_on_executorch(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
+    """The program on stock ExecuTorch with etc's cpu backend: ("ok", digest) | ("error", message). Any
+    exception ExecuTorch raises is its refusal; what must never happen is a crash or a hang."""
+    import torch
+    from executorch.runtime import Runtime as ExecuTorchRuntime
+
+    try:
+        program = ExecuTorchRuntime.get().load_program(data)
+        digests = []
+        for method_name, inputs in sample.runs:
+            method = program.load_method(method_name)
+            if mode == "et-table":
+                continue  # loaded, never run: a re-signed blob may describe any code
+            outputs = method.execute([torch.from_numpy(x.copy()) for x in inputs])
+            digests.append(_digest([o.numpy() for o in outputs]))
+        return "ok", "/".join(digests)
+    except Exception as error:  # noqa: BLE001  (ExecuTorch raises RuntimeError or ValueError)
+        return "error", f"ExecuTorch {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+
+
 def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
     """("ok", digest) | ("error", "<Class>: message") | ("bug", traceback), in the child."""
     import traceback
@@ -356,14 +435,16 @@ def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
         os.kill(os.getpid(), signal.SIGSEGV)
     if mode == "selftest-hang":
         time.sleep(3600)
+    if mode in EXECUTORCH_MODES:
+        return run_on_executorch(sample, data, mode)
     verification = Verification.Minimal if mode == "minimal" else Verification.InternalConsistency
     try:
         program = Runtime.get().load_program(data, verification=verification)
         digests = []
         for method_name, inputs in sample.runs:
             method = program.load_method(method_name)
-            if mode == "elf":
-                continue  # linked, never run: a re-signed blob may hold any code
+            if mode == "table":
+                continue  # loaded, never run: a re-signed blob may describe any code
             digests.append(_digest(method.execute([x.copy() for x in inputs])))
         return "ok", "/".join(digests)
     except EtcError as error:
@@ -372,7 +453,13 @@ def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
         return "bug", traceback.format_exc(limit=6)
 
 
-def worker() -> None:
+def worker(executorch: bool = False) -> None:
+    if executorch:  # ExecuTorch's runtime with etc's backend (built by the parent: loading it is instant)
+        import executorch.runtime  # noqa: F401
+
+        from etc.runtime import executorch_backend
+
+        executorch_backend.load()
     samples = None
 
     def handle(message, reply):
@@ -409,6 +496,8 @@ class Report:
         for o in self.outcomes:
             if o.status in ("crash", "hang", "bug"):
                 bad.append(o)
+            elif o.mode == "et-raw" and o.status == "ok" and o.detail != self.reference.get((o.name, "et")):
+                bad.append(Outcome(o.name, o.mode, o.what, "ran a damaged blob", o.detail))
             elif o.mode == "raw" and samples[o.name].checksummed:
                 if o.status == "ok" and o.detail != self.reference[o.name]:
                     bad.append(Outcome(o.name, o.mode, o.what, "silently wrong", o.detail))
@@ -417,8 +506,11 @@ class Report:
         return bad
 
     def summary(self) -> str:
-        counts = Counter((o.name, o.mode, o.status if o.status != "ok" or o.mode == "elf" else
-                          ("ok same" if o.detail == self.reference.get(o.name) else "ok other"))
+        def same(o):
+            return o.detail == self.reference.get((o.name, "et") if o.mode in EXECUTORCH_MODES else o.name)
+
+        counts = Counter((o.name, o.mode, o.status if o.status != "ok" or o.mode in ("table", "et-table") else
+                          ("ok same" if same(o) else "ok other"))
                          for o in self.outcomes)
         lines = [f"{len(self.outcomes)} cases in {self.seconds:.1f} s"]
         for key in sorted(counts):
@@ -427,8 +519,8 @@ class Report:
 
 
 class _Worker(ChildWorker):
-    def __init__(self, samples: dict[str, Sample]):
-        super().__init__(__file__, cwd=HERE)
+    def __init__(self, samples: dict[str, Sample], executorch: bool = False):
+        super().__init__(__file__, cwd=HERE, extra_args=["--executorch"] if executorch else [])
         self.send(("samples", {name: Sample(b"", s.runs, s.checksummed, s.has_blob) for name, s in samples.items()}))
 
 
@@ -444,25 +536,37 @@ def fuzz(samples: dict[str, Sample], cases: dict[tuple[str, str], int], *, seed=
             if case is not None:
                 work.append((name, mode, *case))
     startup = max(timeout, 120.0)  # a worker's start and the reference runs, on a busy machine
-    worker = _Worker(samples)
-    assert worker.receive(startup) == ("ready",)
-    # The unmutated samples first: their outputs are the reference.
-    for name, sample in samples.items():
-        worker.send(("case", -1, name, "raw", sample.data))
-        _, status, detail = worker.receive(startup)
-        assert status == "ok", f"sample {name} does not run: {detail}"
-        report.reference[name] = detail
+    kinds = sorted({mode in EXECUTORCH_MODES for _, mode, _, _ in work} | {False})
+    if True in kinds:  # built here, once: a worker that had to build it would time out
+        from etc.runtime import executorch_backend
+
+        executorch_backend.build()
+    workers = {}
+    for executorch in kinds:
+        workers[executorch] = _Worker(samples, executorch)
+        assert workers[executorch].receive(startup) == ("ready",)
+        # The unmutated samples first: their outputs are the reference (ExecuTorch's: of the blob samples).
+        for name, sample in samples.items():
+            if executorch and not sample.has_blob:
+                continue
+            workers[executorch].send(("case", -1, name, "et-raw" if executorch else "raw", sample.data))
+            _, status, detail = workers[executorch].receive(startup)
+            assert status == "ok", f"sample {name} does not run{' on ExecuTorch' if executorch else ''}: {detail}"
+            report.reference[(name, "et") if executorch else name] = detail
     for case_id, (name, mode, what, data) in enumerate(work):
+        executorch = mode in EXECUTORCH_MODES
+        worker = workers[executorch]
         worker.send(("case", case_id, name, mode, data))
         reply = worker.receive(timeout)
         if isinstance(reply, str):
             detail = worker.kill() if reply == "crash" else f"no answer in {timeout:.0f} s ({worker.kill()})"
             report.outcomes.append(Outcome(name, mode, what, reply, detail))
-            worker = _Worker(samples)
-            assert worker.receive(startup) == ("ready",)
+            workers[executorch] = _Worker(samples, executorch)
+            assert workers[executorch].receive(startup) == ("ready",)
             continue
         report.outcomes.append(Outcome(name, mode, what, reply[1], reply[2]))
-    worker.close()
+    for worker in workers.values():
+        worker.close()
     report.seconds = time.monotonic() - start
     return report
 
@@ -471,7 +575,7 @@ def default_cases(samples: dict[str, Sample], total: int) -> dict[tuple[str, str
     """`total` cases spread over the samples and the modes that apply to each."""
     plan = []
     for name, sample in samples.items():
-        modes = ["raw", "resigned", "minimal"] + (["elf"] if sample.has_blob else [])
+        modes = ["raw", "resigned", "minimal"] + (["table", *EXECUTORCH_MODES] if sample.has_blob else [])
         plan += [(name, mode) for mode in modes]
     return {key: max(1, total // len(plan)) for key in plan}
 
@@ -481,11 +585,12 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--executorch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cases", type=int, default=20000, help="total mutated programs (default 20000)")
     parser.add_argument("--seed", default="0")
     args = parser.parse_args(argv)
     if args.worker:
-        worker()
+        worker(args.executorch)
         return 0
     samples = build_samples()
     report = fuzz(samples, default_cases(samples, args.cases), seed=args.seed)

@@ -1,10 +1,13 @@
-"""A cpu blob is checked before anything in it is used (issue 11).
+"""A cpu blob is checked before anything in it is used (issues 11 and 25).
 
 Of 500 corrupted copies of a small cpu-delegated program, 189 killed the process (SIGSEGV,
 SIGILL, SIGABRT): the object code and its header were linked and called unchecked. Now the
-blob's CRC must match first (`blob.deserialize`), its sections and metadata must fit, and the
-object's sections, symbols and relocations are range-checked before the loader maps a byte
-(`elf.Elf`). The ELF cases below recompute the CRC after corrupting, to reach the ELF checks.
+blob's CRC must match first (`blob.deserialize`), then its sections, its table (every count,
+index, pool reference and code), its metadata and its image (`image.check`) must fit. The
+metadata a loader would refuse is refused when a blob is written, too; the table cases below
+are written by hand (`encode_table` without the writer's checks) and re-signed, to reach the
+reader's checks. The object code itself is checked when it is linked, at compile time
+(`elf.Elf`): a damaged object is a LoweringError, never a blob.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from etc.errors import BackendError
+from etc.errors import BackendError, LoweringError
 from etc.targets.cpu import blob as cpu_blob
 from etc.targets.cpu import elf as cpu_elf
 from etc.targets.cpu.runtime import CompiledFunction
@@ -94,79 +97,173 @@ def test_any_flipped_byte_is_refused_before_use(obj):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda m: m.update(entry=7), r"'entry': missing or not a string"),
+    (lambda m: m.update(triple=7), r"'triple': missing or not a string"),
     (lambda m: m["args"][0].update(kind="weights"), r"args\[0\]: is not an argument of kind"),
-    (lambda m: m["args"][1].update(shape=[-1]), r"args\[1\]\.shape: \[-1\] is not a list of sizes"),
+    (lambda m: m["args"][1].update(shape=[-1]), r"args\[1\]\.shape: \[-1\] is not a list of"),
     (lambda m: m["args"][0].update(dtype="object"), r"args\[0\]\.dtype: 'object' is not a tensor element type"),
     (lambda m: m.update(num_threads=0), r"'num_threads': 0 is not a thread count"),
     (lambda m: m["args"].append({"kind": "constant", "name": "w", "dtype": "float32", "shape": [2]}),
      r"constant 'w' is not in the constant table"),
+    (lambda m: m["args"][0].update(name="1"), r"args\[0\]\.name: '1': input 0 must be named '0'"),
+    (lambda m: m["args"][0].update(dynamic=[0]), r"a dynamic input without the dims argument"),
+    (lambda m: m["args"].append({"kind": "dims", "name": "in", "dtype": "int64", "shape": [2]}),
+     r"dims 'in'.*\[2\] does not hold the 0 dynamic dims"),
 ])
-def test_metadata_is_checked(obj, change, message):
+def test_metadata_a_loader_would_refuse_is_refused_when_written(obj, change, message):
     meta = _metadata()
     change(meta)
-    with pytest.raises(BackendError, match=message):
-        CompiledFunction(cpu_blob.serialize(meta, obj))
+    with pytest.raises(cpu_blob.BlobFormatError, match=message):
+        cpu_blob.serialize(meta, obj)
 
 
-def _raw_blob(meta: dict, obj: bytes, section: bytes, *, deflated: tuple | None = None) -> bytes:
-    """A blob with exactly this metadata (serialize() would rebuild the constant table), CRC fixed;
-    `deflated`: the (metadata, object) section bytes as they are, instead of deflating these."""
+def _image(obj):
+    from etc.targets.cpu.link import link
+
+    return link(obj, "entry")
+
+
+def _raw_blob(meta: dict, obj: bytes, section: bytes = b"", *, table: bytes | None = None, image=None,
+              deflated: dict | None = None) -> bytes:
+    """A blob with exactly this metadata's table (`encode_table`, none of the writer's checks) and
+    constant section, CRC fixed; `deflated`: section bytes to store as they are instead."""
     import json
     import zlib
 
-    meta_bytes, obj = deflated or (zlib.compress(json.dumps(meta).encode()), zlib.compress(obj))
-    pad = cpu_blob._pad
-    meta_off = cpu_blob._HEADER.size
-    obj_off = meta_off + len(meta_bytes)
-    const_off = pad(obj_off + len(obj))
-    out = bytearray(cpu_blob._HEADER.pack(cpu_blob.MAGIC, cpu_blob.VERSION, 0, meta_off, len(meta_bytes), obj_off,
-                                          len(obj), const_off, len(section)))
-    for offset, payload in ((meta_off, meta_bytes), (obj_off, obj), (const_off, section)):
-        out.extend(bytes(offset - len(out)))
-        out.extend(payload)
-    struct.pack_into("<I", out, 12, cpu_blob._crc(out))
-    return bytes(out)
+    image = image or _image(obj)
+    payloads = {"table": zlib.compress(table if table is not None else cpu_blob.encode_table(meta, image)),
+                "image": zlib.compress(image.data), "info": zlib.compress(json.dumps({"producer": "test"}).encode()),
+                "constants": section}
+    payloads.update(deflated or {})
+    return cpu_blob.assemble(payloads)
+
+
+def test_the_raw_blob_of_the_tests_is_a_valid_blob(obj):
+    x = np.linspace(-2, 2, N, dtype=np.float32)
+    np.testing.assert_allclose(CompiledFunction(_raw_blob(_metadata(), obj))(x), np.abs(x) * 1.5 + 0.25)
 
 
 @pytest.mark.parametrize("which, damage, message", [
-    (1, lambda z: z[:-4] + bytes(4), "not a zlib stream"),  # its Adler-32 wrong
-    (1, lambda z: b"ELF!" + z, "not a zlib stream"),
-    (1, lambda z: z[:len(z) // 2], "not one whole zlib stream"),
-    (0, lambda z: z + b"more", "not one whole zlib stream"),
-    (1, lambda z: __import__("zlib").compress(bytes(2 << 20)), "inflates past"),
+    ("image", lambda z: z[:-4] + bytes(4), "not a zlib stream"),  # its Adler-32 wrong
+    ("image", lambda z: b"ELF!" + z, "not a zlib stream"),
+    ("image", lambda z: z[:len(z) // 2], "not one whole zlib stream"),
+    ("table", lambda z: z + b"more", "not one whole zlib stream"),
+    ("info", lambda z: __import__("zlib").compress(b"[1, 2"), "info is not JSON"),
+    ("image", lambda z: __import__("zlib").compress(bytes(2 << 20)), "inflates past"),
 ])
 def test_the_deflated_sections_are_checked(obj, monkeypatch, which, damage, message):
-    """The metadata and the code are zlib streams: one that is not, has bytes after its end, or
-    inflates past the bound (set low here) is a BlobFormatError, the CRC being right."""
-    import json
+    """The table, the code and the info are zlib streams: one that is not, has bytes after its end,
+    or inflates past the bound (set low here) is a BlobFormatError, the CRC being right."""
     import zlib
 
-    monkeypatch.setitem(cpu_blob.MAX_INFLATED, "object", 1 << 20)
-    sections = [zlib.compress(json.dumps(_metadata()).encode()), zlib.compress(obj)]
-    assert cpu_blob.deserialize(_raw_blob(_metadata(), obj, b"", deflated=tuple(sections))).object_bytes == obj
-    sections[which] = damage(sections[which])
+    monkeypatch.setitem(cpu_blob.MAX_INFLATED, "image", 1 << 20)
+    image = _image(obj)
+    good = {"table": zlib.compress(cpu_blob.encode_table(_metadata(), image)), "image": zlib.compress(image.data),
+            "info": zlib.compress(b"{}")}
+    assert cpu_blob.deserialize(_raw_blob(_metadata(), obj, deflated=good)).image.data == image.data
     with pytest.raises(cpu_blob.BlobFormatError, match=message):
-        cpu_blob.deserialize(_raw_blob(_metadata(), obj, b"", deflated=tuple(sections)))
+        cpu_blob.deserialize(_raw_blob(_metadata(), obj, deflated={**good, which: damage(good[which])}))
 
 
-def test_the_code_and_metadata_are_stored_deflated(obj):
+def test_the_code_table_and_info_are_stored_deflated(obj):
     """What the blob stores of the code and its description is their deflated bytes, and reading
-    gives them back exactly."""
+    gives them back exactly; the tools' part (info) is JSON, the loaders' part (table) binary."""
     import json
     import zlib
 
     data = cpu_blob.serialize(_metadata(), obj)
-    _, _, _, meta_off, meta_len, obj_off, obj_len, _, _ = cpu_blob._HEADER.unpack_from(data)
-    assert zlib.decompress(data[obj_off:obj_off + obj_len]) == obj and obj_len < len(obj)
-    assert json.loads(zlib.decompress(data[meta_off:meta_off + meta_len]))["entry"] == "entry"
-    assert cpu_blob.deserialize(data).object_bytes == obj
+    places = cpu_blob.sections(data)
+
+    def section(name):
+        off, n = places[name]
+        return zlib.decompress(data[off:off + n])
+
+    image = _image(obj)
+    assert section("image") == image.data and places["image"][1] < len(image.data)
+    assert section("table")[:4] == cpu_blob.TABLE_MAGIC
+    assert json.loads(section("info"))["entry"] == "entry"
+    assert cpu_blob.deserialize(data).image == image
+
+
+def _head(table: bytes) -> dict:
+    record, names = cpu_blob.TABLE_RECORDS["head"]
+    return dict(zip(names, record.unpack_from(table)))
+
+
+def _with_head(table: bytes, **changes) -> bytes:
+    record, names = cpu_blob.TABLE_RECORDS["head"]
+    head = {**_head(table), **changes}
+    return record.pack(*(head[n] for n in names)) + table[record.size:]
+
+
+def _list_at(table: bytes, name: str) -> int:
+    head = _head(table)
+    at = cpu_blob.TABLE_RECORDS["head"][0].size
+    for other in cpu_blob._LISTS:
+        if other == name:
+            return at
+        at += head[f"n_{other}"] * cpu_blob.TABLE_RECORDS[other][0].size
+    raise KeyError(name)
+
+
+def _patched_record(table: bytes, which: str, k: int, **changes) -> bytes:
+    record, names = cpu_blob.TABLE_RECORDS[which]
+    at = _list_at(table, which) + k * record.size
+    values = {**dict(zip(names, record.unpack_from(table, at))), **changes}
+    out = bytearray(table)
+    record.pack_into(out, at, *(values[n] for n in names))
+    return bytes(out)
+
+
+TABLE_CASES = {
+    "bad magic": (lambda t: _with_head(t, magic=b"XXXX"), "head magic"),
+    "too many args": (lambda t: _with_head(t, n_args=1 << 20), "args records of 16 bytes do not fit"),
+    "string pool size": (lambda t: _with_head(t, strings_size=3), "string pool"),
+    "triple outside the pool": (lambda t: _with_head(t, triple=1 << 20), "string offset 1048576"),
+    "unknown entry ABI": (lambda t: _with_head(t, entry_abi=7), "entry ABI 7"),
+    "arg kind": (lambda t: _patched_record(t, "args", 0, kind=9), r"args\[0\]: kind 9"),
+    "arg dtype": (lambda t: _patched_record(t, "args", 0, dtype=99), r"args\[0\]: dtype code 99"),
+    "arg dims past the pool": (lambda t: _patched_record(t, "args", 0, dims_at=1000), r"args\[0\]: 1 dims from 1000"),
+    "arg rank": (lambda t: _patched_record(t, "args", 1, rank=40), r"args\[1\]: 40 dims"),
+    "dynamic dim past the rank": (lambda t: _patched_record(t, "args", 0, dynamic=2), r"args\[0\]\.dynamic"),
+    "input index": (lambda t: _patched_record(t, "args", 0, index=5), r"args\[0\]\.name: '5'"),
+    "entry outside the code": (lambda t: _with_head(t, entry=1 << 20), "entry 1048576 is not in an executable"),
+    "segment outside the image": (lambda t: _patched_record(t, "segments", 0, size=1 << 30), "segment 0"),
+    "writable code": (lambda t: _patched_record(t, "segments", 0, prot=7), "segment 0 has protection 7"),
+    "import slot in the code": (lambda t: _patched_record(t, "imports", 0, offset=0), "import slot at 0"),
+    "import slot past the end": (lambda t: _patched_record(t, "imports", 0, offset=1 << 40), "import slot at"),
+    "import of another function": (lambda t: _patched_record(t, "imports", 0, name=_head(t)["triple"]),
+                                   "imports 'x86_64"),
+    "stored bytes past the image": (lambda t: _with_head(t, image_stored=1 << 40), "more than its size"),
+    "stored bytes not the image's": (lambda t: _with_head(t, image_stored=_head(t)["image_stored"] - 1),
+                                     "the table says"),
+    "image size": (lambda t: _with_head(t, image_size=8100), "size 8100 is not a multiple"),
+    "machine": (lambda t: _with_head(t, machine=183), "machine aarch64 is not the architecture"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TABLE_CASES))
+def test_the_table_is_checked_before_anything_is_mapped(obj, case):
+    corrupt, message = TABLE_CASES[case]
+    table = cpu_blob.encode_table(_metadata(), _image(obj))
+    with pytest.raises(cpu_blob.BlobFormatError, match=message):
+        cpu_blob.deserialize(_raw_blob(_metadata(), obj, table=corrupt(table)))
+
+
+def test_a_fixup_must_point_into_the_image(obj):
+    from etc.targets.cpu.image import Image
+
+    image = _image(obj)
+    bad = Image(**{**image.__dict__, "fixups": [image.imports[0][0]]})
+    bad.data = bytearray(image.data)
+    struct.pack_into("<Q", bad.data, image.imports[0][0], 1 << 40)
+    bad.data = bytes(bad.data)
+    with pytest.raises(cpu_blob.BlobFormatError, match="points 1099511627776 bytes in"):
+        cpu_blob.deserialize(_raw_blob(_metadata(), obj, image=bad))
 
 
 @pytest.mark.parametrize("entry, message", [
     ({"offset": 64, "nbytes": 16, "dtype": "float32", "shape": [4]}, r"bytes \[64, \+16\) of \[4\] float32"),
     ({"offset": 0, "nbytes": 8, "dtype": "float32", "shape": [4]}, r"bytes \[0, \+8\) of \[4\] float32"),
-    ({"offset": 0, "nbytes": 16, "dtype": "complex64", "shape": [2]}, "not a tensor element type"),
 ])
 def test_constants_must_fit_their_section(obj, entry, message):
     meta = dict(_metadata(), constants={"w": entry})
@@ -175,6 +272,12 @@ def test_constants_must_fit_their_section(obj, entry, message):
                                           obj, bytes(16))).constant("w").shape == (4,)
     with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
         cpu_blob.deserialize(_raw_blob(meta, obj, bytes(16)))
+
+
+def test_a_constant_must_be_a_tensor_element_type():
+    with pytest.raises(cpu_blob.BlobFormatError, match="not a tensor element type"):
+        cpu_blob.check_metadata(dict(_metadata(), constants={"w": {"offset": 0, "nbytes": 16, "dtype": "complex64",
+                                                                   "shape": [2]}}), 16)
 
 
 # ------------------------------------------------------------------- the ELF object
@@ -228,11 +331,11 @@ ELF_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(ELF_CASES))
-def test_object_code_is_checked_before_it_is_mapped(obj, case):
+def test_object_code_is_checked_before_it_is_linked(obj, case):
     corrupt, message = ELF_CASES[case]
     bad = corrupt(obj)
-    with pytest.raises(BackendError, match=message):
-        CompiledFunction(cpu_blob.serialize(_metadata(), bad))
+    with pytest.raises(LoweringError, match=message):
+        cpu_blob.serialize(_metadata(), bad)
 
 
 def test_a_missing_cpu_feature_error_suggests_what_works(obj):
@@ -277,8 +380,12 @@ def test_a_packed_weight_is_stored_without_its_last_panels_zero_columns():
                                            ("8", "not a column count"), (8, r"bytes \[0, \+64\)")])
 def test_a_trimmed_constant_must_fit_its_shape(obj, tail, message):
     entry = {"offset": 0, "nbytes": 64, "dtype": "float32", "shape": [2, 4, 64], "tail": tail}
+    meta = dict(_metadata(), constants={"w": entry})
     with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
-        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants={"w": entry}), obj, bytes(64)))
+        cpu_blob.check_metadata(meta, 64)
+    if type(tail) is int and tail >= 0:  # what the table can hold: the reader's checks
+        with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
+            cpu_blob.deserialize(_raw_blob(meta, obj, bytes(64)))
 
 
 # ------------------------------------------------------------------- narrowed constants
@@ -324,8 +431,12 @@ def test_a_packed_weight_both_narrowed_and_trimmed_comes_back_whole():
                                              ("int16", r"bytes \[0, \+16\)")])
 def test_a_narrowed_constant_must_name_a_narrower_type(obj, stored, message):
     entry = {"offset": 0, "nbytes": 16, "dtype": "int32", "shape": [4], "stored": stored}
+    meta = dict(_metadata(), constants={"w": entry})
     with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
-        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants={"w": entry}), obj, bytes(16)))
+        cpu_blob.check_metadata(meta, 16)
+    if stored != "int32":  # the table stores "not narrowed" as the same type
+        with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['w'\].*{message}"):
+            cpu_blob.deserialize(_raw_blob(meta, obj, bytes(16)))
 
 
 # ------------------------------------------------------------------- derived constants
@@ -382,8 +493,12 @@ def test_a_derived_constant_must_name_a_recipe_and_sources_that_fit(obj, recipe,
     panels, scales, _ = _int4_panels(37, 96, 32)
     section, table = cpu_blob.pack_constants({"w": panels, "s": scales})
     table["c"] = {"offset": 0, "nbytes": 0, "dtype": "float32", "shape": shape, "derive": recipe}
+    meta = dict(_metadata(), constants=table)
     with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['c'\].*{message}"):
-        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants=table), obj, section))
+        cpu_blob.check_metadata(meta, len(section))
+    if recipe["op"] in cpu_blob.DERIVE_OPS and recipe["scales"] in table:  # what the table can hold
+        with pytest.raises(cpu_blob.BlobFormatError, match=rf"constants\['c'\].*{message}"):
+            cpu_blob.deserialize(_raw_blob(meta, obj, section))
 
 
 def test_a_recipe_is_checked_after_the_constants_it_names(obj):
@@ -394,4 +509,4 @@ def test_a_recipe_is_checked_after_the_constants_it_names(obj):
     table = {"c": {"offset": 0, "nbytes": 0, "dtype": "float32", "shape": [37], "derive": recipe},
              "w": dict(table["w"], shape="bad"), "s": table["s"]}
     with pytest.raises(cpu_blob.BlobFormatError, match=r"constants\['w'\]\.shape"):
-        cpu_blob.deserialize(_raw_blob(dict(_metadata(), constants=table), obj, section))
+        cpu_blob.check_metadata(dict(_metadata(), constants=table), len(section))

@@ -1,24 +1,25 @@
-"""Linking a cpu blob in-process (targets/cpu/runtime.py) never aborts the process (issue 9).
+"""Loading a cpu blob in-process never aborts the process, and its code reaches its constants (issue 9).
 
 A ViT-B/16 compiled for the cpu target died of SIGABRT while its program loaded: LLVM
 (assertions on in llvmlite's build) stopped at `Assertion isInt<32>(RealOffset) failed`
 in RuntimeDyldELF::resolveX86_64Relocation. The small code model reaches the constant
 pool (.rodata.cst*) with 32-bit PC-relative displacements, and MCJIT's default memory
 manager maps code and read-only data separately, wherever mmap finds room: in a big,
-fragmented process the two land more than 2 GiB apart. The runtime now loads x86-64 ELF
-objects itself, in one mapping (`runtime.load_elf_x86_64`). `_CHILD` builds that
-layout on purpose (every free gap above a 4 GiB reservation filled, but a few one-page holes:
-the one-page constant pool goes above, the code below), so the tests do not depend on a
-model's size. Each link runs in a child process: a regression aborts the child, not pytest.
+fragmented process the two land more than 2 GiB apart. Since issue 25 the blob carries an
+image linked at compile time (`link.py`) and the runtime maps it whole (`runtime.map_image`):
+`_CHILD` builds the bad layout on purpose (every free gap above a 4 GiB reservation filled,
+but a few one-page holes), so the tests do not depend on a model's size. Each load runs in a
+child process: a regression aborts the child, not pytest.
 
 The objects are built from LLVM IR with llvmlite directly, not by the compiler: these are
-tests of the runtime's linker.
+tests of the linker and the loader.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import struct
 import subprocess
 import sys
 import textwrap
@@ -26,8 +27,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from etc.errors import BackendError
+from etc.errors import BackendError, LoweringError
 from etc.targets.cpu import blob as cpu_blob
+from etc.targets.cpu import elf as cpu_elf
 from etc.targets.cpu import runtime as cpu_runtime
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
@@ -40,7 +42,9 @@ def _object(body_calls: str = "", declare: str = "") -> bytes:
     """`out[i] = in[i] * 1.5 + 0.25` unrolled K times (volatile: one constant-pool load each)."""
     import llvmlite.binding as llvm
 
-    cpu_runtime._llvm()
+    from etc.targets.cpu.isa import init_llvm
+
+    init_llvm()
     lines = [declare, "define void @entry(ptr %args) {", "  %pin = load ptr, ptr %args",
              "  %s1 = getelementptr ptr, ptr %args, i64 1", "  %pout = load ptr, ptr %s1", body_calls]
     for i in range(K):
@@ -144,86 +148,116 @@ def _run_child(tmp_path, blob: bytes) -> str:
 def test_code_and_constants_mapped_far_apart_still_link(tmp_path):
     """Before the fix: SIGABRT, `Assertion isInt<32>(RealOffset) failed` (the ViT-B/16 load)."""
     obj = _object()
-    info = cpu_runtime.elf_object_info(obj)
-    assert 2 in info["relocations"]  # R_X86_64_PC32 into the constant pool: what overflowed
+    assert 2 in {r[2] for r in cpu_elf.Elf(obj).relocations}  # R_X86_64_PC32 into the constant pool: what overflowed
     assert _run_child(tmp_path, _blob(obj)) == "OK"
 
 
-def test_undefined_symbol_is_a_backend_error_not_an_abort(tmp_path):
-    """LLVM: "Program used external function 'etc_no_such_function' which could not be resolved!",
-    then abort(); now a BackendError before linking."""
+def test_an_undefined_symbol_is_refused_when_the_blob_is_written():
+    """LLVM's MCJIT: "Program used external function 'etc_no_such_function' which could not be
+    resolved!", then abort(); the linker refuses it at compile time, naming it."""
     obj = _object("  call void @etc_no_such_function()", "declare void @etc_no_such_function()")
-    assert "etc_no_such_function" in cpu_runtime.elf_object_info(obj)["undefined"]
-    out = _run_child(tmp_path, _blob(obj))
-    assert out.startswith("BackendError:") and "etc_no_such_function" in out
-    with pytest.raises(BackendError, match="etc_no_such_function"):
-        cpu_runtime.check_linkable(obj)
+    with pytest.raises(LoweringError, match="etc_no_such_function"):
+        _blob(obj)
 
 
 def test_libc_and_libm_calls_link():
     obj = _object("  %m = call float @erff(float 1.0)\n  call void @llvm.memset.p0.i64(ptr %pout, i8 0, i64 64, i1 false)",
                   "declare float @erff(float)\ndeclare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
-    cpu_runtime.check_linkable(obj)
+    data = _blob(obj)
+    names = {name for _, name in cpu_blob.deserialize(data).image.imports}
+    assert {"erff", "memset"} <= names
     x = np.arange(K, dtype=np.float32)
-    np.testing.assert_allclose(cpu_runtime.CompiledFunction(_blob(obj))(x), x * 1.5 + 0.25, rtol=1e-6)
+    np.testing.assert_allclose(cpu_runtime.CompiledFunction(data)(x), x * 1.5 + 0.25, rtol=1e-6)
 
 
-def test_elf_object_info_rejects_truncated_objects():
-    obj = _object()
-    assert cpu_runtime.elf_object_info(b"not an object") is None
-    with pytest.raises(BackendError, match="not a valid ELF object: section header table"):
-        cpu_runtime.check_linkable(obj[:200])
+def test_a_truncated_object_is_a_lowering_error():
+    with pytest.raises(LoweringError, match="not a valid ELF object: section header table"):
+        _blob(_object()[:200])
 
 
-def test_compacted_objects_keep_only_the_symbols_a_loader_needs_and_compute_the_same():
-    """`elf.compact` (every cpu object goes through it) drops the file symbol, local functions and
-    the constant pools' `.LCPI` labels, pointing their relocations at the section instead: the
-    linked code computes the same, externals (stubs) and the entry still resolve."""
-    import llvmlite.binding as llvm
-
-    from etc.targets.cpu import elf as cpu_elf
-
-    cpu_runtime._llvm()
-    text = """
+_POINTERS = """
+    @table = internal constant [4 x float] [float 1.0, float 2.0, float 4.0, float 8.0]
+    @scale = global float 3.0
+    @rows = internal constant [2 x ptr] [ptr @table, ptr getelementptr (float, ptr @table, i64 2)]
     declare float @erff(float)
-    define internal float @twice(float %v) noinline {
-      %r = fmul float %v, 2.0
-      ret float %r
-    }
     define void @entry(ptr %args) {
       %pin = load ptr, ptr %args
       %s1 = getelementptr ptr, ptr %args, i64 1
       %pout = load ptr, ptr %s1
-      %x = load <4 x float>, ptr %pin
-      %y = fmul <4 x float> %x, <float 1.5, float 2.5, float 3.5, float 4.5>
-      %z = fadd <4 x float> %y, <float 0.25, float 0.5, float 0.75, float 1.0>
-      %e = extractelement <4 x float> %z, i32 0
-      %t = call float @twice(float %e)
-      %m = call float @erff(float %t)
-      %w = insertelement <4 x float> %z, float %m, i32 0
-      store <4 x float> %w, ptr %pout
+      %i = load float, ptr %pin
+      %r1 = getelementptr ptr, ptr @rows, i64 1
+      %row = load ptr, ptr %r1
+      %v = load float, ptr %row
+      %s = load float, ptr @scale
+      %e = call float @erff(float %i)
+      %a = fmul float %v, %s
+      %b = fadd float %a, %e
+      store float %b, ptr %pout
       ret void
     }
-    """
-    mod = llvm.parse_assembly(text)
-    mod.triple = llvm.get_process_triple()
-    tm = llvm.Target.from_default_triple().create_target_machine(reloc="pic", codemodel="default", opt=0)
-    obj = tm.emit_object(mod)
-    small = cpu_elf.compact(obj)
-    before, after = cpu_elf.Elf(obj), cpu_elf.Elf(small)
-    assert any(name.startswith(".LCPI") for name, _, _ in before.symbols)
-    assert "twice" in {name for name, _, _ in before.symbols}
-    assert {name for name, _, _ in after.symbols} == {"", "entry", "erff"}
-    assert len(small) < len(obj) and cpu_elf.compact(small) == small
-    assert len(after.relocations) == len(before.relocations)
+"""
 
-    def run(o):
-        meta = {"triple": llvm.get_process_triple(), "cpu": "generic", "required_features": [], "entry": "entry",
-                "scratch_bytes": 0, "num_threads": 1, "entry_abi": "flat", "producer": "test",
-                "args": [{"kind": "input", "dtype": "float32", "shape": [4], "name": "0"},
-                         {"kind": "output", "dtype": "float32", "shape": [4], "name": "0"}]}
-        return cpu_runtime.CompiledFunction(cpu_blob.serialize(meta, o))(np.array([1, 2, 3, 4], np.float32))
 
-    got, want = run(small), run(obj)
-    np.testing.assert_array_equal(got, want)
-    assert want[1] == 2 * 2.5 + 0.5 and abs(want[0] - 0.99999) < 1e-4  # erf(2 * 1.75)
+def _pointer_object(triple: str) -> bytes:
+    """Data pointing into the image (@rows: absolute addresses -> fixups), a preemptible global read
+    through the GOT (@scale: a GOT slot holding an image address, a fixup), an external call (a
+    stub and an import)."""
+    import llvmlite.binding as llvm
+
+    from etc.targets.cpu.isa import init_llvm
+
+    init_llvm()
+    mod = llvm.parse_assembly(_POINTERS)
+    mod.triple = triple
+    tm = llvm.Target.from_triple(triple).create_target_machine(reloc="pic", codemodel="default", opt=0)
+    return tm.emit_object(mod)
+
+
+@pytest.mark.parametrize("triple", ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"])
+def test_data_pointers_and_got_slots_become_fixups(triple):
+    from etc.targets.cpu import link
+
+    image = link.link(_pointer_object(triple), "entry")
+    assert [name for _, name in image.imports] == ["erff"]
+    assert len(image.fixups) >= 3  # @rows' two words and @scale's GOT slot
+    code = [(s.offset, s.offset + s.size) for s in image.segments if s.prot & 4]
+    for offset in image.fixups:  # each an image offset, outside the code
+        value = struct.unpack_from("<Q", image.data, offset)[0]
+        assert value < image.size and not any(lo <= offset < hi for lo, hi in code)
+
+
+def test_fixups_and_got_slots_compute_the_right_values():
+    import llvmlite.binding as llvm
+
+    meta = {"triple": llvm.get_process_triple(), "entry": "entry", "entry_abi": "flat", "num_threads": 1,
+            "args": [{"kind": "input", "dtype": "float32", "shape": [1], "name": "0"},
+                     {"kind": "output", "dtype": "float32", "shape": [1], "name": "0"}]}
+    fn = cpu_runtime.CompiledFunction(cpu_blob.serialize(meta, _pointer_object(llvm.get_process_triple())))
+    import math
+
+    np.testing.assert_allclose(fn(np.array([0.5], np.float32)), [4.0 * 3.0 + math.erf(0.5)], rtol=1e-6)
+
+
+def test_the_image_is_mapped_write_xor_execute_and_unmapped_with_its_function():
+    """No page of a loaded image is writable and executable; it is unmapped once its function is gone."""
+    import gc
+
+    fn = cpu_runtime.CompiledFunction(_blob(_object()))
+    lo = fn._address - cpu_blob.deserialize(_blob(_object())).image.entry
+
+    def mappings():
+        out = {}
+        with open("/proc/self/maps") as f:
+            for line in f:
+                span, perms = line.split()[:2]
+                a, b = (int(v, 16) for v in span.split("-"))
+                if lo <= a < lo + (1 << 20):
+                    out[a] = perms
+        return out
+
+    perms = mappings()
+    assert perms and any("x" in p for p in perms.values())
+    assert not any("w" in p and "x" in p for p in perms.values()), perms
+    del fn
+    gc.collect()
+    assert lo not in mappings()

@@ -15,7 +15,6 @@ to end: bf16 programs (a CNN, a transformer block) match torch run in bf16.
 from __future__ import annotations
 
 import collections
-import itertools
 
 import numpy as np
 import pytest
@@ -28,7 +27,7 @@ from etc.runtime import Runtime
 from etc.runtime.kernels.common import BFLOAT16, bfloat16_to_float32, is_bfloat16
 from etc.runtime.kernels.coverage import out_variant_of
 from etc.schema import from_torch_dtype
-from test_kernels_opinfo import SKIP, TIE_INDEX, _tensors, op_db
+from test_kernels_opinfo import SKIP, TIE_INDEX, _tensors, op_db, opinfo_samples, outside_torchs_test_harness
 
 OTHER_DTYPES = {torch.int64, torch.int32, torch.bool, torch.uint8}
 # Fewer samples than the float32 run: the bf16 path is the same conversion around every kernel,
@@ -159,8 +158,7 @@ def _run_opinfos(ops):
         if torch.bfloat16 not in opinfo.supported_dtypes("cpu"):
             continue
         try:
-            samples = list(itertools.islice(opinfo.sample_inputs("cpu", torch.bfloat16, requires_grad=False),
-                                            SAMPLES_PER_OP))
+            samples = opinfo_samples(opinfo, torch.bfloat16, SAMPLES_PER_OP)
         except Exception:
             continue
         if samples:
@@ -170,7 +168,7 @@ def _run_opinfos(ops):
                 pass
         for sample in samples:
             try:
-                with _Differ(results):
+                with outside_torchs_test_harness(), _Differ(results):
                     opinfo.op(sample.input, *sample.args, **sample.kwargs)
             except Exception:
                 pass  # torch refused the sample itself; nothing to compare

@@ -12,6 +12,8 @@ storage (ATen offsets into the whole storage; a .pte tensor is always its own st
 """
 
 import collections
+import contextlib
+import itertools
 import sys
 import types
 
@@ -143,13 +145,42 @@ class _Differ(TorchDispatchMode):
         self.results[name].append(None)  # one comparison made
 
 
+@contextlib.contextmanager
+def outside_torchs_test_harness():
+    """OpInfo sample generation outside torch's own unittest harness, without its bookkeeping.
+
+    `sample_inputs` looks for the running unittest.TestCase with inspect.stack() (reading the
+    source of every frame of pytest's deep stack: 0.1 s a call, over half of these tests' time,
+    and it finds none here), and the samples' torch.manual_seed records a formatted stack for each
+    lazy CUDA/XPU/MTIA seeding (no such device here). Both are skipped; the samples are the same."""
+    from torch.testing._internal import common_utils
+
+    devices = [getattr(torch, name) for name in ("cuda", "xpu", "mtia") if hasattr(torch, name)]
+    saved = [(common_utils, "extract_test_fn", common_utils.extract_test_fn)]
+    saved += [(device, "manual_seed_all", device.manual_seed_all) for device in devices]
+    common_utils.extract_test_fn = lambda: None
+    for device in devices:
+        device.manual_seed_all = lambda seed: None
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def opinfo_samples(opinfo, dtype, count: int) -> list:
+    """The first `count` samples of `opinfo` for `dtype` (generated lazily: some OpInfos have hundreds)."""
+    with outside_torchs_test_harness():
+        return list(itertools.islice(opinfo.sample_inputs("cpu", dtype, requires_grad=False), count))
+
+
 def _run_opinfos(ops, dtype, noncontiguous):
     results = collections.defaultdict(list)
     for opinfo in ops:
         if dtype not in opinfo.supported_dtypes("cpu"):
             continue
         try:
-            samples = list(opinfo.sample_inputs("cpu", dtype, requires_grad=False))[:SAMPLES_PER_OP]
+            samples = opinfo_samples(opinfo, dtype, SAMPLES_PER_OP)
         except Exception:
             continue
         for sample in samples:
@@ -159,7 +190,7 @@ def _run_opinfos(ops, dtype, noncontiguous):
                 except Exception:
                     continue
             try:
-                with _Differ(results):
+                with outside_torchs_test_harness(), _Differ(results):
                     opinfo.op(sample.input, *sample.args, **sample.kwargs)
             except Exception:
                 pass  # torch refused the sample itself; nothing to compare

@@ -54,7 +54,8 @@ def test_the_wheel_holds_every_package_and_data_file(wheel):
         dirs[:] = [d for d in dirs if not d.startswith((".", "__")) and d not in ("test", "build")
                    and not d.endswith(".egg-info")]
         for f in files:
-            if f.endswith((".py", ".json", ".fbs")) and f != "setup.py":
+            if f.endswith((".py", ".json", ".fbs")) and f != "setup.py" or rel.endswith("firmware") and \
+                    f.endswith((".c", ".h", ".ld")):
                 expected.add(os.path.normpath(os.path.join("etc", rel, f)).replace(os.sep, "/"))
     missing = sorted(expected - names)
     assert not missing, f"not in the wheel: {missing}"

@@ -5,7 +5,8 @@ constant, output (the out-params bufferization added, unlabelled until now) and 
 buffer. This pass labels the outputs (`etc.cpu.arg = "output:<i>"`), marks every argument
 `llvm.noalias` (the runtime never passes overlapping buffers: outputs and scratch never
 overlap inputs, so LLVM vectorizes without alias checks; except the output and input of an
-in-place pair, `etc.cpu.in_place`, which may be one buffer), and writes the ABI the blob
+in-place pair, `etc.cpu.in_place`, which may be one buffer, and scratch buffers that share bytes
+with another, etc-cpu-plan-scratch's lifetime reuse), and writes the ABI the blob
 header records as the module attribute
 
     etc.cpu.abi = [{kind = "input", name = "0", dtype = "float32", shape = array<i64: 1, 3>}, ...]
@@ -53,6 +54,7 @@ def entry_abi(module, options=None) -> int:
     shared = {("output", str(k)) for k, _ in pairs} | {("input", str(j)) for _, j in pairs}
     outputs = 0
     entries = []
+    sharing = _sharing_scratch(block, attrs)
     with fn.context:
         for i, (arg, a) in enumerate(zip(block.arguments, attrs)):
             label = arg_label(a)
@@ -79,7 +81,7 @@ def entry_abi(module, options=None) -> int:
             entries.append(ir.DictAttr.get(entry))
             a.pop("bufferization.writable", None)
             a.pop(PACK_ATTR, None)
-            if label not in shared:
+            if label not in shared and i not in sharing:
                 a["llvm.noalias"] = ir.UnitAttr.get()
         set_arg_attrs(fn, attrs)
         module.attributes[ABI_ATTR] = ir.ArrayAttr.get(entries)
@@ -87,6 +89,31 @@ def entry_abi(module, options=None) -> int:
             ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 0)
         module.attributes[SCRATCH_ATTR] = scratch
     return len(entries)
+
+
+def _sharing_scratch(block, attrs) -> set:
+    """Positions of the scratch arguments whose bytes overlap another's (etc-cpu-plan-scratch gives
+    buffers with disjoint lifetimes the same bytes): those are not `noalias` in the entry."""
+    from etc.targets.cpu.passes.plan_scratch import element_bytes
+
+    ranges = []
+    for i, (arg, a) in enumerate(zip(block.arguments, attrs)):
+        label = arg_label(a)
+        if label is None or label[0] != "scratch" or not isinstance(arg.type, ir.MemRefType):
+            continue
+        t = ir.MemRefType(arg.type)
+        nbytes = element_bytes(t.element_type)
+        for size in t.shape:
+            nbytes *= size
+        ranges.append((int(label[1]), int(label[1]) + max(nbytes, 1), i))
+    ranges.sort()
+    sharing = set()
+    for k, (lo, hi, i) in enumerate(ranges):
+        for other_lo, other_hi, j in ranges[k + 1:]:
+            if other_lo >= hi:
+                break
+            sharing |= {i, j}
+    return sharing
 
 
 def read_abi(module) -> list[dict]:

@@ -20,8 +20,8 @@
 // CHECK: @llvm.roundeven.v8f32
 // CHECK-NOT: @expf
 // CHECK-NOT: declare {{.*}}@malloc
-// M7: // target: thumbv7em-none-eabihf (cortex-m7)
-// M7: target triple = "thumbv7em-none-eabihf"
+// M7: // target: thumbv7em-unknown-none-eabihf (cortex-m7)
+// M7: target triple = "thumbv7em-unknown-none-eabihf"
 // M7: define {{.*}}void @etc_cpu_entry(ptr
 // M7-NOT: i64
 // M7: ret void

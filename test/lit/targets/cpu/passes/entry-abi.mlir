@@ -24,3 +24,15 @@ module attributes {etc.cpu.in_place = array<i64: 0, 1>} {
     return
   }
 }
+
+// -----
+
+// Scratch buffers sharing bytes (etc-cpu-plan-scratch gives disjoint lifetimes the same offset)
+// are not noalias in the entry; a scratch buffer of its own bytes still is.
+// CHECK-LABEL: func.func @reuse
+// CHECK-SAME: %{{.*}}: memref<4xf32> {etc.cpu.arg = "scratch:0"}, %{{.*}}: memref<2xf32> {etc.cpu.arg = "scratch:0"}, %{{.*}}: memref<4xf32> {etc.cpu.arg = "scratch:64", llvm.noalias})
+func.func @reuse(%out: memref<4xf32>, %a: memref<4xf32> {etc.cpu.arg = "scratch:0"},
+                 %b: memref<2xf32> {etc.cpu.arg = "scratch:0"}, %c: memref<4xf32> {etc.cpu.arg = "scratch:64"})
+    attributes {etc.cpu.scratch_bytes = 128 : i64} {
+  return
+}

@@ -3,26 +3,39 @@
 // RUN: etc-opt %s --split-input-file --verify-diagnostics --etc-cpu-plan-scratch=alignment=3
 
 // Each static alloc becomes a trailing argument at an aligned offset inside one scratch
-// buffer (40 + 24 bytes at 64-byte alignment: offsets 0 and 64, 128 bytes in all); its
-// dealloc goes.
+// buffer; its dealloc goes. Buffers whose lifetimes (the top-level ops using them or a view of
+// them) overlap get disjoint bytes: %a (40 bytes, from its fill to its copy) at 0, %b (24 bytes,
+// from its view to the fill through it) at 64. %c, used only after both, reuses offset 0: 128
+// bytes in all.
 // CHECK-LABEL: func.func @f
-// CHECK-SAME: %[[T0:[a-z0-9]+]]: memref<10xf32> {etc.cpu.arg = "scratch:0"}
-// CHECK-SAME: %[[T1:[a-z0-9]+]]: memref<3xi64> {etc.cpu.arg = "scratch:64"}
+// CHECK-SAME: %[[A:[a-z0-9]+]]: memref<10xf32> {etc.cpu.arg = "scratch:0"}
+// CHECK-SAME: %[[B:[a-z0-9]+]]: memref<3xi64> {etc.cpu.arg = "scratch:64"}
+// CHECK-SAME: %[[C:[a-z0-9]+]]: memref<16xf32> {etc.cpu.arg = "scratch:0"}
 // CHECK-SAME: etc.cpu.scratch_bytes = 128 : i64
 // CHECK-NOT: memref.alloc
 // CHECK-NOT: memref.dealloc
-// CHECK: linalg.fill ins(%{{.*}} : f32) outs(%[[T0]] : memref<10xf32>)
+// CHECK: linalg.fill ins(%{{.*}} : f32) outs(%[[A]] : memref<10xf32>)
+// A128: etc.cpu.arg = "scratch:0"
 // A128: etc.cpu.arg = "scratch:128"
 // A128-SAME: etc.cpu.scratch_bytes = 256 : i64
 // expected-error@+1 {{etc-cpu-plan-scratch: alignment must be a power of two, got 3}}
-func.func @f(%out: memref<10xf32> {etc.cpu.arg = "output:0"}) {
+func.func @f(%out: memref<10xf32> {etc.cpu.arg = "output:0"}, %idx: memref<3xi64> {etc.cpu.arg = "output:1"},
+             %last: memref<16xf32> {etc.cpu.arg = "output:2"}) {
   %z = arith.constant 0.0 : f32
   %a = memref.alloc() : memref<10xf32>
   %b = memref.alloc() : memref<3xi64>
+  %c = memref.alloc() : memref<16xf32>
   linalg.fill ins(%z : f32) outs(%a : memref<10xf32>)
+  %v = memref.subview %b[0] [2] [1] : memref<3xi64> to memref<2xi64, strided<[1]>>
   memref.copy %a, %out : memref<10xf32> to memref<10xf32>
+  memref.copy %b, %idx : memref<3xi64> to memref<3xi64>
+  %zero = arith.constant 0 : i64
+  linalg.fill ins(%zero : i64) outs(%v : memref<2xi64, strided<[1]>>)
+  linalg.fill ins(%z : f32) outs(%c : memref<16xf32>)
+  memref.copy %c, %last : memref<16xf32> to memref<16xf32>
   memref.dealloc %a : memref<10xf32>
   memref.dealloc %b : memref<3xi64>
+  memref.dealloc %c : memref<16xf32>
   return
 }
 
