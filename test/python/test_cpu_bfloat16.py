@@ -97,3 +97,39 @@ def test_bf16_elementwise_chains_round_every_op_as_torch_does(target):
             got = _bf16(got)
             assert torch.equal(got.view(torch.int16)[~want.isnan()], want.view(torch.int16)[~want.isnan()]), n
             assert torch.equal(got.isnan(), want.isnan()), n
+
+
+# What the pipeline emitted for the fuzzer model's epilogue before etc-cpu-widen-bf16: scalar bf16
+# arithmetic, which LLVM's loop vectorizer turns into <N x bfloat> fmul/fadd.
+_SCALAR_BF16_LOOP = """
+define void @epilogue(ptr noalias %0, ptr noalias %1) {
+  br label %3
+3:
+  %4 = phi i64 [ %12, %6 ], [ 0, %2 ]
+  %5 = icmp slt i64 %4, 64
+  br i1 %5, label %6, label %13
+6:
+  %7 = getelementptr inbounds float, ptr %0, i64 %4
+  %8 = load float, ptr %7, align 4
+  %9 = fptrunc float %8 to bfloat
+  %10 = fmul bfloat %9, 0xR3F40
+  %11 = fadd bfloat %10, 0xR3F00
+  %p = getelementptr inbounds bfloat, ptr %1, i64 %4
+  store bfloat %11, ptr %p, align 2
+  %12 = add i64 %4, 1
+  br label %3
+13:
+  ret void
+}
+"""
+
+
+def test_vector_bf16_arithmetic_is_a_lowering_error_not_an_llvm_abort():
+    """LLVM's code generator aborts the process on vector bf16 arithmetic (an assertion): the
+    optimized IR is checked first, so a compiler bug that lets some through is an error."""
+    from etc.errors import LoweringError
+    from etc.targets.cpu import codegen
+    from etc.targets.cpu.isa import host_target
+
+    with pytest.raises(LoweringError, match="vector bfloat16"):
+        codegen.emit_object(_SCALAR_BF16_LOOP, host_target())
