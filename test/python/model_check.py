@@ -40,7 +40,14 @@ CONFIGS = {
     "cpu": {},
     "cpu-2threads": {"num_threads": 2, "calibrate": False},
     "cpu-profile": {"profile": True},
+    # The one-thread cpu compile as a C library (`to_library`), called from a C harness built with
+    # the system cc (test/python/library_harness.py), where the model qualifies: float32 or int8
+    # (a bf16 buffer is raw bits in C), every method one delegate call.
+    "library": {},
 }
+
+# What `to_library` refuses by design (the model does not qualify): counted, not a failure.
+LIBRARY_REFUSALS = ("every method must be one delegate call", "is not supported")
 
 # The unit roundoff of each float dtype: an output's tolerance is err * UNIT * its magnitude.
 UNIT = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "int8": 2.0 ** -24}
@@ -267,6 +274,57 @@ def compare(spec, method, call, got, want, allowance=0.0):
                            f"(etc {float(g64[finite][at]):.6g}, eager {float(w64[finite][at]):.6g}); {kind}")
 
 
+def check_library(spec, edge, reference, allowances, directory):
+    """Build the program as a C library in `directory`, call each method from a C harness (every buffer
+    at the edge of a guard page, in turn) on each call's inputs and compare with eager there; raise
+    Mismatch if an output differs or the harness dies. Returns "ran", or why the model does not
+    qualify (then nothing ran)."""
+    import os
+    import subprocess
+    import sys
+
+    import etc
+    from etc.errors import LoweringError
+    from etc.targets.cpu import CpuPartitioner, firmware
+
+    if spec["dtype"] == "bfloat16":
+        return "not applicable: bfloat16 (its C buffers are raw bits; the harness compares numbers)"
+    sys.path.insert(0, os.path.join(os.path.dirname(etc.__file__), "test", "python"))
+    from library_harness import Case, harness_source
+
+    edge = copy_edge(edge).to_backend(CpuPartitioner())
+    try:
+        library = edge.to_library(os.path.join(directory, "lib"), "fuzzed", verbose=False)
+    except LoweringError as refusal:
+        if any(phrase in str(refusal) for phrase in LIBRARY_REFUSALS):
+            return "refused: " + str(refusal).splitlines()[0][:200]
+        raise
+    cases = []
+    for method in spec["methods"]:
+        steps, tolerances = [], []
+        for k, env in enumerate(spec["calls"]):
+            inputs = [np.ascontiguousarray(x.numpy()) for x in call_inputs(spec, method, env, k)]
+            want = reference[method["name"]][k]
+            steps.append((inputs, [w.numpy() for w in want]))
+            tolerances.append([tolerance(spec, out, w.double()[torch.isfinite(w.double())], allowances[method["name"]])
+                               if w.is_floating_point() else 0.0 for out, w in zip(method["outputs"], want)])
+        cases.append(Case(library, method["name"], steps, tolerances=tolerances, label=f"method {method['name']}"))
+    source = os.path.join(directory, "harness.c")
+    with open(source, "w") as f:
+        f.write(harness_source(cases, mode="guard"))
+    binary = os.path.join(directory, "harness")
+    built = subprocess.run([firmware.require_tool("cc"), "-O1", "-std=c11", "-D_DEFAULT_SOURCE", "-DETC_GUARD",
+                            f"-I{library.directory}", source, library.archive, "-lm", "-o", binary],
+                           capture_output=True, text=True, timeout=600)
+    if built.returncode != 0:
+        raise RuntimeError(f"the C harness does not build:\n{built.stderr[-3000:]}")
+    done = subprocess.run([binary], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 or "PASSED 0" not in done.stdout:
+        how = f"exit {done.returncode}" if done.returncode >= 0 else f"signal {-done.returncode}"
+        raise Mismatch(f"the library's C harness failed ({how}): {done.stdout[-2000:]}{done.stderr[-1000:]}")
+    return "ran"
+
+
 def run_program(spec, data, config, reference, allowances):
     from etc.runtime import Runtime
 
@@ -307,6 +365,12 @@ def check(spec, configs=tuple(CONFIGS), progress=None, model_class=None):
         try:
             stage = "compile"
             progress(f"{stage} {config}")
+            if config == "library":
+                import tempfile
+
+                with tempfile.TemporaryDirectory() as directory:
+                    reports[config] = check_library(spec, edge, reference, allowances, directory)
+                continue
             data, reports[config] = compile_program(edge, config)
             stage = "run"
             progress(f"{stage} {config}")

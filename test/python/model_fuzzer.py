@@ -32,8 +32,8 @@ sys.path.insert(0, HERE)
 
 from child_worker import ChildWorker, serve  # noqa: E402
 
-CONFIGS = ("portable", "cpu", "cpu-2threads", "cpu-profile")
-# configs="rotate": each model portable and one cpu configuration, in turn (more distinct models for
+CONFIGS = ("portable", "cpu", "cpu-2threads", "cpu-profile", "library")
+# configs="rotate": each model portable and one of the others, in turn (more distinct models for
 # the same time: make test's budget).
 ROTATE = "rotate"
 
@@ -105,6 +105,7 @@ class Stats:
     methods: Counter = field(default_factory=Counter)
     calls: int = 0
     delegated: Counter = field(default_factory=Counter)
+    library: Counter = field(default_factory=Counter)  # ran / refused / not applicable
     failures: list = field(default_factory=list)
 
     def add(self, spec: dict, result: dict, configs) -> None:
@@ -119,6 +120,9 @@ class Stats:
             words = line.split()
             if len(words) >= 2 and words[0] in ("delegated", "portable"):
                 self.delegated[words[0]] += int(words[-1][1:]) if words[-1].startswith("x") else 1
+        library = (result.get("reports") or {}).get("library")
+        if library:
+            self.library[library.split(":")[0]] += 1
         if result["status"] != "ok":
             self.failures.append((spec, result))
 
@@ -129,6 +133,7 @@ class Stats:
                  "  dims:     " + ", ".join(f"{k} dynamic: {v}" for k, v in sorted(self.dims.items())),
                  "  methods:  " + ", ".join(f"{k}: {v}" for k, v in sorted(self.methods.items())),
                  "  cpu ops:  " + ", ".join(f"{k} {v}" for k, v in sorted(self.delegated.items())),
+                 "  library:  " + ", ".join(f"{k} {v}" for k, v in sorted(self.library.items())),
                  "  ops:      " + ", ".join(f"{k} {v}" for k, v in self.ops.most_common())]
         return "\n".join(lines)
 
@@ -295,7 +300,7 @@ def main(argv=None) -> int:
             errors.append(error)
         total.models += stats.models
         total.calls += stats.calls
-        for name in ("statuses", "dtypes", "ops", "dims", "methods", "delegated"):
+        for name in ("statuses", "dtypes", "ops", "dims", "methods", "delegated", "library"):
             getattr(total, name).update(getattr(stats, name))
         total.failures += stats.failures
     total.seconds = time.monotonic() - start

@@ -125,3 +125,26 @@ def test_sizes_of_the_generator_are_products_of_dims():
     assert (b * t).bounds({"b": (1, 8), "t": (2, 5)}) == (2, 40)
     assert broadcast((b, Size(4)), (Size(1), Size(4))) == (b, Size(4))
     assert broadcast((b, Size(4)), (t, Size(4))) is None  # two Dims: not provably equal
+
+
+_SCALES = ("import torch\n"
+           "class Model(torch.nn.Module):\n"
+           "    def forward(self, x0):\n"
+           "        return (x0 * 2.0 + 1.0,)\n")
+
+
+def test_the_library_configuration_runs_c_and_sees_a_wrong_output(tmp_path):
+    """The "library" configuration: the model as a C library called from a C harness, compared with
+    eager in C; an eager reference one off is a Mismatch (the harness really compares)."""
+    import model_check
+
+    spec = _model(_SCALES)
+    spec["methods"][0]["outputs"][0].update(exact=False, err=4.0)
+    model = model_check.build(spec)
+    exported = model_check.export_methods(spec, model)
+    reference = model_check.eager_outputs(spec, exported)
+    edge = model_check.to_edge(exported)
+    assert model_check.check_library(spec, edge, reference, {"forward": 0.0}, str(tmp_path / "good")) == "ran"
+    wrong = {"forward": [[o + 1 for o in call] for call in reference["forward"]]}
+    with pytest.raises(model_check.Mismatch, match="C harness failed"):
+        model_check.check_library(spec, edge, wrong, {"forward": 0.0}, str(tmp_path / "bad"))
