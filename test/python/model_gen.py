@@ -806,9 +806,11 @@ def op_while(s: Scope, v: Value):
     per_trip = max(out.err - v.err, 0.0)
     for _ in range(trips):
         err = err * 2 + per_trip
-    # The carry contiguous: while_loop wants the body's output laid out as its input.
+    # The carry in the canonical layout: while_loop wants the body's output laid out as its input,
+    # stride for stride, and `.contiguous()` keeps any stride of a size-1 dim (a transposed [1, 8, 1]
+    # input has strides (1, 1, 8), the body's output (8, 1, 1): torch refused the model).
     h = s.emit("loop", f"torch.while_loop({cond_fn}, {body_fn}, (torch.zeros((), dtype=torch.int64), "
-                       f"{v.name}.contiguous()))",
+                       f"{v.name}.clone(memory_format=torch.contiguous_format)))",
                (), dtype="tuple", err=err)
     return s.emit("h", f"{h.name}[1]", v.shape, err=err)
 
