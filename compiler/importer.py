@@ -497,6 +497,14 @@ class _MethodImporter:
             dim_index = arith.ConstantOp(ir.IndexType.get(), dim % rank, loc=location).result
             self.values[node] = tensor_dialect.DimOp(source_value, dim_index, loc=location).result
             return
+        if node.target is operator.pow and isinstance(node.args[1], int) and 0 <= node.args[1] <= 8:
+            # s ** 2 (torch's decompositions write d * d of a Dim so): a product of the base.
+            base = self._index(node.args[0], node, location)
+            result = arith.ConstantOp(ir.IndexType.get(), 1, loc=location).result
+            for _ in range(node.args[1]):
+                result = arith.MulIOp(result, base, loc=location).result
+            self.values[node] = result
+            return
         arithmetic = _SYMINT_ARITHMETIC.get(node.target)
         if arithmetic is None or len(node.args) != 2:
             raise self._error(node, f"symbolic size computation '{getattr(node.target, '__name__', node.target)}' "

@@ -10,7 +10,8 @@
 - `BundledProgram`: a program with test inputs and expected outputs, in ExecuTorch's
   `.bpte` format.
 - `numeric_debug`: a program's intermediate outputs against eager, op by op.
-- `selective_build`: the kernels and backends a set of programs needs.
+- `SelectiveBuild`: the kernels and backends a set of programs needs (ExecuTorch's
+  `selected_operators.yaml`).
 - `quantization_report`: per quantized op, SQNR of etc's output against the float model
   and the eager quantized one (`etc inspect quantized.pt2 --quant-report float.pt2`).
 
@@ -34,6 +35,8 @@ _EXPORTS = {
     "MethodTestSuite": "etc.devtools.bundled_program",
     "numeric_debug": "etc.devtools.numeric",
     "quantization_report": "etc.devtools.quant_report",
+    "read_executorch_etdump": "etc.devtools.etdump",
+    "SelectiveBuild": "etc.devtools.selective_build",
 }
 
 __all__ = sorted(_EXPORTS)

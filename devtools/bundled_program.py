@@ -279,6 +279,12 @@ class BundledProgram:
         return report
 
 
+def _number(value) -> str:
+    """A value as a user reads it: 0.5, not np.float64(0.5); a float to its last significant digit."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return repr(value) if not isinstance(value, float) else f"{value:.9g}"
+
+
 def _compare(method: str, case: int, outputs: list, expected: list, rtol: float, atol: float) -> CaseResult:
     if not expected:
         return CaseResult(method, case, True, "ran (no expected outputs to compare)")
@@ -298,13 +304,13 @@ def _compare(method: str, case: int, outputs: list, expected: list, rtol: float,
                     first = tuple(int(i) for i in np.argwhere(bad)[0])
                     return CaseResult(method, case, False, f"output {k}: {int(bad.sum())} of {bad.size} element(s) "
                                       f"differ beyond rtol={rtol} atol={atol}; at {list(first)} got "
-                                      f"{a[first]!r}, expected {b[first]!r}")
+                                      f"{_number(a[first])}, expected {_number(b[first])}")
                 if a.size:
                     worst = max(worst, float(np.nanmax(np.abs(a - b))))
             elif not np.array_equal(out, want):
                 return CaseResult(method, case, False, f"output {k}: values differ (dtype {want.dtype})")
         elif out != want:
-            return CaseResult(method, case, False, f"output {k}: {out!r}, expected {want!r}")
+            return CaseResult(method, case, False, f"output {k}: {_number(out)}, expected {_number(want)}")
     return CaseResult(method, case, True, f"max abs error {worst:.3g}")
 
 

@@ -226,3 +226,24 @@ def decode_value(arg: ArgInfo, attr: ir.Attribute, dynamic: list) -> Any:
     if base == "Device":
         return torch.device(ir.StringAttr(attr).value)
     raise UnsupportedConstructError(f"cannot decode an argument of type '{arg.type}'")
+
+
+def decode_op(op) -> dict[str, Any]:
+    """Schema argument name -> value for an aten or edge op (inverse of `build_op`)."""
+    operation = op.operation if hasattr(op, "operation") else op
+    view = operation.opview
+    info: OpInfo = type(view).OP_INFO
+    values: dict[str, Any] = {}
+    for arg in info.arguments:
+        if arg.kind in ("operand", "optional_operand"):
+            values[arg.name] = getattr(view, arg.field)
+        elif arg.kind == "variadic_operand":
+            slots = [getattr(view, slot) for slot in list_slots(arg.field)]
+            values[arg.name] = [v for v in slots if v is not None]
+        elif arg.kind == "optional_list_operand":
+            count = len(ir.DenseBoolArrayAttr(operation.attributes[arg.mask]))
+            values[arg.name] = [getattr(view, slot) for slot in list_slots(arg.field)[:count]]
+        else:
+            dynamic = list(getattr(view, arg.dynamic)) if arg.dynamic else []
+            values[arg.name] = decode_value(arg, operation.attributes[arg.field], dynamic)
+    return values

@@ -57,6 +57,17 @@ class ConstantTable:
             return array.reshape(shape)
         return None
 
+    def without_data(self, value: ir.Value) -> bool:
+        """`value` loads a global whose data is not here: `#ml_program.extern` in a module that
+        has no program's constant table (etc-opt on a printed program: tools/import_model.py)."""
+        owner = value.owner
+        if isinstance(owner, ir.Block) or owner.name != "ml_program.global_load_const":
+            return False
+        symbol = ir.FlatSymbolRefAttr(owner.attributes["global"]).value
+        op = self._globals.get(symbol)
+        return (op is not None and "value" in op.attributes and "extern" in str(op.attributes["value"])
+                and (self.program is None or symbol not in self.program.constants))
+
     def of_value(self, value: ir.Value) -> np.ndarray | None:
         owner = value.owner
         if isinstance(owner, ir.Block) or owner.name != "ml_program.global_load_const":

@@ -119,7 +119,11 @@ def cmd_compile(args) -> int:
 
     _progress("exporting")
     model, inputs = load_model(args.model, args.example_inputs or [])
-    ep = model if inputs is None else torch.export.export(model, inputs)
+    if inputs is None:
+        ep = model
+    else:  # a forward that raises is the user's error, at the user's line
+        with _user_code(args.model.rsplit(":", 1)[0], "exporting it (torch.export.export)"):
+            ep = torch.export.export(model, inputs)
     _progress("lowering to the edge dialect")
     edge = etc.to_edge(ep)
     if args.profile and args.backend != "cpu":
