@@ -22,7 +22,7 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-from etc.ir.shapes import upper_bounds
+from etc.ir.shapes import UPPER_BOUNDS_ATTR
 from etc.targets.cpu.lowering.reshape import reshape
 from etc.targets.cpu.lowering.torch_ops import (DYNAMIC, TorchBuilder, TorchValues, torch_name_of, torch_operation,
                                                 vtensor_element, vtensor_of, vtensor_shape)
@@ -189,7 +189,8 @@ def _expand_cumsum(e: Emitter, v: dict, op) -> list:
     n = shape[dim]
     dynamic = n == DYNAMIC
     if dynamic:
-        bounds = upper_bounds(op.results[0])
+        bounds = ([int(b) for b in ir.DenseI64ArrayAttr(op.attributes[UPPER_BOUNDS_ATTR])]
+                  if UPPER_BOUNDS_ATTR in op.attributes else None)  # edge-to-torch keeps the edge op's
         if bounds is None or bounds[dim] < 0:
             raise LoweringError("cumsum over a dynamic dim without an upper bound")
         n, size = bounds[dim], e.size(x, dim)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.errors import LoweringError
+from etc.ir.shapes import UPPER_BOUNDS_ATTR
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu.entry_args import ARG_ATTR, entry_function
 from etc.targets.cpu.lowering.context import load_torch
@@ -129,6 +130,10 @@ def _lower_op(op, tensors: dict, builder: TorchBuilder, const_args: dict) -> Non
             kept = kept_results(info, op)
             rtypes = [vtensor_type(op.results[i].type) for i in kept]
             name, attributes = torch_operation(target, op.context)
+            if UPPER_BOUNDS_ATTR in op.attributes and any(not ir.RankedTensorType(op.results[i].type).has_static_shape
+                                                          for i in kept):
+                # a dynamically shaped result keeps its bounds: an expansion over a dynamic dim reads them
+                attributes = {**attributes, UPPER_BOUNDS_ATTR: op.attributes[UPPER_BOUNDS_ATTR]}
             if any(r["kind"] == "variadic_result" for r in info.returns):
                 # A `Tensor[]` return is one !torch.list value in torch-mlir; unpack it.
                 listed = ir.Operation.create(name, operands=operands, attributes=attributes,
