@@ -89,16 +89,22 @@ class BackendDetails:
         raise LoweringError(f"backend '{self.backend_id}' cannot build a native library")
 
 
-_BACKENDS: dict[str, BackendDetails] = {}
+BACKENDS: dict[str, BackendDetails] = {}
 
 
 def register_backend_details(backend: BackendDetails) -> BackendDetails:
-    _BACKENDS[backend.backend_id] = backend
+    BACKENDS[backend.backend_id] = backend
     return backend
 
 
 class Partitioner:
-    """Decides what a backend takes. Subclass and implement `partition`."""
+    """Decides what a backend takes. Subclass and implement `partition`.
+
+    `pipeline`: passes `to_backend` runs on the program before `partition()`, rewriting it into the
+    ops the backend takes (the cpu target folds each quantized computation into one op,
+    `etc-fold-quantized`); the report shows it."""
+
+    pipeline: str | None = None
 
     def partition(self, program_ir) -> PartitionResult:
         raise NotImplementedError
@@ -221,11 +227,14 @@ class DelegationReport:
     reasons: dict = field(default_factory=dict)  # op name -> why it was not delegated
     partitions: int = 0
     backend_lines: dict = field(default_factory=dict)  # delegate function name -> the backend's report lines
+    pipeline: str = ""  # what ran on the program before partitioning (`Partitioner.pipeline`)
 
     def __str__(self) -> str:
         lines = [f"delegation to {', '.join(sorted(self.backend_ids)) or '(none)'}: "
                  f"{self.partitions} partition(s), {sum(self.delegated.values())} op(s) delegated, "
                  f"{sum(self.portable.values())} op(s) on portable kernels"]
+        if self.pipeline:
+            lines.append(f"  program pipeline: {self.pipeline}")
         for name, count in sorted(self.delegated.items()):
             lines.append(f"  delegated  {name} x{count}")
         for name, count in sorted(self.portable.items()):
@@ -246,9 +255,13 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
 
     if not isinstance(partitioner, Partitioner):
         raise EtcError(f"to_backend expects a Partitioner, got {type(partitioner).__name__}")
+    if partitioner.pipeline:
+        from etc.passes.pipeline import run_pipeline
+
+        run_pipeline(program_ir.module, partitioner.pipeline)
     result = partitioner.partition(program_ir)
     result.partitions = [piece for partition in result.partitions for piece in _split_at_control_flow(partition)]
-    report = DelegationReport(reasons=dict(result.rejected))
+    report = DelegationReport(reasons=dict(result.rejected), pipeline=partitioner.pipeline or "")
     if not hasattr(program_ir, "delegate_blobs"):
         program_ir.delegate_blobs = []
     if not hasattr(program_ir, "delegate_native"):  # by blob index, beside delegate_blobs
@@ -257,7 +270,7 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
     with program_ir.context, ir.Location.unknown():
         counter = _existing_delegate_count(program_ir.module)
         for partition in result.partitions:
-            backend = _BACKENDS.get(partition.spec.backend_id)
+            backend = BACKENDS.get(partition.spec.backend_id)
             if backend is None:
                 raise LoweringError(f"no compile-time backend registered for '{partition.spec.backend_id}'")
             inputs, outputs = partition_interface(partition)
@@ -449,7 +462,7 @@ def outline(program_ir, partition: Partition, func_name: str, interface=None):
     # The call goes where the last member was; ops between the members that
     # depend on them move below it (there is no cycle, so none of them feeds the call).
     last = ops[-1]
-    from etc.compiler.ir import UPPER_BOUNDS_ATTR, upper_bounds
+    from etc.ir.shapes import UPPER_BOUNDS_ATTR, upper_bounds
     from etc.dialects.backend import delegate as delegate_op
 
     specs = {s.key: s.value.decode("latin-1") if isinstance(s.value, bytes) else str(s.value)
@@ -512,7 +525,7 @@ def _record_bounds(fn, inputs: list) -> None:
     for the upper bounds; the lower bound of a value computed in the method is 0)."""
     from torch_mlir import ir
 
-    from etc.compiler.ir import DIM_BOUNDS_ATTR, upper_bounds
+    from etc.ir.shapes import DIM_BOUNDS_ATTR, upper_bounds
 
     dynamic = [isinstance(v.type, ir.RankedTensorType) and not ir.RankedTensorType(v.type).has_static_shape
                for v in inputs]

@@ -73,7 +73,7 @@ def _overload(torch_name: str):
 def custom_op_info(torch_name: str) -> OpInfo:
     """The OpInfo of a user's operator, from its torch schema. UnsupportedConstructError for what the
     generic op cannot carry (mutated or tensor-list arguments, non-tensor returns)."""
-    from etc.dialects.gen_aten_ops import _argument_entry, parse_schema
+    from etc.dialects.gen_aten_ops import argument_entry, parse_schema
 
     schema = _overload(torch_name)._schema
     parsed = parse_schema(schema)
@@ -85,7 +85,7 @@ def custom_op_info(torch_name: str) -> OpInfo:
             raise UnsupportedConstructError(
                 f"custom operator {torch_name} writes its argument '{argument.name}' (mutates_args); etc imports "
                 "functional custom operators: return a new tensor instead")
-        entry = _argument_entry(argument, irdl_base.field_name)
+        entry = argument_entry(argument, irdl_base.field_name)
         if entry is None or entry["kind"] not in ("operand", "optional_operand", "attribute"):
             raise UnsupportedConstructError(
                 f"custom operator {torch_name}: argument '{argument.name}' of type {argument.type} is not supported "
@@ -189,7 +189,7 @@ def decode(op) -> dict[str, Any]:
 def _torch_dtype(element: ir.Type):
     import torch
 
-    from etc.compiler.ir import torch_dtype_name_of_element_type
+    from etc.ir.dtypes import torch_dtype_name_of_element_type
 
     return getattr(torch, torch_dtype_name_of_element_type(element))
 

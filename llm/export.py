@@ -119,11 +119,11 @@ def export_llm(model, *, max_seq_len: int, max_context_len: int | None = None, v
     `TextGenerator(pte, data_path=ptd)` (or `etc.llm.cli --data-path`) loads both. Weights a
     partitioner's delegate packs into its blob stay in the blob.
     """
-    import etc
+    from etc.compiler.program import to_edge
 
     programs = export_decoder(model, max_seq_len=max_seq_len, max_context_len=max_context_len,
                               vocab_size=vocab_size, bos_id=bos_id, eos_ids=eos_ids, strict=strict)
-    edge = etc.to_edge(programs)
+    edge = to_edge(programs)
     if partitioner is not None:
         edge = edge.to_backend(partitioner)
     if isinstance(external_weights, str):

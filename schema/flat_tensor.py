@@ -106,10 +106,10 @@ def _align_up(value: int, alignment: int) -> int:
 
 def serialize_ptd(ptd: PtdFile, *, segment_alignment: int = 128, tensor_alignment: int = 16) -> bytes:
     """The `.ptd` bytes: identical payloads share one segment (as ExecuTorch shares a buffer)."""
-    from etc.schema.serializer import _check_alignment, _FlatbufferWriter
+    from etc.schema.serializer import check_alignment, FlatbufferWriter
 
-    _check_alignment("segment_alignment", segment_alignment)
-    _check_alignment("tensor_alignment", tensor_alignment)
+    check_alignment("segment_alignment", segment_alignment)
+    check_alignment("tensor_alignment", tensor_alignment)
     alignment = math.lcm(segment_alignment, tensor_alignment)
     segments, payloads, named, by_content = [], [], [], {}
     end = 0
@@ -126,7 +126,7 @@ def serialize_ptd(ptd: PtdFile, *, segment_alignment: int = 128, tensor_alignmen
             end = offset + len(payload)
         named.append(_Wire.NamedData(key=key, segment_index=index, tensor_layout=entry.layout))
     root = _Wire.FlatTensor(version=FLAT_TENSOR_VERSION, segments=segments, named_data=named)
-    writer = _FlatbufferWriter({}, tables=TABLES)
+    writer = FlatbufferWriter({}, tables=TABLES)
     writer.builder.Finish(writer.table(root, "FlatTensor"), file_identifier=FILE_IDENTIFIER)
     flatbuffer = bytes(writer.builder.Output())
 
@@ -151,7 +151,7 @@ def serialize_ptd(ptd: PtdFile, *, segment_alignment: int = 128, tensor_alignmen
 def read_ptd(data, *, verify_checksums: bool = True, source: str = "<bytes>") -> PtdFile:
     """A PtdFile from `.ptd` bytes (or a memoryview of a mapped file: entries are then views
     into it, never copies). ProgramError says what is wrong, naming `source`."""
-    from etc.schema.reader import _FlatbufferReader
+    from etc.schema.reader import FlatbufferReader
 
     view = memoryview(data).cast("B")
     size = len(view)
@@ -176,7 +176,7 @@ def read_ptd(data, *, verify_checksums: bool = True, source: str = "<bytes>") ->
     if trailer is not None and trailer[0] != data_end:
         fail(f"the checksum trailer begins at byte {trailer[0]}, not where the data ends ({data_end})")
     buf = bytes(view[:fb_end])
-    reader = _FlatbufferReader(buf, fb_end, tables=TABLES)
+    reader = FlatbufferReader(buf, fb_end, tables=TABLES)
     root = struct.unpack_from("<I", buf, 0)[0]
     if not 8 <= root < fb_end:
         fail(f"root offset {root} lies outside the flatbuffer (8..{fb_end})")

@@ -42,13 +42,13 @@ def _align_up(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def _check_alignment(name: str, value: int) -> int:
+def check_alignment(name: str, value: int) -> int:
     if not isinstance(value, int) or value <= 0 or value & (value - 1):
         raise SerializationError(f"{name} must be a power of two, got {value!r}")
     return value
 
 
-class _FlatbufferWriter:
+class FlatbufferWriter:
     """Writes schema dataclasses into one flatbuffers Builder, reporting errors with the field path.
 
     `tables` names the schema's tables (program.fbs by default; the bundled program's schema,
@@ -242,13 +242,13 @@ def serialize_pte(pte: P.PteFile, *, segment_alignment: int = 128, constant_tens
     (default: none beyond the segment alignment, 16 for inline data) aligns
     delegate blobs. Raises SerializationError naming the offending field.
     """
-    _check_alignment("segment_alignment", segment_alignment)
-    _check_alignment("constant_tensor_alignment", constant_tensor_alignment)
+    check_alignment("segment_alignment", segment_alignment)
+    check_alignment("constant_tensor_alignment", constant_tensor_alignment)
     if delegate_alignment is not None:
-        _check_alignment("delegate_alignment", delegate_alignment)
+        check_alignment("delegate_alignment", delegate_alignment)
     layout = _SegmentLayout(segment_alignment)
     wire = _wire_program(pte, layout, constant_tensor_alignment, delegate_alignment or 1)
-    writer = _FlatbufferWriter({
+    writer = FlatbufferWriter({
         P.Buffer: constant_tensor_alignment,
         P.BackendDelegateInlineData: delegate_alignment or P.DEFAULT_INLINE_ALIGNMENT,
     })

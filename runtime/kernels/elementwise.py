@@ -59,7 +59,7 @@ def _erf32_rational():
     return [np.float32(c) for c in p[::-1]], [np.float32(c) for c in q[::-1]]
 
 
-_ERF32_P, _ERF32_Q = _erf32_rational()
+ERF32_P, ERF32_Q = _erf32_rational()
 _BLOCK = 8192  # elements per cache-resident block of the float32 path
 _ERF32_ONE = np.float32(3.92)
 
@@ -73,12 +73,12 @@ def _erf32(x: np.ndarray) -> np.ndarray:
     for start in range(0, flat.size, _BLOCK):
         xb = np.clip(flat[start:start + _BLOCK], -four, four)
         u = xb * xb
-        num = np.full_like(u, _ERF32_P[0])
-        for c in _ERF32_P[1:]:
+        num = np.full_like(u, ERF32_P[0])
+        for c in ERF32_P[1:]:
             num *= u
             num += c
-        den = np.full_like(u, _ERF32_Q[0])
-        for c in _ERF32_Q[1:]:
+        den = np.full_like(u, ERF32_Q[0])
+        for c in ERF32_Q[1:]:
             den *= u
             den += c
         num *= xb
@@ -106,7 +106,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(xd) >= _ERF_HI, np.sign(xd), xd * p).astype(dtype)
 
 
-def _sigmoid(x):
+def sigmoid_values(x):
     # exp of the negative magnitude only: no overflow for large |x|
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
@@ -127,7 +127,7 @@ _UNARY_FLOAT = {
     "sqrt": np.sqrt, "rsqrt": _rsqrt, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log,
     "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan,
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
-    "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "sigmoid": _sigmoid,
+    "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "sigmoid": sigmoid_values,
     "erf": erf, "reciprocal": _reciprocal,
 }
 
@@ -566,7 +566,7 @@ def hardswish_out(self, out=None):
 
 @kernel("aten::silu.out")
 def silu_out(self, out=None):
-    return write_out(out, self * _sigmoid(self))
+    return write_out(out, self * sigmoid_values(self))
 
 
 @kernel("aten::logit.out")

@@ -6,14 +6,16 @@
     edge = etc.to_edge(ep).to_backend(CpuPartitioner(target="cortex-m33"))  # thumbv8m.main, hard float
     edge.to_library("build/model", "model")      # the whole program as a C library (library.py)
 
-Stages (one module each): `lower.py` (edge -> torch dialect, data-driven from the
-op schemas, then torch-mlir's pipelines to linalg), `pipeline.py` (`cpu_pipeline`: the
-registered passes of `passes/` and upstream ones, from linalg on tensors to the LLVM
-dialect, sizes from the ISA table in `isa.py`), `codegen.py` (LLVM IR and llvmlite
-object emission), `link.py` (the object -> a pre-linked image, `image.py`), `blob.py` (the
-delegate blob format), `runtime.py` (the runtime backend: checks the CPU, maps the image,
-calls through ctypes; `runtime/executorch_backend/` is the same for ExecuTorch). `decisions.py`: the
-path each contraction, window op and reduction took, shown in the delegation report.
+Stages: `pipeline.py` (`cpu_pipeline`: the registered passes of `passes/` and upstream ones,
+from the edge dialect through torch-mlir's torch dialect and linalg to the LLVM dialect, sizes
+from the ISA table in `isa.py`; the libraries its passes build with are `lowering/`, edge ->
+linalg, and `kernels/`, the tuned kernels), `codegen.py` (LLVM IR and llvmlite object
+emission), `link.py` (the object -> a pre-linked image, `image.py`), `blob.py` (the delegate
+blob format), `runtime.py` (the runtime backend: checks the CPU, maps the image, calls through
+ctypes; `runtime/executorch_backend/` is the same for ExecuTorch), `library.py` (the whole
+program as a C library). `decisions.py`: the path each contraction,
+window op and reduction took, shown in the delegation report. `lowering/support.py` says what
+the partitioner may delegate.
 
 Compile specs (all strings): `target` (host | preset | LLVM triple), `cpu`,
 `features`, `float_abi` (32-bit Arm: "hard", the presets' default, or "softfp"), `opt_level` (0-3),
@@ -29,6 +31,7 @@ code is exactly the unprofiled one.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -56,15 +59,17 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'etc.targets.cpu' has no attribute '{name}'")
 
 
-def is_supported(op) -> tuple[bool, str]:
+def is_supported(op, target=None) -> tuple[bool, str]:
+    """Can the cpu target take `op` when compiling for `target` (host by default)? (bool, reason)."""
     from etc.dialects import custom_ops
-    from etc.targets.cpu.lower import is_supported as check
+    from etc.targets.cpu.isa import resolve_target
+    from etc.targets.cpu.lowering.support import is_supported as check
 
     if custom_ops.is_custom(op):  # left to the operator's own kernel; the delegates around it still run
         name = ir_string(op.operation.attributes["op"])
         return False, (f"custom operator {name}: the cpu target does not compile users' operators; it runs on "
                        "its registered kernel")
-    return check(op)
+    return check(op, resolve_target(target))
 
 
 def ir_string(attribute) -> str:
@@ -120,34 +125,35 @@ def _derivable(derived: dict, used: dict) -> dict:
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
                      opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, profile: bool = False,
                      float_abi: str | None = None):
-    """An outlined edge function -> (blob bytes, debug info): lower.py to linalg, then
-    `pipeline.compile_linalg` (the cpu pass pipeline, LLVM, object code)."""
+    """An outlined edge function -> (blob bytes, debug info): the cpu pass pipeline from the edge
+    dialect to the LLVM dialect, then LLVM to object code (`pipeline.compile_module`)."""
     from torch_mlir import ir
 
-    from etc.targets.cpu import blob, decisions, lower
+    from etc.targets.cpu import blob, decisions
+    from etc.targets.cpu.entry_args import IN_PLACE_ATTR, entry_function
     from etc.targets.cpu.isa import resolve_target
-    from etc.targets.cpu.passes._util import IN_PLACE_ATTR
-    from etc.targets.cpu.pipeline import blob_metadata, compile_linalg
+    from etc.targets.cpu.lowering.context import import_for_lowering, program_of
+    from etc.targets.cpu.lowering.quantized import read_derived
+    from etc.targets.cpu.pipeline import blob_metadata, compile_module
 
     t0 = time.perf_counter()
     # (result k, argument j) pairs the delegate computes in place (`BackendDetails.in_place_state`)
     in_place = ([int(x) for x in ir.DenseI64ArrayAttr(func_op.attributes[IN_PLACE_OUTPUTS])]
                 if IN_PLACE_OUTPUTS in func_op.attributes else [])
-    context, fn = lower.import_for_lowering(func_op)
+    context, module = import_for_lowering(func_op)
     if profile:  # the regions name the user's nodes: keep their locations through the lowering
         from etc.targets.cpu.passes.profile_regions import relocate_like
 
-        relocate_like(func_op, fn)
+        relocate_like(func_op, entry_function(module.operation))
     with context, ir.Location.unknown():
         resolved = resolve_target(target, cpu=cpu, features=features, float_abi=float_abi)
-        lowered = lower.lower_to_linalg(fn, constants)
+        program = program_of(module, constants)  # the weights' data: the int8 lowering reads it, the blob stores it
         if in_place:
-            lowered.module.operation.attributes[IN_PLACE_ATTR] = ir.DenseI64ArrayAttr.get(in_place)
-        linalg_text = str(lowered.module) if keep_ir else ""
+            module.operation.attributes[IN_PLACE_ATTR] = ir.DenseI64ArrayAttr.get(in_place)
         t1 = time.perf_counter()
-        result = compile_linalg(lowered.module, lowered.arguments, resolved, opt_level=opt_level, keep_ir=keep_ir,
-                                threads=int(num_threads), constants=lowered.constants, profile=profile,
-                                dim_bounds=lowered.dim_bounds, result_bounds=lowered.result_bounds)
+        result = compile_module(module, resolved, opt_level=opt_level, keep_ir=keep_ir, threads=int(num_threads),
+                                constants=program.constants, profile=profile)
+        derived = read_derived(module.operation)
     metadata = blob_metadata(result, num_threads)
     if in_place:
         metadata["in_place"] = [[k, j] for k, j in zip(in_place[0::2], in_place[1::2])]
@@ -159,18 +165,17 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
             region["ops"] = sorted({index[n] for n in region["nodes"] if n in index})
     # The IR's type is the constant's shape: a scalar the edge program stores as [1] is a 0-d
     # tensor here (same bytes); the blob's constant table must agree with the ABI.
-    used = {a.name: np.asarray(lowered.constants[a.name]).reshape(a.shape) for a in result.args
+    used = {a.name: np.asarray(program.constants[a.name]).reshape(a.shape) for a in result.args
             if a.kind == "constant"}
-    data = blob.serialize(metadata, result.object_bytes, used, _derivable(lowered.derived, used))
+    data = blob.serialize(metadata, result.object_bytes, used, _derivable(derived, used))
     from etc.targets.cpu.library import NativeCode
 
     debug = {"triple": resolved.triple, "cpu": resolved.cpu, "object_bytes": len(result.object_bytes),
              "constant_bytes": sum(getattr(v, "nbytes", 0) for v in used.values()),
-             "scratch_bytes": result.scratch_bytes, "to_linalg_s": t1 - t0, **result.stats,
+             "scratch_bytes": result.scratch_bytes, "import_s": t1 - t0, **result.stats,
              "decisions": result.decisions, "decision_summary": decisions.summarize(result.decisions),
              "native": NativeCode.of(result, used, opt_level, metadata.get("in_place", []))}
     if keep_ir:
-        debug["linalg"] = linalg_text
         debug["llvm_ir"] = result.llvm_ir
     return data, debug
 
@@ -209,12 +214,16 @@ register_backend_details(CpuBackend())
 
 
 class CpuPartitioner(CapabilityPartitioner):
-    """Delegates every op the cpu target can lower (see `lower.is_supported`).
+    """Delegates every op the cpu target can lower for its target (`lowering/support.py`).
 
-    Whole-model mode: when every op of a method is supported, the method becomes
-    one partition (one delegate call). Constant loads go with the partition that
-    uses them (so their data moves into its blob) when a single partition does.
+    Before partitioning, the program's quantized computations are folded into the
+    `etc_quantized` ops that carry their scales (`pipeline`: etc-fold-quantized), which the
+    target runs as int8. Whole-model mode: when every op of a method is supported, the method
+    becomes one partition (one delegate call). Constant loads go with the partition that uses
+    them (so their data moves into its blob) when a single partition does.
     """
+
+    pipeline = "builtin.module(etc-fold-quantized)"
 
     def __init__(self, target: str | None = None, *, cpu: str | None = None, features: str | None = None,
                  opt_level: int = 3, num_threads: int = 1, profile: bool = False, float_abi: str | None = None,
@@ -230,15 +239,17 @@ class CpuPartitioner(CapabilityPartitioner):
         if float_abi is not None:
             specs.append(CompileSpec("float_abi", float_abi.encode()))
         specs += list(compile_specs or [])
-        super().__init__(DelegationSpec(BACKEND_ID, specs), is_supported)
+        from etc.targets.cpu.isa import resolve_target
+
+        given = _spec_dict(specs)  # the target preprocess compiles for: trials lower for the same one
+        self.target = resolve_target(given.get("target") or None, cpu=given.get("cpu") or None,
+                                     features=given.get("features"), float_abi=given.get("float_abi"))
+        super().__init__(DelegationSpec(BACKEND_ID, specs), partial(is_supported, target=self.target))
 
     def partition(self, program_ir) -> PartitionResult:
         from etc.compiler.delegation import SIZE_OPS
-        from etc.targets.cpu.lower_quantized import fold_for_cpu, portable_reasons
+        from etc.targets.cpu.lowering.quantized import portable_reasons
 
-        # Quantized computations run as int8 (lower_quantized.py): first folded into the
-        # `etc_quantized` ops that carry their scales (etc-fold-quantized).
-        fold_for_cpu(program_ir.module)
         result = PartitionResult(partitions=[])
         for func in public_functions(program_ir.module):
             ops = [op.operation for op in func.regions[0].blocks[0].operations]
@@ -284,14 +295,13 @@ class CpuPartitioner(CapabilityPartitioner):
     def _whole_method_lowers(self, func, work: list, program_ir) -> bool:
         """Fast path: when every op passes the structural check and the whole method lowers in one
         trial, skip the per-op trials (one lowering instead of one per op signature)."""
-        from etc.targets.cpu.lower import structural_check, trial_function
-
         from etc.dialects import custom_ops
+        from etc.targets.cpu.lowering.support import structural_check, trial_function
 
         try:
             if any(custom_ops.is_custom(op) for op in work) or not all(structural_check(op)[0] for op in work):
                 return False
-            return trial_function(func, getattr(program_ir, "constants", {}))[0]
+            return trial_function(func, getattr(program_ir, "constants", {}), self.target)[0]
         except Exception:  # noqa: BLE001 - fall back to the per-op checks
             return False
 
@@ -358,7 +368,7 @@ def _indirect_path(a, b, successors: dict) -> bool:
 
 
 def _producer(value):
-    from etc.targets.cpu.passes._util import defining_op
+    from etc.targets.cpu.ir_query import defining_op
 
     return defining_op(value)
 

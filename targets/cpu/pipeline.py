@@ -1,40 +1,63 @@
-"""The cpu target's back end: one pass pipeline from linalg on tensors to the LLVM dialect.
+"""The cpu target's back end: ONE pass pipeline from the edge dialect to the LLVM dialect.
 
     cpu_pipeline(target, threads=1)   # the pipeline string (etc-opt runs any prefix of it)
-    compile_linalg(module, arg_kinds, target, ...) -> CodegenResult   # pipeline + LLVM -> object
+    compile_module(module, target, ...) -> CodegenResult   # pipeline + LLVM IR -> object code
 
-Input contract (what `lower.lower_to_linalg` produces and `label_arguments` marks): a module
-with one public `func.func` on static tensors whose arguments carry
-`etc.cpu.arg = "input:<i>" | "constant:<fqn>"` and `bufferization.writable = false`.
-Between steps, everything travels on the IR: the path each heavy op took
+Input contract: a module with one public `func.func` of edge ops on ranked tensors (an outlined
+delegate function, `lowering.context.import_for_lowering`) and the `ml_program.global`s it reads,
+their data in the module's `ProgramIR` (or inline, as a lit test writes them). The first passes
+(`EDGE_TO_LINALG`) take it to linalg on tensors whose entry arguments carry
+`etc.cpu.arg = "input:<i>" | "constant:<fqn>"` and `bufferization.writable = false`: where
+`start="linalg"` enters the pipeline (a hand-written linalg module, labelled by
+`label_arguments`). Between steps, everything travels on the IR: the path each heavy op took
 (`etc.cpu.decisions` on the module), weights packed at blob-build time (`etc.cpu.pack` on the
-entry's arguments), the scratch plan (`etc.cpu.arg = "scratch:<offset>"`,
-`etc.cpu.scratch_bytes`) and the entry's ABI (`etc.cpu.abi` on the module).
+entry's arguments), constants the runtime derives at load (`etc.cpu.derived`), the scratch plan
+(`etc.cpu.arg = "scratch:<offset>"`, `etc.cpu.scratch_bytes`) and the entry's ABI (`etc.cpu.abi`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-from etc.targets.cpu.isa import CpuTarget, isa_for, resolve_target
+from etc.targets.cpu.isa import ISA_TABLE, CpuTarget, isa_for, resolve_target
+
+
+# Edge -> linalg on tensors: our passes onto torch-mlir's torch dialect, then its own pipelines.
+EDGE_TO_LINALG = (
+    "etc-cpu-edge-to-torch",  # edge ops -> torch ops of the same ATen name; constants -> arguments
+    "etc-cpu-lower-quantized",  # the folded int8 ops -> linalg (the weights' data from the constant table)
+    "etc-cpu-expand-torch-ops",  # what torch-mlir does not lower to our codegen -> what it does
+    "symbol-dce",  # the globals the constant arguments replaced
+    "torchdynamo-export-to-torch-backend-pipeline",
+    "torch-backend-to-linalg-on-tensors-backend-pipeline",
+)
+STARTS = ("edge", "linalg")
 
 
 def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | None = None,
-                 profile: bool = False) -> str:
-    """The pass pipeline for `target`, its sizes from the ISA table (isa.py); `gemm_min_flops=0`
-    makes the GEMM kernel take every contraction (tests of odd sizes); `profile=True` adds
-    `etc-cpu-profile-regions` (counter reads between the dispatch regions; off: not in the pipeline)."""
+                 profile: bool = False, start: str = "edge", tuned: bool = True) -> str:
+    """The pass pipeline for `target`, its sizes from the ISA table (isa.py), from the edge dialect
+    (`start="linalg"`: from its linalg stage on); `gemm_min_flops=0` makes the GEMM kernel take
+    every contraction (tests of odd sizes); `profile=True` adds `etc-cpu-profile-regions`
+    (counter reads between the dispatch regions; off: not in the pipeline). `tuned=False` is
+    the partitioner's trial (`lowering/support.py`): the same pipeline for the same target with
+    the ISA table's scalar row, so no kernel is built. A tuned kernel never makes an op
+    unsupported (it takes an op or records why not), and one that fails to build must fail the
+    compile, not turn into "not supported" in a trial."""
     from etc.targets.cpu.passes.profile_regions import COUNTER_ARCHES
 
+    if start not in STARTS:
+        raise LoweringError(f"cpu pipeline: start={start!r} is not one of {', '.join(STARTS)}")
     if profile and target.arch not in COUNTER_ARCHES:
         raise LoweringError(f"cpu target: profile=True needs a user-mode cycle counter ({', '.join(COUNTER_ARCHES)}); "
                             f"{target.triple} has none")
-    isa = isa_for(target)
+    isa = isa_for(target) if tuned else ISA_TABLE["scalar"]
     ib = f"index-bitwidth={target.index_bits}"
     loops = "etc-cpu-split-threads" if threads > 1 else "func.func(convert-linalg-to-loops)"
     # A target without a vector unit (Cortex-M) records every contraction as plain loops and has
@@ -48,7 +71,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     vector_to_llvm = ("convert-vector-to-llvm" if target.index_bits == 64
                       else f"etc-cpu-vector-to-llvm{{index-bitwidth={target.index_bits}}}")
     steps = [
-        # Int8 contractions -> dot-product kernels with the requantization in registers (lower_quantized.py).
+        *(EDGE_TO_LINALG if start == "edge" else ()),
+        # Int8 contractions -> dot-product kernels with the requantization in registers (lowering/quantized_gemm.py).
         f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",
         # Roots of dispatch regions, before fusion can put a producer into their operands: each
         # contraction becomes a call to its kernel, which fusion cannot enter, then is inlined and tiled.
@@ -61,6 +85,9 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         *windows,
         # Row reductions with their elementwise ops on the same rows (softmax, norms): one kernel per row.
         *rows,
+        # bf16 arithmetic in f32, each result rounded to bf16 as torch rounds it (LLVM cannot
+        # legalize vector bf16 arithmetic), after the kernels made their vector code.
+        "etc-cpu-widen-bf16",
         "etc-cpu-expand-math",
         "etc-cpu-prepack-constants",
         # Elementwise ops reading an input transposed (permutes): blocked so the reads stay in L1.
@@ -98,7 +125,7 @@ def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None, result_
     """Mark the entry's arguments with the pipeline's input contract (kind:name, read-only, and
     `etc.dim_bounds` on those with dynamic dims: `dim_bounds` maps an argument's position to its
     lo0, hi0, lo1, hi1, ...; bounds already on the function's arguments are kept)."""
-    from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, set_arg_attrs
+    from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, set_arg_attrs
     from etc.targets.cpu.passes.dynamic_shapes import RESULT_BOUNDS_ATTR
 
     with fn.context:
@@ -114,39 +141,36 @@ def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None, result_
                 [ir.DenseI64ArrayAttr.get([int(x) for x in (b or [])]) for b in result_bounds])
 
 
-def run_cpu_pipeline(module: ir.Module, arg_kinds: list, target: CpuTarget, *, threads: int = 1,
+def run_cpu_pipeline(module: ir.Module, target: CpuTarget, *, start: str = "edge", threads: int = 1,
                      verify: bool = False, gemm_min_flops: int | None = None, profile: bool = False,
-                     dim_bounds: dict | None = None, result_bounds: list | None = None) -> None:
-    """Label the arguments and run `cpu_pipeline` on `module` (in place, down to the LLVM dialect).
+                     tuned: bool = True) -> None:
+    """Run `cpu_pipeline` on `module` (in place, down to the LLVM dialect).
 
     The pipeline verifies the module after it; `verify=True` verifies after every pass (the
     tests do; a large model pays seconds for it)."""
     from etc.passes.pipeline import run_pipeline
-    from etc.targets.cpu.passes._util import entry_function
 
-    label_arguments(entry_function(module.operation), arg_kinds, dim_bounds, result_bounds)
-    run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops, profile=profile),
-                 verify=verify)
+    run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops, profile=profile,
+                                      start=start, tuned=tuned), verify=verify)
     if not module.operation.verify():
         raise LoweringError("cpu codegen: the pipeline left an invalid module")
 
 
-def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str | None" = None, *,
+def compile_module(module: ir.Module, target: "CpuTarget | str | None" = None, *, start: str = "edge",
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False, threads: int = 1,
-                   constants: dict | None = None, verify: bool = False,
-                   gemm_min_flops: int | None = None, profile: bool = False, dim_bounds: dict | None = None,
-                   result_bounds: list | None = None):
-    """linalg-on-tensors module (one public func) -> `codegen.CodegenResult` (object code + ABI).
+                   constants: dict | None = None, verify: bool = False, gemm_min_flops: int | None = None,
+                   profile: bool = False):
+    """A module (see the input contract above) -> `codegen.CodegenResult` (object code + ABI).
 
-    `arg_kinds`: (kind, name) of each function argument ("input"/"constant"); results become
-    outputs. `constants`: the constant arguments' data; packed constants the pipeline asked
-    for (`etc.cpu.pack`) are evaluated and added to it. `profile=True`: the code also times its
-    dispatch regions (`result.profile`: passes/profile_regions.py)."""
+    The entry's results become outputs. `constants`: the constant arguments' data; packed
+    constants the pipeline asked for (`etc.cpu.pack`) are evaluated and added to it.
+    `profile=True`: the code also times its dispatch regions (`result.profile`:
+    passes/profile_regions.py)."""
     from torch_mlir.dialects import llvm as llvm_d
 
     from etc.targets.cpu import codegen, decisions
+    from etc.targets.cpu.entry_args import entry_function
     from etc.targets.cpu.parallel import BARRIER_FN, barrier_llvm_ir
-    from etc.targets.cpu.passes._util import entry_function
     from etc.targets.cpu.passes.entry_abi import read_abi
     from etc.targets.cpu.passes.prepack_constants import evaluate_pack
     from etc.targets.cpu.passes.profile_regions import read_profile
@@ -154,8 +178,8 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
     target = resolve_target(target)
     t0 = time.perf_counter()
     inner = ir.StringAttr(entry_function(module.operation).attributes["sym_name"]).value
-    run_cpu_pipeline(module, arg_kinds, target, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops,
-                     profile=profile, dim_bounds=dim_bounds, result_bounds=result_bounds)
+    run_cpu_pipeline(module, target, start=start, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops,
+                     profile=profile)
     t1 = time.perf_counter()
     codegen.check_llvm_dialect(module)
     abi = read_abi(module)
@@ -191,6 +215,40 @@ def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str 
                                  decisions=decisions.read(module), profile=read_profile(module), bitcode=bitcode,
                                  stats={"pipeline_s": t1 - t0, "llvm_s": time.perf_counter() - t1})
 
+def compile_linalg(module: ir.Module, arg_kinds: list, target: "CpuTarget | str | None" = None, *,
+                   dim_bounds: dict | None = None, result_bounds: list | None = None, **options):
+    """A linalg-on-tensors module (one public func) -> `codegen.CodegenResult`: its arguments
+    labelled (`arg_kinds`: (kind, name) of each, "input"/"constant"; `label_arguments`), then the
+    cpu pipeline from its linalg stage (`compile_module` with `start="linalg"` and `options`)."""
+    from etc.targets.cpu.entry_args import entry_function
+
+    label_arguments(entry_function(module.operation), arg_kinds, dim_bounds, result_bounds)
+    return compile_module(module, target, start="linalg", **options)
+
+
+@dataclass
+class Lowered:
+    """A delegate function at the pipeline's linalg stage (`lower_to_linalg`)."""
+
+    module: ir.Module  # linalg on tensors, one public function
+    arguments: list  # per argument: (kind, name), as its `etc.cpu.arg` label says
+    constants: dict  # the constant arguments' data
+
+
+def lower_to_linalg(func_op, constants: dict) -> Lowered:
+    """An outlined edge function through the pipeline's first passes (`EDGE_TO_LINALG`), for tools
+    and tests that look at or compile what the back end starts from."""
+    from etc.passes.pipeline import run_pipeline
+    from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function
+    from etc.targets.cpu.lowering.context import import_for_lowering, program_of
+
+    context, module = import_for_lowering(func_op)
+    with context, ir.Location.unknown():
+        program = program_of(module, constants)
+        run_pipeline(module, "builtin.module(" + ", ".join(EDGE_TO_LINALG) + ")", verify=False)
+        labels = [arg_label(a) for a in arg_attrs(entry_function(module.operation))]
+    return Lowered(module, labels, {name: program.constants[name] for kind, name in labels if kind == "constant"})
+
 
 def _function_names(module: ir.Module) -> list[str]:
     """The names of the module's functions (llvm.func after the pipeline)."""
@@ -225,13 +283,12 @@ def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: 
     """linalg-on-tensors text (one public func, every argument an input) -> a callable
     `runtime.CompiledFunction` (f(*arrays) -> outputs): the whole cpu pipeline, for tests and tools."""
     from etc.targets.cpu import blob, runtime
-    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.entry_args import entry_function
+    from etc.targets.cpu.lowering.context import shared_context
 
     target = resolve_target(target)
     with shared_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
-        from etc.targets.cpu.passes._util import entry_function
-
         fn = entry_function(module.operation)
         n = len(fn.regions[0].blocks[0].arguments)
         result = compile_linalg(module, [("input", str(i)) for i in range(n)], target, opt_level=opt_level,
@@ -242,9 +299,11 @@ def compile_linalg_text(text: str, *, target=None, threads: int = 1, opt_level: 
 
 
 def main(argv=None) -> int:
-    """`python -m etc.targets.cpu.pipeline [--target T] [--threads N] [--run FILE]`: print the cpu
-    pipeline for a target (paste it, or any prefix of it, into `etc-opt --pass-pipeline=...`),
-    or run it on a linalg-on-tensors file whose entry arguments carry `etc.cpu.arg` labels."""
+    """`python -m etc.targets.cpu.pipeline [--target T] [--threads N] [--from edge|linalg] [--run FILE
+    [--emit mlir|llvm-ir]]`: print the cpu pipeline for a target, from the edge dialect to the LLVM
+    dialect (paste it, or any prefix of it, into `etc-opt --pass-pipeline=...`), or run it on each
+    function of a file (an edge-dialect module; `--from linalg`: linalg on tensors whose entry
+    arguments carry `etc.cpu.arg`) and print the LLVM dialect, or the optimized LLVM IR of the object."""
     import argparse
     import sys
 
@@ -252,22 +311,36 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default="host", help="host, a preset (x86-64-v3, aarch64, cortex-m7) or a triple")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="the pipeline of CpuPartitioner(profile=True)")
-    parser.add_argument("--run", metavar="FILE", help="run the pipeline on FILE ('-': stdin) and print the result")
+    parser.add_argument("--from", dest="start", choices=STARTS, default="edge",
+                        help="where the pipeline starts: the edge dialect, or its linalg stage")
+    parser.add_argument("--run", metavar="FILE", help="run the pipeline on each function of FILE ('-': stdin)")
+    parser.add_argument("--emit", choices=("mlir", "llvm-ir"), default="mlir",
+                        help="what --run prints: the LLVM dialect module, or the object's optimized LLVM IR")
     args = parser.parse_args(argv)
     target = resolve_target(args.target)
+    pipeline = cpu_pipeline(target, threads=args.threads, profile=args.profile, start=args.start)
     if not args.run:
-        print(cpu_pipeline(target, threads=args.threads, profile=args.profile))
+        print(pipeline)
         return 0
     from etc.errors import EtcError
     from etc.passes.pipeline import run_pipeline
-    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.lowering.context import import_for_lowering, shared_context
 
     text = sys.stdin.read() if args.run == "-" else open(args.run).read()
     try:
         with shared_context(), ir.Location.unknown():
-            module = ir.Module.parse(text)
-            run_pipeline(module, cpu_pipeline(target, threads=args.threads, profile=args.profile))
-            print(module)
+            source = ir.Module.parse(text)
+            for fn in [op.operation for op in source.body.operations if op.operation.name == "func.func"]:
+                _, module = import_for_lowering(fn)  # the function (public) and the globals it reads
+                if args.emit == "mlir":
+                    run_pipeline(module, pipeline)
+                    print(module)
+                    continue
+                result = compile_module(module, target, start=args.start, threads=args.threads, keep_ir=True,
+                                        profile=args.profile)
+                layout = ", ".join(f"{a.kind}:{a.dtype}{list(a.shape)}" for a in result.args)
+                print(f"// target: {target.triple} ({target.cpu})\n// entry {result.entry}(args): {layout}\n"
+                      + result.llvm_ir)
     except (EtcError, ir.MLIRError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

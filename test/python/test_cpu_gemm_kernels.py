@@ -1,11 +1,11 @@
-"""The cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/gemm.py) and window kernels
+"""The cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/kernels/gemm_*.py) and window kernels
 through the whole cpu pipeline: correctness only.
 
 Each case is linalg-on-tensors text as torch-mlir produces it, compiled through the cpu
 pipeline (`pipeline.compile_linalg_text`: passes -> LLVM -> object -> runtime): results are checked
 against numpy/torch. Odd sizes (1, 7, 33, 100) exercise the peeled partial row block,
 zero-padded column panels and K blocks that do not divide K. Timing lives in
-tools/bench_gemm.py, never here.
+bench/gemm.py, never here.
 """
 
 import re
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from etc.targets.cpu import gemm as strategy
 from etc.targets.cpu.isa import PRESETS, CpuTarget, isa_for, resolve_target
-from etc.targets.cpu.pipeline import compile_linalg_text, run_cpu_pipeline
+from etc.targets.cpu.kernels import gemm_match as strategy
+from etc.targets.cpu.pipeline import compile_linalg_text, label_arguments, run_cpu_pipeline
 
 HOST = resolve_target(None)
 ISA = isa_for(HOST)
@@ -40,14 +40,14 @@ def lowered(text, target=HOST, min_flops=None) -> str:
     """The LLVM-dialect module the cpu pipeline makes of `text` (every argument an input)."""
     from torch_mlir import ir
 
-    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.lowering.context import shared_context
 
     with shared_context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         fn = [op for op in module.body.operations if op.operation.name == "func.func"][0]
         n = len(fn.regions[0].blocks[0].arguments)
-        run_cpu_pipeline(module, [("input", str(i)) for i in range(n)], target, verify=True,
-                         gemm_min_flops=min_flops)
+        label_arguments(fn, [("input", str(i)) for i in range(n)])
+        run_cpu_pipeline(module, target, start="linalg", verify=True, gemm_min_flops=min_flops)
         return str(module)
 
 

@@ -1,5 +1,5 @@
 """The cpu target's 8da4w linear: int8 activations quantized per row at run time x int4 weights in
-groups (torchao's Int8DynamicActivationIntxWeightConfig), as native code (lower_quantized.py's
+groups (torchao's Int8DynamicActivationIntxWeightConfig), as native code (lowering/quantized_int4.py's
 lowering, etc-cpu-int8-kernels' vpdpbusd kernel with the nibbles unpacked in registers)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ pytest.importorskip("torchao")
 import etc  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
 from etc.targets.cpu import CpuPartitioner  # noqa: E402
-from models.quantized import sqnr  # noqa: E402
+from etc.models.quantized import sqnr  # noqa: E402
 
 X86 = "x86_64-unknown-linux-gnu"
 
@@ -141,13 +141,12 @@ def _decisions(**target) -> list:
     from torchao.quantization import quantize_
 
     from etc.targets.cpu import compile_function
-    from etc.targets.cpu.lower_quantized import fold_for_cpu
 
     torch.manual_seed(0)
     model = _Block(64, 96, 40).eval()
     quantize_(model, _config(32))
     edge = etc.to_edge(torch.export.export(model, (torch.randn(3, 64),)))
-    fold_for_cpu(edge.program_ir.module)
+    edge.transform(CpuPartitioner.pipeline)  # the quantized computations folded, as to_backend does
     fn = [op for op in edge.program_ir.module.body.operations if op.operation.name == "func.func"][0]
     _, debug = compile_function(fn.operation, edge.program_ir.constants, keep_ir=True, **target)
     return debug

@@ -6,7 +6,7 @@ import torch
 from torch_mlir import ir
 
 from etc.passes.pipeline import run_pipeline
-from etc.targets.cpu.passes._util import arg_attrs, arg_label, entry_function
+from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function
 from etc.targets.cpu.passes.prepack_constants import PACK_ATTR, evaluate_pack
 from etc.targets.cpu.pipeline import label_arguments
 
@@ -38,7 +38,7 @@ def folded():
     rng = np.random.default_rng(0)
     constants = {"w": rng.standard_normal((4, 8)).astype(np.float32),
                  "big": rng.standard_normal((2, 2)).astype(np.float32)}
-    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.lowering.context import shared_context
 
     with shared_context(), ir.Location.unknown():
         module = ir.Module.parse(CHAIN)

@@ -144,7 +144,7 @@ def test_cpu_target_leaves_the_custom_op_to_its_kernel_with_a_report_line():
 
 
 def test_selective_build_lists_the_custom_op(portable):
-    from etc.devtools.selective_build import SelectiveBuild
+    from etc.runtime.selective_build import SelectiveBuild
 
     selection = SelectiveBuild.from_programs(portable[1])
     assert "etc_ext::scaled_tanh.out" in selection.operators

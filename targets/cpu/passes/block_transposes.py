@@ -29,8 +29,8 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
-from etc.targets.cpu.gemm import _ANY, _apply_script
-from etc.targets.cpu.passes._util import walk
+from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.kernel_ir import ANY_OP, apply_transform_script
 
 _TAG = "etc.block_transpose"
 _OPS = ("linalg.generic", "linalg.transpose")
@@ -98,18 +98,18 @@ class BlockTransposes(Pass):
         if not blocked:
             return
         lines = ["module attributes {transform.with_named_sequence} {",
-                 f"  transform.named_sequence @__transform_main(%root: {_ANY} {{transform.readonly}}) {{"]
+                 f"  transform.named_sequence @__transform_main(%root: {ANY_OP} {{transform.readonly}}) {{"]
         for i, sizes in enumerate(blocked):
             loops = sum(1 for s in sizes if s)
-            types = ", ".join([_ANY] * (1 + loops))
+            types = ", ".join([ANY_OP] * (1 + loops))
             lines += [f"    %m{i} = transform.structured.match ops{{[\"linalg.generic\", \"linalg.transpose\"]}} "
-                      f"attributes {{{_TAG}_{i}}} in %root : ({_ANY}) -> {_ANY}",
+                      f"attributes {{{_TAG}_{i}}} in %root : ({ANY_OP}) -> {ANY_OP}",
                       f"    %t{i}:{1 + loops} = transform.structured.tile_using_for %m{i} tile_sizes {sizes} "
-                      f": ({_ANY}) -> ({types})"]
+                      f": ({ANY_OP}) -> ({types})"]
         lines += ["    transform.yield", "  }", "}"]
         with module_op.context, ir.Location.unknown():
             try:
-                _apply_script(module_op, "\n".join(lines) + "\n")
+                apply_transform_script(module_op, "\n".join(lines) + "\n")
             except Exception as e:  # noqa: BLE001 - the interpreter reports through a generic exception
                 raise self.error(f"{self.name}: blocking a transposed read failed: {e}") from None
             for op in walk(module_op, _OPS):

@@ -15,7 +15,8 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import arg_attrs, arg_label, entry_function, in_place_pairs, walk
+from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function, in_place_pairs
+from etc.targets.cpu.ir_query import walk
 
 # Ops whose result is a view of their first operand.
 _VIEWS = ("memref.collapse_shape", "memref.expand_shape", "memref.subview", "memref.reinterpret_cast",

@@ -25,8 +25,9 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu import decisions
-from etc.targets.cpu.gemm import is_contraction
-from etc.targets.cpu.passes._util import run_upstream, walk
+from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.kernel_ir import run_upstream
+from etc.targets.cpu.kernels.gemm_match import is_contraction
 
 
 @function_pass("etc-cpu-default-loops",

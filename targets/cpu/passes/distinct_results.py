@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import entry_function
+from etc.targets.cpu.entry_args import entry_function
 
 
 @function_pass("etc-cpu-distinct-results",

@@ -7,7 +7,7 @@ before the call), and lowered they call puts/abort, which a self-contained objec
 from __future__ import annotations
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import walk
+from etc.targets.cpu.ir_query import walk
 
 
 @function_pass("etc-cpu-drop-assertions", "Erase cf.assert (static shapes: they hold; lowered they would call abort)")

@@ -29,8 +29,10 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, memref
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import ARG_ATTR, DIM_RANGES_ATTR, arg_attrs, arg_label, entry_function, \
-    index_range, run_upstream, set_arg_attrs, update_function_type
+from etc.targets.cpu.entry_args import (ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs,
+                                        update_function_type)
+from etc.targets.cpu.kernel_ir import run_upstream
+from etc.targets.cpu.size_ranges import DIM_RANGES_ATTR, index_range
 
 DIM_BOUNDS_ATTR = "etc.dim_bounds"  # on an input: lo0, hi0, lo1, hi1, ... (the compiler's own attribute)
 SHAPE_ATTR = "etc.cpu.shape"  # on a rewritten argument: its dims at their upper bounds

@@ -24,8 +24,7 @@ from torch_mlir import ir
 
 from etc.errors import PassError
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import (ARG_ATTR, arg_attrs, arg_label, entry_function, in_place_pairs,
-                                           set_arg_attrs)
+from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, arg_label, entry_function, in_place_pairs, set_arg_attrs
 
 ABI_ATTR = "etc.cpu.abi"
 
@@ -42,7 +41,7 @@ def numpy_dtype_of(element_type) -> str:
 
 @function_pass("etc-cpu-entry-abi", "Label the entry's output buffers, mark all noalias, record the ABI on the module")
 def entry_abi(module, options=None) -> int:
-    from etc.targets.cpu.passes._util import DIM_RANGES_ATTR
+    from etc.targets.cpu.size_ranges import DIM_RANGES_ATTR
     from etc.targets.cpu.passes.dynamic_shapes import DYNAMIC_ATTR, SHAPE_ATTR
     from etc.targets.cpu.passes.plan_scratch import SCRATCH_ATTR
     from etc.targets.cpu.passes.prepack_constants import PACK_ATTR

@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import walk
+from etc.targets.cpu.ir_query import walk
 
 
 @function_pass("etc-cpu-forward-result-copies",

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from etc.errors import PassError
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import entry_function, run_upstream
+from etc.targets.cpu.entry_args import entry_function
+from etc.targets.cpu.kernel_ir import run_upstream
 
 
 @function_pass("etc-cpu-fuse-elementwise", "Elementwise fusion on the entry function (GEMM kernel functions untouched)")

@@ -11,7 +11,7 @@ init and epilogue after fusion, and `etc-cpu-tile-gemm-kernels` inlines and tile
 For each `linalg.conv_2d_nchw_fchw` and each matmul-like contraction (named matmuls are
 generalized first), in order:
   * taken: a call to a private declaration, `etc.cpu.gemm = "<geometry>"` on the call (the
-    kernel of `etc.targets.cpu.gemm`: B packed in nr-wide column panels, an mr x nr
+    kernel of `kernels/gemm_kernel.py`: B packed in nr-wide column panels, an mr x nr
     accumulator in registers; transposed for convolutions with few output pixels);
   * not taken: left as it is, with the reason (`small`, `gemv` or `loops: <why>`).
 Each is a decision in the module's `etc.cpu.decisions`. Other convolution layouts are
@@ -21,12 +21,17 @@ recorded as `loops` with their name. A failure while rewriting is an error, neve
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import count
 
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
-from etc.targets.cpu import decisions, gemm
-from etc.targets.cpu.passes._util import entry_function, walk
+from etc.targets.cpu import decisions
+from etc.targets.cpu.entry_args import entry_function
+from etc.targets.cpu.isa import ISA_TABLE
+from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.kernel_ir import apply_transform_script
+from etc.targets.cpu.kernels import gemm_match as gemm
 
 # Convolutions the kernel does not take (depthwise ones are the window pass's).
 _OTHER_CONVOLUTIONS = ("linalg.conv_1d_ncw_fcw", "linalg.conv_1d_nwc_wcf", "linalg.conv_2d_nhwc_hwcf",
@@ -38,16 +43,23 @@ _NAMED_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.batch_red
                        "linalg.mmt4d", "linalg.batch_mmt4d")
 
 
+# The options' defaults are one row of isa.py's table (cpu_pipeline passes the target's own row):
+# every default is a value a target uses.
+_DEFAULT_ISA = ISA_TABLE["avx512"]
+
+
 @dataclass
 class TileOptions:
-    """The register tile, shared by etc-cpu-gemm-kernels and etc-cpu-tile-gemm-kernels (isa.py's row)."""
+    """The register tile, shared by etc-cpu-gemm-kernels and etc-cpu-tile-gemm-kernels (isa.py's row;
+    by default the AVX-512 one)."""
 
-    lanes: int = option(16, help="f32 lanes of a vector register")
-    mr: int = option(6, help="rows of the register tile")
-    nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
-    kc: int = option(128, help="K block: up to 1.5 kc accumulate in registers, longer K is split into blocks")
-    kc_strided: int = option(128, help="the shortest K block of a B read in place whose panel rows (a row of B "
-                             "apart) alias in the cache (gemm.in_place_k_block)")
+    lanes: int = option(_DEFAULT_ISA.lanes, help="f32 lanes of a vector register")
+    mr: int = option(_DEFAULT_ISA.gemm_mr, help="rows of the register tile")
+    nr: int = option(_DEFAULT_ISA.gemm_nr, help="columns of the register tile (a multiple of lanes)")
+    kc: int = option(_DEFAULT_ISA.gemm_kc, help="K block: up to 1.5 kc accumulate in registers, longer K is split "
+                     "into blocks")
+    kc_strided: int = option(_DEFAULT_ISA.gemm_kc_strided, help="the shortest K block of a B read in place whose "
+                             "panel rows (a row of B apart) alias in the cache (gemm.in_place_k_block)")
 
 
 @register_pass
@@ -81,7 +93,7 @@ class GemmKernels(Pass):
                 chosen += self._decide(op, "convolution", g, cfg)
             for op in walk(module_op, _OTHER_CONVOLUTIONS):
                 decisions.record(op, "convolution", "loops", f"{op.name} has no GEMM kernel")
-            tags = self._rewrite(module_op, cfg, chosen, "c")
+            tags = self._rewrite(module_op, chosen, "c")
             self._generalize_contractions(module_op)
             chosen = []
             for op in walk(entry, ("linalg.generic",)):  # not the kernels just added (private functions)
@@ -92,7 +104,7 @@ class GemmKernels(Pass):
                     decisions.record(op, "contraction", "loops", why)
                     continue
                 chosen += self._decide(op, "contraction", g, cfg)
-            more = self._rewrite(module_op, cfg, chosen, "m")
+            more = self._rewrite(module_op, chosen, "m")
             self.count("kernels", len(tags) + len(more))
 
     def _no_vector_unit(self, module_op) -> None:
@@ -117,7 +129,7 @@ class GemmKernels(Pass):
                   "    %g = transform.structured.generalize %ops : (!transform.any_op) -> !transform.any_op\n"
                   "    transform.yield\n  }\n}\n")
         try:
-            gemm._apply_script(module_op, script)
+            apply_transform_script(module_op, script)
         except Exception as e:  # noqa: BLE001
             raise self.error(f"{self.name}: generalizing named contractions failed: {e}") from None
 
@@ -135,8 +147,39 @@ class GemmKernels(Pass):
             decisions.record(op, kind, "gemm-transposed" if g.transposed else "gemm")
         return [g]
 
-    def _rewrite(self, module_op, cfg, gemms: list, kind: str) -> list:
+    def _rewrite(self, module_op, gemms: list, kind: str) -> list:
         try:
-            return gemm._rewrite_list(module_op, cfg, gemms, kind)
+            return _calls_to_kernels(module_op, gemms, kind)
         except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug: say so
             raise self.error(f"{self.name}: building a GEMM kernel failed: {e}") from None
+
+
+_KERNEL_NUMBERS = count(1)  # kernel names are unique in a process (a module may be compiled in parts)
+
+
+def _calls_to_kernels(module_op, gemms: list, kind: str) -> list[str]:
+    """Replace each contraction of `gemms` by a call to its kernel, a private declaration that
+    etc-cpu-gemm-regions defines once it knows the kernel's init and epilogue; returns the
+    kernels' names."""
+    from torch_mlir.dialects import func as func_d
+
+    body = module_op.regions[0].blocks[0]
+    names = []
+    for position, g in enumerate(gemms):
+        name = f"etc_gemm_{kind}{next(_KERNEL_NUMBERS)}"
+        with ir.InsertionPoint(body), ir.Location.unknown():
+            func_d.FuncOp(name, ir.FunctionType.get([g.a.type, g.b.type, g.c.type], [g.result_type]),
+                          visibility="private")
+        with ir.InsertionPoint(g.op), g.op.location:
+            call = func_d.CallOp([g.result_type], ir.FlatSymbolRefAttr.get(name), [g.a, g.b, g.c])
+        call.operation.attributes[gemm.GEMM_ATTR] = gemm.describe(g)
+        g.op.results[0].replace_all_uses_with(call.results[0])
+        # A later contraction may read this one's result (MobileNetV2's projection 1x1 feeding
+        # the next expansion): point it at the call before the op, and its value, are freed.
+        for later in gemms[position + 1:]:
+            for field_name in ("a", "b", "c"):
+                if getattr(later, field_name) == g.op.results[0]:
+                    setattr(later, field_name, call.results[0])
+        g.op.erase()
+        names.append(name)
+    return names

@@ -12,9 +12,9 @@ After `etc-cpu-fuse-elementwise` has merged each contraction's consumer chain in
   * reads the init from the call's C operand: `linalg.fill` of a constant, a broadcast
     (`linalg.broadcast`, or a generic that only broadcasts), or else C itself;
   * takes the call's one user when it is an elementwise `linalg.generic` whose operands the
-    kernel's tile layout can read (`gemm.Layout`): its body moves into the kernel's epilogue
+    kernel's tile layout can read (`gemm_kernel.Layout`): its body moves into the kernel's epilogue
     and its other operands become kernel arguments;
-  * defines the private kernel function (`gemm.kernel_function`) and calls it.
+  * defines the private kernel function (`gemm_kernel.kernel_function`) and calls it.
 Every elementwise consumer is a decision: `epilogue -> fused`, or `second-pass` with the
 reason it could not be (the delegation report prints it). A contraction whose result has
 several users, or feeds a non-elementwise op, has no epilogue: its users read the stored tile.
@@ -25,17 +25,11 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, register_pass
-from etc.targets.cpu import decisions, gemm
-from etc.targets.cpu.passes._util import defining_op, entry_function, walk
+from etc.targets.cpu import decisions
+from etc.targets.cpu.entry_args import entry_function
+from etc.targets.cpu.ir_query import defining_op, indexing_maps, iterator_types, walk
+from etc.targets.cpu.kernels import gemm_kernel, gemm_match
 from etc.targets.cpu.passes.gemm_kernels import TileOptions
-
-
-def _iterators(op) -> list[str]:
-    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-
-
-def _maps(op) -> list:
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
 def _used_dims(amap, shape) -> "list | None":
@@ -114,7 +108,7 @@ class GemmRegions(Pass):
 
     def run(self, module_op) -> None:
         o = self.options
-        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided)
+        cfg = gemm_match.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided)
         entry = entry_function(module_op)
         body = module_op.regions[0].blocks[0]
         declarations = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in body.operations
@@ -122,11 +116,11 @@ class GemmRegions(Pass):
         fused = 0
         with module_op.context, ir.Location.unknown():
             for call in walk(entry, ("func.call",)):
-                if gemm.GEMM_ATTR not in call.attributes:
+                if gemm_match.GEMM_ATTR not in call.attributes:
                     continue
                 try:
                     fused += self._define(module_op, cfg, call, declarations)
-                except gemm.NotFusable as e:
+                except gemm_kernel.NotFusable as e:
                     raise self.error(f"{self.name}: {e}", at=call) from None
         self.count("epilogues fused", fused)
 
@@ -134,8 +128,8 @@ class GemmRegions(Pass):
     def _define(self, module_op, cfg, call, declarations) -> int:
         from torch_mlir.dialects import func as func_d
 
-        g = gemm.from_call(call)
-        own = gemm.layout(g, cfg)
+        g = gemm_match.from_call(call)
+        own = gemm_kernel.layout(g, cfg)
         name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
         tag = f"etc.{name}"
         extras: list = []  # (value, Extra)
@@ -148,8 +142,8 @@ class GemmRegions(Pass):
                       for group in ir.ArrayAttr(reshape.attributes["reassociation"])]
             seen = (kind, groups, tuple(ir.RankedTensorType(reshape.results[0].type).shape))
             try:
-                lay = gemm.layout(g, cfg, seen)
-            except gemm.NotFusable as e:
+                lay = gemm_kernel.layout(g, cfg, seen)
+            except gemm_kernel.NotFusable as e:
                 decisions.record(consumer, "epilogue", "second-pass", str(e))
                 consumer, seen = None, None
         inputs, arg_types, constants = ["acc"], ["f32", "f32"], []
@@ -157,9 +151,9 @@ class GemmRegions(Pass):
             consumer, inputs, arg_types, constants = self._epilogue(consumer, reshape or call, lay, extras)
             if consumer is None:
                 seen = None
-        region = gemm.Region(init, [e for _, e in extras], inputs, arg_types, body=consumer is not None,
-                             kc=gemm.kernel_kc(g, cfg))
-        text = gemm.kernel_function(g, cfg, name, tag, region, seen)
+        region = gemm_kernel.Region(init, [e for _, e in extras], inputs, arg_types, body=consumer is not None,
+                             kc=gemm_match.kernel_kc(g, cfg))
+        text = gemm_kernel.kernel_function(g, cfg, name, tag, region, seen)
         try:
             parsed = ir.Module.parse(text, module_op.context)
         except ir.MLIRError as e:
@@ -187,7 +181,7 @@ class GemmRegions(Pass):
         return int(consumer is not None)
 
     def _init(self, g, lay, extras: list) -> tuple:
-        """Where the accumulator starts (gemm.Region.init); appends what it reads to `extras`."""
+        """Where the accumulator starts (gemm_kernel.Region.init); appends what it reads to `extras`."""
         c = g.c
         producer = defining_op(c)
         if producer is not None and producer.name == "linalg.fill":
@@ -201,26 +195,26 @@ class GemmRegions(Pass):
             source = (producer.operands[0], [d for d in range(rank) if d not in dims])
         elif producer is not None and producer.name == "linalg.generic" and self._is_broadcast(producer):
             v = producer.operands[0]
-            source = (v, _used_dims(_maps(producer)[0], ir.RankedTensorType(v.type).shape))
+            source = (v, _used_dims(indexing_maps(producer)[0], ir.RankedTensorType(v.type).shape))
         if source is not None:
-            extra = gemm.Extra(source[0].type, source[1], lay.groups)
+            extra = gemm_kernel.Extra(source[0].type, source[1], lay.groups)
             try:
-                gemm.check_extra(extra, lay)
+                gemm_kernel.check_extra(extra, lay)
                 extras.append((source[0], extra))
                 return ("broadcast", len(extras) - 1)
-            except gemm.NotFusable:
+            except gemm_kernel.NotFusable:
                 pass  # read C itself, as any other init
-        extras.append((c, gemm.Extra(c.type, list(range(ir.RankedTensorType(c.type).rank)), lay.groups)))
+        extras.append((c, gemm_kernel.Extra(c.type, list(range(ir.RankedTensorType(c.type).rank)), lay.groups)))
         return ("copy", len(extras) - 1)
 
     @staticmethod
     def _is_broadcast(op) -> bool:
         """A generic that only broadcasts its one input into its output."""
-        if len(op.operands) != 2 or len(op.results) != 1 or set(_iterators(op)) != {"parallel"}:
+        if len(op.operands) != 2 or len(op.results) != 1 or set(iterator_types(op)) != {"parallel"}:
             return False
         block = op.regions[0].blocks[0]
         ops = [o.operation for o in block.operations]
-        maps = _maps(op)
+        maps = indexing_maps(op)
         if len(ops) != 1 or ops[0].operands[0] != block.arguments[0] or not maps[1].is_permutation:
             return False
         return maps[1] == ir.AffineMap.get_identity(maps[1].n_dims) and \
@@ -241,7 +235,7 @@ class GemmRegions(Pass):
         reshape = None
         if user is not None and user.name in ("tensor.expand_shape", "tensor.collapse_shape"):
             reshape, user = user, single_user(user.results[0])
-        if user is None or user.name != "linalg.generic" or set(_iterators(user)) != {"parallel"}:
+        if user is None or user.name != "linalg.generic" or set(iterator_types(user)) != {"parallel"}:
             return None, None
         return reshape, user
 
@@ -269,7 +263,7 @@ class GemmRegions(Pass):
         rtype = ir.RankedTensorType(consumer.results[0].type)
         if list(rtype.shape) != list(lay.shape) or str(rtype.element_type) != "f32":
             return "the consumer's result is not the contraction's shape in f32"
-        maps = _maps(consumer)
+        maps = indexing_maps(consumer)
         if maps[-1] != ir.AffineMap.get_identity(len(lay.shape)):
             return "the consumer writes its result permuted"
         block = consumer.regions[0].blocks[0]
@@ -289,10 +283,10 @@ class GemmRegions(Pass):
             used = _used_dims(maps[k], vtype.shape)
             if used is None:
                 return "the consumer indexes an operand by an affine expression"
-            extra = gemm.Extra(v.type, used)
+            extra = gemm_kernel.Extra(v.type, used)
             try:
-                gemm.check_extra(extra, lay)
-            except gemm.NotFusable as e:
+                gemm_kernel.check_extra(extra, lay)
+            except gemm_kernel.NotFusable as e:
                 return str(e)
             new_extras.append((v, extra))
             inputs.append(len(new_extras) - 1)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import arg_attrs, arg_label, entry_function, in_place_pairs
+from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function, in_place_pairs
 
 _NESTS = ("scf.for", "scf.parallel", "scf.if", "scf.while")
 

@@ -27,8 +27,8 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs, \
-    update_function_type
+from etc.targets.cpu.entry_args import (ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs,
+                                        update_function_type)
 
 PACK_ATTR = "etc.cpu.pack"
 # Folded arrays may grow (zero padding to whole panels) but not explode.
@@ -302,7 +302,7 @@ def _pack_function(root, source, folded_ops: list) -> str:
 
 def evaluate_pack(text: str, array: np.ndarray) -> np.ndarray:
     """Run a pack function (an `etc.cpu.pack` attribute) on the source constant's data."""
-    from etc.targets.cpu.lower import shared_context
+    from etc.targets.cpu.lowering.context import shared_context
 
     with shared_context(), ir.Location.unknown():
         module = ir.Module.parse(text)

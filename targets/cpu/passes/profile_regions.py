@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
-from etc.targets.cpu.passes._util import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type
+from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type
 
 PROFILE_ATTR = "etc.cpu.profile"
 COUNTER_INTRINSIC = "llvm.readcyclecounter"
@@ -49,9 +49,9 @@ COUNTER_ARCHES = ("x86_64", "aarch64")
 
 
 def _is_pure(op) -> bool:
-    from etc.targets.cpu.parallel import _PURE_PREFIXES
+    from etc.targets.cpu.parallel import PURE_PREFIXES
 
-    return op.name.startswith(_PURE_PREFIXES)
+    return op.name.startswith(PURE_PREFIXES)
 
 
 def _is_barrier(op) -> bool:
@@ -100,7 +100,7 @@ class ProfileRegions(Pass):
         merge: bool = option(True, help="one region for consecutive nests sharing an edge op")
 
     def run(self, module_op) -> None:
-        from etc.targets.cpu.parallel import _after
+        from etc.targets.cpu.parallel import insertion_after
         from etc.targets.cpu.passes.entry_abi import ABI_ATTR
         from etc.targets.cpu.passes.plan_scratch import SCRATCH_ATTR
 
@@ -125,7 +125,7 @@ class ProfileRegions(Pass):
             self._read_into(buffer, 0, ir.InsertionPoint.at_block_begin(block), tid)
             for k, region in enumerate(regions):
                 # After the region's last op (never the terminator); an empty entry: before the return.
-                at = _after(region["last"]) if region["last"] is not None else ir.InsertionPoint(ops[-1])
+                at = insertion_after(region["last"]) if region["last"] is not None else ir.InsertionPoint(ops[-1])
                 self._read_into(buffer, k + 1, at, tid)
             # The ABI and the scratch size the blob records (entry-abi wrote them before the loops).
             abi = list(ir.ArrayAttr(module_op.attributes[ABI_ATTR]))

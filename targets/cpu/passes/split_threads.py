@@ -12,7 +12,7 @@ passes. Replaces `convert-linalg-to-loops` in a threaded pipeline.
 from __future__ import annotations
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.passes._util import entry_function
+from etc.targets.cpu.entry_args import entry_function
 
 
 @function_pass("etc-cpu-split-threads", "Lower to loops shared by nthreads callers of one entry (threaded ABI)")

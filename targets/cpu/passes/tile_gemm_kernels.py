@@ -1,14 +1,14 @@
 """etc-cpu-tile-gemm-kernels: inline the GEMM kernels and tile them into register-blocked vector FMAs.
 
 After `etc-cpu-gemm-regions` has defined every kernel with its init and epilogue, each is
-inlined and tiled by the transform script of `etc.targets.cpu.gemm`: the epilogue (tagged
+inlined and tiled by the transform script of `kernels/gemm_schedule.py`: the epilogue (tagged
 `<kernel>_epi`) is tiled into batch, nr-wide column panels (the loop the threaded entry
 shares, `etc.thread_split`) and mr-row blocks (the partial one peeled), with the contraction
 and the init fused into each tile; the contraction runs single k steps over the whole K,
 vectorized into mr broadcast-FMAs of nr-wide vectors with the accumulator hoisted into
 registers, then the epilogue is applied to the accumulator and the tile stored once. A
-convolution's im2col is gathered per column panel (`gemm.gather_per_panel`), its rows then
-turned into masked contiguous loads where the stride allows (`gemm.contiguous_row_loads`).
+convolution's im2col is gathered per column panel (`gemm_match.gather_per_panel`), its rows then
+turned into masked contiguous loads where the stride allows (`gemm_schedule.contiguous_row_loads`).
 A failure is an error naming the pass.
 """
 
@@ -17,8 +17,9 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, register_pass
-from etc.targets.cpu import gemm
-from etc.targets.cpu.passes._util import run_upstream, walk
+from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.kernel_ir import apply_transform_script, run_upstream
+from etc.targets.cpu.kernels import gemm_match, gemm_schedule
 from etc.targets.cpu.passes.gemm_kernels import TileOptions
 
 
@@ -33,7 +34,7 @@ class TileGemmKernels(Pass):
 
     def run(self, module_op) -> None:
         o = self.options
-        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided)
+        cfg = gemm_match.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided)
         found: dict = {}  # kernel tag -> {"": rows, "_epi": True, "_init": True}
         for op in walk(module_op, ("linalg.generic",)):
             names = [op.attributes[i].name for i in range(len(op.attributes))]
@@ -49,14 +50,14 @@ class TileGemmKernels(Pass):
                 entry["K"] = ir.RankedTensorType(op.operands[0].type).shape[-1]
         # Without an epilogue the contraction is the root and its init stays a pass of its own
         # (a destination cannot be fused into the loops that carry it).
-        # The K block (gemm.in_place_k_block, as gemm.kernel_kc chose it building the kernel): the
+        # The K block (gemm_match.in_place_k_block, as gemm_match.kernel_kc chose it building the kernel): the
         # B panel is contiguous when packed or gathered per panel, else B is read in place, its
         # rows the tile's columns (f32) apart.
         kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e,
-                    gemm.in_place_k_block(e["K"], None if e["split"] or "_col" in e else 4 * e["cols"], cfg),
+                    gemm_match.in_place_k_block(e["K"], None if e["split"] or "_col" in e else 4 * e["cols"], cfg),
                     e["K"], e["split"], e["cols"], "_col" in e) for tag, e in found.items()]
         for op in walk(module_op, ("func.call",)):
-            if gemm.GEMM_ATTR in op.attributes:
+            if gemm_match.GEMM_ATTR in op.attributes:
                 raise self.error(f"{self.name}: a GEMM kernel call without its kernel (run etc-cpu-gemm-regions "
                                  "first)", at=op)
         if not kernels:
@@ -68,13 +69,13 @@ class TileGemmKernels(Pass):
             # epilogue is vectorized, and LLVM's powi takes only a scalar exponent.
             run_upstream(module_op, "builtin.module(inline{default-pipeline=}, symbol-dce, "
                          "func.func(math-expand-ops{ops=fpowi}))", "inlining GEMM kernels", self.error)
-            script = gemm.transform_script(kernels, cfg)
+            script = gemm_schedule.transform_script(kernels, cfg)
             try:
-                gemm._apply_script(module_op, script)
+                apply_transform_script(module_op, script)
             except Exception as e:  # noqa: BLE001 - the interpreter reports through a generic exception
                 raise self.error(f"{self.name}: tiling the GEMM kernels failed: {e}") from None
             run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)
-            rows = gemm.contiguous_row_loads(module_op)  # matches the canonical form of the gathers
+            rows = gemm_schedule.contiguous_row_loads(module_op)  # matches the canonical form of the gathers
             if rows:
                 run_upstream(module_op, "builtin.module(canonicalize, cse)", "cleaning up GEMM kernels", self.error)
             self.count("im2col rows as contiguous loads", rows)

@@ -1,8 +1,8 @@
 // The object's entry: `void etc_cpu_entry(ptr args)` loading one data pointer per
 // buffer, vectorized by LLVM for the target, with libc/libm as the only externals;
 // 32-bit index math on Cortex-M.
-// RUN: %PYTHON -m etc.targets.cpu.lower %s --stage llvm-ir --target x86-64-v3 | filecheck %s
-// RUN: %PYTHON -m etc.targets.cpu.lower %s --stage llvm-ir --target cortex-m7 | filecheck %s --check-prefix=M7
+// RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 --run %s --emit llvm-ir | filecheck %s
+// RUN: %PYTHON -m etc.targets.cpu.pipeline --target cortex-m7 --run %s --emit llvm-ir | filecheck %s --check-prefix=M7
 
 // CHECK: // target: x86_64-unknown-linux-gnu (haswell)
 // CHECK: // entry etc_cpu_entry(args): input:float32[4, 16], output:float32[4, 16]

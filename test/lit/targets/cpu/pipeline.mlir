@@ -1,13 +1,16 @@
-// The cpu target's back end is one pipeline string: the registered passes in order, sizes from
+// The cpu target's back end is one pipeline string from the edge dialect: the registered passes in
+// order (the first ones onto torch-mlir's torch dialect, then its pipelines to linalg), sizes from
 // the ISA table (AVX2 here: 8 lanes, a 6x16 GEMM tile), then upstream lowering to the LLVM
-// dialect. etc-opt runs it, or any prefix of it.
+// dialect. etc-opt runs it, or any prefix of it; `--from linalg` starts at its linalg stage.
 // RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 | filecheck %s --check-prefix=PIPELINE
 // RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 --threads 2 | filecheck %s --check-prefix=THREADS
 // RUN: etc-opt %s --pass-pipeline='builtin.module(etc-cpu-gemm-kernels{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-fuse-elementwise, etc-cpu-gemm-regions{lanes=8 mr=6 nr=16 kc=256}, etc-cpu-tile-gemm-kernels{lanes=8 mr=6 nr=16 kc=256})' | filecheck %s --check-prefix=ROOTS
-// RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 --run %s | filecheck %s
+// RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 --from linalg | filecheck %s --check-prefix=LINALG
+// RUN: %PYTHON -m etc.targets.cpu.pipeline --target x86-64-v3 --from linalg --run %s | filecheck %s
 
-// PIPELINE: builtin.module(etc-cpu-int8-kernels{dot=none mr=6 panels=1}, etc-cpu-gemm-kernels{lanes=8 mr=6 nr=16 kc=2048 kc-strided=256}, etc-cpu-fuse-elementwise, etc-cpu-gemm-regions{lanes=8 mr=6 nr=16 kc=2048 kc-strided=256}, etc-cpu-tile-gemm-kernels{lanes=8 mr=6 nr=16 kc=2048 kc-strided=256}, etc-cpu-window-kernels{lanes=8}, etc-cpu-row-kernels{lanes=8}, etc-cpu-expand-math, etc-cpu-prepack-constants, etc-cpu-block-transposes, etc-cpu-default-loops, one-shot-bufferize{{.*}}, etc-cpu-distinct-results, buffer-results-to-out-params{{.*}}, canonicalize, cse, etc-cpu-dynamic-shapes, etc-cpu-forward-result-copies, etc-collapse-elementwise-dims, etc-cpu-plan-scratch{alignment=64}, etc-cpu-entry-abi, etc-cpu-copies-to-linalg, etc-cpu-drop-assertions, func.func(convert-linalg-to-loops), etc-cpu-outline-regions, {{.*}}convert-vector-to-llvm{{.*}}convert-func-to-llvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1}
+// PIPELINE: builtin.module(etc-cpu-edge-to-torch, etc-cpu-lower-quantized, etc-cpu-expand-torch-ops, symbol-dce, torchdynamo-export-to-torch-backend-pipeline, torch-backend-to-linalg-on-tensors-backend-pipeline, etc-cpu-int8-kernels{dot=none mr=6 panels=1}, etc-cpu-gemm-kernels{lanes=8 mr=6 nr=16 kc=2048 kc-strided=256}, etc-cpu-fuse-elementwise, etc-cpu-gemm-regions{lanes=8 mr=6 nr=16 kc=2048 kc-strided=256}, etc-cpu-tile-gemm-kernels{lanes=8 mr=6 nr=16 kc=2048 kc-strided=256}, etc-cpu-window-kernels{lanes=8}, etc-cpu-row-kernels{lanes=8}, etc-cpu-expand-math, etc-cpu-prepack-constants, etc-cpu-block-transposes, etc-cpu-default-loops, one-shot-bufferize{{.*}}, etc-cpu-distinct-results, buffer-results-to-out-params{{.*}}, canonicalize, cse, etc-cpu-dynamic-shapes, etc-cpu-forward-result-copies, etc-collapse-elementwise-dims, etc-cpu-plan-scratch{alignment=64}, etc-cpu-entry-abi, etc-cpu-copies-to-linalg, etc-cpu-drop-assertions, func.func(convert-linalg-to-loops), etc-cpu-outline-regions, {{.*}}convert-vector-to-llvm{{.*}}convert-func-to-llvm{index-bitwidth=64 use-bare-ptr-memref-call-conv=1}
 // THREADS: etc-cpu-drop-assertions, etc-cpu-split-threads, etc-cpu-outline-regions, lower-affine
+// LINALG: builtin.module(etc-cpu-int8-kernels{dot=none mr=6 panels=1}, etc-cpu-gemm-kernels
 
 // The norm in front of the head's contraction is NOT fused into it: the GEMM kernel is built
 // first (vector FMAs on 16 lanes), fusion then merges only the norm's own elementwise ops.

@@ -3,7 +3,7 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-int8-kernels | filecheck %s --check-prefix=NONE
 
 // A linear layer's qgemm (2 rows, K = 6 in 2 groups of 4, 20 columns: one whole panel and a
-// partial one) and its per-column requantization, as lower_quantized.py emits them. The pair
+// partial one) and its per-column requantization, as etc-cpu-lower-quantized emits them. The pair
 // becomes one kernel: 2 x 2 panels of accumulators (the tile shrinks to the matrix), the K loop
 // of broadcast 4-byte groups x 64-byte panel rows (one contiguous load each) through vpdpbusd, then the epilogue on the
 // registers: the correction, one fma, roundeven, the zero point, the clamp, an i8 store per
@@ -90,7 +90,7 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 
 // -----
 
-// An 8da4w linear as lower_quantized.py emits it: the int8 x int4 contraction (`etc.cpu.qgemm4`:
+// An 8da4w linear as etc-cpu-lower-quantized emits it: the int8 x int4 contraction (`etc.cpu.qgemm4`:
 // q [M, K/8, 2, 4] with each 8 k as their even then odd values, the weight's bytes as panels
 // [NB, K/8, 16, 4] of nibble pairs, the group scales [NB, G, 16]; M dynamic, K = 16 in 2 groups
 // of 8, 20 columns) and its epilogue (`etc.cpu.qdequant`). The pair becomes one kernel: the
@@ -174,7 +174,7 @@ func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2
 // -----
 
 // A convolution's qgemm packs its im2col per call (a 3x3 convolution, stride 1, over a padded
-// [2, 7, 6] image: K = 18 in 5 groups of 4, P = 20 positions in 2 panels, the chain lower_quantized.py
+// [2, 7, 6] image: K = 18 in 5 groups of 4, P = 20 positions in 2 panels, the chain etc-cpu-lower-quantized
 // emits). The gather is never built: the pack reads the image itself, flattened, at constant row
 // offsets (%koffs) plus constant position offsets, each panel row of a K row from a few 16-byte loads
 // and a shuffle, the four rows interleaved into one 64-byte panel row, flipped to unsigned, stored.

@@ -1,0 +1,268 @@
+"""GEMM/convolution throughput of the cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/kernels/gemm_*.py).
+
+    python -m etc.bench.gemm [--runs N] [--quick]
+
+For matmul M=N=K in {256, 512, 1024}, a ResNet 3x3 64->64 convolution at 56x56 and a
+MobileNet 1x1 32->64 convolution at 48x48: median GFLOP/s of the code the cpu pipeline
+generates (the GEMM kernel, and plain loops for contrast: the kernel's min-flops set past
+the shape's), against
+
+  * the single-core FP32 peak: f32 lanes x FMA pipes x 2 flops x clock. Nominal from
+    /proc/cpuinfo's clock (a VM reports its TSC clock, not the boost clock), and measured
+    by a generated loop of 24 independent vector FMA chains (what the core really sustains
+    now: boost included);
+  * numpy's BLAS matmul on the same GEMM shape (for a convolution: filter [F, C*KH*KW] x
+    patches [C*KH*KW, OH*OW], the im2col not counted), at 1 thread when OpenBLAS lets us set
+    it, else at its own thread count (stated).
+
+`run() -> str` returns the markdown table `bench/report.py` embeds. The machine is shared:
+compare ratios within one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import os
+import statistics
+import time
+
+import numpy as np
+
+FMA_UNITS = 2  # 512-bit FMA pipes per core assumed on AVX-512 x86 (Zen 4/5, Skylake-SP Gold/Platinum)
+
+
+def _median_seconds(fn, runs: int, budget_s: float = 1.5) -> tuple[float, float]:
+    """(median wall-clock seconds, median CPU seconds of this thread) per call.
+
+    On a shared, oversubscribed machine a call longer than a scheduler time slice is often
+    preempted: wall time then counts other processes' work, CPU time does not."""
+    fn()
+    wall, cpu = [], []
+    deadline = time.perf_counter() + budget_s
+    while len(wall) < runs or (len(wall) < 3 * runs and time.perf_counter() < deadline):
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        fn()
+        cpu.append(time.thread_time() - start_cpu)
+        wall.append(time.perf_counter() - start)
+        if len(wall) >= 3 and time.perf_counter() > deadline:
+            break
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def cpu_mhz() -> float | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("cpu mhz"):
+                    return float(line.split(":")[1])
+    except OSError:
+        pass
+    return None
+
+
+def peak_loop_ir(width: int, chains: int = 24) -> str:
+    """LLVM IR: `void peak(i64 n, ptr buf)` running `chains` independent a = a*x + y vector chains."""
+    v = f"<{width} x float>"
+    lines = [f"declare {v} @llvm.fma.v{width}f32({v}, {v}, {v})",
+             "define void @peak(i64 %n, ptr %buf) {",
+             "entry:",
+             f"  %x = load {v}, ptr %buf, align 4",
+             f"  %py = getelementptr float, ptr %buf, i64 {width}",
+             f"  %y = load {v}, ptr %py, align 4",
+             "  br label %loop",
+             "loop:",
+             "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+    for c in range(chains):
+        lines.append(f"  %a{c} = phi {v} [%x, %entry], [%b{c}, %loop]")
+    for c in range(chains):
+        lines.append(f"  %b{c} = call {v} @llvm.fma.v{width}f32({v} %a{c}, {v} %x, {v} %y)")
+    lines += ["  %i1 = add i64 %i, 1", "  %done = icmp eq i64 %i1, %n", "  br i1 %done, label %exit, label %loop",
+              "exit:"]
+    acc = "%b0"
+    for c in range(1, chains):
+        lines.append(f"  %s{c} = fadd {v} {acc}, %b{c}")
+        acc = f"%s{c}"
+    lines += [f"  store {v} {acc}, ptr %buf, align 4", "  ret void", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def measured_peak_gflops(width: int, chains: int = 24, iterations: int = 1 << 20) -> float:
+    """Best of a few runs of the FMA-chain loop (the best run is the least disturbed by neighbours)."""
+    import llvmlite.binding as llvm
+
+    from etc.targets.cpu.isa import init_llvm, resolve_target
+
+    init_llvm()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = resolve_target(None)
+    tm = llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
+                                                                      opt=2)
+    mod = llvm.parse_assembly(peak_loop_ir(width, chains))
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)(engine.get_function_address("peak"))
+    buf = np.full(2 * width, 0.5, np.float32)
+    buf[width:] = 0.25
+    best = float("inf")
+    for _ in range(7):
+        start = time.thread_time()
+        fn(iterations, buf.ctypes.data)
+        best = min(best, time.thread_time() - start)
+    return chains * width * 2 * iterations / best / 1e9
+
+
+class _OpenBlasThreads:
+    """Set OpenBLAS's thread count for numpy (scipy-openblas symbols), when the library is found."""
+
+    def __init__(self):
+        self.lib = None
+        for pattern in ("numpy.libs/libscipy_openblas*.so", "numpy/.libs/libscipy_openblas*.so",
+                        "scipy_openblas64/lib/libscipy_openblas*.so"):
+            for path in glob.glob(os.path.join(os.path.dirname(os.path.dirname(np.__file__)), pattern)):
+                try:
+                    lib = ctypes.CDLL(path)
+                    lib.scipy_openblas_get_num_threads64_
+                    self.lib = lib
+                    break
+                except (OSError, AttributeError):
+                    continue
+            if self.lib:
+                break
+
+    def get(self) -> int | None:
+        return int(self.lib.scipy_openblas_get_num_threads64_()) if self.lib else None
+
+    def set(self, n: int) -> None:
+        if self.lib:
+            self.lib.scipy_openblas_set_num_threads64_(ctypes.c_int(n))
+
+
+def matmul_text(m: int, k: int, n: int) -> str:
+    t = lambda s: "tensor<" + "x".join(map(str, s)) + "xf32>"  # noqa: E731
+    return (f"func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}) -> {t([m, n])} {{\n"
+            f"  %z = arith.constant 0.0 : f32\n"
+            f"  %e = tensor.empty() : {t([m, n])}\n"
+            f"  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}\n"
+            f"  %r = linalg.matmul ins(%a, %b : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}\n"
+            f"  return %r : {t([m, n])}\n}}\n")
+
+
+def conv_text(c: int, hw: int, f: int, k: int, pad: int) -> tuple[str, tuple]:
+    """conv2d NCHW (batch 1, stride 1) with bias, padding as torch-mlir materializes it (tensor.pad)."""
+    t = lambda s: "tensor<" + "x".join(map(str, s)) + "xf32>"  # noqa: E731
+    hp = hw + 2 * pad
+    o = hp - k + 1
+    x, xp, w, out = [1, c, hw, hw], [1, c, hp, hp], [f, c, k, k], [1, f, o, o]
+    lines = [f"func.func @conv(%x: {t(x)}, %w: {t(w)}, %b: {t([f])}) -> {t(out)} {{",
+             "  %z = arith.constant 0.0 : f32"]
+    src = "%x"
+    if pad:
+        lines += [f"  %xp = tensor.pad %x low[0, 0, {pad}, {pad}] high[0, 0, {pad}, {pad}] {{",
+                  "  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):", "    tensor.yield %z : f32",
+                  f"  }} : {t(x)} to {t(xp)}"]
+        src = "%xp"
+    lines += [f"  %e = tensor.empty() : {t(out)}",
+              f"  %bb = linalg.broadcast ins(%b : {t([f])}) outs(%e : {t(out)}) dimensions = [0, 2, 3]",
+              "  %r = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : "
+              f"vector<2xi64>}} ins({src}, %w : {t(xp)}, {t(w)}) outs(%bb : {t(out)}) -> {t(out)}",
+              f"  return %r : {t(out)}", "}"]
+    return "\n".join(lines) + "\n", tuple(out)
+
+
+def cases(quick: bool = False) -> list[dict]:
+    rng = np.random.default_rng(0)
+    out = []
+    for n in (256, 512, 1024):
+        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+        out.append(dict(name=f"matmul {n}x{n}x{n}", text=matmul_text(n, n, n), inputs=[a, b], flops=2 * n ** 3,
+                        gemm=(a, b), default=not (quick and n == 1024)))
+    for name, (c, hw, f, k, pad) in (("conv 3x3 64->64 @56x56 (ResNet)", (64, 56, 64, 3, 1)),
+                                     ("conv 1x1 32->64 @48x48 (MobileNet)", (32, 48, 64, 1, 0))):
+        text, oshape = conv_text(c, hw, f, k, pad)
+        x = rng.standard_normal((1, c, hw, hw), np.float32)
+        w = rng.standard_normal((f, c, k, k), np.float32)
+        bias = rng.standard_normal((f,), np.float32)
+        P = oshape[2] * oshape[3]
+        gemm = (w.reshape(f, -1), rng.standard_normal((c * k * k, P), np.float32))
+        out.append(dict(name=name, text=text, inputs=[x, w, bias], flops=2 * f * P * c * k * k, gemm=gemm,
+                        default=True))
+    return out
+
+
+def run(runs: int = 10, quick: bool = False) -> str:
+    from etc.targets.cpu.isa import isa_for, resolve_target
+    from etc.targets.cpu.pipeline import compile_linalg_text
+
+    target = resolve_target(None)
+    isa = isa_for(target)
+    width = isa.lanes if isa.vectorizes else 4
+    mhz = cpu_mhz()
+    nominal = width * FMA_UNITS * 2 * mhz / 1e3 if mhz else None
+    measured = measured_peak_gflops(width)
+    blas = _OpenBlasThreads()
+    default_threads = blas.get()
+    blas.set(1)
+    threads = blas.get() or default_threads
+    rows = []
+    try:
+        for case in cases(quick):
+            compiled = compile_linalg_text(case["text"], target=target)
+            outs = [np.empty(o["shape"], np.float32) for o in compiled.outputs]
+            t_s = _median_seconds(lambda: compiled.run(list(case["inputs"]), outs), runs)
+            got = outs[0].copy()
+            t_d = None
+            if case["default"]:
+                plain = compile_linalg_text(case["text"], target=target, gemm_min_flops=1 << 62)
+                outs_d = [np.empty(o["shape"], np.float32) for o in plain.outputs]
+                t_d = _median_seconds(lambda: plain.run(list(case["inputs"]), outs_d), max(3, runs // 3))
+                scale = max(1.0, float(np.abs(outs_d[0]).max()))
+                assert float(np.abs(got - outs_d[0]).max()) / scale < 1e-4, f"{case['name']}: results differ"
+            a, b = case["gemm"]
+            t_np = _median_seconds(lambda: a @ b, runs)
+            rows.append((case, t_s, t_d, t_np))
+    finally:
+        if default_threads:
+            blas.set(default_threads)
+    gf = lambda c, t: c["flops"] / t[1] / 1e9  # noqa: E731 - CPU time
+    gw = lambda c, t: c["flops"] / t[0] / 1e9  # noqa: E731 - wall clock
+    lines = [
+        f"Host: {target.cpu} ({target.triple}); GEMM kernel tile {isa.gemm_mr}x{isa.gemm_nr} f32, "
+        f"kc={isa.gemm_kc} ({width} lanes)." if isa.vectorizes else f"Host: {target.cpu}: no vector unit (plain loops).",
+        f"Single-core FP32 peak: measured {measured:.0f} GFLOP/s (24 independent {width}-lane FMA chains, best of 7)"
+        + (f"; nominal {nominal:.0f} GFLOP/s = {width} lanes x {FMA_UNITS} FMA units x 2 x {mhz / 1e3:.2f} GHz "
+           "(/proc/cpuinfo; a VM reports its base/TSC clock, boost makes the measured peak higher)" if nominal else "")
+        + ".",
+        f"numpy: OpenBLAS matmul at {threads} thread(s) on the same GEMM shape"
+        + (f" (its default is {default_threads})" if default_threads and default_threads != threads else "")
+        + "; for convolutions the filter x im2col GEMM without the im2col. Median of up to "
+        f"{runs}..{3 * runs} runs. GFLOP/s from the calling thread's CPU time (the machine is shared and "
+        "oversubscribed: calls longer than a time slice get preempted, which inflates wall time; the wall-clock "
+        "figure is shown too). Compare ratios within this table.",
+        "",
+        "| shape | etc GEMM kernel GFLOP/s (wall) | % of measured peak | % of nominal peak | plain loops GFLOP/s "
+        "| numpy GFLOP/s (wall) | kernel / numpy |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for case, t_s, t_d, t_np in rows:
+        s = gf(case, t_s)
+        lines.append(f"| {case['name']} | {s:.1f} ({gw(case, t_s):.1f}) | {100 * s / measured:.0f}% | "
+                     f"{(f'{100 * s / nominal:.0f}%' if nominal else 'n/a')} | "
+                     f"{(f'{gf(case, t_d):.1f}' if t_d else 'n/a')} | {gf(case, t_np):.1f} ({gw(case, t_np):.1f}) | "
+                     f"{t_np[1] / t_s[1]:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m etc.bench.gemm", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="skip the slow default-loops 1024 matmul")
+    args = parser.parse_args(argv)
+    print(run(runs=args.runs, quick=args.quick))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""Reading the IR the cpu target's passes match: producers, structured ops' loops and maps, shapes."""
+
+from __future__ import annotations
+
+import re
+
+from torch_mlir import ir
+
+DYNAMIC = ir.ShapedType.get_dynamic_size()
+
+
+def as_operation(op):
+    """The `ir.Operation` of an op view (or the operation itself)."""
+    return op.operation if hasattr(op, "operation") else op
+
+
+def defining_op(value, name: str | None = None):
+    """The operation that produces `value` (None for a block argument); with `name`, only an op
+    of that name."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    op = as_operation(owner)
+    return op if name is None or op.name == name else None
+
+
+def walk(op, names) -> list:
+    """Every op under `op` (itself included) whose name is in `names`, in walk order."""
+    found = []
+
+    def visit(inner):
+        if inner.name in names:
+            found.append(inner)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
+
+
+def iterator_types(op) -> list[str]:
+    """A structured op's loops: "parallel", "reduction" or "window" each."""
+    return [re.search(r"parallel|reduction|window", str(a)).group(0)
+            for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+
+
+def indexing_maps(op) -> list:
+    """A structured op's indexing maps (`ir.AffineMap`s), inputs then outputs."""
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def map_dims(amap) -> list[int] | None:
+    """The loop each result of `amap` reads (a projected permutation), or None."""
+    dims = []
+    for expr in amap.results:
+        if not isinstance(expr, ir.AffineDimExpr):
+            return None
+        dims.append(ir.AffineDimExpr(expr).position)
+    return dims
+
+
+def input_count(op) -> int:
+    """The inputs of a destination-style op (its operands less its outputs)."""
+    return len(op.operands) - len(op.results)
+
+
+def static_shape(value) -> list | None:
+    """The shape of a statically shaped ranked tensor, else None."""
+    t = value.type
+    if not isinstance(t, ir.RankedTensorType) or not t.has_static_shape:
+        return None
+    return list(t.shape)
+
+
+def static_f32_shape(value) -> list | None:
+    """The shape of a statically shaped f32 tensor, else None."""
+    shape = static_shape(value)
+    return shape if shape is not None and isinstance(ir.RankedTensorType(value.type).element_type, ir.F32Type) \
+        else None

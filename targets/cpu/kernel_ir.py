@@ -1,0 +1,249 @@
+"""The one toolkit the cpu target builds kernel IR with.
+
+Kernels (the GEMM, window, row, int8 and int4 kernels, the quantized lowerings) are written as
+MLIR text, one line at a time, parsed once and spliced where the op they replace was:
+
+    t = KernelText()
+    zero = t.const(0, "i32")                    # a fresh SSA name: %c1 = arith.constant 0 : i32
+    t.emit(f"%e = tensor.empty() : {tensor_type([4, 16], 'i32')}")
+    with t.nested():                            # a nested block: two more spaces
+        ...
+    text = t.function("kernel", ["%x: tensor<4x16xf32>"], ["tensor<4x16xi32>"], ["%r"])
+    (result,) = splice(text, [x], before=op)    # its body in front of `op`, `x` for %x
+
+Text is the form because each kernel is a few hundred ops of regular structure (a loop nest
+unrolled over a register tile) that read best as the MLIR they become; the Python builders of
+the MLIR bindings are used where an op is rewritten in place (`passes/`). What is shared:
+
+- `tensor_type`, `vector_type`: type strings (a negative size is a dynamic `?`);
+- `f32_literal`, `dense_literal`: constants with their exact bits;
+- `KernelText`: fresh SSA names, `index(k)` constants declared once ahead of the body, nested
+  indentation, sections sharing one name space (`section()`), the function around a body;
+- `splice`: the one way a kernel's body replaces IR (located at the op it replaces);
+- `parse_function`: a kernel kept as a function of the module (the GEMM kernels);
+- `apply_transform_script`: the transform-dialect interpreter on a script built as text;
+- `run_upstream`: an upstream pass pipeline from inside a pass, its failure the pass's error.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from contextlib import contextmanager
+from itertools import count
+
+import numpy as np
+from torch_mlir import ir
+
+ANY_OP = "!transform.any_op"  # the handle type of the transform scripts
+
+
+# ------------------------------------------------------------------ types and literals
+def tensor_type(shape, element: str = "f32") -> str:
+    """`tensor<4x?x8xf32>`: a ranked tensor type (a negative size is dynamic)."""
+    return "tensor<" + "".join(f"{d if d >= 0 else '?'}x" for d in shape) + element + ">"
+
+
+def vector_type(lanes: int, element: str = "f32") -> str:
+    """`vector<16xf32>`."""
+    return f"vector<{lanes}x{element}>"
+
+
+def f32_literal(value: float) -> str:
+    """A float32 value as the hexadecimal bit pattern MLIR reads exactly (infinities included)."""
+    return "0x%08X" % struct.unpack("<I", struct.pack("<f", np.float32(value)))[0]
+
+
+def scalar_literal(value) -> str:
+    """A bool (`true`), or a float as MLIR reads it exactly into an f32 (`repr`; an infinity as its
+    f32 bit pattern)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if math.isinf(value):
+        return "0x7F800000" if value > 0 else "0xFF800000"
+    return repr(float(value))
+
+
+def dense_literal(array: np.ndarray, element: str) -> str:
+    """`dense<"0x...">  : tensor<...>`: an array's bytes as a constant attribute."""
+    array = np.ascontiguousarray(array)
+    return f'dense<"0x{array.tobytes().hex().upper()}"> : {tensor_type(list(array.shape), element)}'
+
+
+def identity_map(rank: int) -> str:
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    return f"affine_map<({dims}) -> ({dims})>"
+
+
+def iterators(n: int, kind: str = "parallel") -> str:
+    """`"parallel", "parallel"`: the iterator_types list of a generic with `n` such loops."""
+    return ", ".join([f'"{kind}"'] * n)
+
+
+# ------------------------------------------------------------------ the text writer
+class KernelText:
+    """MLIR text of a function body, built line by line.
+
+    `fresh(stem)` gives a new SSA name; `index(k)` the name of an index constant, declared once
+    ahead of the body (`declarations()`); `nested()` indents a block; `section()` is another
+    list of lines with the same names (a kernel assembled from parts written in another order)."""
+
+    def __init__(self, indent: int = 2, *, _names=None, _indices=None):
+        self.lines: list[str] = []
+        self.indent = indent
+        self._names = _names if _names is not None else count(1)
+        self.indices: dict[int, str] = _indices if _indices is not None else {}
+
+    def section(self, indent: int | None = None) -> "KernelText":
+        """More lines sharing this writer's SSA names and index constants."""
+        return KernelText(self.indent if indent is None else indent, _names=self._names, _indices=self.indices)
+
+    def fresh(self, stem: str = "v") -> str:
+        return f"%{stem}{next(self._names)}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append(" " * self.indent + line)
+
+    @contextmanager
+    def nested(self, by: int = 2):
+        """Lines emitted inside are indented by `by` more (a loop body, a region)."""
+        self.indent += by
+        try:
+            yield self
+        finally:
+            self.indent -= by
+
+    def const(self, value, type_: str) -> str:
+        """A fresh `arith.constant value : type_` (value as MLIR writes it)."""
+        name = self.fresh("c")
+        self.emit(f"{name} = arith.constant {value} : {type_}")
+        return name
+
+    def index(self, value: int) -> str:
+        """The index constant `value`, declared ahead of the body."""
+        return self.indices.setdefault(value, f"%idx{value}".replace("-", "m"))
+
+    def add(self, base: str, k: int) -> str:
+        """base + k (index), base itself for 0."""
+        return base if k == 0 else self.addv(base, self.index(k))
+
+    def addv(self, a: str, b: str) -> str:
+        name = self.fresh()
+        self.emit(f"{name} = arith.addi {a}, {b} : index")
+        return name
+
+    def mul(self, base: str, k: int) -> str:
+        name = self.fresh()
+        self.emit(f"{name} = arith.muli {base}, {self.index(k)} : index")
+        return name
+
+    def pad(self, value: str, shape: list, low: list, high: list, fill: str, element: str = "f32",
+            stem: str = "pad") -> tuple[str, list]:
+        """`value` padded (`tensor.pad`) by `low` and `high` with `fill`; (name, shape). `value`
+        itself when nothing is padded."""
+        if not any(low) and not any(high):
+            return value, shape
+        out_shape = [s + lo + hi for s, lo, hi in zip(shape, low, high)]
+        name = self.fresh(stem)
+        self.emit(f"{name} = tensor.pad {value} low[{', '.join(map(str, low))}] high[{', '.join(map(str, high))}] {{")
+        self.emit(f"^bb0({', '.join(f'%i{k}: index' for k in range(len(shape)))}):")
+        self.emit(f"  tensor.yield {fill} : {element}")
+        self.emit(f"}} : {tensor_type(shape, element)} to {tensor_type(out_shape, element)}")
+        return name, out_shape
+
+    def reshape(self, kind: str, value: str, groups: list, src: list, dst: list, element: str = "f32",
+                output_shape: "list | None" = None, stem: str = "r") -> str:
+        """`tensor.expand_shape` (kind "expand"; `output_shape` the sizes as text, default `dst`) or
+        `tensor.collapse_shape` of `value` from `src` to `dst` by the reassociation `groups`."""
+        name = self.fresh(stem)
+        g = "[" + ", ".join("[" + ", ".join(map(str, group)) + "]" for group in groups) + "]"
+        types = f"{tensor_type(src, element)} into {tensor_type(dst, element)}"
+        if kind == "expand":
+            sizes = ", ".join(output_shape or map(str, dst))
+            self.emit(f"{name} = tensor.expand_shape {value} {g} output_shape [{sizes}] : {types}")
+        else:
+            self.emit(f"{name} = tensor.collapse_shape {value} {g} : {types}")
+        return name
+
+    def transpose(self, value: str, src: list, perm: list, element: str = "f32") -> tuple[str, list]:
+        """`linalg.transpose` of `value` into a new tensor; (name, shape)."""
+        dst = [src[p] for p in perm]
+        empty, name = self.fresh("e"), self.fresh("tr")
+        self.emit(f"{empty} = tensor.empty() : {tensor_type(dst, element)}")
+        self.emit(f"{name} = linalg.transpose ins({value} : {tensor_type(src, element)}) outs({empty} : "
+                  f"{tensor_type(dst, element)}) permutation = [{', '.join(map(str, perm))}]")
+        return name, dst
+
+    def declarations(self) -> list[str]:
+        """The index constants, in increasing value."""
+        return [f"  {name} = arith.constant {value} : index" for value, name in sorted(self.indices.items())]
+
+    def text(self) -> str:
+        """The body: the index constants, then the lines."""
+        return "\n".join(self.declarations() + self.lines)
+
+    def function(self, name: str, args: list[str], results: list[str], returned: list[str],
+                 sections: "list[KernelText] | None" = None) -> str:
+        """`func.func private @name(args) -> (results)` around the declarations and the lines of
+        `sections` (default: this writer), returning `returned`."""
+        lines = self.declarations()
+        for part in sections or [self]:
+            lines += part.lines
+        signature = results[0] if len(results) == 1 else f"({', '.join(results)})"
+        return "\n".join([f"func.func private @{name}({', '.join(args)}) -> {signature} {{", *lines,
+                          f"  return {', '.join(returned)} : {', '.join(results)}", "}"]) + "\n"
+
+
+# ------------------------------------------------------------------ into the IR
+def parse_function(text: str, context) -> ir.Operation:
+    """The one function of `text`, parsed in `context` and detached (to be appended to a module)."""
+    holder = ir.Module.parse(text, context)
+    fn = holder.body.operations[0].operation
+    fn.detach_from_parent()
+    return fn
+
+
+def relocate(op, location) -> None:
+    """`op` and every op nested in it at `location`."""
+    def visit(inner):
+        inner.location = location
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+
+
+def splice(text: str, values: list, before, location=None) -> list:
+    """Parse the function `text` and put its body in front of the op `before`, `values` standing
+    for its arguments; every spliced op takes `location` (default: `before`'s, the op the kernel
+    replaces, so diagnostics and profiles name the user's line). Returns the values it returns."""
+    holder = ir.Module.parse(text, before.context)
+    block = holder.body.operations[0].regions[0].blocks[0]
+    for arg, value in zip(block.arguments, values):
+        arg.replace_all_uses_with(value)
+    ops = [o.operation for o in block.operations]
+    location = before.location if location is None else location
+    for inner in ops[:-1]:
+        inner.move_before(before)
+        relocate(inner, location)
+    return list(ops[-1].operands)
+
+
+def apply_transform_script(module_op, script: str) -> None:
+    """Run the `@__transform_main` named sequence of `script` (a transform-dialect module as text)
+    on `module_op` with MLIR's transform interpreter."""
+    from torch_mlir.dialects.transform import interpreter
+
+    library = ir.Module.parse(script, module_op.context)
+    (entry,) = [op for op in library.body.operations if "sym_name" in op.attributes
+                and ir.StringAttr(op.attributes["sym_name"]).value == "__transform_main"]
+    interpreter.apply_named_sequence(module_op, entry, library)
+
+
+def run_upstream(op, pipeline: str, what: str, error) -> None:
+    """Run an upstream pass pipeline on `op`; a failure is `error(message)` (the pass's located error)."""
+    from torch_mlir.passmanager import PassManager
+
+    try:
+        PassManager.parse(pipeline, context=op.context).run(op)
+    except Exception as e:  # noqa: BLE001 - MLIR reports through a generic exception
+        raise error(f"{what} failed: {e}") from None

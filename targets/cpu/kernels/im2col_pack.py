@@ -1,0 +1,136 @@
+"""A convolution's int8 im2col packed per call straight from the padded image (no gather built)."""
+
+from __future__ import annotations
+
+from etc.targets.cpu.kernel_ir import KernelText, tensor_type
+from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, Im2col
+
+
+def pack_text(g: Im2col) -> str:
+    """The im2col packed straight from the image, per call: for each group of 4 rows of K and panel
+    of 16 positions, each row's 16 bytes gathered from one or a few contiguous loads (a position's
+    row run; every stride-th byte) by shuffles, the four rows interleaved into the 64-byte panel row
+    the kernel reads, flipped to unsigned, stored. The offsets are constants: L panels (a period of
+    output rows) unrolled in a loop over the periods, then the last panels with positions past P
+    clamped. Loads that could reach past the image (the last rows of K near its end) are masked."""
+    K, P = g.K, g.P
+    KB, NB = -(-K // GROUP), -(-P // PANEL)
+    total = g.C * g.Hp * g.Wp
+    LW = PANEL if g.sw == 1 else 2 * PANEL  # bytes per load
+    L, D = g.period()
+    S = P // (PANEL * L)  # whole periods
+    tail = list(range(S * L, NB))  # panels after them, positions clamped to P - 1
+    periodic = [[g.p_offset(PANEL * j + i) for i in range(PANEL)] for j in range(L)]
+    clamped = {j: [g.p_offset(min(PANEL * j + i, P - 1)) for i in range(PANEL)] for j in tail}
+    # The highest group start any row reads from, past its K offset: rows whose loads stay inside
+    # the image read unmasked, the few last rows of K (masked) may not.
+    starts = [(S - 1) * D + o for o in _group_starts(periodic, LW)] if S else []
+    starts += _group_starts(list(clamped.values()), LW)
+    reach = max(starts) + LW
+    k_safe = 0
+    while k_safe < KB and all(g.k_offset(GROUP * k_safe + r) + reach <= total for r in range(GROUP)):
+        k_safe += 1
+    src, flat_t = tensor_type([g.C, g.Hp, g.Wp], "i8"), tensor_type([total], "i8")
+    rows_t, dst = tensor_type([NB, KB, PANEL * GROUP], "i8"), tensor_type([NB, KB, PANEL, GROUP], "i8")
+    koffs = ", ".join(str(g.k_offset(k)) for k in range(KB * GROUP))
+    t = KernelText()
+    t.emit(f"%flat = tensor.collapse_shape %src [[0, 1, 2]] : {src} into {flat_t}")
+    t.emit(f"%koffs = arith.constant dense<[{koffs}]> : {tensor_type([KB * GROUP], 'i32')}")
+    t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
+    t.emit("%pad = arith.constant 0 : i8")
+    t.emit(f"%empty = tensor.empty() : {rows_t}")
+    pairs = [x for i in range(PANEL) for x in (i, i + PANEL)]  # r0[i], r1[i]
+    quads = [x for i in range(PANEL) for x in (2 * i, 2 * i + 1, 2 * i + 2 * PANEL, 2 * i + 1 + 2 * PANEL)]
+
+    def row(base: str, offsets: list, in_bounds: bool) -> str:
+        """The 16 bytes flat[base + offsets[i]] as a vector."""
+        groups = _groups(offsets, LW)
+        loads = []
+        for start, _ in groups:
+            at = t.add(base, start)
+            v = t.fresh()
+            t.emit(f"{v} = vector.transfer_read %flat[{at}], %pad {{in_bounds = [{str(in_bounds).lower()}]}} : "
+                   f"{flat_t}, vector<{LW}xi8>")
+            loads.append(v)
+        start, members = groups[0]
+        if len(groups) == 1 and LW == PANEL and members == list(range(start, start + PANEL)):
+            return loads[0]
+        cur, width, mask = loads[0], LW, [o - start for o in members]
+        for (start, members), v in zip(groups[1:], loads[1:]):
+            mask = mask + [width + o - start for o in members]
+            out = t.fresh()
+            t.emit(f"{out} = vector.shuffle {cur}, {v} [{', '.join(map(str, mask))}] : "
+                   f"vector<{width}xi8>, vector<{LW}xi8>")
+            cur, width, mask = out, len(mask), list(range(len(mask)))
+        if width != PANEL or mask != list(range(PANEL)):  # one group: select its bytes
+            out = t.fresh()
+            t.emit(f"{out} = vector.shuffle {cur}, {cur} [{', '.join(map(str, mask))}] : "
+                   f"vector<{width}xi8>, vector<{width}xi8>")
+            cur = out
+        return cur
+
+    def panel(acc: str, bases: list, offsets: list, nb: str, kb: str, in_bounds: bool) -> str:
+        r = [row(base, offsets, in_bounds) for base in bases]
+        s01, s23, tv, u, w = (t.fresh() for _ in range(5))
+        v16, v32 = f"vector<{PANEL}xi8>", f"vector<{2 * PANEL}xi8>"
+        t.emit(f"{s01} = vector.shuffle {r[0]}, {r[1]} [{', '.join(map(str, pairs))}] : {v16}, {v16}")
+        t.emit(f"{s23} = vector.shuffle {r[2]}, {r[3]} [{', '.join(map(str, pairs))}] : {v16}, {v16}")
+        t.emit(f"{tv} = vector.shuffle {s01}, {s23} [{', '.join(map(str, quads))}] : {v32}, {v32}")
+        t.emit(f"{u} = arith.xori {tv}, %flip : vector<{PANEL * GROUP}xi8>")
+        t.emit(f"{w} = vector.transfer_write {u}, {acc}[{nb}, {kb}, {t.index(0)}] {{in_bounds = [true]}} : "
+               f"vector<{PANEL * GROUP}xi8>, {rows_t}")
+        return w
+
+    def k_loop(acc: str, lo: int, hi: int, in_bounds: bool) -> str:
+        if lo >= hi:
+            return acc
+        kb, a, res = t.fresh("kb"), t.fresh("a"), t.fresh("r")
+        t.emit(f"{res} = scf.for {kb} = {t.index(lo)} to {t.index(hi)} step {t.index(1)} "
+               f"iter_args({a} = {acc}) -> ({rows_t}) {{")
+        k0 = t.mul(kb, GROUP)
+        bases = []
+        for r in range(GROUP):
+            e, i = t.fresh(), t.fresh()
+            t.emit(f"{e} = tensor.extract %koffs[{t.add(k0, r)}] : {tensor_type([KB * GROUP], 'i32')}")
+            t.emit(f"{i} = arith.index_cast {e} : i32 to index")
+            bases.append(i)
+        cur = a
+        if S:
+            sv, b, inner = t.fresh("s"), t.fresh("a"), t.fresh("r")
+            t.emit(f"{inner} = scf.for {sv} = {t.index(0)} to {t.index(S)} step {t.index(1)} "
+                   f"iter_args({b} = {cur}) -> ({rows_t}) {{")
+            shift, nb0 = t.mul(sv, D), t.mul(sv, L)
+            shifted = [t.addv(base, shift) for base in bases]
+            x = b
+            for j in range(L):
+                x = panel(x, shifted, periodic[j], t.add(nb0, j), kb, in_bounds)
+            t.emit(f"scf.yield {x} : {rows_t}")
+            t.emit("}")
+            cur = inner
+        for j in tail:
+            cur = panel(cur, bases, clamped[j], t.index(j), kb, in_bounds)
+        t.emit(f"scf.yield {cur} : {rows_t}")
+        t.emit("}")
+        return res
+
+    out = k_loop("%empty", 0, k_safe, True)
+    out = k_loop(out, k_safe, KB, False)
+    t.emit(f"%result = tensor.expand_shape {out} [[0], [1], [2, 3]] output_shape [{NB}, {KB}, {PANEL}, {GROUP}] : "
+           f"{rows_t} into {dst}")
+    return (f"func.func private @pack(%src: {src}) -> {dst} {{\n" + t.text()
+            + f"\n  return %result : {dst}\n}}")
+
+
+def _groups(offsets: list, width: int) -> list:
+    """Offsets (increasing) -> [(start, [offsets])]: each group within one `width`-byte load."""
+    groups = []
+    for o in offsets:
+        if groups and o - groups[-1][0] < width:
+            groups[-1][1].append(o)
+        else:
+            groups.append((o, [o]))
+    return groups
+
+
+def _group_starts(panels: list, width: int) -> list:
+    return [start for offsets in panels for start, _ in _groups(offsets, width)]

@@ -1,0 +1,166 @@
+"""The int8 contractions the quantized lowering marks, found again: qgemm + requantization pairs,
+int8 x int4 (8da4w) pairs, and a convolution's im2col to pack per call.
+
+`lowering/quantized_*.py` emits the markers below on the generics it builds; etc-cpu-int8-kernels
+finds each pair through them (`match_qgemm`, `match_qgemm4`) and replaces it with one kernel
+(`int8_kernel.py`, `int4_kernel.py`), and packs a convolution's im2col straight from the image
+(`pack_source`, `im2col_pack.py`). The layouts (`PANEL` columns per B panel, `GROUP` K values per
+dot-product lane) are the lowering's and the kernels' contract.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch_mlir import ir
+
+from etc.targets.cpu.ir_query import defining_op
+
+QGEMM = "etc.cpu.qgemm"  # on the contraction generic: {kind, a_unsigned}
+REQUANT = "etc.cpu.requant"  # on its requantization generic: {per, zero_point, min, max}
+QWINDOW = "etc.cpu.qwindow"  # on a depthwise/grouped int8 convolution generic: {groups}
+QGEMM4 = "etc.cpu.qgemm4"  # on the int8 x int4 contraction of a dynamic linear (8da4w): {group_size}
+QDEQUANT = "etc.cpu.qdequant"  # on its epilogue (activation zero point and scale, bias)
+IM2COL = "etc.cpu.im2col"  # on a convolution's im2col gather: {stride, dilation}
+PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)
+GROUP = 4  # K values per dot-product lane
+
+
+def _shape(value) -> list:
+    return list(ir.ShapedType(value.type).shape)
+
+
+@dataclass
+class QgemmPair:
+    qgemm: object
+    requant: object
+    kind: str
+    a_unsigned: bool
+    per: str
+    zero_point: int
+    lo: int
+    hi: int
+    M: int
+    N: int
+    KB: int
+    NB: int
+
+
+def contraction_behind(value, marker: str):
+    """The contraction (a linalg.generic marked `marker`) an epilogue reads through the collapse
+    of its tile layout (and the slice of a padded panel), or None."""
+    op = defining_op(value)
+    if op is not None and op.name == "tensor.extract_slice":
+        op = defining_op(op.operands[0])
+    if op is None or op.name != "tensor.collapse_shape":
+        return None
+    qgemm = defining_op(op.operands[0])
+    if qgemm is None or qgemm.name != "linalg.generic" or marker not in qgemm.attributes:
+        return None
+    return qgemm
+
+
+def match_qgemm(requant) -> "QgemmPair | None":
+    attrs = ir.DictAttr(requant.attributes[REQUANT])
+    qgemm = contraction_behind(requant.operands[0], QGEMM)
+    if qgemm is None:
+        return None
+    q = ir.DictAttr(qgemm.attributes[QGEMM])
+    M, KB, _ = _shape(qgemm.operands[0])
+    NB = _shape(qgemm.operands[1])[0]
+    _, N = _shape(requant.results[0])
+    return QgemmPair(qgemm, requant, ir.StringAttr(q["kind"]).value, ir.BoolAttr(q["a_unsigned"]).value,
+                 ir.StringAttr(attrs["per"]).value, ir.IntegerAttr(attrs["zero_point"]).value,
+                 ir.IntegerAttr(attrs["min"]).value, ir.IntegerAttr(attrs["max"]).value, M, N, KB, NB)
+
+
+@dataclass
+class Im2col:
+    """A convolution's im2col gather (etc-cpu-lower-quantized, `etc.cpu.im2col`): B[k, p] =
+    x[c, oh * sh + kh * dh, ow * sw + kw * dw] xor 0x80, k = (c, kh, kw), p = (oh, ow), over the
+    padded image x [C, Hp, Wp], then packed as [NB, KB, 16, 4] (K and P padded)."""
+    C: int
+    Hp: int
+    Wp: int
+    KH: int
+    KW: int
+    OH: int
+    OW: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+
+    @property
+    def K(self) -> int:
+        return self.C * self.KH * self.KW
+
+    @property
+    def P(self) -> int:
+        return self.OH * self.OW
+
+    def k_offset(self, k: int) -> int:
+        """Row k's first byte in the flattened image (k past K: the last row; its weights are zero)."""
+        c, r = divmod(min(k, self.K - 1), self.KH * self.KW)
+        kh, kw = divmod(r, self.KW)
+        return c * self.Hp * self.Wp + kh * self.dh * self.Wp + kw * self.dw
+
+    def p_offset(self, q: int) -> int:
+        """Output position q's offset from its row's first byte (q past P: any, the columns are cut)."""
+        oh, ow = divmod(q, self.OW)
+        return oh * self.sh * self.Wp + ow * self.sw
+
+    def period(self) -> tuple[int, int]:
+        """(L, D): the panels' offsets repeat every L panels, shifted by D bytes."""
+        for L in range(1, self.OW // math.gcd(self.OW, PANEL) + 1):
+            D = self.p_offset(PANEL * L)
+            if all(self.p_offset(q + PANEL * L) - self.p_offset(q) == D for q in range(self.OW)):  # residues
+                return L, D
+        raise AssertionError("the output row always repeats")  # L = OW / gcd(OW, 16) does
+
+
+def pack_source(qgemm):
+    """A convolution's qgemm packs its im2col per call: (the padded image, the gather's geometry,
+    the transpose that packs it), following the chain etc-cpu-lower-quantized emits (gather, collapse,
+    padding, expand, transpose); None for a prepacked operand (a linear layer's weight)."""
+    transpose = defining_op(qgemm.operands[1])
+    if transpose is None or transpose.name != "linalg.transpose":
+        return None
+    if list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"])) != [2, 0, 3, 1]:
+        return None
+    op = defining_op(transpose.operands[0])
+    while op is not None and op.name in ("tensor.expand_shape", "tensor.pad", "tensor.collapse_shape"):
+        op = defining_op(op.operands[0])
+    if op is None or IM2COL not in op.attributes:
+        return None
+    attrs = ir.DictAttr(op.attributes[IM2COL])
+    sh, sw = ir.DenseI64ArrayAttr(attrs["stride"])
+    dh, dw = ir.DenseI64ArrayAttr(attrs["dilation"])
+    C, Hp, Wp = _shape(op.operands[0])
+    _, KH, KW, OH, OW = _shape(op.results[0])
+    return op.operands[0], Im2col(C, Hp, Wp, KH, KW, OH, OW, sh, sw, dh, dw), transpose
+
+
+
+@dataclass
+class Qgemm4Pair:
+    qgemm: object  # acc[M, NB, 16] f32 = sum q * w4 * ws (etc.cpu.qgemm4)
+    epilogue: object  # y[M, N] = (acc - zp[m] C[n]) s[m] + bias[n] (etc.cpu.qdequant)
+    M: int  # < 0: dynamic
+    N: int
+    KB8: int
+    NB: int
+    G: int
+    group: int
+
+
+def match_qgemm4(epilogue) -> "Qgemm4Pair | None":
+    qgemm = contraction_behind(epilogue.operands[0], QGEMM4)
+    if qgemm is None:
+        return None
+    group = ir.IntegerAttr(ir.DictAttr(qgemm.attributes[QGEMM4])["group_size"]).value
+    M, KB8, _, _ = ir.RankedTensorType(qgemm.operands[0].type).shape
+    NB, G, _ = _shape(qgemm.operands[2])
+    N = _shape(epilogue.results[0])[1]
+    return Qgemm4Pair(qgemm, epilogue, -1 if ir.ShapedType.is_dynamic_size(M) else M, N, KB8, NB, G, group)

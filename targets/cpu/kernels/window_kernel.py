@@ -1,0 +1,493 @@
+"""The window kernel: a depthwise convolution or pooling as register-blocked vector code along the output row.
+
+A loop nest over (n, channels, output rows, output column blocks) whose body is straight-line
+vector code: vectors along the output row (a last partial block uses the next power of two, its
+store masked), a column stride s read as s*lanes contiguous inputs deinterleaved by one
+`vector.shuffle`, the KH*KW taps unrolled and `rows` output rows per step (or, past `unroll_taps`,
+a loop over the kernel rows), the folded padding's taps skipped or masked, the accumulator
+started from the bias/fill/outs, the fused consumers applied before the one store. The channel
+loop carries `etc.thread_split`. `global_pool_text` is the whole-plane pooling as a row reduction.
+"""
+
+from __future__ import annotations
+
+from torch_mlir import ir
+
+from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type, vector_type
+from etc.targets.cpu.kernels.window_match import (IDENTITY, Window, global_pool_source, pair_attribute,
+                                                  static_f32_shape)
+from etc.targets.cpu.parallel import THREAD_SPLIT
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _tap_offsets(win: Window) -> list:
+    """(kw, base, phase) per column tap: the tap reads source columns ow*sw + base + phase + sw*i,
+    from a load of sw*width inputs starting at ow*sw + base (taps with the same base share it)."""
+    out = []
+    for j in range(win.kw):
+        o = j * win.dw - win.pw
+        phase = o % win.sw
+        out.append((j, o - phase, phase))
+    return out
+
+
+def _column_blocks(win: Window, lanes: int) -> tuple[int, int, list]:
+    """Output column blocks: (first, last) block index of the loop over full blocks whose loads
+    all start at or after column 0 and end inside the source row, and the static blocks
+    [(start, width, write_in_bounds)] that come before and after it."""
+    bases = [base for _, base, _ in _tap_offsets(win)]
+
+    def loopable(start, width):
+        return (width == lanes and start * win.sw + min(bases) >= 0
+                and start * win.sw + max(bases) + width * win.sw <= win.wd)
+
+    blocks = [(b * lanes, lanes, True) for b in range(win.ow // lanes)]
+    rest = win.ow % lanes
+    if rest:
+        width = _next_pow2(rest)
+        blocks.append((win.ow - rest, width, width == rest))
+    good = [i for i, (start, width, _) in enumerate(blocks) if loopable(start, width)]
+    if len(good) < 2:
+        return 0, 0, blocks
+    first, last = good[0], good[-1] + 1
+    return first, last, blocks[:first] + blocks[last:]
+
+
+def _interior_rows(win: Window) -> tuple[int, int]:
+    """[lo, hi): the output rows whose every tap row lies inside the source (no padding rows)."""
+    lo = -(-win.ph // win.sh)
+    hi = (win.h - 1 + win.ph - (win.kh - 1) * win.dh) // win.sh + 1
+    lo, hi = max(0, min(lo, win.oh)), max(0, min(hi, win.oh))
+    return (lo, hi) if hi > lo else (0, 0)
+
+
+
+def _scalar_elem(type_) -> str:
+    """`f32` for f32 and for tensor<f32>."""
+    if isinstance(type_, ir.ShapedType):
+        return str(ir.ShapedType(type_).element_type)
+    return str(type_)
+
+
+class WindowKernel:
+    """The text of one window kernel as a function, spliced in place of the op by the pass."""
+
+    def __init__(self, win: Window, lanes: int, rows: int, unroll_taps: int = 1 << 30):
+        self.win, self.lanes, self.rows = win, lanes, max(1, rows)
+        self.unroll_taps = unroll_taps
+        self.row_base = None  # inside a kernel-row loop: the first input row of this kernel row
+        self.t = KernelText()
+        self.out_t = tensor_type([win.n, win.c, win.oh, win.ow])
+        self.x_t = tensor_type([win.n, win.c, win.h, win.wd])
+
+    # -- per-channel values, for one vector width
+    def channel_values(self, widths: set) -> dict:
+        t, win = self.t, self.win
+        vals = {}
+        for width in sorted(widths):
+            if win.kind == "dw":
+                for i in range(win.kh):
+                    for j in range(win.kw):
+                        key = ("w", i, j)
+                        if key not in vals:
+                            s = t.fresh("ws")
+                            t.emit(f"{s} = tensor.extract %w[%ch, {t.index(i)}, {t.index(j)}] : {tensor_type([win.c, win.kh, win.kw])}")
+                            vals[key] = s
+                        v = t.fresh("wv")
+                        t.emit(f"{v} = vector.broadcast {vals[key]} : f32 to {vector_type(width)}")
+                        vals[("w", i, j, width)] = v
+            if win.init.kind == "chan":
+                if "bias" not in vals:
+                    s = t.fresh("bs")
+                    t.emit(f"{s} = tensor.extract %init[%ch] : {tensor_type([win.c])}")
+                    vals["bias"] = s
+                v = t.fresh("bv")
+                t.emit(f"{v} = vector.broadcast {vals['bias']} : f32 to {vector_type(width)}")
+                vals[("bias", width)] = v
+            for k, operand in enumerate(win.operands):
+                if operand.kind == "chan":
+                    if ("e", k) not in vals:
+                        s = t.fresh("es")
+                        t.emit(f"{s} = tensor.extract %e{k}[%ch] : {tensor_type([win.c])}")
+                        vals[("e", k)] = s
+                    v = t.fresh("ev")
+                    t.emit(f"{v} = vector.broadcast {vals[('e', k)]} : f32 to {vector_type(width)}")
+                    vals[("e", k, width)] = v
+        return vals
+
+    def global_values(self, widths: set) -> dict:
+        t, win = self.t, self.win
+        vals = {}
+        for width in sorted(widths):
+            if win.init.kind == "scalar":
+                v = t.fresh("iv")
+                t.emit(f"{v} = vector.broadcast %init : f32 to {vector_type(width)}")
+                vals[("init", width)] = v
+            for k, operand in enumerate(win.operands):
+                if operand.kind in ("rank0", "scalar"):
+                    if ("e", k) not in vals:
+                        if operand.kind == "rank0":
+                            s = t.fresh("es")
+                            t.emit(f"{s} = tensor.extract %e{k}[] : tensor<f32>")
+                        else:
+                            s = f"%e{k}"
+                        vals[("e", k)] = s
+                    elem = _scalar_elem(operand.value.type)
+                    v = t.fresh("ev")
+                    t.emit(f"{v} = vector.broadcast {vals[('e', k)]} : {elem} to {vector_type(width, elem)}")
+                    vals[("e", k, width)] = v
+        return vals
+
+    # -- one block of `nrows` output rows x `width` columns
+    def block(self, out: str, oh: str, oh_value: int | None, ow: str, ow_value: int | None, nrows: int, width: int,
+              write_ok: bool, chan: dict, glob: dict) -> str:
+        """`oh`/`ow`: SSA index values; `*_value`: their value when static (border blocks, where
+        taps on padding rows are skipped and loads crossing the row's ends are masked/shifted)."""
+        t, win = self.t, self.win
+        s = win.sw
+        L = width * s
+        ih0 = t.fresh("ih")
+        t.emit(f"{ih0} = arith.muli {oh}, {t.index(win.sh)} : index")
+        iw0 = t.fresh("iw")
+        t.emit(f"{iw0} = arith.muli {ow}, {t.index(s)} : index")
+        loads, taps = {}, {}
+        offsets = {j: (base, phase) for j, base, phase in _tap_offsets(win)}
+
+        def row_inside(d: int) -> bool:
+            if oh_value is None:
+                return True
+            row = oh_value * win.sh + d - win.ph
+            return 0 <= row < win.h
+
+        def tap(d: int, j: int) -> str:
+            if (d, j) in taps:
+                return taps[(d, j)]
+            base, phase = offsets[j]
+            start = None if ow_value is None else ow_value * s + base
+            if (d, base) not in loads:
+                ih = t.fresh("r")
+                t.emit(f"{ih} = arith.addi {self.row_base or ih0}, {t.index(d - win.ph)} : index")
+                if start is not None and start < 0:
+                    iw = t.index(0)
+                    in_bounds = L <= win.wd
+                else:
+                    iw = t.fresh("q")
+                    t.emit(f"{iw} = arith.addi {iw0}, {t.index(base)} : index")
+                    in_bounds = start is None or start + L <= win.wd
+                v = t.fresh("ld")
+                t.emit(f"{v} = vector.transfer_read %x[%nn, %ch, {ih}, {iw}], %pad "
+                       f"{{in_bounds = [{'true' if in_bounds else 'false'}]}} : {self.x_t}, {vector_type(L)}")
+                loads[(d, base)] = v
+            v = loads[(d, base)]
+            if start is not None and start < 0:  # the load starts at column 0: shift, padding in front
+                lanes = [start + phase + s * i for i in range(width)]
+                lanes = ", ".join(str(q) if q >= 0 else str(L) for q in lanes)
+                sv = t.fresh("tp")
+                t.emit(f"{sv} = vector.shuffle {v}, {glob[('padv', L)]} [{lanes}] : {vector_type(L)}, {vector_type(L)}")
+                v = sv
+            elif s > 1:
+                lanes = ", ".join(str(phase + s * i) for i in range(width))
+                sv = t.fresh("tp")
+                t.emit(f"{sv} = vector.shuffle {v}, {v} [{lanes}] : {vector_type(L)}, {vector_type(L)}")
+                v = sv
+            taps[(d, j)] = v
+            return v
+
+        vt = vector_type(width)
+        if oh_value is None and win.kh > 1 and win.kh * win.kw > self.unroll_taps:
+            return self.block_kh_loop(out, oh, ow, nrows, width, write_ok, chan, glob, ih0, tap, loads, taps)
+        for r in range(nrows):
+            acc = None
+            oh_r = oh
+            if r:
+                oh_r = t.fresh("o")
+                t.emit(f"{oh_r} = arith.addi {oh}, {t.index(r)} : index")
+            if win.init.kind == "chan":
+                acc = chan[("bias", width)]
+            elif win.init.kind == "scalar":
+                acc = glob[("init", width)]
+            elif win.init.kind == "tensor":
+                acc = t.fresh("a")
+                t.emit(f"{acc} = vector.transfer_read %init[%nn, %ch, {oh_r}, {ow}], %pad "
+                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vt}")
+            for i in range(win.kh):
+                d = r * win.sh + i * win.dh
+                if not row_inside(d):
+                    continue  # a padding row: the pad value is the reduction's identity
+                for j in range(win.kw):
+                    v = tap(d, j)
+                    nxt = t.fresh("a")
+                    if win.kind == "dw":
+                        wv = chan[("w", i, j, width)]
+                        if acc is None:
+                            t.emit(f"{nxt} = arith.mulf {v}, {wv} : {vt}")
+                        else:
+                            t.emit(f"{nxt} = math.fma {v}, {wv}, {acc} : {vt}")
+                    elif acc is None:
+                        nxt = v
+                    elif win.kind == "max":
+                        t.emit(f"{nxt} = arith.maximumf {acc}, {v} : {vt}")
+                    else:
+                        t.emit(f"{nxt} = arith.addf {acc}, {v} : {vt}")
+                    acc = nxt
+            if acc is None:  # every tap row is padding
+                acc = glob[("padv", width)]
+            acc = self.epilogue(acc, width, oh_r, ow, write_ok, chan, glob)
+            new = t.fresh("out")
+            t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_r}, {ow}] "
+                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vt}, {self.out_t}")
+            out = new
+        return out
+
+    def block_kh_loop(self, out, oh, ow, nrows, width, write_ok, chan, glob, ih0, tap, loads, taps) -> str:
+        """Large windows: the kernel rows are a loop (the KW taps of one row unrolled), its
+        weights read inside it: hoisted out of every loop, KH*KW weight vectors would not fit in
+        the registers (LLVM spills them, and the input rows kept for the next output row)."""
+        t, win = self.t, self.win
+        vt = vector_type(width)
+        inits = []
+        oh_rs = []
+        for r in range(nrows):
+            oh_r = oh
+            if r:
+                oh_r = t.fresh("o")
+                t.emit(f"{oh_r} = arith.addi {oh}, {t.index(r)} : index")
+            oh_rs.append(oh_r)
+            if win.init.kind == "chan":
+                inits.append(chan[("bias", width)])
+            elif win.init.kind == "scalar":
+                inits.append(glob[("init", width)])
+            elif win.init.kind == "tensor":
+                a = t.fresh("a")
+                t.emit(f"{a} = vector.transfer_read %init[%nn, %ch, {oh_r}, {ow}], %pad "
+                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vt}")
+                inits.append(a)
+            else:
+                inits.append(glob[("padv", width)])
+        loop, kh = t.fresh("kl"), t.fresh("kh")
+        carried = [t.fresh("acc") for _ in range(nrows)]
+        t.emit(f"{loop}:{nrows} = scf.for {kh} = {t.index(0)} to {t.index(win.kh)} step {t.index(1)} iter_args("
+               + ", ".join(f"{c} = {i}" for c, i in zip(carried, inits)) + ") -> (" + ", ".join([vt] * nrows) + ") {")
+        t.indent += 2
+        row0 = t.fresh("kr")
+        t.emit(f"{row0} = arith.muli {kh}, {t.index(win.dh)} : index")
+        base_row = t.fresh("kb")
+        t.emit(f"{base_row} = arith.addi {ih0}, {row0} : index")
+        weights = {}
+        if win.kind == "dw":
+            for j in range(win.kw):
+                ws, wv = t.fresh("ws"), t.fresh("wv")
+                t.emit(f"{ws} = tensor.extract %w[%ch, {kh}, {t.index(j)}] : {tensor_type([win.c, win.kh, win.kw])}")
+                t.emit(f"{wv} = vector.broadcast {ws} : f32 to {vt}")
+                weights[j] = wv
+        accs = list(carried)
+        saved = (self.row_base, loads.copy(), taps.copy())
+        loads.clear()
+        taps.clear()
+        self.row_base = base_row
+        for r in range(nrows):
+            for j in range(win.kw):
+                v = tap(r * win.sh, j)
+                nxt = t.fresh("a")
+                if win.kind == "dw":
+                    t.emit(f"{nxt} = math.fma {v}, {weights[j]}, {accs[r]} : {vt}")
+                elif win.kind == "max":
+                    t.emit(f"{nxt} = arith.maximumf {accs[r]}, {v} : {vt}")
+                else:
+                    t.emit(f"{nxt} = arith.addf {accs[r]}, {v} : {vt}")
+                accs[r] = nxt
+        self.row_base = saved[0]
+        t.emit("scf.yield " + ", ".join(accs) + " : " + ", ".join([vt] * nrows))
+        t.indent -= 2
+        t.emit("}")
+        for r in range(nrows):
+            acc = self.epilogue(f"{loop}#{r}", width, oh_rs[r], ow, write_ok, chan, glob)
+            new = t.fresh("out")
+            t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_rs[r]}, {ow}] "
+                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vt}, {self.out_t}")
+            out = new
+        return out
+
+    def epilogue(self, acc: str, width: int, oh: str, ow: str, write_ok: bool, chan: dict, glob: dict) -> str:
+        t, win = self.t, self.win
+        for user, number, extras in win.chain:
+            block = user.regions[0].blocks[0]
+            names = {}
+            n_in = len(user.operands) - 1
+            for i in range(n_in):
+                arg = block.arguments[i]
+                if i == number:
+                    names[arg] = acc
+                    continue
+                k = extras[i]
+                if k.kind == "full":
+                    v = t.fresh("f")
+                    t.emit(f"{v} = vector.transfer_read %e{k.index}[%nn, %ch, {oh}, {ow}], %pad "
+                           f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vector_type(width)}")
+                    names[arg] = v
+                elif k.kind == "chan":
+                    names[arg] = chan[("e", k.index, width)]
+                else:
+                    names[arg] = glob[("e", k.index, width)]
+            for key, k in extras.items():
+                if isinstance(key, tuple):
+                    names[k.value] = glob[("e", k.index, width)]
+            body = list(block.operations)
+            for inner in body[:-1]:
+                op = inner.operation
+                result = t.fresh("ep")
+                rtype = vector_type(width, str(op.results[0].type))
+                if op.name == "arith.constant":
+                    attr = op.attributes["value"]
+                    elem = str(op.results[0].type)
+                    scalar = t.fresh("k")
+                    t.emit(f"{scalar} = arith.constant {attr}")
+                    t.emit(f"{result} = vector.broadcast {scalar} : {elem} to {rtype}")
+                else:
+                    operands = [names[v] for v in op.operands]
+                    types = [vector_type(width, str(v.type)) for v in op.operands]
+                    attrs = ", ".join(f"{op.attributes[i].name} = {op.attributes[i].attr}"
+                                      for i in range(len(op.attributes)))
+                    attrs = f" {{{attrs}}}" if attrs else ""
+                    t.emit(f'{result} = "{op.name}"({", ".join(operands)}){attrs} : '
+                           f'({", ".join(types)}) -> {rtype}')
+                names[op.results[0]] = result
+            acc = names[body[-1].operation.operands[0]]
+        return acc
+
+    # -- the whole function
+    def function(self, name: str) -> str:
+        t, win = self.t, self.win
+        lanes = min(self.lanes, _next_pow2(win.ow))
+        first, last, static_blocks = _column_blocks(win, lanes)
+        widths = {lanes} if last > first else set()
+        widths |= {w for _, w, _ in static_blocks}
+        args = [f"%x: {self.x_t}"]
+        if win.kind == "dw":
+            args.append(f"%w: {tensor_type([win.c, win.kh, win.kw])}")
+        if win.init.kind == "chan":
+            args.append(f"%init: {tensor_type([win.c])}")
+        elif win.init.kind == "scalar":
+            args.append("%init: f32")
+        elif win.init.kind == "tensor":
+            args.append(f"%init: {self.out_t}")
+        for k, operand in enumerate(win.operands):
+            args.append(f"%e{k}: {operand.value.type}")
+        body_start = len(t.lines)
+        t.emit(f"%pad = arith.constant {f32_literal(IDENTITY[win.kind])} : f32")
+        t.emit(f"%empty = tensor.empty() : {self.out_t}")
+        glob = self.global_values(widths)
+        for width in sorted(widths | {w * win.sw for w in widths}):
+            v = t.fresh("pv")
+            t.emit(f"{v} = vector.broadcast %pad : f32 to {vector_type(width)}")
+            glob[("padv", width)] = v
+        res = t.fresh("res")
+        t.emit(f"{res} = scf.for %nn = {t.index(0)} to {t.index(win.n)} step {t.index(1)} "
+               f"iter_args(%o0 = %empty) -> ({self.out_t}) {{")
+        t.indent += 2
+        rc = t.fresh("rc")
+        t.emit(f"{rc} = scf.for %ch = {t.index(0)} to {t.index(win.c)} step {t.index(1)} "
+               f"iter_args(%o1 = %o0) -> ({self.out_t}) {{")
+        t.indent += 2
+        chan = self.channel_values(widths)
+
+        def row_step(out: str, oh: str, oh_value: int | None, nrows: int) -> str:
+            for start, width, write_ok in static_blocks:
+                if start >= first * lanes:
+                    break
+                out = self.block(out, oh, oh_value, t.index(start), start, nrows, width, write_ok, chan, glob)
+            if last > first:
+                loop = t.fresh("rw")
+                iv, acc = t.fresh("ow"), t.fresh("oc")
+                t.emit(f"{loop} = scf.for {iv} = {t.index(first * lanes)} to {t.index(last * lanes)} "
+                       f"step {t.index(lanes)} iter_args({acc} = {out}) -> ({self.out_t}) {{")
+                t.indent += 2
+                done = self.block(acc, oh, oh_value, iv, None, nrows, lanes, True, chan, glob)
+                t.emit(f"scf.yield {done} : {self.out_t}")
+                t.indent -= 2
+                t.emit("}")
+                out = loop
+            for start, width, write_ok in static_blocks:
+                if start >= first * lanes:
+                    out = self.block(out, oh, oh_value, t.index(start), start, nrows, width, write_ok, chan, glob)
+            return out
+
+        lo, hi = _interior_rows(win)
+        rows = max(1, min(self.rows, hi - lo))
+        main_end = lo + (hi - lo) // rows * rows
+        out = "%o1"
+        for oh in range(0, lo):  # top rows reading padding
+            out = row_step(out, t.index(oh), oh, 1)
+        if main_end > lo:
+            loop = t.fresh("rh")
+            t.emit(f"{loop} = scf.for %oh = {t.index(lo)} to {t.index(main_end)} step {t.index(rows)} "
+                   f"iter_args(%o2 = {out}) -> ({self.out_t}) {{")
+            t.indent += 2
+            done = row_step("%o2", "%oh", None, rows)
+            t.emit(f"scf.yield {done} : {self.out_t}")
+            t.indent -= 2
+            t.emit("}")
+            out = loop
+        if hi > main_end:
+            out = row_step(out, t.index(main_end), None, hi - main_end)
+        for oh in range(max(hi, lo), win.oh):  # bottom rows reading padding
+            out = row_step(out, t.index(oh), oh, 1)
+        t.emit(f"scf.yield {out} : {self.out_t}")
+        t.indent -= 2
+        t.emit(f"}} {{{THREAD_SPLIT}}}")  # channels are independent: threads take chunks of them
+        t.emit(f"scf.yield {rc} : {self.out_t}")
+        t.indent -= 2
+        t.emit("}")
+        t.emit(f"return {res} : {self.out_t}")
+        consts = t.declarations()
+        body = t.lines[body_start:]
+        return "\n".join([f"func.func private @{name}({', '.join(args)}) -> {self.out_t} {{", *consts, *body, "}"]) + "\n"
+
+
+
+
+def global_pool_text(op, kind: str) -> str | None:
+    """A pooling whose one window covers its whole unpadded input plane (a global pool: KWS's
+    average over the feature map, `adaptive_avg_pool2d(x, 1)` lowered as a pool, a window larger
+    than the plane with `ceil_mode`) as a function
+    reducing each contiguous plane: `tensor<NxCxHxW>` seen as `NxCx(H*W)`, a row reduction
+    (a kernel of etc-cpu-row-kernels, which records its decision), expanded back to `NxCx1x1`. None when
+    `op` is not such a pool."""
+    source = global_pool_source(op, kind)
+    xs, ys = static_f32_shape(source), static_f32_shape(op.results[0])
+    if xs is None or ys is None or len(xs) not in (3, 4) or len(ys) != 4 or ys[2:] != [1, 1] or kind == "dw":
+        return None
+    if len(xs) == 3:  # the batch dim dropped by canonicalization (batch 1)
+        if ys[0] != 1:
+            return None
+        xs = [1] + xs
+    kh, kw = list(ir.ShapedType(op.operands[1].type).shape)
+    if kh < xs[2] or kw < xs[3] or pair_attribute(op, "dilations") != [1, 1]:
+        return None
+    n, c, h, w = xs
+    rank3 = len(static_f32_shape(source)) == 3
+    x_t = f"tensor<{c}x{h}x{w}xf32>" if rank3 else f"tensor<{n}x{c}x{h}x{w}xf32>"
+    r_t, y_t, p_t = f"tensor<{n}x{c}xf32>", f"tensor<{n}x{c}x1x1xf32>", f"tensor<{n}x{c}x{h * w}xf32>"
+    plane = "[[0, 1], [2]]" if rank3 else "[[0], [1], [2, 3]]"
+    if rank3:
+        x_t2 = f"tensor<{c}x{h * w}xf32>"
+    combine = "arith.maximumf %v, %acc" if kind == "max" else "arith.addf %v, %acc"
+    return "\n".join([
+        f"func.func private @__etc_global_pool(%x: {x_t}, %init: {y_t}) -> {y_t} {{",
+        (f"  %flat = tensor.collapse_shape %x [[0], [1, 2]] : {x_t} into {x_t2}\n"
+         f"  %plane = tensor.expand_shape %flat [[0, 1], [2]] output_shape [1, {c}, {h * w}] : {x_t2} into {p_t}")
+        if rank3 else f"  %plane = tensor.collapse_shape %x {plane} : {x_t} into {p_t}",
+        f"  %acc0 = tensor.collapse_shape %init [[0], [1, 2, 3]] : {y_t} into {r_t}",
+        "  %r = linalg.generic {indexing_maps = [affine_map<(n, c, p) -> (n, c, p)>, affine_map<(n, c, p) -> (n, c)>],"
+        ' iterator_types = ["parallel", "parallel", "reduction"]}',
+        f"      ins(%plane : {p_t}) outs(%acc0 : {r_t}) {{",
+        "  ^bb0(%v: f32, %acc: f32):",
+        f"    %s = {combine} : f32",
+        "    linalg.yield %s : f32",
+        f"  }} -> {r_t}",
+        f"  %y = tensor.expand_shape %r [[0], [1, 2, 3]] output_shape [{n}, {c}, 1, 1] : {r_t} into {y_t}",
+        f"  return %y : {y_t}",
+        "}"])
