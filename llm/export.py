@@ -119,7 +119,7 @@ def export_llm(model, *, max_seq_len: int, max_context_len: int | None = None, v
     `TextGenerator(pte, data_path=ptd)` (or `etc.llm.cli --data-path`) loads both. Weights a
     partitioner's delegate packs into its blob stay in the blob.
     """
-    from etc.compiler.program import to_edge
+    from etc.compiler.program import ExecutorchBackendConfig, to_edge
 
     programs = export_decoder(model, max_seq_len=max_seq_len, max_context_len=max_context_len,
                               vocab_size=vocab_size, bos_id=bos_id, eos_ids=eos_ids, strict=strict)
@@ -131,7 +131,7 @@ def export_llm(model, *, max_seq_len: int, max_context_len: int | None = None, v
         external = lambda fqn: name  # noqa: E731
     else:
         external = bool(external_weights)
-    return edge.to_executorch(etc.ExecutorchBackendConfig(external_constants=external))
+    return edge.to_executorch(ExecutorchBackendConfig(external_constants=external))
 
 
 def read_metadata(program) -> LLMMetadata:
