@@ -1,9 +1,8 @@
 """The grouped kernel: a grouped convolution as register-blocked vector code along the output row.
 
 A loop nest over (n, channel blocks, output rows, output column blocks). A channel block is
-`block` output channels of one group (`grouped_match.block_channels`); a column block is a few
-vectors along the output row, so that block x vectors accumulators stay in registers (up to
-`accumulators`). Inside, a loop over the group's input channels: per kernel tap, each column
+`block` output channels of one group; a column block is a few vectors along the output row, so
+that block x vectors accumulators stay in registers (`grouped_match.register_block`). Inside, a loop over the group's input channels: per kernel tap, each column
 vector of the input row is loaded once (a column stride s reads s*width contiguous inputs and
 keeps every s-th lane with one `vector.shuffle`) and multiplied into every channel's
 accumulator by that channel's weight, broadcast (LLVM folds the scalar load into the FMA's
@@ -40,10 +39,9 @@ def _scalar_elem(type_) -> str:
 class GroupedKernel:
     """The text of one grouped kernel as a function, spliced in place of the op by the pass."""
 
-    def __init__(self, gc: Grouped, lanes: int, accumulators: int = 16):
+    def __init__(self, gc: Grouped):
         self.gc, self.t = gc, KernelText()
-        self.lanes = min(lanes, _next_pow2(gc.ow))
-        self.vectors = max(1, min(accumulators // gc.block, gc.ow // self.lanes))
+        self.lanes, self.vectors = gc.lanes, gc.vectors
         self.x_t = tensor_type([gc.n, gc.groups, gc.cg, gc.h, gc.wd])
         self.w_t = tensor_type([gc.groups, gc.fg, gc.cg, gc.kh, gc.kw])
         self.out_shape = [gc.n, gc.groups, gc.fg, gc.oh, gc.ow]  # the op's own [N, G, F/G, OH, OW]

@@ -46,7 +46,8 @@ class GroupedKernels(Pass):
     @dataclass
     class Options:
         lanes: int = option(16, help="f32 vector lanes (16 AVX-512, 8 AVX2, 4 NEON/SSE)")
-        channels: int = option(8, help="most output channels of a group per register block")
+        channels: int = option(8, help="output channels of a group per register block (more where a row has "
+                               "room for one vector only)")
         accumulators: int = option(16, help="accumulator vectors per block (channels x column vectors)")
         fuse_consumers: bool = option(True, help="apply single-use elementwise consumers before the store")
 
@@ -64,8 +65,9 @@ class GroupedKernels(Pass):
         op.walk(visit)
         for conv in found:
             try:
-                gc = analyze(conv, fuse=o.fuse_consumers, most_channels=o.channels)
-                text = GroupedKernel(gc, o.lanes, o.accumulators).function("__etc_grouped")
+                gc = analyze(conv, o.lanes, fuse=o.fuse_consumers, channels=o.channels,
+                             accumulators=o.accumulators)
+                text = GroupedKernel(gc).function("__etc_grouped")
             except NotTaken as reason:
                 decisions.record(conv, "convolution", "loops", str(reason))
                 self.count("not taken")

@@ -1,5 +1,5 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-grouped-kernels | filecheck %s
-// RUN: etc-opt %s --split-input-file --etc-cpu-grouped-kernels="lanes=8 channels=4" | filecheck %s --check-prefix=SMALL
+// RUN: etc-opt %s --split-input-file --etc-cpu-grouped-kernels="lanes=8 channels=4 accumulators=4" | filecheck %s --check-prefix=SMALL
 
 // A grouped 3x3/2 convolution (2 groups of 8 channels) with its bias and ReLU, as torch-mlir and
 // etc-cpu-fuse-elementwise give it: the padded input, filter and bias broadcast as 5-D views, the
