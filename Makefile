@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test pytest lit bench fuzz clean toolchains executorch-aarch64
+.PHONY: demo test pytest lit bench fuzz fuzz-compiler clean toolchains executorch-aarch64
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,7 +72,19 @@ FUZZ_CASES ?= 30000
 fuzz: $(STAMP)
 	cd test/python && ../../$(PY) program_fuzzer.py --cases $(FUZZ_CASES)
 
-# Bench-only dependencies (tools/bench_models.py builds real models from transformers configs),
+# The compiler fuzzer (test/python/model_fuzzer.py, FUZZING.md) with many more models than make test's
+# budget: random models compiled portable and for the cpu target (1 and 2 threads, profiled), run at
+# several sizes within their bounds, compared with eager, on both cores. It stops at the first
+# failure of each half, shrinks it to a minimal model and prints its reproduction script (also in
+# fuzz-failures/); FUZZ_FLAGS=--keep-going records every failure unshrunk instead.
+FUZZ_MODELS ?= 5000
+FUZZ_SEED ?= 0
+FUZZ_FLAGS ?=
+fuzz-compiler: $(STAMP)
+	cd test/python && ../../$(PY) model_fuzzer.py --models $(FUZZ_MODELS) --seed $(FUZZ_SEED) --jobs 2 \
+		--failures-dir ../../fuzz-failures $(FUZZ_FLAGS)
+
+# Bench-only dependencies (bench/hf_models.py builds real models from transformers configs),
 # in their own stamp so that `make test` never needs them. transformers does not depend on
 # torch; torch is named again, at its exact version, so that no resolution can replace it.
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -82,7 +94,7 @@ $(BENCH_STAMP): $(STAMP) Makefile
 	touch $(BENCH_STAMP)
 
 bench: $(STAMP) $(BENCH_STAMP)
-	$(PY) -m etc.tools.bench
+	$(PY) -m etc.bench
 
 clean:
 	rm -rf $(VENV)

@@ -89,11 +89,11 @@ class BackendDetails:
         raise LoweringError(f"backend '{self.backend_id}' cannot build a native library")
 
 
-_BACKENDS: dict[str, BackendDetails] = {}
+BACKENDS: dict[str, BackendDetails] = {}
 
 
 def register_backend_details(backend: BackendDetails) -> BackendDetails:
-    _BACKENDS[backend.backend_id] = backend
+    BACKENDS[backend.backend_id] = backend
     return backend
 
 
@@ -270,7 +270,7 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
     with program_ir.context, ir.Location.unknown():
         counter = _existing_delegate_count(program_ir.module)
         for partition in result.partitions:
-            backend = _BACKENDS.get(partition.spec.backend_id)
+            backend = BACKENDS.get(partition.spec.backend_id)
             if backend is None:
                 raise LoweringError(f"no compile-time backend registered for '{partition.spec.backend_id}'")
             inputs, outputs = partition_interface(partition)
@@ -462,7 +462,7 @@ def outline(program_ir, partition: Partition, func_name: str, interface=None):
     # The call goes where the last member was; ops between the members that
     # depend on them move below it (there is no cycle, so none of them feeds the call).
     last = ops[-1]
-    from etc.compiler.ir import UPPER_BOUNDS_ATTR, upper_bounds
+    from etc.ir.shapes import UPPER_BOUNDS_ATTR, upper_bounds
     from etc.dialects.backend import delegate as delegate_op
 
     specs = {s.key: s.value.decode("latin-1") if isinstance(s.value, bytes) else str(s.value)
@@ -525,7 +525,7 @@ def _record_bounds(fn, inputs: list) -> None:
     for the upper bounds; the lower bound of a value computed in the method is 0)."""
     from torch_mlir import ir
 
-    from etc.compiler.ir import DIM_BOUNDS_ATTR, upper_bounds
+    from etc.ir.shapes import DIM_BOUNDS_ATTR, upper_bounds
 
     dynamic = [isinstance(v.type, ir.RankedTensorType) and not ir.RankedTensorType(v.type).has_static_shape
                for v in inputs]

@@ -30,12 +30,12 @@ Both block arguments of the loop and its results are the carry EValues.
 from __future__ import annotations
 
 from etc.errors import LoweringError
+from etc.ir.locations import format_location
+from etc.passes.memory_planning import result_alloc
 
 
 def _where(op):
-    from etc.compiler.emitter import _where as where
-
-    return where(op)
+    return format_location(op.location)
 
 
 def _jump(emitter, condition_index: int, op):
@@ -75,9 +75,7 @@ def emit_extract(emitter, op) -> None:
 
 
 def emit_if(emitter, op) -> None:
-    from etc.compiler.emitter import _result_alloc
-
-    results = [emitter.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(op.results)]
+    results = [emitter.tensor(r, alloc=result_alloc(op, n)) for n, r in enumerate(op.results)]
     to_else = _jump(emitter, _index(emitter, op.operands[0], op), op)
     to_end = None
     for number, region in enumerate(op.regions):
@@ -100,14 +98,12 @@ def emit_if(emitter, op) -> None:
 
 
 def emit_while(emitter, op) -> None:
-    from etc.compiler.emitter import _result_alloc
-
     carries = []
     for n, result in enumerate(op.results):
-        if _result_alloc(op, n) is None:
+        if result_alloc(op, n) is None:
             raise LoweringError("a loop's carried value has no planned storage; plan memory before emitting",
                                 location=_where(op))
-        carries.append(emitter.tensor(result, alloc=_result_alloc(op, n)))
+        carries.append(emitter.tensor(result, alloc=result_alloc(op, n)))
     for init, carry in zip(op.operands, carries):
         _copy(emitter, carry, _index(emitter, init, op), op)
     before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]

@@ -23,111 +23,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+from etc.compiler import emit_control_flow
+from etc.dialects.out_variants import kernel_schema, out_variant_name
 from etc.errors import LoweringError
+from etc.passes.memory_planning import planned_alloc, result_alloc
 from etc.passes.in_place_state import in_place_symbols
 
-# Core ATen view ops have no out variant; ExecuTorch's edge dialect runs their
-# `_copy` counterparts. When the memory planner placed the result on the input's
-# storage, the copy is a no-op over the same bytes.
-VIEW_COPY_KERNELS = {
-    "aten::view": "aten::view_copy.out",
-    "aten::_unsafe_view": "aten::view_copy.out",
-    "aten::reshape": "aten::view_copy.out",
-    "aten::permute": "aten::permute_copy.out",
-    "aten::expand": "aten::expand_copy.out",
-    "aten::slice.Tensor": "aten::slice_copy.Tensor_out",
-    "aten::select.int": "aten::select_copy.int_out",
-    "aten::unsqueeze": "aten::unsqueeze_copy.out",
-    "aten::squeeze.dims": "aten::squeeze_copy.dims_out",
-    "aten::squeeze.dim": "aten::squeeze_copy.dim_out",
-    "aten::squeeze": "aten::squeeze_copy.out",
-    "aten::alias": "aten::alias_copy.out",
-    "aten::t": "aten::t_copy.out",
-    "aten::transpose.int": "aten::transpose_copy.int_out",
-    "aten::split_with_sizes": "aten::split_with_sizes_copy.out",
-    "aten::split.Tensor": "aten::split_copy.Tensor_out",
-    "aten::unbind.int": "aten::unbind_copy.int_out",
-    "aten::diagonal": "aten::diagonal_copy.out",
-    "aten::as_strided": "aten::as_strided_copy.out",
-    "aten::detach": "aten::detach_copy.out",
-}
 
 # c10 enums as ExecuTorch's emitter writes them (Int EValues).
 _MEMORY_FORMAT = {"contiguous_format": 0, "preserve_format": 1, "channels_last": 2, "channels_last_3d": 3}
 _LAYOUT = {"strided": 0}
 
-
-def out_variant_name(torch_name: str) -> str | None:
-    """`aten::add.Tensor` -> `aten::add.out` (from torch's schemas; views map to their `_copy` kernels)."""
-    from etc.dialects import quantized_ops
-
-    if torch_name in VIEW_COPY_KERNELS:
-        return VIEW_COPY_KERNELS[torch_name]
-    if quantized_ops.is_quantization_op(torch_name):  # ExecuTorch's quantized kernel names
-        return quantized_ops.out_variants().get(torch_name)
-    return _out_variants().get(torch_name)
-
-
-_OUT_CACHE: dict | None = None
-
-
-def _out_variants() -> dict:
-    """Map every functional ATen overload to its out variant.
-
-    The out variant has the same non-out arguments (names and types, in order)
-    and one `out` tensor per return: that is how torchgen pairs them, and it
-    keeps `add.Tensor -> add.out` apart from `add.Scalar -> add.Scalar_out`.
-    """
-    global _OUT_CACHE
-    if _OUT_CACHE is None:
-        import torch
-
-        by_name: dict[str, list] = {}
-        for schema in torch._C._jit_get_all_schemas():
-            if schema.name.startswith("aten::"):
-                by_name.setdefault(schema.name, []).append(schema)
-
-        def signature(args):
-            return [(a.name, str(a.type)) for a in args]
-
-        # Factory functions take TensorOptions (dtype, layout, device, pin_memory)
-        # that their out variants drop: the out tensor carries them.
-        options = {"dtype", "layout", "device", "pin_memory"}
-
-        table = {}
-        for schemas in by_name.values():
-            outs = [s for s in schemas if any(a.is_out for a in s.arguments)]
-            for s in schemas:
-                if any(a.alias_info is not None and a.alias_info.is_write for a in s.arguments):
-                    continue
-                for o in outs:
-                    ins = [a for a in o.arguments if not a.is_out]
-                    n_out = sum(a.is_out for a in o.arguments)
-                    if n_out != len(s.returns):
-                        continue
-                    exact = signature(ins) == signature(s.arguments)
-                    without_options = signature(ins) == signature(
-                        [a for a in s.arguments if not (a.kwarg_only and a.name in options)])
-                    if exact or without_options:
-                        full = f"{s.name}.{s.overload_name}" if s.overload_name else s.name
-                        table[full] = f"{o.name}.{o.overload_name}"
-                        break
-        _OUT_CACHE = table
-    return _OUT_CACHE
-
-
-def kernel_schema(qualified: str):
-    """The torch FunctionSchema of an out-variant kernel name like `aten::add.out`."""
-    import torch
-
-    from etc.dialects import quantized_ops
-
-    if qualified in quantized_ops.kernel_schemas():
-        return quantized_ops.kernel_schemas()[qualified]
-    name, _, overload = qualified.partition(".")
-    namespace, _, op = name.partition("::")
-    packet = getattr(getattr(torch.ops, namespace), op)
-    return getattr(packet, overload or "default")._schema
 
 _ARG_TYPES: dict = {}
 
@@ -173,23 +79,13 @@ TORCH_SCALAR_TYPES = {
 
 
 def _where(op) -> str:
-    from etc.compiler.locations import format_location as render_location
+    from etc.ir.locations import format_location as render_location
 
     return render_location(op.location)
 
 
 def _attr_ints(attr) -> list[int]:
     return [int(x) for x in attr]
-
-
-def _planned(attr) -> tuple[int, int] | None:
-    """An `etc.alloc` entry -> (mem_id, offset), or None where not planned."""
-    from torch_mlir import ir
-
-    if attr is None or isinstance(attr, ir.UnitAttr) or str(attr) == "unit":
-        return None
-    values = _attr_ints(ir.DenseI64ArrayAttr(attr))
-    return values[0], values[1]
 
 
 @dataclass
@@ -311,7 +207,7 @@ class _MethodEmitter:
         """Dynamic dims are planned at their upper bound, recorded by to_edge as `etc.upper_bounds`."""
         from torch_mlir import ir
 
-        from etc.compiler.ir import upper_bounds
+        from etc.ir.shapes import upper_bounds
 
         bounds = upper_bounds(value)
         if bounds is not None:
@@ -404,7 +300,7 @@ class _MethodEmitter:
         # etc-in-place-state marked: the kernel updates the buffer, which its store then skips).
         in_place = in_place_symbols(op)
         result_indices = [self._state_result(in_place[n], r, op) if in_place[n] else
-                          self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(results)]
+                          self.tensor(r, alloc=result_alloc(op, n)) for n, r in enumerate(results)]
         args, out_args = [], []
         out_position = 0
         for a, type_text in zip(schema.arguments, kernel_argument_types(kernel)):
@@ -437,7 +333,7 @@ class _MethodEmitter:
     def instruction(self, instr_args, op) -> None:
         """Append an instruction and its stack trace (the user's file:line of `op`), which
         runtimes use to point a failure at the model's source."""
-        from etc.compiler.locations import location_name, source_position
+        from etc.ir.locations import location_name, source_position
 
         self.instructions.append(self.S.Instruction(instr_args=instr_args))
         self.instruction_ops.append((op, [self.index.get(r) for r in op.results]))
@@ -517,7 +413,7 @@ class _MethodEmitter:
         inputs = [self.index[v] for v in op.operands]
         in_place = in_place_symbols(op)  # outputs computed in a mutable buffer (delegation._mark_in_place_outputs)
         outputs = [self._state_result(in_place[n], r, op) if in_place[n] else
-                   self.tensor(r, alloc=_result_alloc(op, n)) for n, r in enumerate(op.results)]
+                   self.tensor(r, alloc=result_alloc(op, n)) for n, r in enumerate(op.results)]
         backend_id = ir.StringAttr(op.attributes["backend_id"]).value
         blob_index = int(ir.IntegerAttr(op.attributes["etc.blob_index"]).value)
         specs = []
@@ -538,7 +434,7 @@ class _MethodEmitter:
         inputs = []
         for arg in block.arguments:
             alloc_attr = _arg_attr(self.func, arg.arg_number, "etc.alloc")
-            inputs.append(self.tensor(arg, alloc=_planned(alloc_attr) if alloc_attr is not None else None))
+            inputs.append(self.tensor(arg, alloc=planned_alloc(alloc_attr) if alloc_attr is not None else None))
         self.outputs = []
         self.emit_block(block)
         outputs = self.outputs
@@ -566,8 +462,6 @@ class _MethodEmitter:
     def emit_block(self, block, skip_terminator: bool = False) -> None:
         """Emit the ops of `block` in order (a region's terminator is its caller's to emit)."""
         from torch_mlir import ir
-
-        from etc.compiler import emit_control_flow
 
         operations = list(block.operations)
         if skip_terminator:
@@ -600,7 +494,7 @@ class _MethodEmitter:
 
 
 def _nbytes(tensor_type) -> int:
-    from etc.compiler.ir import dtype_row, torch_dtype_name_of_element_type
+    from etc.ir.dtypes import dtype_row, torch_dtype_name_of_element_type
 
     count = 1
     for size in tensor_type.shape:
@@ -616,14 +510,6 @@ def _arg_attr(func_op, index: int, name: str):
     dicts = ir.ArrayAttr(func_op.attributes["arg_attrs"])
     d = ir.DictAttr(dicts[index])
     return d[name] if name in d else None
-
-
-def _result_alloc(op, n: int):
-    from torch_mlir import ir
-
-    if "etc.alloc" not in op.attributes:
-        return None
-    return _planned(ir.ArrayAttr(op.attributes["etc.alloc"])[n])
 
 
 def _scalar_type_of(value) -> int:
@@ -660,7 +546,7 @@ def emit_program(program_ir, config=None, *, instruction_ops: dict | None = None
     """ProgramIR (edge/backend dialect, memory planned) -> schema PteFile.
 
     `instruction_ops`, if given, receives {method: [(op, result EValue indices)]}, one entry per
-    instruction in order: the compile record (`etc.devtools.compile_record`) is built from it."""
+    instruction in order: the compile record (`etc.compiler.compile_record`) is built from it."""
     from torch_mlir import ir
 
     from etc.schema import program as S

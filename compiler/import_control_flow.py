@@ -33,8 +33,8 @@ import torch
 from torch_mlir import ir
 from torch_mlir.dialects import arith, scf, tensor as tensor_dialect
 
-from etc.compiler.ir import torch_dtype_name_of_element_type
-from etc.compiler.locations import node_location
+from etc.ir.dtypes import torch_dtype_name_of_element_type
+from etc.ir.locations import node_location
 
 CONTROL_FLOW_TARGETS = {}  # HigherOrderOperator -> import function, filled below
 

@@ -53,9 +53,9 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, ml_program, tensor as tensor_dialect
 
-from etc.compiler.ir import (BUFFER, CONSTANT_TENSOR, PARAMETER, USER_INPUT, InputInfo, MethodSignature,
-                             ProgramIR, dtype_row, element_type, numpy_dtype, torch_dtype_name)
-from etc.compiler.locations import named_location, node_location, node_source_position
+from etc.ir.dtypes import dtype_row, element_type, numpy_dtype, torch_dtype_name
+from etc.compiler.ir import BUFFER, CONSTANT_TENSOR, PARAMETER, USER_INPUT, InputInfo, MethodSignature, ProgramIR
+from etc.ir.locations import named_location, node_location, node_source_position
 from etc.dialects.quantized_ops import NAMESPACES as QUANTIZATION_NAMESPACES
 from etc.errors import EtcError, UnsupportedConstructError
 
@@ -496,6 +496,14 @@ class _MethodImporter:
             rank = len(source.meta["val"].shape)
             dim_index = arith.ConstantOp(ir.IndexType.get(), dim % rank, loc=location).result
             self.values[node] = tensor_dialect.DimOp(source_value, dim_index, loc=location).result
+            return
+        if node.target is operator.pow and isinstance(node.args[1], int) and 0 <= node.args[1] <= 8:
+            # s ** 2 (torch's decompositions write d * d of a Dim so): a product of the base.
+            base = self._index(node.args[0], node, location)
+            result = arith.ConstantOp(ir.IndexType.get(), 1, loc=location).result
+            for _ in range(node.args[1]):
+                result = arith.MulIOp(result, base, loc=location).result
+            self.values[node] = result
             return
         arithmetic = _SYMINT_ARITHMETIC.get(node.target)
         if arithmetic is None or len(node.args) != 2:

@@ -14,8 +14,8 @@ ARCHITECTURE.md "IR in MLIR") together with
   method writes; the bounds of each dynamic dimension), for the tools and the
   runtime-facing stages that need to talk about the user's names.
 
-The dtype tables at the bottom are the one mapping between torch dtypes, MLIR
-element types and numpy dtypes used across the compiler.
+The dtype table (torch dtypes, MLIR element types, numpy dtypes) is etc.ir.dtypes, the
+dynamic-dimension bounds etc.ir.shapes: every stage reads them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import weakref
 import numpy as np
 from torch_mlir import ir
 
-from etc.errors import EtcError, UnsupportedConstructError
+from etc.errors import EtcError
+from etc.ir.dtypes import torch_dtype_name_of_element_type, torch_dtype_name_of_numpy
 
 # Input kinds of `InputInfo.kind` (lower-cased torch.export InputKind names).
 USER_INPUT = "user_input"
@@ -176,14 +177,6 @@ class ProgramIR:
 
     # ------------------------------------------------------- construction
     @classmethod
-    def from_exported(cls, programs) -> "ProgramIR":
-        """Import an ExportedProgram, or a dict method name -> ExportedProgram
-        (as ExecuTorch's `to_edge` accepts) into one module."""
-        from etc.compiler.importer import import_program
-
-        return import_program(programs)
-
-    @classmethod
     def merge(cls, programs: Mapping[str, "ProgramIR"]) -> "ProgramIR":
         """Combine single- or multi-method programs into one module.
 
@@ -233,105 +226,3 @@ def _same_constant(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     if a is None or b is None:
         return a is b
     return a is b or (a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b))
-
-
-# ------------------------------------------------------------------ dtypes
-@dataclass(frozen=True)
-class DType:
-    """One row of the dtype table: torch name, MLIR element type, numpy dtype
-    the bytes are stored as, element size in bytes."""
-
-    torch_name: str
-    mlir: str
-    numpy: str
-    itemsize: int
-
-
-DTYPES: tuple[DType, ...] = (
-    DType("float32", "f32", "float32", 4),
-    DType("float64", "f64", "float64", 8),
-    DType("float16", "f16", "float16", 2),
-    DType("bfloat16", "bf16", "uint16", 2),  # numpy has no bfloat16: keep the bits
-    DType("int8", "i8", "int8", 1),
-    DType("int16", "i16", "int16", 2),
-    DType("int32", "i32", "int32", 4),
-    DType("int64", "i64", "int64", 8),
-    DType("uint8", "ui8", "uint8", 1),
-    DType("bool", "i1", "bool", 1),
-)
-_BY_TORCH = {row.torch_name: row for row in DTYPES}
-_BY_MLIR = {row.mlir: row for row in DTYPES}
-
-
-def torch_dtype_name(dtype) -> str:
-    """`torch.float32` -> "float32"."""
-    return str(dtype).removeprefix("torch.")
-
-
-def dtype_row(dtype) -> DType:
-    """The table row of a torch dtype (or its name); UnsupportedConstructError otherwise."""
-    name = dtype if isinstance(dtype, str) else torch_dtype_name(dtype)
-    row = _BY_TORCH.get(name)
-    if row is None:
-        raise UnsupportedConstructError(
-            f"dtype {name} is not supported (supported: {', '.join(_BY_TORCH)})")
-    return row
-
-
-def element_type(dtype) -> ir.Type:
-    """The MLIR element type of a torch dtype, in the current context."""
-    return ir.Type.parse(dtype_row(dtype).mlir)
-
-
-def torch_dtype_name_of_element_type(element: ir.Type) -> str:
-    row = _BY_MLIR.get(str(element))
-    if row is None:
-        raise UnsupportedConstructError(f"element type {element} has no torch dtype")
-    return row.torch_name
-
-
-def torch_dtype_name_of_numpy(dtype: np.dtype) -> str:
-    for row in DTYPES:
-        if row.numpy == np.dtype(dtype).name and row.torch_name != "bfloat16":
-            return row.torch_name
-    raise UnsupportedConstructError(f"numpy dtype {dtype} has no torch dtype")
-
-
-def numpy_dtype(dtype) -> np.dtype:
-    """The numpy dtype a constant of this torch dtype is stored as."""
-    return np.dtype(dtype_row(dtype).numpy)
-
-
-# --------------------------------------------------------------------------- dynamic dims
-DIM_BOUNDS_ATTR = "etc.dim_bounds"  # on a func argument: min0, max0, min1, max1, ... (to_edge's importer)
-UPPER_BOUNDS_ATTR = "etc.upper_bounds"  # on an op: its results' dims at their upper bounds, concatenated
-
-
-def upper_bounds(value) -> list[int] | None:
-    """The dims of a tensor value with each dynamic dim at its upper bound (what memory is planned
-    for): from `etc.dim_bounds` on a function argument or `etc.upper_bounds` on the producing op.
-    A static shape is its own bound; None when a dynamic dim has no recorded bound."""
-    t = ir.RankedTensorType(value.type)
-    sizes = list(t.shape)
-    if t.has_static_shape:
-        return sizes
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        parent = owner.owner
-        parent = parent.operation if hasattr(parent, "operation") else parent
-        if parent is None or "arg_attrs" not in parent.attributes:
-            return None
-        d = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[value.arg_number])
-        if DIM_BOUNDS_ATTR not in d:
-            return None
-        b = [int(x) for x in ir.DenseI64ArrayAttr(d[DIM_BOUNDS_ATTR])]
-        out = [b[2 * i + 1] if t.is_dynamic_dim(i) else s for i, s in enumerate(sizes)]
-    else:
-        op = owner.operation if hasattr(owner, "operation") else owner
-        if UPPER_BOUNDS_ATTR not in op.attributes:
-            return None
-        flat = [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[UPPER_BOUNDS_ATTR])]
-        start = sum(ir.RankedTensorType(r.type).rank for r in list(op.results)[: value.result_number]
-                    if isinstance(r.type, ir.RankedTensorType))
-        out = flat[start: start + len(sizes)]
-    return out if len(out) == len(sizes) and all(s >= 0 for s in out) else None

@@ -80,7 +80,7 @@ def plan_library(edge_program) -> tuple[list, object]:
     every method that is not one delegate call and the ops that keep it from being one."""
     from torch_mlir import ir
 
-    from etc.compiler.delegation import _BACKENDS, public_functions
+    from etc.compiler.delegation import BACKENDS, public_functions
 
     program_ir = edge_program.program_ir
     reasons = {}
@@ -104,7 +104,7 @@ def plan_library(edge_program) -> tuple[list, object]:
     if len(backends) != 1:
         raise LoweringError(f"to_library: the methods are delegated to {', '.join(sorted(backends))}; "
                             "one library comes from one backend")
-    backend = _BACKENDS[backends.pop()]
+    backend = BACKENDS[backends.pop()]
     return plans, backend
 
 
@@ -113,7 +113,7 @@ def _plan_method(name: str, func, program_ir, reasons: dict, dims_record) -> tup
     from torch_mlir import ir
 
     from etc.compiler.delegation import SIZE_OPS
-    from etc.compiler.locations import format_location
+    from etc.ir.locations import format_location
     from etc.passes.in_place_state import in_place_symbols
 
     body = [op.operation for op in func.regions[0].blocks[0].operations]
@@ -246,7 +246,7 @@ def _nested_ops(op) -> list:
 
 
 def _numpy_name(element_type) -> str:
-    from etc.compiler.ir import numpy_dtype, torch_dtype_name_of_element_type
+    from etc.ir.dtypes import numpy_dtype, torch_dtype_name_of_element_type
 
     return numpy_dtype(torch_dtype_name_of_element_type(element_type)).name
 

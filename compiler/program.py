@@ -166,17 +166,15 @@ def annotate_upper_bounds(program_ir, decomposed: dict) -> None:
     """
     from torch_mlir import ir
 
-    from etc.compiler.locations import location_name
+    from etc.ir.locations import location_name
 
-    bounds: dict = {}
-    for ep in decomposed.values():
-        bounds.update(_upper_bound_shapes(ep))
-    if not bounds:
-        return
     with program_ir.context:
-        for func in program_ir.module.body.operations:
-            if func.operation.name != "func.func":
+        # Per method: node names are unique within one graph only (two methods each have an `add`).
+        for method, ep in decomposed.items():
+            bounds = _upper_bound_shapes(ep)
+            if not bounds:
                 continue
+            func = program_ir.func(method)
             for op in func.regions[0].blocks[0].operations:
                 results = [r for r in op.results if isinstance(r.type, ir.RankedTensorType)]
                 if not results or all(ir.RankedTensorType(r.type).has_static_shape for r in results):
@@ -288,7 +286,7 @@ class EdgeProgram:
         pte.named_data.update(input_dims.records_of(self.exported_programs))
         etrecord = None
         if generate_etrecord:
-            from etc.devtools.compile_record import build_compile_record
+            from etc.compiler.compile_record import build_compile_record
 
             etrecord = build_compile_record(self.program_ir, instruction_ops, pte)
         return ExecutorchProgram(pte, config=config, memory_report=report, etrecord=etrecord)

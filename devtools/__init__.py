@@ -10,12 +10,15 @@
 - `BundledProgram`: a program with test inputs and expected outputs, in ExecuTorch's
   `.bpte` format.
 - `numeric_debug`: a program's intermediate outputs against eager, op by op.
-- `selective_build`: the kernels and backends a set of programs needs.
+- `SelectiveBuild`: the kernels and backends a set of programs needs (ExecuTorch's
+  `selected_operators.yaml`).
 - `quantization_report`: per quantized op, SQNR of etc's output against the float model
   and the eager quantized one (`etc inspect quantized.pt2 --quant-report float.pt2`).
 
-Names are imported lazily: the runtime imports `etc.devtools.run_record` without
-pulling torch or the compiler in.
+Names are imported lazily (torch and the compiler only when asked for). The run record and the
+selective build live in the runtime (`etc.runtime.run_record`, `etc.runtime.selective_build`), the
+compile record in the compiler (`etc.compiler.compile_record`): the layers below devtools write them,
+so they sit there (ARCHITECTURE.md "Layers"); they are exported here with the tools that read them.
 """
 
 from __future__ import annotations
@@ -23,15 +26,17 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "RunRecord": "etc.devtools.run_record",
-    "Event": "etc.devtools.run_record",
-    "CompileRecord": "etc.devtools.compile_record",
+    "RunRecord": "etc.runtime.run_record",
+    "Event": "etc.runtime.run_record",
+    "CompileRecord": "etc.compiler.compile_record",
     "Inspector": "etc.devtools.inspector",
     "BundledProgram": "etc.devtools.bundled_program",
     "MethodTestCase": "etc.devtools.bundled_program",
     "MethodTestSuite": "etc.devtools.bundled_program",
     "numeric_debug": "etc.devtools.numeric",
     "quantization_report": "etc.devtools.quant_report",
+    "read_executorch_etdump": "etc.devtools.etdump",
+    "SelectiveBuild": "etc.devtools.selective_build",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -220,7 +220,7 @@ class BundledProgram:
 
     # ------------------------------------------------------------------ files
     def serialize(self) -> bytes:
-        from etc.schema.serializer import _FlatbufferWriter
+        from etc.schema.serializer import FlatbufferWriter
 
         suites = [_Wire.BundledMethodTestSuite(
             method_name=suite.method_name,
@@ -228,7 +228,7 @@ class BundledProgram:
                                                     expected_outputs=[_wire_value(v) for v in case.expected_outputs])
                         for case in suite.test_cases]) for suite in self.method_test_suites]
         root = _Wire.BundledProgram(version=SCHEMA_VERSION, method_test_suites=suites, program=self.program)
-        writer = _FlatbufferWriter({}, tables=TABLES)
+        writer = FlatbufferWriter({}, tables=TABLES)
         writer.builder.Finish(writer.table(root, "BundledProgram"), file_identifier=FILE_IDENTIFIER)
         return bytes(writer.builder.Output())
 
@@ -239,13 +239,13 @@ class BundledProgram:
     @classmethod
     def load(cls, source) -> "BundledProgram":
         """A bundled program from a `.bpte` path or its bytes; ProgramError says what is wrong and where."""
-        from etc.schema.reader import _FlatbufferReader
+        from etc.schema.reader import FlatbufferReader
 
         data = _read(source)
         if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
             raise ProgramError(f"bytes 4..8 are {bytes(data[4:8])!r}, not the bundled program identifier "
                                f"{FILE_IDENTIFIER!r}")
-        reader = _FlatbufferReader(data, len(data), tables=TABLES)
+        reader = FlatbufferReader(data, len(data), tables=TABLES)
         root = struct.unpack_from("<I", data, 0)[0]
         if not 8 <= root < len(data):
             raise ProgramError(f"root offset {root} is outside the file (8..{len(data)})")
@@ -279,6 +279,12 @@ class BundledProgram:
         return report
 
 
+def _number(value) -> str:
+    """A value as a user reads it: 0.5, not np.float64(0.5); a float to its last significant digit."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return repr(value) if not isinstance(value, float) else f"{value:.9g}"
+
+
 def _compare(method: str, case: int, outputs: list, expected: list, rtol: float, atol: float) -> CaseResult:
     if not expected:
         return CaseResult(method, case, True, "ran (no expected outputs to compare)")
@@ -298,13 +304,13 @@ def _compare(method: str, case: int, outputs: list, expected: list, rtol: float,
                     first = tuple(int(i) for i in np.argwhere(bad)[0])
                     return CaseResult(method, case, False, f"output {k}: {int(bad.sum())} of {bad.size} element(s) "
                                       f"differ beyond rtol={rtol} atol={atol}; at {list(first)} got "
-                                      f"{a[first]!r}, expected {b[first]!r}")
+                                      f"{_number(a[first])}, expected {_number(b[first])}")
                 if a.size:
                     worst = max(worst, float(np.nanmax(np.abs(a - b))))
             elif not np.array_equal(out, want):
                 return CaseResult(method, case, False, f"output {k}: values differ (dtype {want.dtype})")
         elif out != want:
-            return CaseResult(method, case, False, f"output {k}: {out!r}, expected {want!r}")
+            return CaseResult(method, case, False, f"output {k}: {_number(out)}, expected {_number(want)}")
     return CaseResult(method, case, True, f"max abs error {worst:.3g}")
 
 

@@ -26,7 +26,7 @@ import os
 import struct
 from dataclasses import dataclass
 
-from etc.devtools.run_record import EXECUTE_EVENT, DelegateEvents, RunRecord
+from etc.runtime.run_record import EXECUTE_EVENT, DelegateEvents, RunRecord
 from etc.errors import EtcError, ProgramError
 from etc.schema.kinds import INT, UBYTE, UINT, ULONG, SchemaTable, Str, Table, Vector, fb
 
@@ -85,11 +85,11 @@ def _labels(program, method: str) -> dict:
     """(chain, instruction) -> the label etc's runtime gives it, from the program."""
     if program is None:
         return {}
-    from etc.devtools.inspector import _read_pte
+    from etc.devtools.inspector import read_pte
     from etc.runtime.method import operator_name
     from etc.schema import program as S
 
-    pte = _read_pte(program)
+    pte = read_pte(program)
     plan = next((p for p in pte.program.execution_plan if p.name == method), None)
     if plan is None:
         raise EtcError(f"the program has no method '{method}'")
@@ -119,7 +119,7 @@ def _region_ops(event) -> tuple:
 def read_executorch_etdump(source, *, program=None, method: str = "forward", ticks_to_ns: float = 1.0) -> RunRecord:
     """A RunRecord from ExecuTorch's `.etdp` bytes or path; `program` (the `.pte` it ran) labels the
     instructions as etc does (without it they keep ExecuTorch's event names)."""
-    from etc.schema.reader import _FlatbufferReader
+    from etc.schema.reader import FlatbufferReader
 
     if isinstance(source, (str, os.PathLike)):
         try:
@@ -136,7 +136,7 @@ def read_executorch_etdump(source, *, program=None, method: str = "forward", tic
     body = data[4:4 + size]
     if len(body) != size:
         raise ProgramError(f"ETDump truncated: {len(body)} of {size} bytes")
-    reader = _FlatbufferReader(body, len(body), tables=TABLES)
+    reader = FlatbufferReader(body, len(body), tables=TABLES)
     root = struct.unpack_from("<I", body, 0)[0]
     if not 8 <= root < len(body):
         raise ProgramError(f"ETDump root offset {root} is outside the data (8..{len(body)})")

@@ -27,8 +27,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from etc.devtools.compile_record import CompileRecord
-from etc.devtools.run_record import INPUTS_EVENT_INDEX, RunRecord
+from etc.compiler.compile_record import CompileRecord
+from etc.runtime.run_record import INPUTS_EVENT_INDEX, RunRecord
 from etc.errors import EtcError
 
 __all__ = ["Inspector", "EventRow"]
@@ -66,7 +66,7 @@ class EventRow:
         return max(self.times_ns) / 1e6 if self.times_ns else 0.0
 
 
-def _read_pte(program):
+def read_pte(program):
     from etc.schema import PteFile, deserialize_pte
 
     if program is None or isinstance(program, PteFile):
@@ -92,7 +92,7 @@ class Inspector:
             etrecord = CompileRecord.load(etrecord)
         self.run_record = run_record
         self.etrecord = etrecord
-        self.pte = _read_pte(program)
+        self.pte = read_pte(program)
         self.rows = self._build_rows()
 
     # ------------------------------------------------------------------ joining

@@ -140,7 +140,7 @@ def numeric_debug(edge_program, executorch_program, inputs, *, method: str = "fo
     `CompileRecord` or its path; `executorch_program` may then be None)."""
     import torch
 
-    from etc.devtools.compile_record import CompileRecord
+    from etc.compiler.compile_record import CompileRecord
     from etc.runtime import Runtime
 
     if etrecord is None:

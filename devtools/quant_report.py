@@ -228,7 +228,7 @@ def _float_program(float_model, inputs):
 
 
 def _source(node) -> str | None:
-    from etc.compiler.locations import node_source_position
+    from etc.ir.locations import node_source_position
 
     position = node_source_position(node)
     return f"{position.file}:{position.line}" if position is not None else None
@@ -239,13 +239,13 @@ def quantization_report(float_model, quantized_model, inputs, *, method: str = "
     """Per quantized op: SQNR of etc's output against the float model and the eager quantized one."""
     import torch
 
-    import etc
+    from etc.compiler.program import to_edge
 
     inputs = tuple(inputs)
     quantized_ep = quantized_model if isinstance(quantized_model, torch.export.ExportedProgram) else \
         torch.export.export(quantized_model, inputs)
     float_ep = _float_program(float_model, inputs)
-    edge = etc.to_edge(quantized_ep)
+    edge = to_edge(quantized_ep)
     decomposed = _decomposed(quantized_ep, edge.config)
     rows = _compared_nodes(decomposed.graph)
     if not rows:

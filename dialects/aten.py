@@ -18,7 +18,9 @@ from typing import Any, Mapping
 from torch_mlir import ir
 
 from etc.dialects import irdl_base
-from etc.dialects.opinfo import LIST_SLOTS, OpInfo, by_torch_name, decode_value, encode_value, list_slots, load_table
+from etc.dialects.shapes import verify_shapes
+from etc.dialects.opinfo import LIST_SLOTS, OpInfo, by_torch_name, encode_value, list_slots, load_table
+from etc.dialects.opinfo import decode_op  # noqa: F401 - this module's API, with build_op (opinfo defines it)
 from etc.errors import UnsupportedConstructError
 
 
@@ -32,7 +34,7 @@ def _class_name(info: OpInfo) -> str:
 
 def _verify_tensors(op) -> bool:
     """Operands of Tensor arguments and all results are ranked tensors; symbolic
-    size operands are `index`."""
+    size operands are `index`; the result shapes are torch's for the operands (shapes.py)."""
     info = op.OP_INFO
     operation = op.operation
     for value in list(operation.results):
@@ -45,7 +47,7 @@ def _verify_tensors(op) -> bool:
             op.location.emit_error(f"'{operation.name}' ({info.torch_name}) takes ranked tensors and index "
                                    f"sizes, got an operand of type {value.type}")
             return False
-    return True
+    return verify_shapes(op)
 
 
 def define_ops(dialect: type, infos, verifier=None) -> dict[str, type]:
@@ -190,22 +192,3 @@ def _overloads(base: str) -> list:
     return _OVERLOADS.get(base, [])
 
 
-def decode_op(op) -> dict[str, Any]:
-    """Schema argument name -> value for an aten or edge op (inverse of `build_op`)."""
-    operation = op.operation if hasattr(op, "operation") else op
-    view = operation.opview
-    info: OpInfo = type(view).OP_INFO
-    values: dict[str, Any] = {}
-    for arg in info.arguments:
-        if arg.kind in ("operand", "optional_operand"):
-            values[arg.name] = getattr(view, arg.field)
-        elif arg.kind == "variadic_operand":
-            slots = [getattr(view, slot) for slot in list_slots(arg.field)]
-            values[arg.name] = [v for v in slots if v is not None]
-        elif arg.kind == "optional_list_operand":
-            count = len(ir.DenseBoolArrayAttr(operation.attributes[arg.mask]))
-            values[arg.name] = [getattr(view, slot) for slot in list_slots(arg.field)[:count]]
-        else:
-            dynamic = list(getattr(view, arg.dynamic)) if arg.dynamic else []
-            values[arg.name] = decode_value(arg, operation.attributes[arg.field], dynamic)
-    return values

@@ -5,7 +5,8 @@ are the same generated definitions (`core: true` in `aten_ops.json`, plus the
 few non-core ops torch's decomposition table leaves in place), with one
 difference: the verifier checks element types against what the op's kernel
 supports, so that a program the runtime cannot run fails at compile time with
-the op and the dtypes named, not on the device.
+the op and the dtypes named, not on the device; and, as in `aten`, the result shapes
+against torch's shape functions (`shapes.py`).
 
 The dtype rules are a table (`DTYPE_RULES`), by op family, in ATen's terms:
 a float-only op (`exp`, `softmax`, `convolution`) must produce floating
@@ -20,6 +21,7 @@ from torch_mlir import ir
 from etc.dialects import irdl_base
 from etc.dialects.aten import define_ops
 from etc.dialects.opinfo import load_table
+from etc.dialects.shapes import verify_shapes
 
 
 class Edge(irdl_base.Dialect, name="edge"):
@@ -100,7 +102,7 @@ def _verify_dtypes(op) -> bool:
                     f"'{operation.name}' ({info.torch_name}) {verb} {', '.join(allowed)} tensors only "
                     f"({rule}), got {element}")
                 return False
-    return True
+    return verify_shapes(op)
 
 
 EDGE_INFOS = tuple(info for info in load_table() if info.core or info.torch_name in EXTRA_EDGE_OPS)

@@ -60,7 +60,7 @@ def op_mlir_name(name: str, overload: str) -> str:
     return "p_" + text if private else text
 
 
-def _argument_entry(argument, field_name) -> dict | None:
+def argument_entry(argument, field_name) -> dict | None:
     type_text = str(argument.type)
     optional = type_text.endswith("?")
     base = _base_type(type_text)
@@ -130,7 +130,7 @@ def generate() -> dict:
             returns.append({"field": field_name(name), "type": ret_type, "kind": kind})
         if not returns:
             continue
-        arguments = [_argument_entry(a, field_name) for a in parsed.arguments.flat_all]
+        arguments = [argument_entry(a, field_name) for a in parsed.arguments.flat_all]
         if any(a is None for a in arguments):
             continue
         fields = [a["field"] for a in arguments] + [a[k] for a in arguments for k in ("dynamic", "mask") if k in a]

@@ -20,6 +20,7 @@ tensors): those use numbered optional slots (see `opinfo.LIST_SLOTS`).
 
 from __future__ import annotations
 
+import io
 import keyword
 import re
 from typing import Any, Callable, Optional, Sequence
@@ -82,13 +83,38 @@ def define_op(dialect: type, op_name: str, class_name: str, fields: Sequence[tup
     return type(class_name, (dialect.Operation,), body, name=op_name, traits=traits)
 
 
+# Each dialect's IRDL definition as MLIR bytecode, emitted once per process. Emitting it op by op
+# through the Python builders (and canonicalizing it) takes about half a second for aten's 1577
+# ops, in every new context (each `to_edge` makes one); reading the bytecode, a fifth of that.
+_IRDL_BYTECODE: dict = {}
+
+
 def load(dialect: type, context: ir.Context | None = None) -> None:
     """Load `dialect` into `context` (the current one by default), once."""
     context = context or ir.Context.current
     if context.is_dialect_loaded(dialect.DIALECT_NAMESPACE):
         return
     with context, ir.Location.unknown(context):
-        dialect.load()
+        bytecode = _IRDL_BYTECODE.get(dialect)
+        if bytecode is None:  # the first context: upstream's load emits, canonicalizes, loads, registers
+            dialect.load()
+            buffer = io.BytesIO()
+            dialect._mlir_module.operation.write_bytecode(buffer)
+            _IRDL_BYTECODE[dialect] = buffer.getvalue()
+            return
+        # What upstream's load does after emitting: load the definition, attach the traits (per
+        # context); the Python classes stay registered from the first load.
+        from torch_mlir.dialects import irdl
+
+        module = ir.Module.parse(bytecode)
+        irdl.load_dialects(module)
+        dialect._mlir_module = module
+        for op in dialect.operations:
+            op._attach_traits()
+        for type_ in dialect.types:
+            ext._cext.register_type_caster(ir.DynamicType.lookup_typeid(type_.type_name), replace=True)(type_)
+        for attr in dialect.attributes:
+            ext._cext.register_type_caster(ir.DynamicAttr.lookup_typeid(attr.attr_name), replace=True)(attr)
 
 
 def create(op_class: type, fields: Sequence[tuple[str, str]], values: dict, *, loc=None) -> ir.Operation:

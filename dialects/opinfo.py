@@ -85,7 +85,7 @@ class OpInfo:
     @property
     def out_variant(self) -> str | None:
         """The out-variant kernel name (`aten::add.out`) the portable runtime runs."""
-        from etc.compiler.emitter import out_variant_name
+        from etc.dialects.out_variants import out_variant_name
 
         return out_variant_name(self.torch_name)
 
@@ -124,7 +124,7 @@ def _i64(value: int) -> ir.Attribute:
 
 
 def _element_type_of_dtype(dtype) -> ir.Type:
-    from etc.compiler.ir import element_type
+    from etc.ir.dtypes import element_type
 
     return element_type(dtype)
 
@@ -218,7 +218,7 @@ def decode_value(arg: ArgInfo, attr: ir.Attribute, dynamic: list) -> Any:
         value = ir.IntegerAttr(attr).value
         return dynamic.pop(0) if value == DYNAMIC else value
     if base == "ScalarType":
-        from etc.compiler.ir import torch_dtype_name_of_element_type
+        from etc.ir.dtypes import torch_dtype_name_of_element_type
 
         return getattr(torch, torch_dtype_name_of_element_type(ir.TypeAttr(attr).value))
     if base in ("Layout", "MemoryFormat"):
@@ -226,3 +226,24 @@ def decode_value(arg: ArgInfo, attr: ir.Attribute, dynamic: list) -> Any:
     if base == "Device":
         return torch.device(ir.StringAttr(attr).value)
     raise UnsupportedConstructError(f"cannot decode an argument of type '{arg.type}'")
+
+
+def decode_op(op) -> dict[str, Any]:
+    """Schema argument name -> value for an aten or edge op (inverse of `build_op`)."""
+    operation = op.operation if hasattr(op, "operation") else op
+    view = operation.opview
+    info: OpInfo = type(view).OP_INFO
+    values: dict[str, Any] = {}
+    for arg in info.arguments:
+        if arg.kind in ("operand", "optional_operand"):
+            values[arg.name] = getattr(view, arg.field)
+        elif arg.kind == "variadic_operand":
+            slots = [getattr(view, slot) for slot in list_slots(arg.field)]
+            values[arg.name] = [v for v in slots if v is not None]
+        elif arg.kind == "optional_list_operand":
+            count = len(ir.DenseBoolArrayAttr(operation.attributes[arg.mask]))
+            values[arg.name] = [getattr(view, slot) for slot in list_slots(arg.field)[:count]]
+        else:
+            dynamic = list(getattr(view, arg.dynamic)) if arg.dynamic else []
+            values[arg.name] = decode_value(arg, operation.attributes[arg.field], dynamic)
+    return values

@@ -212,7 +212,7 @@ def is_quantization_op(torch_name: str) -> bool:
 @lru_cache(maxsize=None)
 def table_entries() -> tuple[dict, ...]:
     """The ops as `aten_ops.json` entries (same encoding as the generated ATen ops)."""
-    from etc.dialects.gen_aten_ops import _argument_entry, op_mlir_name, parse_schema
+    from etc.dialects.gen_aten_ops import argument_entry, op_mlir_name, parse_schema
     from etc.dialects.irdl_base import field_name
 
     entries = []
@@ -225,11 +225,18 @@ def table_entries() -> tuple[dict, ...]:
         for index, ret in enumerate(parsed.returns):
             name = ret.name or ("result" if len(parsed.returns) == 1 else f"result{index}")
             returns.append({"field": field_name(name), "type": str(ret.type), "kind": "result"})
-        arguments = [_argument_entry(a, field_name) for a in parsed.arguments.flat_all]
+        arguments = [argument_entry(a, field_name) for a in parsed.arguments.flat_all]
         base, overload = str(parsed.name.name), parsed.name.overload_name
         entries.append({"name": op_mlir_name(f"{namespace}_{base}", overload), "torch_name": _name(op.schema),
                         "core": True, "arguments": arguments, "returns": returns})
     return tuple(entries)
+
+
+@lru_cache(maxsize=None)
+def _torch_names() -> dict[str, str]:
+    """The ops' MLIR names (without the dialect: `quantized_decomposed_quantize_per_tensor_default`) ->
+    their torch names."""
+    return {entry["name"]: entry["torch_name"] for entry in table_entries()}
 
 
 # ------------------------------------------------------------- where they sit in a graph
@@ -240,12 +247,11 @@ QUANTIZE = "quantize"
 def role(op_name: str) -> str | None:
     """`dequantize`, `quantize` (static: its scale is a number), `quantize_dynamic`, `qparams`,
     `folded` (an `etc_quantized::` op), or None for an op that is not a quantization op; by MLIR op name (`edge.quantized_...`)."""
-    from etc.dialects import op_info
-
-    info = op_info(op_name) if op_name.startswith(("edge.", "aten.")) else None
-    if info is None or not is_quantization_op(info.torch_name):
+    dialect, _, name = op_name.partition(".")
+    torch_name = _torch_names().get(name) if dialect in ("edge", "aten") else None
+    if torch_name is None or not is_quantization_op(torch_name):
         return None
-    namespace, base = info.torch_name.split("::", 1)
+    namespace, base = torch_name.split("::", 1)
     if namespace == FUSED_NAMESPACE:
         return "folded"
     if base.startswith("dequantize"):

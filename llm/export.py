@@ -113,11 +113,11 @@ def export_llm(model, *, max_seq_len: int, max_context_len: int | None = None, v
     positions (read from the cache buffers when not given); eos_ids: the stop tokens the runner
     uses by default; partitioner: optional, as in `EdgeProgram.to_backend`.
     """
-    import etc
+    from etc.compiler.program import to_edge
 
     programs = export_decoder(model, max_seq_len=max_seq_len, max_context_len=max_context_len,
                               vocab_size=vocab_size, bos_id=bos_id, eos_ids=eos_ids, strict=strict)
-    edge = etc.to_edge(programs)
+    edge = to_edge(programs)
     if partitioner is not None:
         edge = edge.to_backend(partitioner)
     return edge.to_executorch()

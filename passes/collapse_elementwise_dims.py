@@ -85,7 +85,15 @@ def _collapsed_memref_type(new_shape, element, layout, reassociation):
                 return None
     if identity:
         return ir.MemRefType.get(new_shape, element, memory_space=space)
-    new_strides = [strides[group[-1]] for group in reassociation]
+    # memref.collapse_shape's own rule (its verifier checks it): a group's stride is that of its
+    # last dim of size > 1, or of its first dim when every size is 1 ([1, 1, 1] with strides
+    # [16, 1, 1] collapses to stride 16, not 1).
+    new_strides = []
+    for group in reassociation:
+        ref = len(group) - 1
+        while ref > 0 and sizes[group[ref]] == 1:
+            ref -= 1
+        new_strides.append(strides[group[ref]])
     return ir.MemRefType.get(new_shape, element, ir.StridedLayoutAttr.get(offset, new_strides), memory_space=space)
 
 

@@ -32,7 +32,7 @@ class ConstantTable:
                          for op in self.body.operations if op.operation.name == "ml_program.global"}
 
     def dtype_name(self, symbol: str) -> str | None:
-        from etc.compiler.ir import torch_dtype_name_of_element_type
+        from etc.ir.dtypes import torch_dtype_name_of_element_type
 
         if self.program is not None and symbol in self.program.constant_dtypes:
             return self.program.constant_dtypes[symbol]
@@ -56,6 +56,17 @@ class ConstantTable:
                 return np.broadcast_to(array.reshape(-1)[0], shape).copy()
             return array.reshape(shape)
         return None
+
+    def without_data(self, value: ir.Value) -> bool:
+        """`value` loads a global whose data is not here: `#ml_program.extern` in a module that
+        has no program's constant table (etc-opt on a printed program: tools/import_model.py)."""
+        owner = value.owner
+        if isinstance(owner, ir.Block) or owner.name != "ml_program.global_load_const":
+            return False
+        symbol = ir.FlatSymbolRefAttr(owner.attributes["global"]).value
+        op = self._globals.get(symbol)
+        return (op is not None and "value" in op.attributes and "extern" in str(op.attributes["value"])
+                and (self.program is None or symbol not in self.program.constants))
 
     def of_value(self, value: ir.Value) -> np.ndarray | None:
         owner = value.owner

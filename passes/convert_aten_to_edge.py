@@ -17,11 +17,36 @@ def edge_name_for(aten_name: str) -> str:
     return "edge." + aten_name.split(".", 1)[1]
 
 
+def _torch_decomposes(torch_name: str) -> bool:
+    """Does `to_edge`'s decomposition table (torch's Core ATen table plus etc's) cover the op?"""
+    import torch
+
+    from etc.compiler.decompositions import etc_decompositions
+
+    namespace, _, rest = torch_name.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        target = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    except (AttributeError, RuntimeError):
+        return False
+    return target in torch.export.default_decompositions() or target in etc_decompositions()
+
+
+def no_edge_form_message(torch_name: str) -> str:
+    if _torch_decomposes(torch_name):
+        return (f"'{torch_name}' is not in the Core ATen opset: etc.to_edge decomposes it (torch's decomposition "
+                "table) before importing, and this module was imported without that step; import the "
+                "decomposed program (python -m etc.tools.import_model --decompose)")
+    return (f"'{torch_name}' is not in the Core ATen opset and has no decomposition to it, so it has no edge form; "
+            "add a decomposition (EdgeCompileConfig.decompositions) or delegate it to a backend "
+            "that supports it")
+
+
 def convert_aten_to_edge(module) -> int:
     """Convert in place; returns the number of ops rewritten. Raises LoweringError at the first op with no edge form."""
     from torch_mlir import ir
 
-    from etc.compiler.locations import format_location as render_location
+    from etc.ir.locations import format_location as render_location
     from etc.dialects import op_info
 
     context = module.context
@@ -39,12 +64,7 @@ def convert_aten_to_edge(module) -> int:
         if not context.is_registered_operation(target):
             info = op_info(op.name)
             torch_name = info.torch_name if info is not None else op.name
-            raise LoweringError(
-                f"'{torch_name}' is not in the Core ATen opset and has no decomposition to it, so it has no edge form; "
-                "add a decomposition (EdgeCompileConfig.decompositions) or delegate it to a backend "
-                "that supports it",
-                location=render_location(op.location),
-            )
+            raise LoweringError(no_edge_form_message(torch_name), location=render_location(op.location))
         with ir.InsertionPoint(op), op.location:
             attributes = {name: op.attributes[name] for name in op.attributes}
             new = ir.Operation.create(

@@ -38,7 +38,7 @@ def fold_constants(module, *, max_growth: int = MAX_GROWTH) -> int:
     import torch
     from torch_mlir import ir
 
-    from etc.compiler.ir import torch_dtype_name_of_element_type
+    from etc.ir.dtypes import torch_dtype_name_of_element_type
     from etc.dialects import decode_op, op_info
     from etc.dialects.quantized_ops import is_quantization_op
     from etc.passes.constant_table import ConstantTable, module_body
@@ -116,7 +116,7 @@ def _substitute(value, values):
 def _nbytes(tensor_type) -> int:
     from torch_mlir import ir
 
-    from etc.compiler.ir import dtype_row, torch_dtype_name_of_element_type
+    from etc.ir.dtypes import dtype_row, torch_dtype_name_of_element_type
 
     ty = ir.RankedTensorType(tensor_type)
     count = int(np.prod(ty.shape)) if ty.shape else 1

@@ -7,7 +7,9 @@ per output channel. Done once at compile time on constant weights, it removes
 a whole pass over the activation at every inference, on every path (portable
 kernels and delegates alike). Applies when the convolution is not transposed,
 its result feeds only the batch norm, the batch norm's statistics outputs are
-unused, and every parameter is a constant.
+unused, and every parameter is a constant. A pair whose parameters are
+`#ml_program.extern` globals without their data (etc-opt on a printed program)
+is left as it is with a warning saying so.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ BATCH_NORM = "edge.p_native_batch_norm_legit_no_training"
 CONVOLUTION = "edge.convolution"
 
 
-def fuse_batch_norm(module) -> int:
-    """Fuse in place; returns the number of batch norms removed."""
+def fuse_batch_norm(module, warn=None) -> int:
+    """Fuse in place; returns the number of batch norms removed. `warn(message, at)` hears of a
+    pair left unfused because its weights' data is not in the IR."""
     from torch_mlir import ir
 
     from etc.dialects import decode_op
@@ -56,6 +59,13 @@ def fuse_batch_norm(module) -> int:
                 gamma = constant(bn_args["weight"]) if bn_args["weight"] is not None else 1.0
                 beta = constant(bn_args["bias"]) if bn_args["bias"] is not None else 0.0
                 if any(a is None for a in (weight, bias, mean, var, gamma, beta)):
+                    params = [conv_args["weight"], conv_args["bias"], bn_args["running_mean"],
+                              bn_args["running_var"], bn_args["weight"], bn_args["bias"]]
+                    if warn is not None and any(p is not None and table.without_data(p) for p in params):
+                        warn("batch norm not fused into the convolution before it: their weights are "
+                             "#ml_program.extern globals whose data is not in this IR (fusion happens in "
+                             "etc.to_edge, which has the program's constants; a lit test writes them inline "
+                             "as dense<...>)", bn)
                     continue
                 scale = (gamma / np.sqrt(var.astype(np.float64) + bn_args["eps"])).astype(np.float64)
                 new_weight = (weight * scale.reshape(-1, *[1] * (weight.ndim - 1))).astype(np.float32)
@@ -71,6 +81,8 @@ def fuse_batch_norm(module) -> int:
                     fused_loc = ir.Location.fused([conv.location, bn.location])
                     new_conv = build_op("aten::convolution", conv_args, [conv_value.type], loc=fused_loc,
                                         dialect_ops=EDGE_OPS)
+                    if "etc.upper_bounds" in conv.attributes:  # a dynamic result: the bound planning needs
+                        new_conv.attributes["etc.upper_bounds"] = conv.attributes["etc.upper_bounds"]
                 bn.results[0].replace_all_uses_with(new_conv.results[0])
                 bn.erase()
                 conv.erase()
@@ -89,4 +101,4 @@ class FuseBatchNorm(Pass):
     summary = SUMMARY
 
     def run(self, op) -> None:
-        self.count("fused", fuse_batch_norm(op))
+        self.count("fused", fuse_batch_norm(op, warn=self.warning))

@@ -659,3 +659,23 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ------------------------------------------------------------------ reading the plan
+def planned_alloc(attr) -> tuple[int, int] | None:
+    """An `etc.alloc` entry -> (mem_id, offset), or None where not planned."""
+    from torch_mlir import ir
+
+    if attr is None or isinstance(attr, ir.UnitAttr) or str(attr) == "unit":
+        return None
+    values = [int(x) for x in ir.DenseI64ArrayAttr(attr)]
+    return values[0], values[1]
+
+
+def result_alloc(op, n: int):
+    """The (mem_id, offset) the plan gave result `n` of `op`, or None where not planned."""
+    from torch_mlir import ir
+
+    if "etc.alloc" not in op.attributes:
+        return None
+    return planned_alloc(ir.ArrayAttr(op.attributes["etc.alloc"])[n])

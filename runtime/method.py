@@ -296,7 +296,7 @@ class _Tensor:
 
 # --------------------------------------------------------------------------- the method
 
-def _ensure_kernels_registered() -> None:
+def ensure_kernels_registered() -> None:
     import etc.runtime.kernels  # noqa: F401 - importing the package registers the portable kernels
     import etc.runtime.prim_ops  # noqa: F401 - and ExecuTorch's primitive operators
 
@@ -461,7 +461,7 @@ class Method:
 
     def _bind_kernels(self, kernels) -> list:
         if kernels is None:
-            _ensure_kernels_registered()
+            ensure_kernels_registered()
             from etc.runtime.kernels.registry import get_kernel as lookup
         else:
             lookup = kernels.__getitem__
@@ -901,7 +901,7 @@ class Method:
         (`etc.devtools.RunRecord`, what `load_program(enable_etdump=True)` keeps in full): enough to
         see which kernels or delegates an inference spends its time in.
         """
-        from etc.devtools.run_record import RunRecord
+        from etc.runtime.run_record import RunRecord
 
         if isinstance(inputs, np.ndarray) or type(inputs).__module__.startswith("torch"):
             inputs = [inputs]
@@ -1055,7 +1055,7 @@ class Method:
         (keeping its outputs when the record has a debug buffer), copying the outputs out, and the
         whole call (`Method::execute`), so the rows add up to the latency a caller measures. A separate
         path, so that a program loaded without `enable_etdump` pays nothing for it."""
-        from etc.devtools.run_record import (EXECUTE_EVENT, INPUTS_EVENT, INPUTS_EVENT_INDEX, OUTPUTS_EVENT,
+        from etc.runtime.run_record import (EXECUTE_EVENT, INPUTS_EVENT, INPUTS_EVENT_INDEX, OUTPUTS_EVENT,
                                             OUTPUTS_EVENT_INDEX, DelegateEvents)
 
         clock = log.get_pal().clock

@@ -124,9 +124,9 @@ class OperatorRegistry:
     @property
     def operator_names(self) -> set[str]:
         from etc.runtime.kernels.registry import registered_kernels
-        from etc.runtime.method import _ensure_kernels_registered
+        from etc.runtime.method import ensure_kernels_registered
 
-        _ensure_kernels_registered()
+        ensure_kernels_registered()
         names = set(registered_kernels())
         return names if self._selected is None else names & self._selected
 
@@ -143,7 +143,7 @@ class Runtime:
     _instance: "Runtime | None" = None
 
     def __init__(self, *, selective_build=None):
-        # A selective build (etc.devtools.selective_build): only its kernels and backends exist here.
+        # A selective build (etc.runtime.selective_build): only its kernels and backends exist here.
         self._selection = selective_build
         self.backend_registry = BackendRegistry(set(selective_build.backends) if selective_build else None)
         self.operator_registry = OperatorRegistry(set(selective_build.operators) if selective_build else None)
@@ -163,10 +163,10 @@ class Runtime:
 
     @classmethod
     def from_selective_build(cls, selection) -> "Runtime":
-        """A runtime restricted to a selective build (an `etc.devtools.selective_build.SelectiveBuild` or its
+        """A runtime restricted to a selective build (an `etc.runtime.selective_build.SelectiveBuild` or its
         file): its methods bind only the listed kernels, and `load_program` refuses a program that needs an
         operator or backend outside the list, naming it (as a device build without that kernel would)."""
-        from etc.devtools.selective_build import SelectiveBuild
+        from etc.runtime.selective_build import SelectiveBuild
 
         if not isinstance(selection, SelectiveBuild):
             selection = SelectiveBuild.load(selection)
@@ -208,7 +208,7 @@ class Runtime:
                            "it needs enable_etdump=True")
         run_record = None
         if enable_etdump:
-            from etc.devtools.run_record import RunRecord
+            from etc.runtime.run_record import RunRecord
 
             run_record = RunRecord(debug_buffer_size=int(debug_buffer_size))
         if not isinstance(verification, Verification):

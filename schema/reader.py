@@ -36,7 +36,7 @@ _EXTENDED_HEADER_MAGIC = re.compile(rb"eh[0-9]{2}")
 _MIN_EXTENDED_HEADER_SIZE = 24
 
 
-class _FlatbufferReader:
+class FlatbufferReader:
     """Checked decoding of the flatbuffer held in buf[:limit] (`tables`: as for the writer)."""
 
     def __init__(self, buf: bytes, limit: int, tables: dict[str, type] | None = None):
@@ -177,7 +177,7 @@ class _FlatbufferReader:
 
 
 # ---------------------------------------------------------------- the file
-def _read_headers(data: bytes) -> tuple[int, int, int]:
+def read_headers(data: bytes) -> tuple[int, int, int]:
     """(program_size, segment_base_offset, segment_data_size) after checking the headers."""
     if len(data) < 8:
         raise ProgramError(f"file is {len(data)} bytes: too short for a program header (8 bytes)")
@@ -347,12 +347,12 @@ def deserialize_pte(data: bytes | bytearray | memoryview, *, validate: bool = Tr
     raises ProgramError naming the region instead of loading wrong weights.
     """
     data = bytes(data)
-    program_size, segment_base, segment_data_size = _read_headers(data)
+    program_size, segment_base, segment_data_size = read_headers(data)
     has_checksums, crcs = _checksums(data, program_size, segment_base, segment_data_size, verify_checksums)
     if crcs is not None:
         checksums.check(f"program data (bytes 0..{program_size}: headers and flatbuffer)", data[:program_size],
                         crcs[0])
-    reader = _FlatbufferReader(data, program_size)
+    reader = FlatbufferReader(data, program_size)
     root = reader.u32(0, "Program", "root offset")
     if not 8 <= root < program_size:
         raise ProgramError(f"root offset {root} is outside the program data (8..{program_size})")

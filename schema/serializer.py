@@ -48,7 +48,7 @@ def _check_alignment(name: str, value: int) -> int:
     return value
 
 
-class _FlatbufferWriter:
+class FlatbufferWriter:
     """Writes schema dataclasses into one flatbuffers Builder, reporting errors with the field path.
 
     `tables` names the schema's tables (program.fbs by default; the bundled program's schema,
@@ -248,7 +248,7 @@ def serialize_pte(pte: P.PteFile, *, segment_alignment: int = 128, constant_tens
         _check_alignment("delegate_alignment", delegate_alignment)
     layout = _SegmentLayout(segment_alignment)
     wire = _wire_program(pte, layout, constant_tensor_alignment, delegate_alignment or 1)
-    writer = _FlatbufferWriter({
+    writer = FlatbufferWriter({
         P.Buffer: constant_tensor_alignment,
         P.BackendDelegateInlineData: delegate_alignment or P.DEFAULT_INLINE_ALIGNMENT,
     })

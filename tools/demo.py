@@ -10,16 +10,14 @@ and the outputs of the etc runtime next to eager PyTorch's.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 
 import numpy as np
 import torch
 
-# The demo model is the keyword-spotting DS-CNN of the test zoo (an MLPerf Tiny
+# The demo model is the keyword-spotting DS-CNN of the model zoo (etc.models.zoo, an MLPerf Tiny
 # workload): conv, depthwise conv, batch norm, relu, pooling, linear.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
 
 
 def _banner(title: str) -> None:
@@ -49,7 +47,7 @@ def _median_ms(fn, runs: int = 20) -> float:
 def main() -> None:
     import etc
     from etc.runtime import Runtime
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     torch.manual_seed(0)
     zoo_model = ZOO["kws_dscnn"]()

@@ -79,7 +79,7 @@ def _user_code(path: str, doing: str):
         raise UsageError(f"{where}: {doing} raised {type(error).__name__}: {error}") from None
 
 
-def _load_model(target: str, example_specs: list[str]):
+def load_model(target: str, example_specs: list[str]):
     """'file.py:Class' -> (module instance, example inputs) or a saved .pt2 -> ExportedProgram."""
     import torch
 
@@ -118,8 +118,12 @@ def cmd_compile(args) -> int:
     import etc
 
     _progress("exporting")
-    model, inputs = _load_model(args.model, args.example_inputs or [])
-    ep = model if inputs is None else torch.export.export(model, inputs)
+    model, inputs = load_model(args.model, args.example_inputs or [])
+    if inputs is None:
+        ep = model
+    else:  # a forward that raises is the user's error, at the user's line
+        with _user_code(args.model.rsplit(":", 1)[0], "exporting it (torch.export.export)"):
+            ep = torch.export.export(model, inputs)
     _progress("lowering to the edge dialect")
     edge = etc.to_edge(ep)
     if args.profile and args.backend != "cpu":
@@ -271,7 +275,7 @@ def cmd_profile(args) -> int:
 
 # ---------------------------------------------------------- selective build
 def cmd_selective_build(args) -> int:
-    from etc.devtools.selective_build import SelectiveBuild
+    from etc.runtime.selective_build import SelectiveBuild
 
     selection = SelectiveBuild.from_programs(*args.programs)
     selection.save(args.output)

@@ -82,7 +82,7 @@ def _from_exception(exc: EtcError) -> Diag:
 
 
 # ------------------------------------------------------------------ input
-def _chunks(text: str, split: bool) -> list[str]:
+def split_input(text: str, split: bool) -> list[str]:
     """The input buffers; each is padded with newlines so that line numbers stay those of the file."""
     if not split:
         return [text]
@@ -115,7 +115,7 @@ def _first_op_line(lines: list[str]) -> int | None:
     return None
 
 
-def _wrap_in_module(text: str) -> str:
+def wrap_in_module(text: str) -> str:
     """The text inside `module { ... }`, keeping every op's line (and, mostly, column):
     `module {` replaces the comment or blank line before the first op when there is one."""
     lines = text.split("\n")
@@ -156,7 +156,7 @@ def parse_input(text: str, source_name: str, context):
         if count.group(1) == "0":
             with context, ir.Location.unknown():
                 return ir.Module.create().operation
-        op = ir.Operation.parse(_wrap_in_module(text), source_name=source_name, context=context)
+        op = ir.Operation.parse(wrap_in_module(text), source_name=source_name, context=context)
     if op.operation.name == "builtin.module":
         return op.operation
     with context, ir.Location.unknown():
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     ok = True
-    chunks = _chunks(text, args.split_input_file)
+    chunks = split_input(text, args.split_input_file)
     for index, chunk in enumerate(chunks):
         if index:
             out.write(SPLIT_MARKER + "\n")

@@ -188,8 +188,7 @@ def _kws(out: str, board):
     import etc
     from etc.targets.cpu import CpuPartitioner
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo = ZOO["kws_dscnn"]()
     generator = torch.Generator().manual_seed(3)

@@ -12,7 +12,9 @@ module, `(module, example_inputs[, dynamic_shapes])`, an object with an
 name -> ExportedProgram.
 
 It exists for lit tests (`// RUN: %PYTHON -m etc.tools.import_model ... |
-filecheck %s`) and for looking at what the importer makes of a model. Errors
+filecheck %s`) and for looking at what the importer makes of a model. The module is
+the exported graph as imported; `--decompose` first applies `to_edge`'s Core ATen
+decompositions, so `etc-opt` can run the edge pipeline on it. Errors
 print as `file:line:col: error: ...` on stderr with exit status 1.
 """
 
@@ -27,18 +29,13 @@ import warnings
 
 from etc.errors import EtcError
 
-_ZOO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test")
-
-
 def _load_attribute(spec: str):
     """`file.py:name`, `pkg.module:name`, or a zoo model name."""
     if ":" not in spec:
-        if _ZOO_DIR not in sys.path:
-            sys.path.insert(0, _ZOO_DIR)
-        from models.zoo import ZOO
+        from etc.models.zoo import ZOO
 
         if spec not in ZOO:
-            raise EtcError(f"unknown model '{spec}': not in the test zoo ({', '.join(ZOO)}); "
+            raise EtcError(f"unknown model '{spec}': not in the model zoo (etc.models.zoo) ({', '.join(ZOO)}); "
                            "use file.py:name or package.module:name")
         return ZOO[spec]
     where, name = spec.rsplit(":", 1)
@@ -120,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dynamic-batch", type=_parse_range, metavar="MIN:MAX",
                         help="export dim 0 of every tensor input as a dynamic dim with this range")
     parser.add_argument("--constants", action="store_true", help="also list the constant table")
+    parser.add_argument("--decompose", action="store_true",
+                        help="decompose to Core ATen first, as etc.to_edge does (its output takes the edge pipeline)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
@@ -127,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         from etc.compiler.importer import import_program
 
         programs = exported_programs(_load_attribute(args.model), args.dynamic_batch)
+        if args.decompose:
+            from etc.compiler.program import EdgeCompileConfig, decompose
+
+            programs = decompose(programs, EdgeCompileConfig())
         program_ir = import_program(programs)
     except EtcError as error:
         print(error if error.location else f"error: {error}", file=sys.stderr)

@@ -11,7 +11,7 @@ import numpy as np
 from etc.errors import ExecutionError
 from etc.runtime.kernels.common import INT64, write_out
 from etc.runtime.kernels.linalg import compute_dtype
-from etc.runtime.kernels.nn import (_adaptive_matrix, _avg_divisors, _expand, _pad_spatial, col2im_nd, conv_nd,
+from etc.runtime.kernels.nn import (adaptive_pool_matrix, avg_pool_divisors, expand_to, pad_spatial, col2im_nd, conv_nd,
                                     windows)
 from etc.runtime.kernels.registry import kernel
 
@@ -35,10 +35,10 @@ def embedding_dense_backward_out(grad_output, indices, num_weights, padding_idx,
 
 
 def _pool2d_geometry(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode):
-    k = _expand(kernel_size, 2, "kernel_size")
-    s = _expand(stride, 2, "stride", None) if stride else list(k)
-    p = _expand(padding, 2, "padding", 0)
-    d = _expand(dilation, 2, "dilation", 1)
+    k = expand_to(kernel_size, 2, "kernel_size")
+    s = expand_to(stride, 2, "stride", None) if stride else list(k)
+    p = expand_to(padding, 2, "padding", 0)
+    d = expand_to(dilation, 2, "dilation", 1)
     outs = list(grad_output.shape[-2:])
     return k, s, p, d, outs
 
@@ -52,7 +52,7 @@ def avg_pool2d_backward_out(grad_output, self, kernel_size, stride, padding, cei
     if divisor_override:
         g = grad_output.astype(acc) / acc.type(divisor_override)
     else:
-        g = grad_output.astype(acc) / _avg_divisors(sizes, outs, k, s, p, ceil_mode, count_include_pad).astype(acc)
+        g = grad_output.astype(acc) / avg_pool_divisors(sizes, outs, k, s, p, ceil_mode, count_include_pad).astype(acc)
     full = [max(n + 2 * pp, (o - 1) * ss + kk) for n, pp, o, ss, kk in zip(sizes, p, outs, s, k)]
     res = np.zeros(self.shape[:-2] + tuple(full), acc)
     for i, j in itertools.product(range(k[0]), range(k[1])):
@@ -78,7 +78,7 @@ def adaptive_avg_pool2d_backward_out(grad_output, self, out=None):
     res = grad_output.astype(acc)
     for i in range(2):
         axis = self.ndim - 2 + i
-        m = _adaptive_matrix(self.shape[axis], grad_output.shape[axis], acc)  # (out, in)
+        m = adaptive_pool_matrix(self.shape[axis], grad_output.shape[axis], acc)  # (out, in)
         res = np.moveaxis(np.tensordot(res, m, axes=([axis], [0])), -1, axis)
     return write_out(out, res)
 
@@ -87,7 +87,7 @@ def _im2col(x, k, stride, padding, dilation, groups):
     """x (N, C, *S) -> cols (N, G, Cg*K, P) and the output spatial shape."""
     nd = x.ndim - 2
     n, c = x.shape[:2]
-    win = windows(_pad_spatial(x, padding), k, stride, dilation)
+    win = windows(pad_spatial(x, padding), k, stride, dilation)
     out_sp = win.shape[2:2 + nd]
     win = win.reshape((n, groups, c // groups) + win.shape[2:])
     perm = (0, 1, 2) + tuple(range(3 + nd, 3 + 2 * nd)) + tuple(range(3, 3 + nd))
@@ -100,8 +100,8 @@ def _im2col(x, k, stride, padding, dilation, groups):
 def convolution_backward_out(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
                              output_padding, groups, output_mask, out0=None, out1=None, out2=None):
     nd = input.ndim - 2
-    stride, padding = _expand(stride, nd, "stride", 1), _expand(padding, nd, "padding", 0)
-    dilation = _expand(dilation, nd, "dilation", 1)
+    stride, padding = expand_to(stride, nd, "stride", 1), expand_to(padding, nd, "padding", 0)
+    dilation = expand_to(dilation, nd, "dilation", 1)
     g = int(groups)
     acc = _acc(grad_output.dtype)
     go, x, w = grad_output.astype(acc), input.astype(acc), weight.astype(acc)

@@ -106,7 +106,7 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(xd) >= _ERF_HI, np.sign(xd), xd * p).astype(dtype)
 
 
-def _sigmoid(x):
+def sigmoid_values(x):
     # exp of the negative magnitude only: no overflow for large |x|
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
@@ -127,7 +127,7 @@ _UNARY_FLOAT = {
     "sqrt": np.sqrt, "rsqrt": _rsqrt, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log,
     "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan,
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
-    "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "sigmoid": _sigmoid,
+    "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "sigmoid": sigmoid_values,
     "erf": erf, "reciprocal": _reciprocal,
 }
 
@@ -566,7 +566,7 @@ def hardswish_out(self, out=None):
 
 @kernel("aten::silu.out")
 def silu_out(self, out=None):
-    return write_out(out, self * _sigmoid(self))
+    return write_out(out, self * sigmoid_values(self))
 
 
 @kernel("aten::logit.out")

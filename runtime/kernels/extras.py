@@ -11,7 +11,7 @@ from etc.runtime.kernels.common import (category, dtype_arg, float_type, normali
                                         to_dtype, write_out)
 from etc.runtime.kernels.elementwise import erf
 from etc.runtime.kernels.linalg import compute_dtype, matmul
-from etc.runtime.kernels.reductions import _var
+from etc.runtime.kernels.reductions import reduce_var
 from etc.runtime.kernels.registry import kernel
 
 
@@ -25,16 +25,16 @@ def linear_out(input, weight, bias=None, out=None):
 
 @kernel("aten::var_mean.correction_out")
 def var_mean_correction_out(self, dim=None, correction=None, keepdim=False, out0=None, out1=None):
-    from etc.runtime.kernels.reductions import _mean
-    var = _var(self, dim, 1 if correction is None else correction, keepdim)
-    return write_out(out0, var), write_out(out1, _mean(self, dim, keepdim, None))
+    from etc.runtime.kernels.reductions import reduce_mean
+    var = reduce_var(self, dim, 1 if correction is None else correction, keepdim)
+    return write_out(out0, var), write_out(out1, reduce_mean(self, dim, keepdim, None))
 
 
 @kernel("aten::std_mean.correction_out")
 def std_mean_correction_out(self, dim=None, correction=None, keepdim=False, out0=None, out1=None):
-    from etc.runtime.kernels.reductions import _mean
-    var = _var(self, dim, 1 if correction is None else correction, keepdim)
-    return write_out(out0, np.sqrt(var)), write_out(out1, _mean(self, dim, keepdim, None))
+    from etc.runtime.kernels.reductions import reduce_mean
+    var = reduce_var(self, dim, 1 if correction is None else correction, keepdim)
+    return write_out(out0, np.sqrt(var)), write_out(out1, reduce_mean(self, dim, keepdim, None))
 
 
 # --------------------------------------------------------------------------- ExecuTorch dim-order ops
@@ -67,8 +67,8 @@ def glu_out(self, dim=-1, out=None):
     if self.shape[axis] % 2:
         raise ExecutionError(f"glu: dimension {axis} of size {self.shape[axis]} is not even")
     a, b = np.split(self, 2, axis=axis)
-    from etc.runtime.kernels.elementwise import _sigmoid
-    return write_out(out, a * _sigmoid(b))
+    from etc.runtime.kernels.elementwise import sigmoid_values
+    return write_out(out, a * sigmoid_values(b))
 
 
 @kernel("aten::softplus.out")

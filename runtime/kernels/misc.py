@@ -441,16 +441,16 @@ def channel_shuffle_out(self, groups, out=None):
 
 
 def _nearest_axis(x, axis, o, scale):
-    from etc.runtime.kernels.nn import _scale
+    from etc.runtime.kernels.nn import upsample_scale
     n = x.shape[axis]
-    s = _scale(n, o, scale, False)
+    s = upsample_scale(n, o, scale, False)
     src = np.minimum(np.floor(np.arange(o, dtype=np.float32) * np.float32(s)).astype(np.int64), n - 1)
     return np.take(x, src, axis=axis)
 
 
 def _linear_axis(x, axis, o, scale, align_corners):
-    from etc.runtime.kernels.nn import _linear_matrix
-    m = _linear_matrix(x.shape[axis], o, scale, align_corners, x.dtype)
+    from etc.runtime.kernels.nn import linear_interpolation_matrix
+    m = linear_interpolation_matrix(x.shape[axis], o, scale, align_corners, x.dtype)
     return np.moveaxis(np.tensordot(x, m, axes=([axis], [1])), -1, axis)
 
 

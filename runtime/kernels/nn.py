@@ -20,7 +20,7 @@ from etc.runtime.kernels.linalg import compute_dtype
 from etc.runtime.kernels.registry import kernel
 
 
-def _expand(values, n, name, default=None):
+def expand_to(values, n, name, default=None):
     values = [int(v) for v in (values if values is not None else [])]
     if not values:
         if default is None:
@@ -50,7 +50,7 @@ def windows(x: np.ndarray, kernel_size, stride, dilation) -> np.ndarray:
                                            writeable=False)
 
 
-def _pad_spatial(x, padding, value=0):
+def pad_spatial(x, padding, value=0):
     nd = len(padding)
     if not any(padding):
         return x
@@ -117,7 +117,7 @@ def conv_nd(x, w, bias, stride, padding, dilation, groups, out=None):
     if g <= 0 or c != cg * g or o % g:
         raise ExecutionError(f"convolution: input with {c} channels, weight {list(w.shape)} and {g} groups don't agree")
     og = o // g
-    xp = _pad_spatial(x, padding)
+    xp = pad_spatial(x, padding)
     out_sp = tuple(_conv_out_size(xp.shape[2:], k, stride, dilation))
     kk = int(np.prod(k))
     p = int(np.prod(out_sp))
@@ -184,15 +184,15 @@ def convolution_out(input, weight, bias, stride, padding, dilation, transposed, 
     if nd < 1 or weight.ndim != input.ndim:
         raise ExecutionError(f"convolution: input {list(input.shape)} and weight {list(weight.shape)} ranks don't "
                              f"fit an N-d convolution")
-    stride = _expand(stride, nd, "stride", 1)
-    padding = _expand(padding, nd, "padding", 0)
-    dilation = _expand(dilation, nd, "dilation", 1)
+    stride = expand_to(stride, nd, "stride", 1)
+    padding = expand_to(padding, nd, "padding", 0)
+    dilation = expand_to(dilation, nd, "dilation", 1)
     dtype = result_type(input, weight) if bias is None else result_type(input, weight, bias)
     cd = compute_dtype(dtype)
     x, w = to_dtype(input, cd), to_dtype(weight, cd)
     b = None if bias is None else to_dtype(bias, cd)
     if transposed:
-        output_padding = _expand(output_padding, nd, "output_padding", 0)
+        output_padding = expand_to(output_padding, nd, "output_padding", 0)
         res = conv_transpose_nd(x, w, b, stride, padding, dilation, output_padding, groups)
     else:
         res = conv_nd(x, w, b, stride, padding, dilation, groups, out=out if cd == dtype else None)
@@ -210,10 +210,10 @@ def _convolution_out(input, weight, bias, stride, padding, dilation, transposed,
 @kernel("aten::col2im.out")
 def col2im_out(self, output_size, kernel_size, dilation, padding, stride, out=None):
     nd = 2
-    kernel_size = _expand(kernel_size, nd, "kernel_size")
-    dilation, padding, stride = (_expand(dilation, nd, "dilation", 1), _expand(padding, nd, "padding", 0),
-                                 _expand(stride, nd, "stride", 1))
-    output_size = _expand(output_size, nd, "output_size")
+    kernel_size = expand_to(kernel_size, nd, "kernel_size")
+    dilation, padding, stride = (expand_to(dilation, nd, "dilation", 1), expand_to(padding, nd, "padding", 0),
+                                 expand_to(stride, nd, "stride", 1))
+    output_size = expand_to(output_size, nd, "output_size")
     batched = self.ndim == 3
     x = self if batched else self[None]
     n, ck, length = x.shape
@@ -231,13 +231,13 @@ def col2im_out(self, output_size, kernel_size, dilation, padding, stride, out=No
 @kernel("aten::im2col.out")
 def im2col_out(self, kernel_size, dilation, padding, stride, out=None):
     nd = 2
-    kernel_size = _expand(kernel_size, nd, "kernel_size")
-    dilation, padding, stride = (_expand(dilation, nd, "dilation", 1), _expand(padding, nd, "padding", 0),
-                                 _expand(stride, nd, "stride", 1))
+    kernel_size = expand_to(kernel_size, nd, "kernel_size")
+    dilation, padding, stride = (expand_to(dilation, nd, "dilation", 1), expand_to(padding, nd, "padding", 0),
+                                 expand_to(stride, nd, "stride", 1))
     batched = self.ndim == 4
     x = self if batched else self[None]
     n, c = x.shape[:2]
-    win = windows(_pad_spatial(x, padding), kernel_size, stride, dilation)  # (N, C, OH, OW, KH, KW)
+    win = windows(pad_spatial(x, padding), kernel_size, stride, dilation)  # (N, C, OH, OW, KH, KW)
     blocks = win.shape[2] * win.shape[3]
     cols = win.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * int(np.prod(kernel_size)), blocks)
     return write_out(out, cols if batched else cols[0])
@@ -255,10 +255,10 @@ def _pool_out_size(size, k, s, p, d, ceil_mode):
 
 
 def _pool_params(x, nd, kernel_size, stride, padding, dilation, name):
-    k = _expand(kernel_size, nd, f"{name}: kernel_size")
-    s = _expand(stride, nd, f"{name}: stride", None) if stride else list(k)
-    p = _expand(padding, nd, f"{name}: padding", 0)
-    d = _expand(dilation, nd, f"{name}: dilation", 1)
+    k = expand_to(kernel_size, nd, f"{name}: kernel_size")
+    s = expand_to(stride, nd, f"{name}: stride", None) if stride else list(k)
+    p = expand_to(padding, nd, f"{name}: padding", 0)
+    d = expand_to(dilation, nd, f"{name}: dilation", 1)
     if x.ndim not in (nd + 1, nd + 2):
         raise ExecutionError(f"{name}: expected a {nd + 1}-D or {nd + 2}-D input, got shape {list(x.shape)}")
     for kk, pp in zip(k, p):
@@ -344,7 +344,7 @@ def max_pool3d_with_indices_out(self, kernel_size, stride=(), padding=(0,), dila
     return write_out(out, v), write_out(indices, i)
 
 
-def _avg_divisors(sizes, outs, k, s, p, ceil_mode, count_include_pad):
+def avg_pool_divisors(sizes, outs, k, s, p, ceil_mode, count_include_pad):
     """Per-dimension divisors of avg pooling, combined by outer product."""
     total = None
     for n, o, kk, ss, pp in zip(sizes, outs, k, s, p):
@@ -371,7 +371,7 @@ def avg_pool_nd(x, nd, kernel_size, stride, padding, ceil_mode, count_include_pa
     if divisor_override:
         res = sums / acc.type(divisor_override)
     else:
-        div = _avg_divisors(x.shape[-nd:], outs, k, s, p, ceil_mode, count_include_pad)
+        div = avg_pool_divisors(x.shape[-nd:], outs, k, s, p, ceil_mode, count_include_pad)
         res = sums / div.astype(acc)
     if category(x.dtype) < 2:
         # integer avg pooling divides with truncation in ATen
@@ -399,7 +399,7 @@ def avg_pool1d_out(self, kernel_size, stride=(), padding=(0,), ceil_mode=False, 
                                       "avg_pool1d"))
 
 
-def _adaptive_matrix(n_in, n_out, dtype):
+def adaptive_pool_matrix(n_in, n_out, dtype):
     """(n_out, n_in) averaging matrix of adaptive pooling (windows floor(i*in/out) .. ceil((i+1)*in/out))."""
     m = np.zeros((n_out, n_in), dtype)
     for i in range(n_out):
@@ -410,12 +410,12 @@ def _adaptive_matrix(n_in, n_out, dtype):
 
 
 def adaptive_avg_pool_nd(x, output_size, nd):
-    output_size = _expand(output_size, nd, "adaptive_avg_pool: output_size")
+    output_size = expand_to(output_size, nd, "adaptive_avg_pool: output_size")
     acc = compute_dtype(x.dtype) if category(x.dtype) >= 2 else np.dtype(np.float64)
     res = x.astype(acc, copy=False)
     for i, o in enumerate(output_size):
         axis = x.ndim - nd + i
-        m = _adaptive_matrix(x.shape[axis], o, acc)
+        m = adaptive_pool_matrix(x.shape[axis], o, acc)
         res = np.moveaxis(np.tensordot(res, m, axes=([axis], [1])), -1, axis)
     return res.astype(x.dtype)
 
@@ -437,7 +437,7 @@ def adaptive_avg_pool3d_out(self, output_size, out=None):
 
 @kernel("aten::adaptive_max_pool2d.out")
 def adaptive_max_pool2d_out(self, output_size, out=None, indices=None):
-    oh, ow = _expand(output_size, 2, "adaptive_max_pool2d: output_size")
+    oh, ow = expand_to(output_size, 2, "adaptive_max_pool2d: output_size")
     h, w = self.shape[-2:]
     vals = np.empty(self.shape[:-2] + (oh, ow), self.dtype)
     idx = np.empty(self.shape[:-2] + (oh, ow), INT64)
@@ -684,7 +684,7 @@ def native_dropout_out(input, p, train, out0=None, out1=None):
 # --------------------------------------------------------------------------- upsampling / grid sampling
 
 
-def _scale(in_size, out_size, scale, align_corners):
+def upsample_scale(in_size, out_size, scale, align_corners):
     if align_corners:
         return (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
     if scale is not None and scale > 0:
@@ -713,7 +713,7 @@ def upsample_nearest2d_vec_out(input, output_size=None, scale_factors=None, out=
     for i, (o, sc) in enumerate(zip(sizes, scales)):
         axis = input.ndim - 2 + i
         n = input.shape[axis]
-        scale = _scale(n, o, sc, False)
+        scale = upsample_scale(n, o, sc, False)
         src = np.minimum(np.floor(np.arange(o, dtype=np.float32) * np.float32(scale)).astype(np.int64), n - 1)
         res = np.take(res, src, axis=axis)
     return write_out(out, res)
@@ -727,15 +727,15 @@ def upsample_nearest2d_out(self, output_size, scales_h=None, scales_w=None, out=
     for i, o in enumerate(sizes):
         axis = self.ndim - 2 + i
         n = self.shape[axis]
-        scale = _scale(n, o, scales[i] if scales else None, False)
+        scale = upsample_scale(n, o, scales[i] if scales else None, False)
         src = np.minimum(np.floor(np.arange(o, dtype=np.float32) * np.float32(scale)).astype(np.int64), n - 1)
         res = np.take(res, src, axis=axis)
     return write_out(out, res)
 
 
-def _linear_matrix(n_in, n_out, scale_factor, align_corners, dtype):
+def linear_interpolation_matrix(n_in, n_out, scale_factor, align_corners, dtype):
     """(n_out, n_in) interpolation matrix of linear upsampling along one dim."""
-    scale = _scale(n_in, n_out, scale_factor, align_corners)
+    scale = upsample_scale(n_in, n_out, scale_factor, align_corners)
     dst = np.arange(n_out, dtype=np.float64)
     if align_corners:
         src = dst * scale
@@ -762,7 +762,7 @@ def _bilinear(input, sizes, scales, align_corners):
         info = np.iinfo(input.dtype)
     for i, (o, sc) in passes:
         axis = input.ndim - 2 + i
-        m = _linear_matrix(input.shape[axis], o, sc, align_corners, acc)
+        m = linear_interpolation_matrix(input.shape[axis], o, sc, align_corners, acc)
         res = np.moveaxis(np.tensordot(res, m, axes=([axis], [1])), -1, axis)
         if integral:
             res = np.clip(np.floor(res + 0.5), info.min, info.max)

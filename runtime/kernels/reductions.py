@@ -50,7 +50,7 @@ def sum_all_out(self, dtype=None, out=None):
     return sum_out(self, None, False, dtype, out)
 
 
-def _mean(self, dim, keepdim, dtype):
+def reduce_mean(self, dim, keepdim, dtype):
     rt = dtype_arg(dtype) if dtype is not None else self.dtype
     if category(rt) < 2:
         raise ExecutionError(f"mean: could not infer output dtype; input is {self.dtype}, pass a floating dtype")
@@ -62,12 +62,12 @@ def _mean(self, dim, keepdim, dtype):
 
 @kernel("aten::mean.out")
 def mean_out(self, dim=None, keepdim=False, dtype=None, out=None):
-    return write_out(out, _mean(self, dim, keepdim, dtype))
+    return write_out(out, reduce_mean(self, dim, keepdim, dtype))
 
 
 @kernel("aten::mean.dtype_out")
 def mean_dtype_out(self, dtype=None, out=None):
-    return write_out(out, _mean(self, None, False, dtype))
+    return write_out(out, reduce_mean(self, None, False, dtype))
 
 
 @kernel("aten::prod.out")
@@ -196,7 +196,7 @@ for _name, _fn in (("any", np.any), ("all", np.all)):
     kernel(f"aten::{_name}.out", f"aten::{_name}.dims_out")(_dim)
 
 
-def _var(self, dim, correction, keepdim):
+def reduce_var(self, dim, correction, keepdim):
     if category(self.dtype) < 2:
         raise ExecutionError(f"var/std: only floating tensors are supported, got {self.dtype}")
     axes = _axes(self, dim)
@@ -215,22 +215,22 @@ def _var(self, dim, correction, keepdim):
 
 @kernel("aten::var.correction_out")
 def var_correction_out(self, dim=None, correction=None, keepdim=False, out=None):
-    return write_out(out, _var(self, dim, 1 if correction is None else correction, keepdim))
+    return write_out(out, reduce_var(self, dim, 1 if correction is None else correction, keepdim))
 
 
 @kernel("aten::var.out")
 def var_out(self, dim=None, unbiased=True, keepdim=False, out=None):
-    return write_out(out, _var(self, dim, 1 if unbiased else 0, keepdim))
+    return write_out(out, reduce_var(self, dim, 1 if unbiased else 0, keepdim))
 
 
 @kernel("aten::std.correction_out")
 def std_correction_out(self, dim=None, correction=None, keepdim=False, out=None):
-    return write_out(out, np.sqrt(_var(self, dim, 1 if correction is None else correction, keepdim)))
+    return write_out(out, np.sqrt(reduce_var(self, dim, 1 if correction is None else correction, keepdim)))
 
 
 @kernel("aten::std.out")
 def std_out(self, dim=None, unbiased=True, keepdim=False, out=None):
-    return write_out(out, np.sqrt(_var(self, dim, 1 if unbiased else 0, keepdim)))
+    return write_out(out, np.sqrt(reduce_var(self, dim, 1 if unbiased else 0, keepdim)))
 
 
 @kernel("aten::logsumexp.out")

@@ -261,5 +261,26 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
+    optimized = str(mod)
+    check_codegen_types(optimized)
     bitcode = mod.as_bitcode()  # before codegen, whose IR passes (CodeGenPrepare) change the module
-    return tm.emit_object(mod), str(mod), bitcode
+    return tm.emit_object(mod), optimized, bitcode
+
+
+# Vector bf16 arithmetic: no back end here legalizes it (x86's aborts the process in LegalizeDAG,
+# an assertion, not an error llvmlite could raise). etc-cpu-widen-bf16 computes bf16 in f32, so
+# none should reach LLVM; this is the check that it did not, before the one step that cannot fail
+# gracefully.
+_VECTOR_BF16_ARITHMETIC = re.compile(
+    r"^\s*(?:%\S+ = )?(fadd|fsub|fmul|fdiv|frem|fneg|fcmp \w+)(?: \w+)* <\d+ x bfloat>"
+    r"|call [^(]*@llvm\.[\w.]*\.v\d+bf16\(", re.MULTILINE)
+
+
+def check_codegen_types(llvm_ir: str) -> None:
+    """Refuse, with a LoweringError naming the instruction, IR whose code generation would abort
+    the process (vector bf16 arithmetic): a compiler bug, reported instead of a dead process."""
+    found = _VECTOR_BF16_ARITHMETIC.search(llvm_ir)
+    if found:
+        line = llvm_ir[llvm_ir.rfind("\n", 0, found.start()) + 1:llvm_ir.find("\n", found.end())].strip()
+        raise LoweringError(f"cpu codegen: the optimized LLVM IR computes in vector bfloat16, which LLVM cannot "
+                            f"compile for this target (a compiler bug, please report it): {line[:200]}")

@@ -6,7 +6,7 @@
 table: a pass that needs a size takes it as an option and `cpu_pipeline` fills the options
 from this row, so `etc-opt` can run the same pass with other sizes.
 
-The tiles were chosen by measurement (tools/bench_gemm.py; BENCHMARKS.md "Generated GEMM"):
+The tiles were chosen by measurement (bench/gemm.py; BENCHMARKS.md "Generated GEMM"):
 on AVX-512 a 6 x 64 f32 accumulator (24 of the 32 zmm registers) with B packed in 64-wide
 column panels and K blocks of 128 reaches 83-90% of the measured single-core peak; an 8 x 32
 tile (16 accumulators) measured 10-25% slower on the same shapes and is gone.

@@ -56,7 +56,7 @@ ERRORS = {"NULL": (1, "a NULL inputs/outputs/dims/arena pointer"),
           "OVERLAP": (4, "an output overlapping an input, another output or the arena")}
 
 # ExecuTorch's ScalarType codes and the C types of the buffers (uint16_t: float16/bfloat16 bits).
-_DTYPES = {"uint8": (0, "uint8_t"), "int8": (1, "int8_t"), "int16": (2, "int16_t"), "int32": (3, "int32_t"),
+C_DTYPES = {"uint8": (0, "uint8_t"), "int8": (1, "int8_t"), "int16": (2, "int16_t"), "int32": (3, "int32_t"),
            "int64": (4, "int64_t"), "float16": (5, "uint16_t"), "float32": (6, "float"), "float64": (7, "double"),
            "bool": (11, "uint8_t"), "uint16": (15, "uint16_t")}
 
@@ -743,7 +743,7 @@ def _method_header(name: str, m: _MethodBuild, layout: _Layout) -> list:
                 + ", ".join(f"output {p} dim {d}" for p, d in m.output_dims) + " */"]
     for role, specs in (("INPUT", plan.inputs), ("OUTPUT", plan.output_specs)):
         for i, spec in enumerate(specs):
-            code, ctype = _DTYPES[spec.dtype]
+            code, ctype = C_DTYPES[spec.dtype]
             bounds = [int(d.hi) if hasattr(d, "hi") else int(d) for d in spec.dims]
             if role == "OUTPUT" and plan.outputs[i][0] == "input":
                 bounds = [int(d.hi) if hasattr(d, "hi") else int(d) for d in plan.inputs[plan.outputs[i][1]].dims]
@@ -788,10 +788,10 @@ def _method_header(name: str, m: _MethodBuild, layout: _Layout) -> list:
     in_names = [ident(spec.name) for spec in plan.inputs]
     out_names = [ident(spec.name) for spec in plan.output_specs]
     for i, spec in enumerate(plan.inputs):
-        typed.append(f"const {_DTYPES[spec.dtype][1]} *{in_names[i]}")
+        typed.append(f"const {C_DTYPES[spec.dtype][1]} *{in_names[i]}")
         typed += [f"int32_t {in_names[i]}_dim{d}" for ii, d in m.input_dims if ii == i]
     for p, spec in enumerate(plan.output_specs):
-        typed.append(f"{_DTYPES[spec.dtype][1]} *{out_names[p]}")
+        typed.append(f"{C_DTYPES[spec.dtype][1]} *{out_names[p]}")
         typed += [f"int32_t *{out_names[p]}_dim{d}" for q, d in m.output_dims if q == p]
     body = [f"    const void *inputs[{max(len(plan.inputs), 1)}] = {{{', '.join(in_names) or '0'}}};",
             f"    void *outputs[{max(len(plan.outputs), 1)}] = {{{', '.join(out_names) or '0'}}};"]

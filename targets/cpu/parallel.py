@@ -81,6 +81,51 @@ def _written_bases(op):
     return None if unknown[0] else bases
 
 
+def _yield_chains(if_op):
+    """For an `scf.if` whose branches yield buffers computed only by views, sizes and index math
+    from values outside it (a cond delegate returning one buffer or the other): (the ops of each
+    branch those yields need, the outside values they read). None for any other `scf.if`."""
+    needed, outside = [], []
+    for region in if_op.regions:
+        block = region.blocks[0]
+        ops = [o.operation for o in block.operations]
+        inside = {v for o in ops for v in o.results}
+        producer = {v: o for o in ops for v in o.results}
+        keep, stack = set(), list(ops[-1].operands)
+        while stack:
+            v = stack.pop()
+            if v not in inside:
+                if not isinstance(v.owner, ir.Block) or v.owner != block:
+                    outside.append(v)
+                continue
+            o = producer[v]
+            if o in keep:
+                continue
+            if len(o.regions) or not (o.name.startswith(PURE_PREFIXES) or o.name == "memref.dim"):
+                return None
+            keep.add(o)
+            stack.extend(o.operands)
+        needed.append(keep)
+    return needed, outside
+
+
+def _inputs(op) -> list:
+    """The values `op` reads: its operands, plus for an `scf.if` whose results are re-selected
+    after a barrier (`_yield_chains`) the outside values its yields are computed from."""
+    chains = _yield_chains(op) if op.name == "scf.if" else None
+    return list(op.operands) + (chains[1] if chains else [])
+
+
+def _selection_only(if_op) -> None:
+    """Strip a clone of an `scf.if` to the ops its yields need: it selects the buffer again."""
+    needed, _ = _yield_chains(if_op)
+    for region, keep in zip(if_op.regions, needed):
+        ops = [o.operation for o in region.blocks[0].operations]
+        for o in reversed(ops[:-1]):
+            if o not in keep:
+                o.erase()
+
+
 def _const_index(value):
     owner = value.owner
     op = owner.operation if hasattr(owner, "operation") else owner
@@ -145,16 +190,21 @@ def partition_top_level_loops(fn) -> int:
             written = [_written_bases(op) for op in run]  # per op: the buffers it may write (None: any)
 
             def repeatable(op, seen=()) -> bool:
-                """A read no later op of the run may overwrite, or a view/size/index op, whose operands
-                are repeatable or from before the run: after the barrier it gives what it gave."""
+                """A read no later op of the run may overwrite, or a view/size/index op, or an
+                `scf.if` whose branches only pick a buffer (its writes stay on thread 0; every
+                thread selects the same buffer again), whose inputs are repeatable or from before
+                the run: after the barrier it gives what it gave."""
                 if op.name in _READS:
                     base = _base(op.operands[0])
                     if any(w is None or base in w for w in written[position[op] + 1:]):
                         return False
+                elif op.name == "scf.if":
+                    if _yield_chains(op) is None:
+                        return False
                 elif not (op.name.startswith(PURE_PREFIXES) or op.name == "memref.dim"):
                     return False
                 return all(v not in defined or (producer[v] not in seen and repeatable(producer[v], (*seen, op)))
-                           for v in op.operands)
+                           for v in _inputs(op))
 
             again_ops = set()  # the ops every thread repeats after the barrier (with what they read)
             escapes = {}  # op -> [(user, operand index)] outside the run
@@ -177,7 +227,7 @@ def partition_top_level_loops(fn) -> int:
                     current = stack.pop()
                     if current not in again_ops:
                         again_ops.add(current)
-                        stack.extend(producer[v] for v in current.operands if v in defined)
+                        stack.extend(producer[v] for v in _inputs(current) if v in defined)
             # At the run's last op: index math left in place between its ops stays above the guard.
             with ir.InsertionPoint(run[-1]):
                 zero = arith.ConstantOp(index, 0).result
@@ -192,9 +242,16 @@ def partition_top_level_loops(fn) -> int:
                 remap = {}
                 for op in [o for o in run if o in again_ops]:  # in order: each after what it reads
                     again = op.clone()
-                    for i, v in enumerate(again.operands):
-                        if v in remap:
-                            again.operands[i] = remap[v]
+                    if op.name == "scf.if":
+                        _selection_only(again)
+
+                    def renamed(inner):
+                        for i, v in enumerate(inner.operands):
+                            if v in remap:
+                                inner.operands[i] = remap[v]
+                        return ir.WalkResult.ADVANCE
+
+                    again.walk(renamed)
                     remap.update(zip(op.results, again.results))
                 for op, escaping in escapes.items():
                     for user, position in escaping:

@@ -87,6 +87,9 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         *windows,
         # Row reductions with their elementwise ops on the same rows (softmax, norms): one kernel per row.
         *rows,
+        # bf16 arithmetic in f32, each result rounded to bf16 as torch rounds it (LLVM cannot
+        # legalize vector bf16 arithmetic), after the kernels made their vector code.
+        "etc-cpu-widen-bf16",
         "etc-cpu-expand-math",
         "etc-cpu-prepack-constants",
         # Elementwise ops reading an input transposed (permutes): blocked so the reads stay in L1.

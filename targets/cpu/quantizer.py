@@ -114,7 +114,7 @@ def _check_config(config: QuantizationConfig, node: Node | None = None) -> None:
         return
     where, notes = None, []
     if node is not None:
-        from etc.compiler.locations import node_source_position
+        from etc.ir.locations import node_source_position
 
         position = node_source_position(node)
         where = str(position) if position else None

@@ -67,7 +67,7 @@ from etc.targets.cpu import image as image_format
 
 BACKEND_ID = "cpu"
 
-def _llvm():
+def llvm_binding():
     # Self-contained: the runtime needs no compiler module (nor MLIR) to link and run a blob.
     import llvmlite.binding as llvm
 
@@ -79,7 +79,7 @@ def _llvm():
 
 
 def host_features() -> set[str]:
-    llvm = _llvm()
+    llvm = llvm_binding()
     return {f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
 
 
@@ -94,7 +94,7 @@ def _arch_os(triple: str) -> tuple[str, str]:
 
 def check_host_compatible(metadata: dict) -> None:
     """Raise BackendError unless this process can run code built for `metadata`'s triple and features."""
-    llvm = _llvm()
+    llvm = llvm_binding()
     host = llvm.get_process_triple()
     want_arch, want_os = _arch_os(metadata["triple"])
     host_arch, host_os = _arch_os(host)
@@ -505,7 +505,7 @@ class CpuRuntimeBackend:
 
     def is_available(self) -> bool:
         try:
-            _llvm()
+            llvm_binding()
             return True
         except Exception:  # noqa: BLE001
             return False

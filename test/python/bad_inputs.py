@@ -119,14 +119,14 @@ def _cli_model_file(source: str):
     import os
     import tempfile
 
-    from etc.tools.etc_main import _load_model
+    from etc.tools.etc_main import load_model
 
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.py")
         with open(path, "w") as f:
             f.write(source)
         try:
-            _load_model(f"{path}:M", ["2x4"])
+            load_model(f"{path}:M", ["2x4"])
         except Exception as error:  # noqa: BLE001  (shown without the temporary folder)
             error.args = tuple(str(a).replace(folder + os.sep, "") for a in error.args)
             if hasattr(error, "message"):
@@ -222,5 +222,4 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__file__), ".."))
     sys.stdout.write(render())

@@ -39,16 +39,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import random
-import select
 import signal
 import struct
-import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+
+from child_worker import ChildWorker, serve
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = ("raw", "resigned", "minimal", "table", "et-raw", "et-table")
@@ -145,14 +144,14 @@ class FieldMap:
         from etc.schema import reader as R
 
         self.data = data
-        program_size, base, size = R._read_headers(data)
+        program_size, base, size = R.read_headers(data)
         self.scalars: list[tuple[str, int, str]] = []   # (path, position, struct format)
         self.offsets: list[tuple[str, int]] = []        # uoffset positions
         self.lengths: list[tuple[str, int, int]] = []   # (path, vector length position, element size)
         self.ints: list[tuple[str, int, str]] = []      # index-like items inside int vectors
         fields = self
 
-        class Recorder(R._FlatbufferReader):
+        class Recorder(R.FlatbufferReader):
             def scalar(self, kind, at, path):
                 fields.scalars.append((path, at, kind.fmt))
                 return super().scalar(kind, at, path)
@@ -208,8 +207,8 @@ def resign(data: bytes) -> bytes:
     from etc.schema import reader as R
 
     try:
-        program_size, base, size = R._read_headers(data)
-        reader = R._FlatbufferReader(data, program_size)
+        program_size, base, size = R.read_headers(data)
+        reader = R.FlatbufferReader(data, program_size)
         program = reader.table(P.Program, struct.unpack_from("<I", data, 0)[0], "Program")
         payloads = R._segment_payloads(data, program, base)
     except (ProgramError, struct.error):
@@ -455,7 +454,6 @@ def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
 
 
 def worker(executorch: bool = False) -> None:
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     if executorch:  # ExecuTorch's runtime with etc's backend (built by the parent: loading it is instant)
         import executorch.runtime  # noqa: F401
 
@@ -463,20 +461,17 @@ def worker(executorch: bool = False) -> None:
 
         executorch_backend.load()
     samples = None
-    while True:
-        header = stdin.read(8)
-        if len(header) < 8:
-            return
-        message = pickle.loads(stdin.read(struct.unpack("<Q", header)[0]))
+
+    def handle(message, reply):
+        nonlocal samples
         if message[0] == "samples":
             samples = message[1]
-            reply = ("ready",)
+            reply(("ready",))
         else:
             _, case_id, name, mode, data = message
-            reply = (case_id, *run_case(samples[name], data, mode))
-        payload = pickle.dumps(reply)
-        stdout.write(struct.pack("<Q", len(payload)) + payload)
-        stdout.flush()
+            reply((case_id, *run_case(samples[name], data, mode)))
+
+    serve(handle)
 
 
 # ------------------------------------------------------------------ the parent
@@ -523,43 +518,10 @@ class Report:
         return "\n".join(lines)
 
 
-class _Worker:
+class _Worker(ChildWorker):
     def __init__(self, samples: dict[str, Sample], executorch: bool = False):
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"]
-                                     + (["--executorch"] if executorch else []),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=HERE)
+        super().__init__(__file__, cwd=HERE, extra_args=["--executorch"] if executorch else [])
         self.send(("samples", {name: Sample(b"", s.runs, s.checksummed, s.has_blob) for name, s in samples.items()}))
-
-    def send(self, message):
-        payload = pickle.dumps(message)
-        self.proc.stdin.write(struct.pack("<Q", len(payload)) + payload)
-        self.proc.stdin.flush()
-
-    def receive(self, timeout: float):
-        """The reply, or "crash"/"hang"."""
-        buf = b""
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        need = 8
-        length = None
-        while len(buf) < need:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return "hang"
-            chunk = os.read(fd, need - len(buf))
-            if not chunk:
-                return "crash"
-            buf += chunk
-            if length is None and len(buf) == 8:
-                length = struct.unpack("<Q", buf)[0]
-                need = 8 + length
-        return pickle.loads(buf[8:])
-
-    def kill(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        code = self.proc.wait()
-        return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
 
 
 def fuzz(samples: dict[str, Sample], cases: dict[tuple[str, str], int], *, seed=0, timeout: float = 60.0) -> Report:
@@ -604,8 +566,7 @@ def fuzz(samples: dict[str, Sample], cases: dict[tuple[str, str], int], *, seed=
             continue
         report.outcomes.append(Outcome(name, mode, what, reply[1], reply[2]))
     for worker in workers.values():
-        worker.proc.stdin.close()
-        worker.kill()
+        worker.close()
     report.seconds = time.monotonic() - start
     return report
 

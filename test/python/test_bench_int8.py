@@ -1,14 +1,14 @@
-"""The int8 bench section (tools/bench_int8.py): its table, and that the module needs no bench-only
+"""The int8 bench section (bench/int8.py): its table, and that the module needs no bench-only
 dependency to import (`make bench` measures; the measuring child is exercised there)."""
 
 import subprocess
 import sys
 
-from etc.tools.bench_int8 import render
+from etc.bench.int8 import render
 
 
 def test_imports_without_bench_only_dependencies():
-    code = ("import sys, etc.tools.bench_int8; "
+    code = ("import sys, etc.bench.int8; "
             "print(sorted(m for m in ('executorch', 'transformers', 'torchao') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"

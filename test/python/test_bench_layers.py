@@ -1,4 +1,4 @@
-"""Smoke test of the layer sweep's registry (tools/bench_layers.py): every entry builds and
+"""Smoke test of the layer sweep's registry (bench/layers.py): every entry builds and
 its eager forward runs on its example inputs. No compiling here: `make bench` measures them."""
 
 import subprocess
@@ -7,12 +7,12 @@ import sys
 import pytest
 import torch
 
-from etc.tools.bench_layers import LAYERS, build
+from etc.bench.layers import LAYERS, build
 
 
 def test_registry_imports_without_bench_only_dependencies():
     # a fresh interpreter: executorch and transformers are bench-only, the registry must not need them
-    code = ("import sys, etc.tools.bench_layers; "
+    code = ("import sys, etc.bench.layers; "
             "print(sorted(m for m in ('executorch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"

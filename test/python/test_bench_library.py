@@ -1,4 +1,4 @@
-"""The native-library bench section (tools/bench_library.py): its tables, and its two measuring programs on
+"""The native-library bench section (bench/library.py): its tables, and its two measuring programs on
 a tiny model (the C timer on the host, the instruction-counting firmware under QEMU); `make bench` runs
 them on the zoo."""
 
@@ -9,7 +9,7 @@ from torch import nn
 
 import etc
 from etc.targets.cpu import CpuPartitioner, firmware
-from etc.tools.bench_library import _c_timer, _firmware_main, render_cortex_m, render_host
+from etc.bench.library import c_timer, firmware_main, render_cortex_m, render_host
 
 
 def test_host_table_gives_ratios_and_the_models_slower_than_xnnpack():
@@ -43,7 +43,7 @@ def _tiny(tmp_path, target):
 def test_the_c_timer_measures_a_library(tmp_path):
     library, inputs = _tiny(tmp_path, "host")
     source = tmp_path / "timer.c"
-    source.write_text(_c_timer(library, "forward", inputs, str(tmp_path)))
+    source.write_text(c_timer(library, "forward", inputs, str(tmp_path)))
     binary = tmp_path / "timer"
     subprocess.run([firmware.require_tool("gcc"), "-O2", "-std=c11", f"-I{library.directory}", str(source),
                     library.archive, "-o", str(binary)], check=True, capture_output=True)
@@ -54,7 +54,7 @@ def test_the_c_timer_measures_a_library(tmp_path):
 def test_the_firmware_counts_instructions_and_stack(tmp_path):
     library, inputs = _tiny(tmp_path, "cortex-m33")
     source = tmp_path / "main.c"
-    source.write_text(_firmware_main(library, "forward", inputs))
+    source.write_text(firmware_main(library, "forward", inputs))
     built = firmware.build_firmware(str(tmp_path / "bench.elf"), [str(source)], [library], "mps2-an505",
                                     extra_flags=["-Werror"])
     done = firmware.run_firmware(built.elf, "mps2-an505", icount=True)

@@ -1,4 +1,4 @@
-"""tools/bench_llm.py without its bench-only dependencies: a tiny Llama measured in-process on etc
+"""bench/llm.py without its bench-only dependencies: a tiny Llama measured in-process on etc
 (dynamic and static exports) and torch, each backend's logits checked against eager; the table
 renders what the child reports. `make bench` measures the real sizes."""
 
@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from etc.tools import bench_llm
+from etc.bench import llm as bench_llm
 
 
 def test_imports_without_bench_only_dependencies():
-    code = ("import sys, etc.tools.bench_llm; "
+    code = ("import sys, etc.bench.llm; "
             "print(sorted(m for m in ('executorch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
@@ -61,7 +61,7 @@ def test_measure_isolated_names_the_backend_that_crashed(monkeypatch):
             return {"name": name, "stage": "xnnpack compile", "torch_decode_tps": 1.0}, "crashed (signal 11)"
         return {"name": name, "stage": "done", "torch_decode_tps": 2.0}, None
 
-    monkeypatch.setattr(bench_llm, "_child", fake_child)
+    monkeypatch.setattr(bench_llm, "measure_in_child", fake_child)
     row = bench_llm.measure_isolated("m", 1, 1, 1.0)
     assert calls == [list(bench_llm.BACKENDS), [b for b in bench_llm.BACKENDS if b != "xnnpack"]]
     assert row["xnnpack_error"] == "crashed (signal 11)" and row["torch_decode_tps"] == 2.0
@@ -73,7 +73,7 @@ def test_decode_tokens_must_fit_the_cache():
 
 
 def test_make_bench_has_an_llm_section(monkeypatch, tmp_path, capsys):
-    from etc.tools import bench
+    from etc.bench import report as bench
 
     calls = []
 
@@ -90,9 +90,9 @@ def test_make_bench_has_an_llm_section(monkeypatch, tmp_path, capsys):
 
 
 def test_a_benchmark_child_ends_as_a_row_or_a_reason():
-    """bench_models.run_child (bench_llm's and bench_models' children): the JSON fields a child
+    """common.run_child (every bench's children): the JSON fields a child
     printed, and why it ended early when it did: its exit code, a timeout, in its last stage."""
-    from etc.tools.bench_models import run_child
+    from etc.bench.common import run_child
 
     done = 'print(\'{"stage": "done", "x": 1}\')'
     assert run_child([sys.executable, "-c", done], 30) == ({"stage": "done", "x": 1}, None)
@@ -110,7 +110,7 @@ def test_the_8da4w_model_runs_its_own_backends_and_sizes_are_rendered(monkeypatc
         return {"name": name, "stage": "done", "etc_decode_tps": 4.0, "xnnpack_decode_tps": 2.0,
                 "etc_pte_bytes": 3 * 2 ** 20, "xnnpack_pte_bytes": 4 * 2 ** 20}, None
 
-    monkeypatch.setattr(bench_llm, "_child", fake_child)
+    monkeypatch.setattr(bench_llm, "measure_in_child", fake_child)
     row = bench_llm.measure_isolated("llama_15m_8da4w", 1, 1, 1.0)
     assert calls == [["etc", "xnnpack", "torch"]]
     text = bench_llm.render([row], 1)

@@ -1,6 +1,6 @@
-"""The real-model bench section (tools/bench_models.py): its table and geomeans."""
+"""The real-model bench section (bench/hf_models.py): its table and geomeans."""
 
-from etc.tools.bench_models import geomean_etc_over_xnnpack, render
+from etc.bench.hf_models import geomean_etc_over_xnnpack, render
 
 
 def _rows():
@@ -41,7 +41,7 @@ def test_the_section_lists_each_models_decisions_off_the_tuned_path():
 def test_not_tuned_lines_come_from_every_delegate_of_every_report():
     from types import SimpleNamespace
 
-    from etc.tools.bench_models import not_tuned_lines
+    from etc.bench.common import not_tuned_lines
 
     reports = [SimpleNamespace(backend_lines={"d0": ["tuned      contraction -> gemm x2", "NOT TUNED  a x1"]}),
                SimpleNamespace(backend_lines={"d1": [], "d2": ["NOT TUNED  b x2"]})]

@@ -92,6 +92,9 @@ def test_user_errors_are_one_line_without_traceback(compiled, args, message):
     ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        raise ValueError('no')\n",
      "broken.py:4: calling M() raised ValueError: no"),
     ("import not_a_module_anywhere\n", "broken.py:1: loading it raised ModuleNotFoundError"),
+    # A forward that raises printed about 100 lines of torch.export's traceback (issue 24).
+    ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x + undefined_name\n",
+     "broken.py:4: exporting it (torch.export.export) raised NameError: name 'undefined_name' is not defined"),
 ])
 def test_errors_in_the_model_file_name_its_line_without_traceback(tmp_path, source, message):
     """A syntax error in the model file printed our whole traceback (issue 11)."""

@@ -286,6 +286,71 @@ def test_cond_is_native_code_in_the_cpu_target():
         np.testing.assert_allclose(method.execute([sample.numpy()])[0], want.numpy(), rtol=1e-5, atol=1e-5)
 
 
+class CondThenFlip(torch.nn.Module):
+    """A cond whose result the delegate reads after it (a flip): each branch writes its own buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        y = torch.cond(x.amax() > 0.5, lambda a: self.norm(a + 2.0), lambda a: a * 3, (x + 1,))
+        return y.flip(-2)
+
+
+def test_cond_result_read_by_a_two_thread_delegate():
+    """Found by the compiler fuzzer: with num_threads=2 the branches run on thread 0, and the
+    buffer the cond yields was used by every thread after it: the compile failed ("'scf.if' runs
+    on one thread but its result is used after it"). Every thread now selects the buffer again
+    after the barrier."""
+    from etc.compiler.delegation import CompileSpec
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    module = CondThenFlip().eval()
+    partitioner = CpuPartitioner(num_threads=2, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    edge = etc.to_edge(torch.export.export(module, (torch.randn(3, 5, 8),))).to_backend(partitioner)
+    assert edge.delegation_reports[-1].delegated.get("scf.if") == 1, edge.delegation_info()
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for sign in (1, -1):  # the true branch, then the false one
+        x = sign * torch.rand(3, 5, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(method.execute([x])[0], module(x), rtol=1e-5, atol=1e-5)
+
+
+class CondThenIndexPut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        h = torch.cond(x.amax() > 0.5, lambda a: a.abs(), lambda a: (a * 2).abs(), (x,))
+        y = h.clone()
+        y[torch.tensor([4, 5, 6])] = self.p
+        return y
+
+
+@pytest.mark.parametrize("threads", [1, pytest.param(2, marks=pytest.mark.xfail(strict=True, reason=(
+    "open (issue 24, FUZZING.md): with num_threads=2 the false branch, a*2 then abs through an "
+    "intermediate buffer, still computes wrong")))])
+def test_a_branch_result_keeps_its_scratch_bytes_until_its_last_use(threads):
+    """Found by the compiler fuzzer: the buffer a branch fills and yields was planned as dead after
+    the scf.if (etc-cpu-plan-scratch followed views and region arguments, not scf.yield), so the
+    index_put's index buffer shared its bytes: y came back with indices for values and p[2] at 0."""
+    from etc.compiler.delegation import CompileSpec
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    module = CondThenIndexPut().eval()
+    partitioner = CpuPartitioner(num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    edge = etc.to_edge(torch.export.export(module, (torch.randn(8),))).to_backend(partitioner)
+    assert edge.delegation_reports[-1].delegated.get("scf.if") == 1, edge.delegation_info()
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for x in (torch.randn(8) + 1, torch.randn(8) * 0.01, torch.randn(8) + 1):  # true, false, true
+        with torch.no_grad():
+            torch.testing.assert_close(method.execute([x])[0], module(x), rtol=1e-6, atol=1e-6)
+
+
 def test_a_branch_with_an_unsupported_op_keeps_the_cond_on_portable():
     from etc.targets.cpu import CpuPartitioner
 

@@ -34,9 +34,9 @@ def _object() -> bytes:
     """`out[i] = in[i] * 1.5 + 0.25` over N floats, calling libm's fabsf (one external, one constant pool)."""
     import llvmlite.binding as llvm
 
-    from etc.targets.cpu.runtime import _llvm
+    from etc.targets.cpu.runtime import llvm_binding
 
-    _llvm()
+    llvm_binding()
     text = f"""
     declare float @fabsf(float)
     define void @entry(ptr %args) {{

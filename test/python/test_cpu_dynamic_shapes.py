@@ -337,3 +337,47 @@ def test_views_over_two_dynamic_dims_match_eager_at_every_size(name):
             want = module(x).numpy()
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"size {size}")
+
+
+class _Cumsums(torch.nn.Module):
+    def forward(self, x):
+        return x.cumsum(-2), (x > 0).cumsum(0)
+
+
+def test_cumsum_over_a_dynamic_dim_matches_eager_at_every_size():
+    """Found by the compiler fuzzer: a cumsum along a dynamic dim returned its input unchanged
+    (the scan's steps were counted from the dynamic sentinel: none ran)."""
+    n = torch.export.Dim("n", min=1, max=6)
+    report, method = _compile(_Cumsums(), (torch.randn(3, 3, 8),), ({0: n, 1: n},))
+    assert report.partitions == 1 and not report.portable, str(report)
+    for size in range(1, 7):
+        x = torch.randn(size, size, 8)
+        got = method.execute([x])
+        want = _Cumsums()(x)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+        assert torch.equal(got[1], want[1])
+
+
+class _WriteRows(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rows = torch.nn.Parameter(torch.randn(2, 1, 7))
+
+    def forward(self, x):
+        y = x.clone()
+        y[:, torch.tensor([2, 0])] = self.rows
+        return y * 0.5
+
+
+def test_index_put_into_a_dynamic_tensor_stays_portable_and_says_why():
+    """Found by the compiler fuzzer: the cpu lowering of index_put multiplied the dynamic sentinel
+    into its [pre, P, post] view, and the compile crashed (SIGSEGV in an MLIR pass). A dynamically
+    shaped tensor is now a portable decision with its reason."""
+    d = torch.export.Dim("d", min=1, max=5)
+    module = _WriteRows().eval()
+    report, method = _compile(module, (torch.randn(1, 3, 4, 7),), ({2: d},))
+    assert "index_put into a dynamically shaped tensor" in str(report), str(report)
+    for n in (1, 5, 3):
+        x = torch.randn(1, 3, n, 7)
+        with torch.no_grad():
+            assert torch.equal(method.execute([x])[0], module(x))

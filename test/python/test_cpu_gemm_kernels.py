@@ -5,7 +5,7 @@ Each case is linalg-on-tensors text as torch-mlir produces it, compiled through 
 pipeline (`pipeline.compile_linalg_text`: passes -> LLVM -> object -> runtime): results are checked
 against numpy/torch. Odd sizes (1, 7, 33, 100) exercise the peeled partial row block,
 zero-padded column panels and K blocks that do not divide K. Timing lives in
-tools/bench_gemm.py, never here.
+bench/gemm.py, never here.
 """
 
 import re

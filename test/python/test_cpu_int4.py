@@ -14,7 +14,7 @@ pytest.importorskip("torchao")
 import etc  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
 from etc.targets.cpu import CpuPartitioner  # noqa: E402
-from models.quantized import sqnr  # noqa: E402
+from etc.models.quantized import sqnr  # noqa: E402
 
 X86 = "x86_64-unknown-linux-gnu"
 

@@ -15,8 +15,8 @@ pytest.importorskip("torchao")
 import etc  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
 from etc.targets.cpu import CpuPartitioner  # noqa: E402
-from models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
-from models.zoo import ZooModel  # noqa: E402
+from etc.models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
+from etc.models.zoo import ZooModel  # noqa: E402
 
 CNNS = ["small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn"]
 
@@ -222,7 +222,7 @@ def test_isa_rows_choose_the_dot_product_from_the_features():
 
 
 def test_dynamic_linear_stays_portable_and_the_report_says_why():
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo_model = ZOO["mlp"]()
     converted, ep = quantize(zoo_model, is_dynamic=True)
@@ -233,3 +233,42 @@ def test_dynamic_linear_stays_portable_and_the_report_says_why():
     got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
     with torch.no_grad():
         assert sqnr(converted(*zoo_model.example_inputs), torch.as_tensor(got)) >= 60
+
+
+class _RowsMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 8)
+        self.b = nn.Linear(8, 6)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))) + x
+
+
+def test_int8_model_over_dynamic_sizes_matches_the_portable_int8_kernels():
+    """Found by the compiler fuzzer: an int8 model exported with a dynamic dim failed to compile
+    for the cpu target (its quantize, dequantize and add lowerings made `tensor.empty()` without
+    the dynamic sizes). The elementwise int8 ops now take dynamic shapes; the int8 GEMMs stay on
+    portable kernels for a dynamic shape, and the report says why."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from etc.targets.cpu import CpuQuantizer, get_symmetric_quantization_config
+
+    torch.manual_seed(0)
+    rows = torch.export.Dim("rows", min=1, max=9)
+    example = (torch.randn(2, 3, 6),)
+    shapes = ({1: rows},)
+    captured = torch.export.export(_RowsMlp().eval(), example, dynamic_shapes=shapes).module()
+    prepared = prepare_pt2e(captured, CpuQuantizer().set_global(get_symmetric_quantization_config()))
+    for _ in range(3):
+        prepared(torch.randn(2, 5, 6))
+    ep = torch.export.export(convert_pt2e(prepared), example, dynamic_shapes=shapes)
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "a dynamically shaped input (the cpu target's int8 GEMMs take static shapes)" in report, report
+    assert "delegated  edge.quantized_decomposed_quantize_per_tensor" in report, report
+    cpu = edge.to_executorch()
+    portable = etc.to_edge(ep).transform(["etc-fold-quantized"]).to_executorch()
+    for n in (1, 3, 9):
+        x = torch.randn(2, n, 6)
+        _within_one_step(_run(cpu, [x])[0], _run(portable, [x])[0], _output_scale(ep))

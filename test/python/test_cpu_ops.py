@@ -486,3 +486,33 @@ def test_permutes_match_torch(c, h, w, threads):
     got = method.execute([x.numpy(), y.numpy()])
     for g, wt in zip(got, want):
         np.testing.assert_array_equal(np.asarray(g), wt.numpy())
+
+
+class _AccumulateThenAffine(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        h = x.index_put((torch.tensor([4, 12, 9, 12]),), self.p, accumulate=True)
+        return (h * 0.75 + 0.5) * 0.75 + 0.5 + x
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_index_put_accumulate_then_elementwise_compiles_for_one_and_two_threads(threads):
+    """Found by the compiler fuzzer: etc-collapse-elementwise-dims gave a collapse_shape of unit
+    dims ([1, 1, 1], strides [16, 1, 1]) the stride 1 where memref.collapse_shape's rule gives 16;
+    the two-thread pipeline's next verification refused the module (InternalError from to_backend)."""
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+
+    torch.manual_seed(0)
+    module = _AccumulateThenAffine().eval()
+    partitioner = CpuPartitioner(num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    edge = etc.to_edge(torch.export.export(module, (torch.randn(16),))).to_backend(partitioner)
+    assert "0 op(s) on portable kernels" in edge.delegation_info(), edge.delegation_info()
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for _ in range(2):
+        x = torch.randn(16)
+        with torch.no_grad():
+            torch.testing.assert_close(method.execute([x])[0], module(x), rtol=1e-6, atol=1e-6)

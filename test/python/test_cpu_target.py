@@ -356,11 +356,7 @@ def test_whole_program_runs_on_the_runtime():
 
 def test_zoo_lstm_is_one_delegate():
     """The zoo's LSTM classifier (squeeze.dims, split_with_sizes, gates): one call, eager results."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo_model = ZOO["lstm"]()
     program_ir, report = delegated(zoo_model.module, zoo_model.example_inputs)
@@ -437,7 +433,7 @@ def test_threaded_transformers_reread_values_thread_zero_loaded(name):
     import etc
     from etc.compiler.delegation import CompileSpec
     from etc.runtime import Runtime
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo_model = ZOO[name]()
     # calibrate_threads=0: the delegates run on both threads even where one would be faster.

@@ -4,7 +4,7 @@ takes its tuned path in the cpu target, and the program still matches eager.
 The cpu pipeline records one decision per contraction, convolution, window op and reduction
 (targets/cpu/decisions.py); the delegation report prints them. A decision that is not a tuned
 path ("NOT TUNED ... loops: <reason>") fails here, so a strategy that stops applying is a failing
-test, not a slower program. The layer sweep (tools/bench_layers.py) is the benchmark's own list,
+test, not a slower program. The layer sweep (bench/layers.py) is the benchmark's own list,
 at the sizes real models have (224x224 images, 32k vocabularies, 128-token sequences).
 """
 
@@ -17,8 +17,8 @@ import torch
 import etc
 from etc.runtime import Runtime
 from etc.targets.cpu import CpuPartitioner
-from etc.tools.bench_layers import LAYERS, build
-from models.zoo import BENCH_ONLY, ZOO
+from etc.bench.layers import LAYERS, build
+from etc.models.zoo import BENCH_ONLY, ZOO
 
 # Zoo models the cpu target does not take whole yet, and why (the report says it too).
 NOT_DELEGATED: dict = {}

@@ -1,19 +1,15 @@
 """etc-cpu-window-kernels against torch: depthwise convolutions and poolings of every kernel size,
 stride, padding and odd spatial size the pass takes, with and without fused consumers, run
-through the pass and compiled to native code (cpu_jit), on random inputs."""
+through the pass and compiled to native code (etc.bench.window_jit), on random inputs."""
 
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, os.path.dirname(__file__))
-from cpu_jit import compile_model, linalg_of, run_window_pass  # noqa: E402
+from etc.bench.window_jit import compile_model, linalg_of, run_window_pass
 
 
 def _bn(c):

@@ -101,6 +101,8 @@ def test_etc_run_verify_fails_on_a_mismatch_and_runs_a_bundle_on_its_inputs(tmp_
     assert etc_main(["run", "--verify", str(tmp_path / "s.bpte")]) == 1
     out = capsys.readouterr().out
     assert "ok   forward case 0" in out and "FAIL forward case 1" in out and "1 of 2 test case(s) passed" in out
+    # Numbers as a user reads them (it printed "got np.float64(3.0), expected np.float64(0.0)").
+    assert "at [0] got 3, expected 0" in out and "np.float" not in out
     assert etc_main(["run", str(tmp_path / "s.bpte"), "--runs", "0"]) == 0
     assert "[0. 3. 6. 9.]" in capsys.readouterr().out
     assert etc_main(["profile", str(tmp_path / "s.bpte"), "--runs", "2"]) == 0

@@ -4,7 +4,7 @@ the delegate's row with the ops it computed and their source lines. Off (the def
 byte for byte the unprofiled one.
 
 These tests check structure, never speed: regions nest in the call that contains them and account for
-a real part of it (`tools/bench_profiling.py` measures how much, and what profiling costs)."""
+a real part of it (`bench/profiling.py` measures how much, and what profiling costs)."""
 
 import statistics
 
@@ -19,7 +19,7 @@ from etc.runtime import Runtime
 from etc.targets.cpu import CpuPartitioner, blob
 from etc.targets.cpu.isa import resolve_target
 from etc.targets.cpu.pipeline import cpu_pipeline
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 RUNS = 5
 
@@ -189,7 +189,7 @@ def test_a_profiled_blob_whose_counters_leave_the_scratch_buffer_is_refused(prof
 
 
 def test_deferred_region_reports_keep_their_place_and_run_once():
-    from etc.devtools.run_record import DelegateEvents
+    from etc.runtime.run_record import DelegateEvents
 
     calls = []
     events = DelegateEvents()

@@ -14,7 +14,7 @@ from etc.devtools import CompileRecord, Inspector, RunRecord
 from etc.errors import EtcError
 from etc.runtime import Runtime
 from etc.tools.etc_main import main as etc_main
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 
 @pytest.fixture(scope="module")
@@ -293,3 +293,16 @@ def test_a_loop_keeps_the_last_iteration_of_each_instruction_in_the_debug_buffer
         expected = np.sin(expected) + 1
     np.testing.assert_allclose(last, np.sin(expected), rtol=1e-6)  # the fifth iteration's sin
     np.testing.assert_allclose(out, np.sin(expected) + 1, rtol=1e-6)
+
+
+def test_every_name_the_devtools_docstring_lists_is_importable():
+    """The docstring named `read_executorch_etdump`, which `etc.devtools` did not export (issue 24)."""
+    import re
+
+    import etc.devtools
+
+    listed = re.findall(r"^- `(\w+)`", etc.devtools.__doc__, flags=re.M) + ["read_executorch_etdump"]
+    assert len(listed) >= 8
+    for name in listed:
+        assert getattr(etc.devtools, name) is not None, name
+    assert set(etc.devtools.__all__) >= set(listed)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import etc
-from etc.devtools.selective_build import SelectiveBuild
+from etc.runtime.selective_build import SelectiveBuild
 from etc.errors import BackendError, EtcError, KernelNotFoundError
 from etc.runtime import Runtime
 from etc.tools.etc_main import main as etc_main

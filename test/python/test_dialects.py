@@ -187,6 +187,32 @@ def test_edge_verifier_rejects_unsupported_dtypes(ctx):
     ir.Module.parse(bad.replace("edge.exp", "aten.exp"))
 
 
+@pytest.mark.parametrize("dialect", ["aten", "edge"])
+def test_verifiers_check_shapes_against_torch(ctx, dialect):
+    """The verifiers accepted shape-inconsistent ops (issue 24): an `add` of 4xf32 and 3xf32, an `mm`
+    of 4x5 and 6x7, an `mm` claiming the wrong result. A pass that breaks shapes is now caught
+    where it runs. Dynamic sizes are not compared."""
+    bad_add = f"""
+    func.func @f(%a: tensor<4xf32>, %b: tensor<3xf32>) -> tensor<4xf32> {{
+      %0 = "{dialect}.add_tensor"(%a, %b) {{alpha = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0>}} : (tensor<4xf32>, tensor<3xf32>) -> tensor<4xf32> loc("model.py":3:1)
+      return %0 : tensor<4xf32>
+    }}"""
+    with pytest.raises(ir.MLIRError, match=rf"model.py\":3:1.*'{dialect}.add_tensor' \(aten::add.Tensor\): its operand "
+                                           r"shapes \(4, 3\) are invalid"):
+        ir.Module.parse(bad_add)
+    mm = f"""
+    func.func @f(%a: tensor<4x5xf32>, %b: tensor<B>) -> tensor<R> {{
+      %0 = "{dialect}.mm"(%a, %b) : (tensor<4x5xf32>, tensor<B>) -> tensor<R>
+      return %0 : tensor<R>
+    }}"""
+    with pytest.raises(ir.MLIRError, match=r"its operand shapes \(4x5, 6x7\) are invalid: a and b must have same reduction dim"):
+        ir.Module.parse(mm.replace("tensor<B>", "tensor<6x7xf32>").replace("tensor<R>", "tensor<4x7xf32>"))
+    with pytest.raises(ir.MLIRError, match=r"result shape 4x6, but its operands and attributes give 4x7"):
+        ir.Module.parse(mm.replace("tensor<B>", "tensor<5x7xf32>").replace("tensor<R>", "tensor<4x6xf32>"))
+    ir.Module.parse(mm.replace("tensor<B>", "tensor<5x7xf32>").replace("tensor<R>", "tensor<4x7xf32>"))
+    ir.Module.parse(mm.replace("tensor<B>", "tensor<5x?xf32>").replace("tensor<R>", "tensor<4x?xf32>"))
+
+
 def test_backend_delegate_verifier(ctx):
     from etc.dialects.backend import delegate
 

@@ -9,6 +9,7 @@ import torch
 from torch_mlir.passmanager import PassManager
 
 import etc.compiler.emitter as emitter
+import etc.dialects.out_variants as out_variants
 from etc.compiler.importer import import_program
 from etc.compiler.program import EdgeCompileConfig, annotate_upper_bounds, decompose
 from etc.errors import LoweringError
@@ -33,7 +34,7 @@ def _edge(model, *inputs, dynamic_shapes=None):
 @pytest.fixture()
 def all_out_variants(monkeypatch):
     """Every ATen out variant counts as a kernel: these tests are about emission, not the kernel library."""
-    kernels = set(emitter._out_variants().values()) | set(emitter.VIEW_COPY_KERNELS.values())
+    kernels = set(out_variants.out_variants().values()) | set(out_variants.VIEW_COPY_KERNELS.values())
     monkeypatch.setattr(emitter, "registered_kernel_names", lambda: kernels)
 
 
@@ -121,7 +122,7 @@ def test_return_conventions_match_executorch(all_out_variants):
 
 
 def test_sizes_computed_at_run_time_become_prim_op_calls(monkeypatch):
-    kernels = set(emitter._out_variants().values()) | set(emitter.VIEW_COPY_KERNELS.values())
+    kernels = set(out_variants.out_variants().values()) | set(out_variants.VIEW_COPY_KERNELS.values())
     kernels |= {"aten::sym_size.int"} | set(emitter.SYMBOLIC_ARITHMETIC.values())
     monkeypatch.setattr(emitter, "registered_kernel_names", lambda: kernels)
 

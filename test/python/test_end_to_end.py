@@ -9,7 +9,7 @@ import torch
 
 import etc
 from etc.runtime import Runtime
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 
 def _max_rel_error(actual, expected) -> float:
@@ -55,6 +55,39 @@ def test_dynamic_batch_runs_at_other_sizes():
         x = torch.randn(batch, 16)
         (got,) = method.execute([x.numpy()])
         assert _max_rel_error(got, _eager(zoo_model.module, (x,))[0].numpy()) <= 1e-4
+
+
+class _ConvBn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("partitioner", [None, "cpu"])
+def test_conv_with_batch_norm_over_a_dynamic_batch(partitioner):
+    """Found by the compiler fuzzer: etc-fuse-batch-norm's new convolution did not keep the
+    `etc.upper_bounds` of the one it replaced, so a conv + batch norm over a dynamic batch failed
+    to plan ("dimension 0 ... has no upper bound")."""
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    model = _ConvBn().eval()
+    model.bn.running_mean.uniform_(-0.5, 0.5)
+    model.bn.running_var.uniform_(0.5, 2.0)
+    batch = torch.export.Dim("batch", min=1, max=6)
+    edge = etc.to_edge(torch.export.export(model, (torch.randn(2, 3, 5, 5),), dynamic_shapes=({0: batch},)))
+    assert "edge.p_native_batch_norm" not in str(edge)
+    if partitioner:
+        edge = edge.to_backend(CpuPartitioner())
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for n in (1, 6, 3):
+        x = torch.randn(n, 3, 5, 5)
+        with torch.no_grad():
+            torch.testing.assert_close(method.execute([x])[0], model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_memory_report_planned_is_at_least_lower_bound():

@@ -380,3 +380,44 @@ def test_bad_arguments_are_reported():
         etc.import_program({"forward": MLP()})
     with pytest.raises(etc.EtcError, match="expects an ExportedProgram"):
         etc.import_program(MLP())
+
+
+class _SquareRows(torch.nn.Module):
+    """[d, d, 6] -> [d * d, 6]: torch writes the size d * d as `d ** 2` (operator.pow) or as a
+    product, depending on its sympy caches."""
+
+    def forward(self, x):
+        b, t, k = x.shape
+        return (x.reshape(b * t, k) * 2).relu()
+
+
+def test_a_squared_symbolic_size_imports_and_runs():
+    """Found by the compiler fuzzer: to_edge refused "symbolic size computation 'pow'". The
+    decomposed graph's d * d is written as d ** 2 here (torch's own form, which it picks by its
+    caches), then imported and run as to_edge does."""
+    import operator
+
+    from etc.compiler.importer import import_program
+    from etc.compiler.program import EDGE_PIPELINE, EdgeCompileConfig, EdgeProgram, annotate_upper_bounds, decompose
+    from etc.passes.pipeline import run_pipeline
+    from etc.runtime import Runtime
+
+    d = torch.export.Dim("d", min=2, max=8)
+    ep = torch.export.export(_SquareRows(), (torch.randn(3, 3, 6),), dynamic_shapes=({0: d, 1: d},))
+    decomposed = decompose({"forward": ep}, EdgeCompileConfig())
+    squares = 0
+    for node in decomposed["forward"].graph.nodes:
+        same = [str(getattr(a, "meta", {}).get("val")) for a in node.args]
+        if node.target is operator.mul and len(same) == 2 and same[0] == same[1] and same[0] != "None":
+            node.target, node.args = operator.pow, (node.args[0], 2)
+            squares += 1
+        squares += node.target is operator.pow
+    assert squares
+    program_ir = import_program(decomposed)
+    annotate_upper_bounds(program_ir, decomposed)
+    run_pipeline(program_ir.module, EDGE_PIPELINE)
+    edge = EdgeProgram(program_ir, exported_programs={"forward": ep}, config=EdgeCompileConfig())
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for n in (2, 5, 8):
+        x = torch.randn(n, n, 6)
+        torch.testing.assert_close(method.execute([x])[0], _SquareRows()(x), rtol=1e-5, atol=1e-5)

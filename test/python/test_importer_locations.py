@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch_mlir import ir
 
-from etc.compiler import ir as program_ir
-from etc.compiler.locations import (SourcePosition, format_location, location_name, named_location,
+from etc.ir import dtypes as program_ir
+from etc.ir.locations import (SourcePosition, format_location, location_name, named_location,
                                     source_position, user_source_position)
 from etc.errors import UnsupportedConstructError
 

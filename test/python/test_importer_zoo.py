@@ -1,4 +1,4 @@
-"""Every model of the zoo (test/models/zoo.py) imports into verified IR whose
+"""Every model of the zoo (etc.models.zoo) imports into verified IR whose
 ops all point at the zoo's source lines and whose constants match the
 module's state."""
 
@@ -11,8 +11,8 @@ import etc
 # Ops are built by the aten dialect (etc.dialects.aten.build_op); these tests
 # need it and run as soon as it is part of the tree.
 pytest.importorskip("etc.dialects.aten", reason="the aten dialect (etc.dialects.aten) is not in the tree yet")
-from etc.compiler.locations import location_name, source_position
-from models.zoo import ZOO
+from etc.ir.locations import location_name, source_position
+from etc.models.zoo import ZOO
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))

@@ -196,7 +196,7 @@ def test_derived_8da4w_column_sums_are_the_same_bits_in_both_loaders():
 
 # ------------------------------------------------------------------------------- dynamic sizes, threads
 def test_dynamic_sizes_resize_the_outputs_and_sizes_past_the_bounds_are_refused():
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo_model = ZOO["dynamic_batch"]()
     program = etc.to_edge(zoo_model.export()).to_backend(CpuPartitioner()).to_executorch()

@@ -20,7 +20,7 @@ import torch
 
 from etc.errors import KernelNotFoundError
 from etc.runtime import Runtime
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 exir = pytest.importorskip("executorch.exir")
 

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("executorch.exir")
 et_runtime = pytest.importorskip("executorch.runtime")
 
-from data.pte_samples import ADD_CONSTANT, add_constant_program, every_feature_program  # noqa: E402
+from pte_samples import ADD_CONSTANT, add_constant_program, every_feature_program  # noqa: E402
 from etc import schema as S  # noqa: E402
 
 

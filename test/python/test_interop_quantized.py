@@ -22,8 +22,8 @@ exir = pytest.importorskip("executorch.exir")
 
 import etc  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
-from models.quantized import quantized_zoo, sqnr  # noqa: E402
-from models.zoo import ZOO  # noqa: E402
+from etc.models.quantized import quantized_zoo, sqnr  # noqa: E402
+from etc.models.zoo import ZOO  # noqa: E402
 
 
 def _load_executorch_quantized_kernels():

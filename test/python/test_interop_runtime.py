@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import executorch_runner
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 executorch_runtime = pytest.importorskip("executorch.runtime")
 exir = pytest.importorskip("executorch.exir")

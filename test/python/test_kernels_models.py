@@ -12,7 +12,7 @@ from etc.runtime.kernels import get_kernel
 from etc.runtime.kernels.coverage import out_variant_of
 from etc.schema import from_torch_dtype
 
-from models.zoo import ZOO
+from etc.models.zoo import ZOO
 
 _DROPPED = {"dtype", "layout", "device", "pin_memory"}
 

@@ -21,9 +21,8 @@ from etc.targets.cpu import CpuPartitioner, firmware
 from etc.targets.cpu.archive import ElfObject
 from etc.targets.cpu.library import stack_bound
 
-sys.path.insert(0, __file__.rsplit("/python/", 1)[0])
 from library_harness import run, siren_mlp  # noqa: E402
-from models.zoo import ZOO  # noqa: E402
+from etc.models.zoo import ZOO  # noqa: E402
 
 
 class Sorting(nn.Module):

@@ -23,7 +23,6 @@ import functools
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -32,9 +31,8 @@ import etc
 from etc.targets.cpu import CpuPartitioner
 from etc.targets.cpu import firmware
 
-sys.path.insert(0, __file__.rsplit("/python/", 1)[0])  # test/: the model zoo
 from library_harness import Case, harness_source, run, running_cache, siren_mlp  # noqa: E402
-from models.zoo import ZOO  # noqa: E402
+from etc.models.zoo import ZOO  # noqa: E402
 
 MODELS = ("small_cnn", "siren_mlp", "small_cnn_int8", "dynamic_batch", "two_methods", "running_cache")
 
@@ -43,7 +41,7 @@ MODELS = ("small_cnn", "siren_mlp", "small_cnn_int8", "dynamic_batch", "two_meth
 def _model(name: str):
     """(exported programs by method, eager callables by method, example inputs) of a test model."""
     if name == "small_cnn_int8":
-        from models.quantized import quantized_zoo
+        from etc.models.quantized import quantized_zoo
 
         zoo, converted, ep = quantized_zoo("small_cnn")
         return {"forward": ep}, {"forward": converted}, zoo.example_inputs

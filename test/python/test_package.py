@@ -1,4 +1,13 @@
-"""The package imports cheaply and exposes its error hierarchy."""
+"""The package imports cheaply and exposes its error hierarchy; the wheel holds every module,
+and installed from it (not editable, in a fresh venv) etc runs the demo and compiles a model for
+the cpu target."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
 
 import etc
 from etc import errors
@@ -20,19 +29,24 @@ def test_execution_error_names_what_is_involved():
     assert "method 'forward'" in str(err) and "instruction 3" in str(err) and "aten::add.out" in str(err)
 
 
-def test_the_wheel_holds_every_package_and_data_file(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """`pip wheel .` of this checkout (no build isolation: setuptools is already here)."""
+    folder = tmp_path_factory.mktemp("wheel")
+    root = os.path.dirname(etc.__file__)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", root, "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(folder)], check=True, capture_output=True)
+    (built,) = folder.glob("etc-*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_package_and_data_file(wheel):
     """`pip wheel .` once left etc.targets.cpu.passes out (a hand-written package list), and an
     installed wheel failed at to_backend(CpuPartitioner()); the editable install hid it. Every
     folder with Python modules and every file the package reads must be in the wheel."""
-    import os
-    import subprocess
-    import sys
     import zipfile
 
     root = os.path.dirname(etc.__file__)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", root, "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path)], check=True, capture_output=True)
-    (wheel,) = tmp_path.glob("etc-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = set()
     for folder, dirs, files in os.walk(root):
@@ -45,3 +59,51 @@ def test_the_wheel_holds_every_package_and_data_file(tmp_path):
                 expected.add(os.path.normpath(os.path.join("etc", rel, f)).replace(os.sep, "/"))
     missing = sorted(expected - names)
     assert not missing, f"not in the wheel: {missing}"
+
+
+_MODEL = textwrap.dedent("""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+""")
+
+
+@pytest.mark.slow
+def test_installed_from_the_wheel_in_a_fresh_venv_etc_runs_the_demo_and_a_cpu_compile(wheel, tmp_path):
+    """Install as users install (issue 24): the wheel, not editable, into a fresh venv (torch at its
+    pinned version from this machine's wheel, as the Makefile installs it), then `make demo`'s
+    program and `etc compile --backend cpu` + `etc run` from outside the checkout. The demo once
+    imported the test zoo, which is not in the wheel."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    python = str(venv / "bin" / "python")
+    # One resolution, torch pinned in it (never a resolved torch: that would pull a CUDA build);
+    # --no-compile: byte-compiling torch's files is most of an install's time, and changes nothing.
+    install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-compile", "torch==2.13.0", str(wheel)],
+                             capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr[-3000:]
+    work = tmp_path / "work"  # not the checkout: `etc` must come from the venv
+    work.mkdir()
+    where = subprocess.run([python, "-c", "import etc; print(etc.__file__)"], capture_output=True, text=True,
+                           cwd=work, check=True)
+    assert where.stdout.strip().startswith(str(venv)), where.stdout
+    demo = subprocess.run([python, "-m", "etc.tools.demo"], capture_output=True, text=True, cwd=work, timeout=900)
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    errors_ = [float(line.rsplit(" ", 1)[1]) for line in demo.stdout.splitlines()
+               if line.startswith("max error relative to output scale")]
+    assert len(errors_) == 2 and max(errors_) < 1e-4, demo.stdout[-2000:]
+    (work / "net.py").write_text(_MODEL)
+    cli = str(venv / "bin" / "etc")
+    compiled = subprocess.run([cli, "compile", "net.py:Net", "--example-inputs", "1x3x8x8", "--backend", "cpu",
+                               "-o", "net.pte"], capture_output=True, text=True, cwd=work, timeout=900)
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    assert "0 op(s) on portable kernels" in compiled.stdout, compiled.stdout
+    ran = subprocess.run([cli, "run", "net.pte", "--runs", "2"], capture_output=True, text=True, cwd=work, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]

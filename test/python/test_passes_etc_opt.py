@@ -6,19 +6,19 @@ import pytest
 
 from etc.dialects import make_context
 from etc.tools import etc_opt
-from etc.tools.etc_opt import Diag, _chunks, _wrap_in_module, check_expectations, parse_expectations, parse_input
+from etc.tools.etc_opt import Diag, split_input, wrap_in_module, check_expectations, parse_expectations, parse_input
 
 
 def test_split_keeps_line_numbers():
     text = "a\n// -----\nb\nc\n  // -----  \nd"
-    chunks = _chunks(text, True)
+    chunks = split_input(text, True)
     assert [c.split("\n").index(c.strip().split("\n")[0]) for c in chunks] == [0, 2, 5]
-    assert _chunks(text, False) == [text]
+    assert split_input(text, False) == [text]
 
 
 def test_wrap_keeps_lines_and_trailing_aliases():
     text = "// comment\nfunc.func @a() {\n  return\n}\nfunc.func @b() {\n  return\n}\n#loc = loc(\"x\":1:1)\n"
-    wrapped = _wrap_in_module(text)
+    wrapped = wrap_in_module(text)
     assert wrapped.split("\n")[0] == "module {"
     assert wrapped.split("\n")[1:7] == text.split("\n")[1:6] + ["} }"]
     assert len(wrapped.split("\n")) == len(text.split("\n"))
@@ -91,3 +91,41 @@ def test_main_user_errors(tmp_path, capsys, argv, message):
     argv = [str(source) if a == "IN" else a for a in argv]
     assert etc_opt.main(argv) == 1
     assert message in capsys.readouterr().err
+
+
+def test_import_model_output_takes_the_edge_pipeline_once_decomposed(tmp_path, capsys):
+    """etc-opt on tools/import_model's output said conv2d "has no decomposition" (issue 24): the
+    printed module is the exported graph before to_edge's decompositions. The error now says so,
+    and `--decompose` prints the decomposed program, which the edge pipeline takes (batch norm
+    unfused, with a warning: the weights are #ml_program.extern)."""
+    from etc.compiler.program import EDGE_PIPELINE
+    from etc.tools import import_model
+
+    assert import_model.main(["small_cnn"]) == 0
+    (tmp_path / "raw.mlir").write_text(capsys.readouterr().out)
+    assert etc_opt.main([str(tmp_path / "raw.mlir"), "--etc-convert-aten-to-edge"]) == 1
+    assert "etc.to_edge decomposes it" in capsys.readouterr().err
+    assert import_model.main(["small_cnn", "--decompose"]) == 0
+    (tmp_path / "decomposed.mlir").write_text(capsys.readouterr().out)
+    out = tmp_path / "edge.mlir"
+    assert etc_opt.main([str(tmp_path / "decomposed.mlir"), f"--pass-pipeline={EDGE_PIPELINE}", "-o", str(out)]) == 0
+    assert "edge.convolution" in out.read_text() and "aten." not in out.read_text().replace("aten::", "")
+    assert "batch norm not fused" in capsys.readouterr().err
+
+
+def test_listed_gemm_tile_defaults_are_a_targets_row(capsys):
+    """--list-passes showed kc=128 as the default, a value no target used (issue 24): the tile
+    options' defaults are isa.py's AVX-512 row."""
+    import re
+
+    from etc.targets.cpu.isa import ISA_TABLE
+
+    assert etc_opt.main(["--list-passes"]) == 0
+    listing = capsys.readouterr().out
+    row = ISA_TABLE["avx512"]
+    want = {"lanes": row.lanes, "mr": row.gemm_mr, "nr": row.gemm_nr, "kc": row.gemm_kc, "kc-strided": row.gemm_kc_strided}
+    for pass_name in ("etc-cpu-gemm-kernels", "etc-cpu-gemm-regions", "etc-cpu-tile-gemm-kernels"):
+        section = listing.split(f"  {pass_name}\n", 1)[1].split("\n  etc-", 1)[0]
+        for option, value in want.items():
+            found = re.search(rf"^\s+{option}=<int>.*\(default: (\d+)\)$", section, flags=re.M)
+            assert found and int(found.group(1)) == value, (pass_name, option, found and found.group(0))

@@ -25,7 +25,7 @@ import struct
 
 import pytest
 
-from data.pte_samples import add_constant_program, every_feature_program
+from pte_samples import add_constant_program, every_feature_program
 from etc import schema as S
 from etc.errors import ProgramError, SerializationError
 

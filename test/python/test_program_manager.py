@@ -96,3 +96,29 @@ def test_bad_inputs_to_to_edge_are_clear():
         etc.to_edge(Net())
     with pytest.raises(EtcError, match="method 'forward' is a Net"):
         etc.to_edge({"forward": Net()})
+
+
+class _Doubled(torch.nn.Module):
+    def forward(self, x):
+        return (x * 2).relu()
+
+
+@pytest.mark.parametrize("partitioner", [None, "cpu"])
+def test_methods_with_same_node_names_keep_their_own_size_bounds(partitioner):
+    """Found by the compiler fuzzer: two methods whose graphs both have a node `mul` of dynamic
+    shape. The upper bounds were collected by node name over all methods, so the second method's
+    ([4, 4]) replaced the first's ([16, 8]): its planned buffers were too small, and a call at its
+    largest size failed (or, in a delegate, wrote out of bounds)."""
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    big, small = torch.export.Dim("n", min=1, max=16), torch.export.Dim("m", min=1, max=4)
+    methods = {"forward": torch.export.export(_Doubled(), (torch.randn(3, 8),), dynamic_shapes=({0: big},)),
+               "small": torch.export.export(_Doubled(), (torch.randn(3, 4),), dynamic_shapes=({0: small},))}
+    edge = etc.to_edge(methods)
+    if partitioner:
+        edge = edge.to_backend(CpuPartitioner())
+    program = Runtime.get().load_program(edge.to_executorch().buffer)
+    for name, shape in (("forward", (16, 8)), ("small", (4, 4)), ("forward", (1, 8))):
+        x = torch.randn(*shape)
+        assert torch.equal(program.load_method(name).execute([x])[0], (x * 2).relu())

@@ -10,8 +10,8 @@ from torch import nn
 pytest.importorskip("torchao")
 
 from etc.devtools.quant_report import quantization_report, sqnr  # noqa: E402
-from models.quantized import quantize, quantized_zoo  # noqa: E402
-from models.zoo import ZooModel  # noqa: E402
+from etc.models.quantized import quantize, quantized_zoo  # noqa: E402
+from etc.models.zoo import ZooModel  # noqa: E402
 
 
 def test_every_quantized_op_of_a_cnn_has_a_row_with_both_sqnrs():

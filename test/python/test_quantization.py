@@ -16,8 +16,8 @@ pytest.importorskip("torchao")
 import etc  # noqa: E402
 from etc.errors import UnsupportedConstructError  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
-from models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
-from models.zoo import ZOO  # noqa: E402
+from etc.models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
+from etc.models.zoo import ZOO  # noqa: E402
 
 CNNS = ["small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn"]
 
@@ -106,7 +106,7 @@ class _Everything(nn.Module):
 
 
 def _everything():
-    from models.zoo import ZooModel
+    from etc.models.zoo import ZooModel
 
     torch.manual_seed(0)
     return ZooModel("everything", _Everything().eval(), (torch.randn(1, 3, 8, 8),))
@@ -266,7 +266,7 @@ class _FloatHead(nn.Module):
 
 def test_cpu_partitioner_runs_quantized_operations_as_int8_next_to_float_ones():
     from etc.targets.cpu import CpuPartitioner, CpuQuantizer, get_symmetric_quantization_config
-    from models.zoo import ZooModel
+    from etc.models.zoo import ZooModel
 
     torch.manual_seed(0)
     zoo_model = ZooModel("float_head", _FloatHead().eval(), (torch.randn(1, 3, 8, 8),))

@@ -12,7 +12,7 @@ import flatbuffers
 import numpy as np
 import pytest
 
-from data.pte_samples import ADD_CONSTANT, add_constant_program, every_feature_program
+from pte_samples import ADD_CONSTANT, add_constant_program, every_feature_program
 from etc import schema as S
 from etc.errors import ProgramError, SerializationError
 
@@ -27,10 +27,10 @@ def header(data: bytes) -> dict:
 
 def wire_program(data: bytes) -> S.Program:
     """The program as on the wire (segment tables intact), read by the checked reader."""
-    from etc.schema.reader import _FlatbufferReader, _read_headers
+    from etc.schema.reader import FlatbufferReader, read_headers
 
-    program_size, _, _ = _read_headers(data)
-    return _FlatbufferReader(data, program_size).table(S.Program, header(data)["root"], "Program")
+    program_size, _, _ = read_headers(data)
+    return FlatbufferReader(data, program_size).table(S.Program, header(data)["root"], "Program")
 
 
 def without_checksums(pte: S.PteFile) -> S.PteFile:

@@ -22,6 +22,7 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
+from etc.ir.shapes import upper_bounds
 from etc.targets.cpu.lowering.reshape import reshape
 from etc.targets.cpu.lowering.torch_ops import (DYNAMIC, TorchBuilder, TorchValues, torch_name_of, torch_operation,
                                                 vtensor_element, vtensor_of, vtensor_shape)
@@ -171,7 +172,10 @@ def _expand_cumsum(e: Emitter, v: dict, op) -> list:
     """torch-mlir lowers cumsum to tm_tensor.scan, which our bufferization does not take: a
     Hillis-Steele scan instead, ceil(log2 n) steps of x + (x shifted by 2^k along dim, zero-filled),
     each a slice, a pad and an add that fuse into one loop nest (exact for integers; for floats each
-    output sums its prefix as a tree)."""
+    output sums its prefix as a tree). Over a dynamic dim, n is its upper bound and the shift is
+    the pad first, then the first `size` elements (run-time size): right for every size, a shift
+    past the end giving zeros. (Its steps once counted the dynamic sentinel: no step, x returned
+    as its own cumsum.)"""
     shape, element = tensor_type_of(op.results[0])
     _, in_element = tensor_type_of(op.operands[0])
     x = v["self"]
@@ -183,13 +187,24 @@ def _expand_cumsum(e: Emitter, v: dict, op) -> list:
         return [x]
     dim = v["dim"] % rank
     n = shape[dim]
+    dynamic = n == DYNAMIC
+    if dynamic:
+        bounds = upper_bounds(op.results[0])
+        if bounds is None or bounds[dim] < 0:
+            raise LoweringError("cumsum over a dynamic dim without an upper bound")
+        n, size = bounds[dim], e.size(x, dim)
     zero = 0.0 if element.startswith(("f", "bf")) else 0
     step = 1
     while step < n:
-        head, _ = e.slice(x, shape, element, dim, 0, n - step)
         pad = [0] * (2 * rank)
         pad[2 * (rank - 1 - dim)] = step  # constant_pad_nd's pairs run from the last dim
-        shifted = e("aten::constant_pad_nd", {"self": head, "pad": pad, "value": zero}, shape, element)
+        if dynamic:
+            padded = e("aten::constant_pad_nd", {"self": x, "pad": pad, "value": zero}, shape, element)
+            shifted = e("aten::slice.Tensor", {"self": padded, "dim": dim, "start": 0, "end": size, "step": 1},
+                        shape, element)
+        else:
+            head, _ = e.slice(x, shape, element, dim, 0, n - step)
+            shifted = e("aten::constant_pad_nd", {"self": head, "pad": pad, "value": zero}, shape, element)
         x = e("aten::add.Tensor", {"self": x, "other": shifted, "alpha": 1}, shape, element)
         step *= 2
     return [x]
@@ -243,6 +258,8 @@ def _expand_as_strided(e: Emitter, v: dict, op) -> list:
     tensor otherwise (sliding windows)."""
     in_shape, element = tensor_type_of(op.operands[0])
     out_shape, _ = tensor_type_of(op.results[0])
+    if DYNAMIC in in_shape or DYNAMIC in out_shape:  # the view chain below is computed from static sizes
+        raise LoweringError("as_strided of or to a dynamically shaped tensor (the cpu target takes static ones)")
     size, stride = list(v["size"]), list(v["stride"])
     offset = v.get("storage_offset") or 0
     numel = int(np.prod(in_shape)) if in_shape else 1
@@ -298,6 +315,9 @@ def _expand_index_put(e: Emitter, v: dict, op) -> list:
         return [v["self"]]
     if any(e.element(indices[d]) == "i1" for d in dims):
         raise LoweringError("index_put with a boolean mask index has a data-dependent shape")
+    if DYNAMIC in shape:  # the [pre, P, post] view below multiplies static sizes
+        raise LoweringError("index_put into a dynamically shaped tensor (the cpu target's scatter is built for "
+                            "static sizes; a dynamic number of indices into a static tensor is taken)")
     rest = [d for d in range(rank) if d not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     index_shapes = [e.shape(indices[d]) for d in dims]

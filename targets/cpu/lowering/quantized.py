@@ -102,6 +102,8 @@ def check(op) -> tuple[bool, str]:
                 return False, f"{name}: its {arg} is not a constant"
         if name == LINEAR and len(ir.RankedTensorType(a["input"].type).shape) != 2:
             return False, f"{name}: the input is not 2-D"
+        if not ir.RankedTensorType(a["input"].type).has_static_shape:
+            return False, f"{name}: a dynamically shaped input (the cpu target's int8 GEMMs take static shapes)"
         return True, ""
     if name == LINEAR_DYNAMIC:
         return check_linear_dynamic(a, op)
@@ -262,6 +264,18 @@ class QuantizedOp:
 
 
 # ------------------------------------------------------------------ elementwise ops
+def empty_like_arg0(t: KernelText, name: str, shape: list, element: str, like_element: str) -> None:
+    """`name = tensor.empty(...)` of `shape`, its dynamic sizes read from `%arg0` (of the same
+    shape, elements `like_element`)."""
+    sizes = []
+    for d, size in enumerate(shape):
+        if size < 0:  # DYN, or MLIR's own dynamic sentinel
+            t.emit(f"{name}_c{d} = arith.constant {d} : index")
+            t.emit(f"{name}_d{d} = tensor.dim %arg0, {name}_c{d} : {tensor_type(shape, like_element)}")
+            sizes.append(f"{name}_d{d}")
+    t.emit(f"{name} = tensor.empty({', '.join(sizes)}) : {tensor_type(shape, element)}")
+
+
 def lower_add(q: QuantizedOp) -> ir.Value:
     a = q.args
     shape = list(q.result_type.shape)
@@ -274,7 +288,7 @@ def lower_add(q: QuantizedOp) -> ir.Value:
     t.emit(f"%sa = arith.constant {f32_literal(a['a_scale'])} : f32")
     t.emit(f"%sb = arith.constant {f32_literal(a['b_scale'])} : f32")
     t.emit(f"%inv = arith.constant {f32_literal(1.0 / float(a['output_scale']))} : f32")
-    t.emit(f"%e = tensor.empty() : {tensor_type(shape, 'i8')}")
+    empty_like_arg0(t, "%e", shape, "i8", "i8")
     t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}, {ident}], "
       f"iterator_types = [{iterators(n)}]}} ins(%arg0, %arg1 : {tensor_type(shape, 'i8')}, "
       f"{tensor_type(shape, 'i8')}) outs(%e : {tensor_type(shape, 'i8')}) {{")
@@ -305,7 +319,7 @@ def _elementwise(q: QuantizedOp, shape, in_el: str, out_el: str, body: list, hea
     t = KernelText()
     for line in head:
         t.emit(line)
-    t.emit(f"%e = tensor.empty() : {tensor_type(shape, out_el)}")
+    empty_like_arg0(t, "%e", shape, out_el, in_el)
     t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}], "
       f"iterator_types = [{iterators(n)}]}} ins(%arg0 : {tensor_type(shape, in_el)}) "
       f"outs(%e : {tensor_type(shape, out_el)}) {{")

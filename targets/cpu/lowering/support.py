@@ -158,7 +158,7 @@ def _trial_key(op) -> str:
 
 def _bounds_text(value) -> str:
     """` {etc.dim_bounds = ...}` for a trial argument with dynamic dims (0 up to its upper bound)."""
-    from etc.compiler.ir import upper_bounds
+    from etc.ir.shapes import upper_bounds
 
     if not isinstance(value.type, ir.RankedTensorType) or ir.RankedTensorType(value.type).has_static_shape:
         return ""
@@ -182,7 +182,7 @@ def _trial_lowering(op, target) -> tuple[bool, str]:
     args = ", ".join(f"%a{i}: {op.operands[i].type}{_bounds_text(op.operands[i])}" for i in tensors)
     prologue = ""
     if sizes:  # symbolic sizes: dims of one more argument, bounded by the op's largest bound
-        from etc.compiler.ir import upper_bounds
+        from etc.ir.shapes import upper_bounds
 
         bound = max([b for r in op.results if isinstance(r.type, ir.RankedTensorType)
                      for b in (upper_bounds(r) or [])] or [1])

@@ -211,7 +211,7 @@ def size_value(op, builder, tensors: dict) -> ir.Value:
 
 def result_bounds(value):
     """The upper bounds of a result's dims (torch's, from to_edge), or None."""
-    from etc.compiler.ir import upper_bounds
+    from etc.ir.shapes import upper_bounds
 
     return upper_bounds(value) if isinstance(value.type, ir.RankedTensorType) else None
 
@@ -219,7 +219,7 @@ def result_bounds(value):
 def dim_bounds(func_op) -> dict:
     """Argument position -> `etc.dim_bounds` of the edge function's dynamically shaped inputs;
     a dynamic input without them cannot be compiled for an upper bound."""
-    from etc.compiler.ir import DIM_BOUNDS_ATTR
+    from etc.ir.shapes import DIM_BOUNDS_ATTR
 
     out = {}
     args = func_op.regions[0].blocks[0].arguments

@@ -28,6 +28,7 @@ from torch_mlir import ir
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
+from etc.targets.cpu.isa import ISA_TABLE
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import apply_transform_script
 from etc.targets.cpu.kernels import gemm_match as gemm
@@ -44,16 +45,23 @@ _NAMED_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.batch_red
                        "linalg.mmt4d", "linalg.batch_mmt4d")
 
 
+# The options' defaults are one row of isa.py's table (cpu_pipeline passes the target's own row):
+# every default is a value a target uses.
+_DEFAULT_ISA = ISA_TABLE["avx512"]
+
+
 @dataclass
 class TileOptions:
-    """The register tile, shared by etc-cpu-gemm-kernels and etc-cpu-tile-gemm-kernels (isa.py's row)."""
+    """The register tile, shared by etc-cpu-gemm-kernels and etc-cpu-tile-gemm-kernels (isa.py's row;
+    by default the AVX-512 one)."""
 
-    lanes: int = option(16, help="f32 lanes of a vector register")
-    mr: int = option(6, help="rows of the register tile")
-    nr: int = option(64, help="columns of the register tile (a multiple of lanes)")
-    kc: int = option(128, help="K block: up to 1.5 kc accumulate in registers, longer K is split into blocks")
-    kc_strided: int = option(128, help="the shortest K block of a B read in place whose panel rows (a row of B "
-                             "apart) alias in the cache (gemm.in_place_k_block)")
+    lanes: int = option(_DEFAULT_ISA.lanes, help="f32 lanes of a vector register")
+    mr: int = option(_DEFAULT_ISA.gemm_mr, help="rows of the register tile")
+    nr: int = option(_DEFAULT_ISA.gemm_nr, help="columns of the register tile (a multiple of lanes)")
+    kc: int = option(_DEFAULT_ISA.gemm_kc, help="K block: up to 1.5 kc accumulate in registers, longer K is split "
+                     "into blocks")
+    kc_strided: int = option(_DEFAULT_ISA.gemm_kc_strided, help="the shortest K block of a B read in place whose "
+                             "panel rows (a row of B apart) alias in the cache (gemm.in_place_k_block)")
 
 
 @register_pass

@@ -139,7 +139,8 @@ class PlanScratch(Pass):
 
 def lifetime(buffer, block) -> tuple | None:
     """(first, last) position in `block` of the top-level ops that use `buffer` or a value derived
-    from it (a view, a region's argument it was passed as, an op result of memref type), or None
+    from it (a view, a region's argument it was passed as, an op result of memref type, the result
+    of the op whose region yields it), or None
     when nothing uses it. A dealloc is no use."""
     position = {o.operation: i for i, o in enumerate(block.operations)}
     seen, todo, span = set(), [buffer], []
@@ -158,10 +159,21 @@ def lifetime(buffer, block) -> tuple | None:
                 continue
             seen.add(user)
             todo += [r for r in user.results if isinstance(r.type, ir.MemRefType)]
+            # A region's terminator (scf.yield, scf.condition) passes the buffer out as its op's
+            # result: a torch.cond branch's result lives on after the scf.if.
+            parent = user.parent
+            if parent is not None and parent.name != "func.func" and _is_terminator(user):
+                todo += [r for r in parent.results if isinstance(r.type, ir.MemRefType)]
             for region in user.regions:  # a loop's iteration arguments, a branch's values
                 for inner in region.blocks:
                     todo += [a for a in inner.arguments if isinstance(a.type, ir.MemRefType)]
     return (min(span), max(span)) if span else None
+
+
+def _is_terminator(op) -> bool:
+    block = op.block
+    operations = block.operations
+    return operations[len(operations) - 1].operation == op
 
 
 def place(sizes: dict, lifetimes: dict, align: int) -> dict:

@@ -171,6 +171,30 @@ func.func @cumsum_2(%x: tensor<4x1xf32>) -> tensor<4x1xf32> {
 
 // -----
 
+// Along a dynamic dim (upper bound 6: shifts 1, 2, 4): the shift pads x first and keeps its first
+// `size` elements, the run-time size; right at every size (found by the compiler fuzzer: the steps
+// counted the dynamic sentinel, none ran, and x came back as its own cumsum).
+// CHECK-LABEL: func.func @cumsum_3
+// CHECK: %[[N:.*]] = torch.aten.size.int %arg0, %int1
+// CHECK: %[[P1:.*]] = torch.aten.constant_pad_nd %arg0, %{{.*}} -> !torch.vtensor<[2,?],f32>
+// CHECK: %[[H1:.*]] = torch.aten.slice.Tensor %[[P1]], %int1, %int0, %[[N]], %int1 : {{.*}} -> !torch.vtensor<[2,?],f32>
+// CHECK: %[[S1:.*]] = torch.aten.add.Tensor %arg0, %[[H1]], %int1
+// CHECK: torch.aten.constant_pad_nd %[[S1]]
+// CHECK: %[[S2:.*]] = torch.aten.add.Tensor %[[S1]]
+// CHECK: torch.aten.constant_pad_nd %[[S2]]
+// CHECK: %[[S3:.*]] = torch.aten.add.Tensor %[[S2]]
+// CHECK-NOT: torch.aten.add.Tensor
+// CHECK: return %[[S3]]
+// LINALG-LABEL: func.func @cumsum_3
+// LINALG-NOT: tm_tensor
+// LINALG: return
+func.func @cumsum_3(%x: tensor<2x?xf32> {etc.dim_bounds = array<i64: 2, 2, 1, 6>}) -> tensor<2x?xf32> {
+  %r = "edge.cumsum"(%x) {dim = 1 : i64, dtype, etc.upper_bounds = array<i64: 2, 6>} : (tensor<2x?xf32>) -> tensor<2x?xf32>
+  return %r : tensor<2x?xf32>
+}
+
+// -----
+
 // ===== gelu-tanh =====
 // gelu(approximate="tanh") goes to torch as its formula, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
 // with sqrt(2/pi) to f64 precision: torch-mlir's own lowering used 0.797724 and was 5e-5 off ATen.

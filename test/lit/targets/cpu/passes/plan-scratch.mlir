@@ -68,3 +68,31 @@ func.func @per_thread(%out: memref<72x64xf32> {etc.cpu.arg = "output:0"}) {
   }
   return
 }
+
+// -----
+
+// A torch.cond branch's result: %r is filled inside the scf.if and yielded, so it lives until the
+// copy after the if reads it; %i, written between the two, must not share its bytes (it did: the
+// indices of an index_put overwrote the branch's result).
+// CHECK-LABEL: func.func @branch_result
+// CHECK-SAME: %{{[a-z0-9]+}}: memref<8xf32> {etc.cpu.arg = "scratch:0"}
+// CHECK-SAME: %{{[a-z0-9]+}}: memref<3xi64> {etc.cpu.arg = "scratch:64"}
+// CHECK-SAME: etc.cpu.scratch_bytes = 128 : i64
+// expected-error@+1 {{etc-cpu-plan-scratch: alignment must be a power of two, got 3}}
+func.func @branch_result(%p: i1, %out: memref<8xf32> {etc.cpu.arg = "output:0"},
+                         %idx: memref<3xi64> {etc.cpu.arg = "output:1"}) {
+  %z = arith.constant 0.0 : f32
+  %zero = arith.constant 0 : i64
+  %r = memref.alloc() : memref<8xf32>
+  %i = memref.alloc() : memref<3xi64>
+  %y = scf.if %p -> (memref<8xf32>) {
+    linalg.fill ins(%z : f32) outs(%r : memref<8xf32>)
+    scf.yield %r : memref<8xf32>
+  } else {
+    scf.yield %out : memref<8xf32>
+  }
+  linalg.fill ins(%zero : i64) outs(%i : memref<3xi64>)
+  memref.copy %i, %idx : memref<3xi64> to memref<3xi64>
+  memref.copy %y, %out : memref<8xf32> to memref<8xf32>
+  return
+}

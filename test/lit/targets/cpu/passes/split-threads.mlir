@@ -83,3 +83,46 @@ func.func @resize(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %o
   }
   return
 }
+
+// -----
+
+// A cond in the delegate yields one buffer or the other (found by the compiler fuzzer: this was
+// "'scf.if' runs on one thread but its result is used after it"). The branches' writes run on
+// thread 0; after the barrier every thread selects the same buffer again (a copy of the scf.if
+// with only the ops its yields need), and the loop nest reads that selection.
+// CHECK-LABEL: func.func @cond_result
+// CHECK: scf.if
+// CHECK: %[[FIRST:.*]] = scf.if %{{.*}} -> (memref<64xf32>)
+// CHECK: memref.store
+// CHECK: scf.yield %arg1
+// CHECK: memref.store
+// CHECK: scf.yield %arg2
+// CHECK: call @etc_cpu_barrier
+// CHECK-NEXT: %[[P:.*]] = memref.load %arg3[]
+// CHECK-NEXT: %[[AGAIN:.*]] = scf.if %[[P]] -> (memref<64xf32>) {
+// CHECK-NEXT: scf.yield %arg1
+// CHECK-NEXT: } else {
+// CHECK-NEXT: scf.yield %arg2
+// CHECK-NEXT: }
+// CHECK: scf.for
+// CHECK: memref.load %[[AGAIN]]
+// CHECK: } {etc.thread_split}
+func.func @cond_result(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %a: memref<64xf32> {etc.cpu.arg = "scratch:0", llvm.noalias},
+                       %b: memref<64xf32> {etc.cpu.arg = "scratch:256", llvm.noalias}, %p: memref<i1> {etc.cpu.arg = "input:1", llvm.noalias},
+                       %out: memref<64xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %z = arith.constant 0.0 : f32
+  %pred = memref.load %p[] : memref<i1>
+  %r = scf.if %pred -> (memref<64xf32>) {
+    memref.store %z, %a[%c0] : memref<64xf32>
+    scf.yield %a : memref<64xf32>
+  } else {
+    memref.store %z, %b[%c0] : memref<64xf32>
+    scf.yield %b : memref<64xf32>
+  }
+  linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]} ins(%r : memref<64xf32>) outs(%out : memref<64xf32>) {
+  ^bb0(%in: f32, %o: f32):
+    linalg.yield %in : f32
+  }
+  return
+}

@@ -1,4 +1,4 @@
-// RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels --etc-cpu-fuse-elementwise --etc-cpu-gemm-regions --etc-cpu-tile-gemm-kernels | filecheck %s
+// RUN: etc-opt %s --split-input-file --etc-cpu-gemm-kernels="kc=128 kc-strided=128" --etc-cpu-fuse-elementwise --etc-cpu-gemm-regions="kc=128 kc-strided=128" --etc-cpu-tile-gemm-kernels="kc=128 kc-strided=128" | filecheck %s
 
 // One K block (96 <= 1.5 kc): each 6x64 tile starts from the broadcast bias in registers,
 // accumulates the whole K as six 64-wide vector FMAs per k step, takes its ReLU in registers and

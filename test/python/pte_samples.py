@@ -1,4 +1,4 @@
-"""Hand-built programs for the schema tests (importable as `data.pte_samples`).
+"""Hand-built programs for the schema tests (a helper module beside the tests, like kernel_cases.py).
 
 - `add_constant_program()`: runnable by any ExecuTorch-compatible runtime:
   out = x + c * alpha with one `aten::add.out` kernel call, x and out planned in

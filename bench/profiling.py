@@ -1,4 +1,4 @@
-"""What profiling costs and how much of the latency it explains (`python -m etc.tools.bench_profiling`).
+"""What profiling costs and how much of the latency it explains (`python -m etc.bench.profiling`).
 
 For zoo models, portable and cpu-delegated, on one thread:
 
@@ -25,14 +25,13 @@ at realistic sizes (ResNet-18 at 224, the encoder 256 wide over 128 tokens):
 Minimums over interleaved runs (a shared machine is noisy: the minimum is the least disturbed
 run, and interleaving spreads the noise over the three alike); the record's own ratio is over all runs.
 
-    python -m etc.tools.bench_profiling [--runs N] [--models ...] [--backends portable cpu]
+    python -m etc.bench.profiling [--runs N] [--models ...] [--backends portable cpu]
                                         [--profiled-models ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -44,7 +43,7 @@ PROFILED_MODELS = ["resnet8", "transformer_encoder", "resnet18", "transformer_en
 
 def _model(name: str):
     """A zoo model (bench-only ones included), or the zoo's encoder at a realistic size."""
-    from models.zoo import BENCH_ONLY, ZOO
+    from etc.models.zoo import BENCH_ONLY, ZOO
 
     if name in ZOO:
         return ZOO[name]()
@@ -52,7 +51,7 @@ def _model(name: str):
         return BENCH_ONLY[name]()
     if name == "transformer_encoder_256":
         import torch
-        from models.zoo import TransformerEncoder, ZooModel
+        from etc.models.zoo import TransformerEncoder, ZooModel
 
         torch.manual_seed(0)
         return ZooModel(name, TransformerEncoder(dim=256, heads=4, layers=4).eval(),
@@ -73,7 +72,7 @@ def measure(name: str, backend: str, runs: int) -> dict:
     import etc
     from etc.devtools.inspector import Inspector
     from etc.runtime import Runtime
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo_model = ZOO[name]()
     edge = etc.to_edge(zoo_model.export())
@@ -201,14 +200,13 @@ def render_recording(rows: list) -> str:
 
 def run(models: list | None = None, profiled_models: list | None = None, runs: int = 30) -> str:
     """Both tables as markdown (for `make bench`)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test"))
     from etc.runtime import Runtime
 
     Runtime.get().set_num_threads(1)
     recording = [measure(name, backend, runs) for name in (models or MODELS) for backend in ("portable", "cpu")]
     profiled = [measure_profiled(name, runs) for name in (profiled_models or PROFILED_MODELS)]
     return ("What recording costs (`enable_etdump=True`) and how well the Inspector's rows add up, one thread "
-            "(`python -m etc.tools.bench_profiling`): latency not recording, execute's body without its one "
+            "(`python -m etc.bench.profiling`): latency not recording, execute's body without its one "
             "check, recording; the rows over the recorded executes and over the unrecorded latency.\n\n"
             + render_recording(recording) +
             "\nThe cpu delegate's regions (`CpuPartitioner(profile=True)`): latency with profiling off (the "
@@ -225,7 +223,6 @@ def main(argv=None) -> int:
     parser.add_argument("--profiled-models", nargs="*", default=PROFILED_MODELS,
                         help="models for the cpu delegate's regions (none: skip that table)")
     args = parser.parse_args(argv)
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "test"))
     from etc.runtime import Runtime
 
     Runtime.get().set_num_threads(1)

@@ -1,6 +1,6 @@
 """LLM benchmarks: prefill and decode tokens/s of `etc.llm` exports, against ExecuTorch+XNNPACK and torch.
 
-    python -m etc.tools.bench_llm [--only llama_15m,gpt2_4l] [--runs N] [--decode-tokens N] [--timeout S]
+    python -m etc.bench.llm [--only llama_15m,gpt2_4l] [--runs N] [--decode-tokens N] [--timeout S]
 
 Each model (random weights, no downloads) is exported ONCE with `etc.llm.export_decoder`: one
 method `forward(tokens[1, T], input_pos[T])` with T dynamic in [1, 128] and the static KV cache
@@ -11,7 +11,7 @@ run by `executorch.runtime` with its threadpool at 1 thread); torch eager runs t
 itself on 1 thread.
 
 Measured per round, each backend in turn (interleaved), in CPU time of the calling thread
-(all three compute on it with one thread, see `bench_layers.interleaved`): a prefill of 32
+(all three compute on it with one thread, see `layers.interleaved`): a prefill of 32
 tokens and one of 128 (each from cache position 0), then `--decode-tokens` decode calls of one
 token each at positions 128, 129, ... (steady state: the cache holds the prompt). Tokens/s are
 from the medians over rounds.
@@ -28,7 +28,7 @@ Also measured, as ExecuTorch's export_llama does without `--enable_dynamic_shape
 export with a static length of 1 (the decode-only program), on etc and XNNPACK. It tells the
 cost of the dynamic length apart from the rest.
 
-Each model runs in its own child process with a timeout (as tools/bench_models.py does), so a
+Each model runs in its own child process with a timeout (as bench/hf_models.py does), so a
 crash or hang of a compiler under test is a row, not the end of the run.
 """
 
@@ -114,9 +114,10 @@ MODELS: dict[str, Model] = {m.name: m for m in [
 
 
 # ---------------------------------------------------------------- one model, in the child
-# The child's protocol is bench_models': JSON lines to the parent, a failing backend a one-line error in
+# The child's protocol is common's (emit, run_child): JSON lines to the parent, a failing backend a one-line error in
 # its row (printed under Failures in BENCHMARKS.md), a crash or a timeout a row too (run_child).
-from etc.tools.bench_models import _emit, _error, not_tuned_lines  # noqa: E402
+from etc.bench.common import emit, error_text, executorch_method, executorch_program, executorch_threads, \
+    not_tuned_lines, run_child  # noqa: E402
 
 
 class _Backend:
@@ -156,32 +157,21 @@ def _etc_backend(programs: dict, stats: dict, prefix: str):
 
 
 def _etc_executorch_backend(programs: dict, stats: dict, prefix: str):
-    """etc's program on ExecuTorch's runtime with etc's cpu backend (tools/bench_executorch.py)."""
-    from executorch.runtime import Runtime as EtRuntime
+    """etc's program on ExecuTorch's runtime with etc's cpu backend (bench/executorch_backend.py)."""
+    import executorch.runtime  # noqa: F401 - ExecuTorch's runtime in the process before etc's backend registers in it
 
     from etc.runtime import executorch_backend
-    from etc.tools.bench import _executorch_threads
 
-    stats["et_threads"] = _executorch_threads(1)
+    stats["et_threads"] = executorch_threads(1)
     executorch_backend.load()
-    program = _etc_program(programs, stats, prefix)
-    buffer = program.buffer
-    loaded = EtRuntime.get().load_program(buffer)
-    method = loaded.load_method("forward")
-    keep = (buffer, loaded)
-    return _Backend(lambda t, p: keep and method.execute([t, p])[0], lambda x: x)
+    method = executorch_method(_etc_program(programs, stats, prefix))
+    return _Backend(lambda t, p: method.execute([t, p])[0], lambda x: x)
 
 
 def _xnnpack_backend(exported, stats: dict, prefix: str):
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.runtime import Runtime as EtRuntime
-
-    from etc.tools.bench import _executorch_threads
-
-    stats["et_threads"] = _executorch_threads(1)
+    stats["et_threads"] = executorch_threads(1)
     start, start_cpu = time.perf_counter(), time.process_time()
-    program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
+    program = executorch_program(exported, xnnpack=True)
     stats[f"{prefix}_compile_s"] = time.perf_counter() - start
     stats[f"{prefix}_compile_cpu_s"] = time.process_time() - start_cpu
     stats[f"{prefix}_pte_bytes"] = len(program.buffer)
@@ -190,11 +180,8 @@ def _xnnpack_backend(exported, stats: dict, prefix: str):
         1 for chain in plan.chains for i in chain.instructions if type(i.instr_args).__name__ == "DelegateCall")
     stats[f"{prefix}_kernel_calls"] = sum(
         1 for chain in plan.chains for i in chain.instructions if type(i.instr_args).__name__ == "KernelCall")
-    buffer = program.buffer  # the loaded program reads this memory: keep it alive with the method
-    loaded = EtRuntime.get().load_program(buffer)
-    method = loaded.load_method("forward")
-    keep = (buffer, loaded)
-    return _Backend(lambda t, p: keep and method.execute([t, p])[0], lambda x: x)
+    method = executorch_method(program)
+    return _Backend(lambda t, p: method.execute([t, p])[0], lambda x: x)
 
 
 def _torch_backend(module):
@@ -227,12 +214,12 @@ def measure(name: str, runs: int, decode_tokens: int, backends: set, budget_s: f
         prompt = torch.randint(0, vocab, (1, max(PROMPTS)), generator=generator)
         next_tokens = torch.randint(0, vocab, (1, decode_tokens), generator=generator)
         expected = module(prompt[:, :PROMPTS[0]], torch.arange(PROMPTS[0]))  # the check: a 32-token prefill
-    _emit(name=name, ref_max=float(expected.abs().max()), stage="export")
+    emit(name=name, ref_max=float(expected.abs().max()), stage="export")
 
     start = time.perf_counter()
     programs = export_decoder(fresh, max_seq_len=MAX_SEQ_LEN)
     pristine = copy.deepcopy(programs["forward"])  # ExecuTorch's copy: neither lowering sees the other's
-    _emit(export_s=time.perf_counter() - start)
+    emit(export_s=time.perf_counter() - start)
     static = None  # the static 1-token (decode-only) export, built when a backend wants it
 
     def decode_only():
@@ -252,23 +239,23 @@ def measure(name: str, runs: int, decode_tokens: int, backends: set, budget_s: f
     }
     calls = {}
     for key in [k for k in makers if k in backends]:
-        _emit(stage=f"{key} compile")
+        emit(stage=f"{key} compile")
         stats: dict = {}
         try:
             backend = makers[key](stats)
-            _emit(**stats, stage=f"{key} check")
+            emit(**stats, stage=f"{key} check")
             with torch.no_grad():
                 if key.endswith("_static"):  # token by token, as a runner without a dynamic length prefills
                     for i in range(PROMPTS[0]):
                         got = backend(prompt[:, i:i + 1], torch.tensor([i]))
                 else:
                     got = backend(prompt[:, :PROMPTS[0]], torch.arange(PROMPTS[0]))
-            _emit(**{f"{key}_maxdiff": _max_diff(got, expected[:, -1:, :])})
+            emit(**{f"{key}_maxdiff": _max_diff(got, expected[:, -1:, :])})
             calls[key] = backend
         except Exception as e:  # noqa: BLE001 - reported in the row
-            _emit(**{f"{key}_error": _error(e)})
+            emit(**{f"{key}_error": error_text(e)})
 
-    _emit(stage="timing " + ",".join(calls))
+    emit(stage="timing " + ",".join(calls))
     samples = {key: {} for key in calls}
     positions = torch.arange(max(PROMPTS))
     decode_positions = [torch.tensor([max(PROMPTS) + i]) for i in range(decode_tokens)]
@@ -300,21 +287,19 @@ def measure(name: str, runs: int, decode_tokens: int, backends: set, budget_s: f
         for kind, times in kinds.items():
             tokens = 1 if kind == "decode" else int(kind.removeprefix("prefill"))
             result[f"{key}_{kind}_tps"] = tokens / statistics.median(times)
-    _emit(**result, rounds=done, stage="done")
+    emit(**result, rounds=done, stage="done")
 
 
 # ---------------------------------------------------------------- the parent
 BACKENDS = ("etc", "xnnpack", "torch", "etc_static", "xnnpack_static")  # (and "etc_executorch": bench_executorch)
 
 
-def _child(name: str, runs: int, decode_tokens: int, backends, timeout_s: float) -> tuple[dict, str | None]:
-    cmd = [sys.executable, "-m", "etc.tools.bench_llm", "--child", name, "--runs", str(runs),
+def measure_in_child(name: str, runs: int, decode_tokens: int, backends, timeout_s: float) -> tuple[dict, str | None]:
+    cmd = [sys.executable, "-m", "etc.bench.llm", "--child", name, "--runs", str(runs),
            "--decode-tokens", str(decode_tokens), "--backends", ",".join(backends)]
     # One thread each: numpy's BLAS (etc's portable matmuls) would otherwise compute on other threads too,
     # which the calling thread's CPU time does not count.
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    from etc.tools.bench_models import run_child
-
     return run_child(cmd, timeout_s, env)
 
 
@@ -326,7 +311,7 @@ def _backends(name: str) -> tuple:
 def measure_isolated(name: str, runs: int, decode_tokens: int, timeout_s: float) -> dict:
     """The model's row; when a backend crashes the child, the others are measured again without it."""
     backends = list(_backends(name))
-    row, failure = _child(name, runs, decode_tokens, backends, timeout_s)
+    row, failure = measure_in_child(name, runs, decode_tokens, backends, timeout_s)
     row["name"] = name
     while failure is not None:
         stage = row.get("stage", "")
@@ -336,7 +321,7 @@ def measure_isolated(name: str, runs: int, decode_tokens: int, timeout_s: float)
             return row
         row[f"{culprit}_error"] = failure
         backends.remove(culprit)
-        again, failure = _child(name, runs, decode_tokens, backends, timeout_s)
+        again, failure = measure_in_child(name, runs, decode_tokens, backends, timeout_s)
         for key, value in again.items():
             if key not in row or key.endswith("_tps") or key == "stage":
                 row[key] = value

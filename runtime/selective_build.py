@@ -61,9 +61,9 @@ class _SelectedKernels:
         if name not in self.operators:
             raise KernelNotFoundError(f"operator '{name}' is not in this runtime's selective build", operator=name)
         from etc.runtime.kernels.registry import get_kernel
-        from etc.runtime.method import _ensure_kernels_registered
+        from etc.runtime.method import ensure_kernels_registered
 
-        _ensure_kernels_registered()
+        ensure_kernels_registered()
         return get_kernel(name)
 
 

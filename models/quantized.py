@@ -45,7 +45,7 @@ def sqnr(signal, noisy) -> float:
 def quantized_zoo(name: str, is_dynamic: bool = False):
     """(zoo model, converted GraphModule, ExportedProgram) of a zoo model, quantized once per test
     session (calibration is the slow part; several test files use the same models)."""
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
     zoo_model = ZOO[name]()
     converted, ep = quantize(zoo_model, is_dynamic=is_dynamic)

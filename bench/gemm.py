@@ -1,6 +1,6 @@
 """GEMM/convolution throughput of the cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/kernels/gemm_*.py).
 
-    python -m etc.tools.bench_gemm [--runs N] [--quick]
+    python -m etc.bench.gemm [--runs N] [--quick]
 
 For matmul M=N=K in {256, 512, 1024}, a ResNet 3x3 64->64 convolution at 56x56 and a
 MobileNet 1x1 32->64 convolution at 48x48: median GFLOP/s of the code the cpu pipeline
@@ -15,7 +15,7 @@ the shape's), against
     patches [C*KH*KW, OH*OW], the im2col not counted), at 1 thread when OpenBLAS lets us set
     it, else at its own thread count (stated).
 
-`run() -> str` returns the markdown table `tools/bench.py` embeds. The machine is shared:
+`run() -> str` returns the markdown table `bench/report.py` embeds. The machine is shared:
 compare ratios within one run only.
 """
 
@@ -256,7 +256,7 @@ def run(runs: int = 10, quick: bool = False) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m etc.tools.bench_gemm", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m etc.bench.gemm", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="skip the slow default-loops 1024 matmul")
     args = parser.parse_args(argv)

@@ -1,118 +1,97 @@
 """Int8 CNNs: etc cpu on a CpuQuantizer program against ExecuTorch + XNNPACK on an XNNPACKQuantizer one.
 
 For each zoo CNN, in one child process (a crash of a compiler under test is a row): the model
-quantized with PT2E twice, calibrated on the same inputs (`models.quantized.quantize`), once with
+quantized with PT2E twice, calibrated on the same inputs (`etc.models.quantized.quantize`), once with
 etc's `CpuQuantizer` (compiled by etc's cpu target) and once with ExecuTorch's `XNNPACKQuantizer`
 (lowered to XNNPACK); the fp32 model on both too. One thread each, the four calls interleaved
-(`bench_layers.interleaved`: CPU time of the calling thread), plus etc's SQNR against the eager
+(`layers.interleaved`: CPU time of the calling thread), plus etc's SQNR against the eager
 quantized model and how many ops stayed on portable kernels.
 
-    python -m etc.tools.bench_int8 [--only small_cnn,resnet8] [--runs N]
+    python -m etc.bench.int8 [--only small_cnn,resnet8] [--runs N]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
+
+from etc.bench.common import emit, error_text, executorch_method, executorch_program, executorch_threads, interleaved, \
+    ms, ratio, run_child
 
 CNNS = ("small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn", "resnet18")
 
 
-def _test_path() -> None:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
-
-
 def measure(name: str, runs: int, budget_s: float = 3.0) -> None:
-    """In the child: JSON lines (bench_models' protocol) with the four latencies and the numerics."""
+    """In the child: JSON lines (common's protocol: emit, run_child) with the four latencies and the numerics."""
     import warnings
 
     warnings.filterwarnings("ignore")
-    _test_path()
     import numpy as np
     import torch
 
     import etc
     from etc.runtime import Runtime
     from etc.targets.cpu import CpuPartitioner
-    from etc.tools.bench_layers import executorch_threads, interleaved
-    from etc.tools.bench_models import _emit
-    from models.quantized import quantize, sqnr
-    from models.zoo import BENCH_ONLY, ZOO
+    from etc.models.quantized import quantize, sqnr
+    from etc.models.zoo import BENCH_ONLY, ZOO
 
     torch.set_num_threads(1)
     zoo_model = {**ZOO, **BENCH_ONLY}[name]()
     inputs = list(zoo_model.example_inputs)
     np_inputs = [x.numpy() for x in inputs]
-    _emit(name=name, stage="quantizing")
+    emit(name=name, stage="quantizing")
     converted, ep = quantize(zoo_model)
-    calls, keep = {}, []
+    calls = {}
 
     def etc_call(programs, key):
         edge = etc.to_edge(programs).to_backend(CpuPartitioner(num_threads=1))
         portable = sum(sum(r.portable.values()) for r in edge.delegation_reports)
         buffer = edge.to_executorch().buffer
-        _emit(**{f"{key}_pte_bytes": len(buffer)})
+        emit(**{f"{key}_pte_bytes": len(buffer)})
         method = Runtime.get().load_program(buffer).load_method("forward")
         calls[key] = lambda: method.execute(np_inputs)
         return method, portable
 
-    _emit(stage="etc int8")
+    emit(stage="etc int8")
     method, portable = etc_call(ep, "etc_int8")
     with torch.no_grad():
         want = converted(*inputs)
-    _emit(etc_portable_ops=portable, etc_sqnr=sqnr(want, torch.as_tensor(np.asarray(method.execute(np_inputs)[0]))))
-    _emit(stage="etc fp32")
+    emit(etc_portable_ops=portable, etc_sqnr=sqnr(want, torch.as_tensor(np.asarray(method.execute(np_inputs)[0]))))
+    emit(stage="etc fp32")
     etc_call(zoo_model.export(), "etc_fp32")
     try:
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
                                                                               get_symmetric_quantization_config)
-        from executorch.exir import to_edge_transform_and_lower
-        from executorch.runtime import Runtime as EtRuntime
 
         executorch_threads(1)
-        _emit(stage="xnnpack int8")
+        emit(stage="xnnpack int8")
         quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
         _, xep = quantize(zoo_model, quantizer=quantizer)
         for key, programs in (("xnnpack_int8", xep), ("xnnpack_fp32", zoo_model.export())):
-            buffer = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
-            _emit(**{f"{key}_pte_bytes": len(buffer)})
-            program = EtRuntime.get().load_program(buffer)  # reads `buffer`: both must outlive the method
-            keep.append((buffer, program))
-            et_method = program.load_method("forward")
+            program = executorch_program(programs, xnnpack=True)
+            emit(**{f"{key}_pte_bytes": len(program.buffer)})
+            et_method = executorch_method(program)
             calls[key] = (lambda m: lambda: m.execute(inputs))(et_method)
     except Exception as e:  # noqa: BLE001 - ExecuTorch missing or failing: its columns are n/a
-        text = str(e).strip().splitlines()
-        _emit(xnnpack_error=f"{type(e).__name__}: {text[0][:100] if text else ''}")
-    _emit(stage="timing")
+        emit(xnnpack_error=error_text(e, 100))
+    emit(stage="timing")
     cpu, _ = interleaved(calls, runs, budget_s, warmup=3)
-    _emit(**cpu)
-    _emit(stage="done")
+    emit(**cpu)
+    emit(stage="done")
 
 
 def run(names: list[str] | None = None, runs: int = 20, timeout_s: float = 900.0, log=sys.stderr) -> str:
-    from etc.tools.bench_models import run_child
-
     rows = []
     for name in names or CNNS:
         print(f"[bench_int8] {name}", file=log, flush=True)
         start = time.perf_counter()
-        row, failure = run_child([sys.executable, "-m", "etc.tools.bench_int8", "--child", name, "--runs",
+        row, failure = run_child([sys.executable, "-m", "etc.bench.int8", "--child", name, "--runs",
                                   str(runs)], timeout_s)
         row["name"], row["failure"] = name, failure
         print(f"[bench_int8] {name}: {time.perf_counter() - start:.0f} s", file=log, flush=True)
         rows.append(row)
     return render(rows)
-
-
-def _ms(t) -> str:
-    return "n/a" if t is None else f"{t * 1e3:.3f}"
-
-
-def _ratio(a, b) -> str:
-    return "n/a" if a is None or b is None or not b else f"{a / b:.2f}x"
 
 
 def render(rows: list[dict]) -> str:
@@ -124,11 +103,11 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         int8, fp32, x8, xf = (r.get(k) for k in ("etc_int8", "etc_fp32", "xnnpack_int8", "xnnpack_fp32"))
         s = r.get("etc_sqnr")
-        lines.append(f"| {r['name']} | {_ms(int8)} | {_ms(fp32)} | {_ms(x8)} | {_ms(xf)} | {_ratio(int8, x8)} | "
-                     f"{_ratio(int8, fp32)} | {'n/a' if s is None else ('exact' if s == float('inf') else f'{s:.1f}')} "
+        lines.append(f"| {r['name']} | {ms(int8)} | {ms(fp32)} | {ms(x8)} | {ms(xf)} | {ratio(int8, x8)} | "
+                     f"{ratio(int8, fp32)} | {'n/a' if s is None else ('exact' if s == float('inf') else f'{s:.1f}')} "
                      f"| {r.get('etc_portable_ops', 'n/a')} | {r.get('etc_int8_pte_bytes', 'n/a')} | "
                      f"{r.get('xnnpack_int8_pte_bytes', 'n/a')} | "
-                     f"{_ratio(r.get('etc_int8_pte_bytes'), r.get('xnnpack_int8_pte_bytes'))} |")
+                     f"{ratio(r.get('etc_int8_pte_bytes'), r.get('xnnpack_int8_pte_bytes'))} |")
         for key in ("failure", "xnnpack_error"):
             if r.get(key):
                 notes.append(f"- {r['name']}: {key.replace('_', ' ')}: {r[key]}")

@@ -3,16 +3,16 @@ ExecuTorch+XNNPACK, one thread each, medians in one run (the machine is shared: 
 XNNPACK is timed twice: on the NCHW input (the delegate converts to NHWC and back around the one
 op) and on a channels-last input (no conversion: its kernel alone, as inside an NHWC subgraph).
 
-    .venv/bin/python -m etc.tools.bench_windows [--options '{rows=2}'] [--no-xnnpack] [--filter dw]
+    .venv/bin/python -m etc.bench.windows [--options '{rows=2}'] [--no-xnnpack] [--filter dw]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import time
+
+from etc.bench.common import executorch_method, executorch_program, executorch_threads, median_seconds
 
 CASES = [  # (name, module factory, input shape)
     ("dw3x3/2 96@112 +BN+ReLU6", lambda nn: nn.Sequential(nn.Conv2d(96, 96, 3, 2, 1, groups=96), nn.BatchNorm2d(96),
@@ -37,37 +37,21 @@ CASES = [  # (name, module factory, input shape)
 
 
 def median_ms(fn, runs: int = 30, budget_s: float = 1.0) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    deadline = time.perf_counter() + budget_s
-    while len(times) < runs or time.perf_counter() < deadline and len(times) < 5 * runs:
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return median_seconds(fn, runs=runs, budget_s=budget_s) * 1e3
 
 
 def xnnpack_method(model, x):
     import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.runtime import Runtime
 
-    program = to_edge_transform_and_lower({"forward": torch.export.export(model, (x,))},
-                                          partitioner=[XnnpackPartitioner()]).to_executorch()
-    method = Runtime.get().load_program(program.buffer).load_method("forward")
-    method._etc_keep = program  # the runtime reads the program's buffer in place
-    return method
+    return executorch_method(executorch_program({"forward": torch.export.export(model, (x,))}, xnnpack=True))
 
 
 def main(argv=None) -> int:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test", "python"))
     import numpy as np
     import torch
     import torch.nn as nn
 
-    from cpu_jit import compile_model
+    from etc.bench.window_jit import compile_model
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--options", default="", help="pass options, e.g. '{rows=2 lanes=16}'")
@@ -76,9 +60,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if not args.no_xnnpack:
-        from etc.tools.bench import _executorch_threads
-
-        _executorch_threads(1)
+        executorch_threads(1)
     print("| op | etc ms | torch 1t ms | XNNPACK 1t ms | XNNPACK NHWC 1t ms | torch / etc | XNNPACK / etc "
           "| XNNPACK NHWC / etc | max abs err |")
     print("|---|---|---|---|---|---|---|---|---|")

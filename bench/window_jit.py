@@ -1,5 +1,7 @@
-"""Helpers for the cpu window-kernel tests and tools/bench_windows.py: a torch module -> the
-linalg-on-tensors function the cpu target sees -> `etc-cpu-window-kernels` -> JIT-compiled callable."""
+"""One pass measured alone, for bench/windows.py and the window-kernel tests: a torch module -> the
+linalg-on-tensors function the cpu target sees -> `etc-cpu-window-kernels` (with the options under
+test) -> a JIT-compiled callable, through a short upstream lowering rather than the whole cpu
+pipeline, so that what is timed is the pass's kernel."""
 
 from __future__ import annotations
 
@@ -111,11 +113,10 @@ class Compiled:
 
 def _for_llvmlite(text: str) -> str:
     """MLIR's LLVM 24 IR text in the syntax of llvmlite's older LLVM (float literals, header): the
-    cpu target's own converter, wherever the refactoring put it."""
-    from etc.targets.cpu import codegen
+    cpu target's own converter."""
+    from etc.targets.cpu.codegen import strip_header
 
-    convert = getattr(codegen, "strip_header", None) or getattr(codegen, "_strip_header")
-    return convert(text)
+    return strip_header(text)
 
 
 def compile_linalg_text(text: str, opt_level: int = 3) -> Compiled:

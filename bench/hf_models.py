@@ -1,6 +1,6 @@
 """Real models: transformers architectures at their real sizes, random weights, no downloads.
 
-    python -m etc.tools.bench_models [--only name1,name2] [--runs N] [--timeout S]
+    python -m etc.bench.hf_models [--only name1,name2] [--runs N] [--timeout S]
 
 Each model is built from its `transformers` config (`XxxConfig(...)` -> `XxxModel` /
 `...ForImageClassification` / `...ForCausalLM`, `torch.manual_seed(0)`), in eval mode,
@@ -11,7 +11,7 @@ the end of the run): etc's compile time (`to_edge` + `to_backend(CpuPartitioner(
 `to_executorch()`), both after the same `torch.export`; the delegation summary; the max
 abs difference of etc's output against eager; and the median latency of etc cpu, torch
 eager and ExecuTorch + XNNPACK, one thread each, called in turn (interleaved), in CPU time
-of the calling thread (see `bench_layers.interleaved`).
+of the calling thread (see `layers.interleaved`).
 
 When the etc side crashes, the model is measured again without it, so its row still has
 torch and XNNPACK. Needs `transformers` (a bench-only dependency, see the Makefile).
@@ -20,13 +20,16 @@ torch and XNNPACK. Needs `transformers` (a bench-only dependency, see the Makefi
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import math
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+from etc.bench.common import emit, error_text, executorch_threads, interleaved, ms, not_tuned_lines, ratio, run_child
+
+ms2 = functools.partial(ms, digits=2)  # this table's milliseconds
 
 
 @dataclass(frozen=True)
@@ -137,16 +140,6 @@ MODELS: dict[str, Model] = {m.name: m for m in [
 
 
 # ---------------------------------------------------------------- one model, in the child
-def _error(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:120] if text else ''}"
-
-
-def _emit(**fields):
-    """One JSON line to the parent: what is known so far (a crash keeps what came before)."""
-    print(json.dumps(fields), flush=True)
-
-
 def _etc_program(module, inputs):
     """etc's program of `module` (CpuPartitioner, one thread), its compile time and delegation emitted."""
     import torch
@@ -164,7 +157,7 @@ def _etc_program(module, inputs):
     for r in reports:
         for op, n in r.portable.items():
             portable[op] = portable.get(op, 0) + n
-    _emit(etc_compile_s=compile_s, etc_compile_cpu_s=compile_cpu_s, etc_partitions=sum(r.partitions for r in reports),
+    emit(etc_compile_s=compile_s, etc_compile_cpu_s=compile_cpu_s, etc_partitions=sum(r.partitions for r in reports),
           etc_delegated_ops=sum(sum(r.delegated.values()) for r in reports),
           etc_portable_ops=sum(portable.values()),
           etc_portable=", ".join(f"{op.removeprefix('edge.')} x{n}" for op, n in sorted(portable.items())),
@@ -183,50 +176,48 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
     with torch.no_grad():
         expected = module(*inputs)
     scale = float(expected.abs().max())
-    _emit(name=name, ref_max=scale)
+    emit(name=name, ref_max=scale)
     calls = {}
     if "torch" in backends:
         calls["torch"] = lambda: module(*inputs)
 
     if "etc" in backends or "etc_executorch" in backends:
         try:
-            _emit(stage="etc compile")
+            emit(stage="etc compile")
             etc_program = _etc_program(module, inputs)
         except Exception as e:  # noqa: BLE001 - reported in the row
-            _emit(etc_error=_error(e))
+            emit(etc_error=error_text(e))
             etc_program = None
     if "etc" in backends and etc_program is not None:
         try:
             from etc.runtime import Runtime
 
-            _emit(stage="etc load")
+            emit(stage="etc load")
             method = Runtime.get().load_program(etc_program.buffer).load_method("forward")
-            _emit(stage="etc execute")
+            emit(stage="etc execute")
             got = method.execute(list(inputs))[0]
-            _emit(etc_maxdiff=float((got - expected).abs().max()))
+            emit(etc_maxdiff=float((got - expected).abs().max()))
             np_inputs = [t.numpy() for t in inputs]
             calls["etc"] = lambda: etc_program and method.execute(np_inputs)
         except Exception as e:  # noqa: BLE001 - reported in the row
-            _emit(etc_error=_error(e))
+            emit(etc_error=error_text(e))
     if "etc_executorch" in backends and etc_program is not None:
-        try:  # the same program on ExecuTorch's runtime, with etc's cpu backend (tools/bench_executorch.py)
+        try:  # the same program on ExecuTorch's runtime, with etc's cpu backend (bench/executorch_backend.py)
             from executorch.runtime import Runtime as EtRuntime
 
             from etc.runtime import executorch_backend
-            from etc.tools.bench import _executorch_threads
-
-            _emit(stage="etc_executorch load", et_threads=_executorch_threads(1))
+            emit(stage="etc_executorch load", et_threads=executorch_threads(1))
             executorch_backend.load()
             buffer = etc_program.buffer
             loaded = EtRuntime.get().load_program(buffer)
             et_etc_method = loaded.load_method("forward")
-            _emit(stage="etc_executorch execute")
+            emit(stage="etc_executorch execute")
             got = et_etc_method.execute(list(inputs))[0]
-            _emit(etc_executorch_maxdiff=float((got - expected).abs().max()))
+            emit(etc_executorch_maxdiff=float((got - expected).abs().max()))
             kept = (buffer, loaded)
             calls["etc_executorch"] = lambda: kept and et_etc_method.execute(list(inputs))
         except Exception as e:  # noqa: BLE001 - reported in the row
-            _emit(etc_executorch_error=_error(e))
+            emit(etc_executorch_error=error_text(e))
 
     if "xnnpack" in backends:
         try:
@@ -234,68 +225,40 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
             from executorch.exir import to_edge_transform_and_lower
             from executorch.runtime import Runtime as EtRuntime
 
-            from etc.tools.bench import _executorch_threads
-
-            _emit(stage="xnnpack compile", et_threads=_executorch_threads(1))
+            emit(stage="xnnpack compile", et_threads=executorch_threads(1))
             ep = torch.export.export(module, inputs)
             start, start_cpu = time.perf_counter(), time.process_time()
             et_edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
             et_program = et_edge.to_executorch()
-            _emit(xnnpack_compile_s=time.perf_counter() - start,
+            emit(xnnpack_compile_s=time.perf_counter() - start,
                   xnnpack_compile_cpu_s=time.process_time() - start_cpu)
             plan = et_program.executorch_program.execution_plan[0]
-            _emit(xnnpack_portable_ops=sorted(
+            emit(xnnpack_portable_ops=sorted(
                 plan.operators[i.instr_args.op_index].name for chain in plan.chains for i in chain.instructions
                 if type(i.instr_args).__name__ == "KernelCall"))
-            _emit(stage="xnnpack load")
+            emit(stage="xnnpack load")
             buffer = et_program.buffer  # the loaded program reads this memory: keep it alive
             et_loaded = EtRuntime.get().load_program(buffer)
             et_method = et_loaded.load_method("forward")
-            _emit(stage="xnnpack execute")
+            emit(stage="xnnpack execute")
             got = et_method.execute(list(inputs))[0]
-            _emit(xnnpack_maxdiff=float((got - expected).abs().max()))
+            emit(xnnpack_maxdiff=float((got - expected).abs().max()))
             keep = (buffer, et_loaded)
             calls["xnnpack"] = lambda: keep and et_method.execute(list(inputs))
         except Exception as e:  # noqa: BLE001
-            _emit(xnnpack_error=_error(e))
+            emit(xnnpack_error=error_text(e))
 
-    _emit(stage="timing " + ",".join(calls))
-    from etc.tools.bench_layers import interleaved
-
+    emit(stage="timing " + ",".join(calls))
     cpu, wall = interleaved(calls, runs, budget_s)
-    _emit(**cpu, **{f"{key}_wall": t for key, t in wall.items()}, stage="done")
+    emit(**cpu, **{f"{key}_wall": t for key, t in wall.items()}, stage="done")
 
 
 # ---------------------------------------------------------------- the parent
 def _child(name: str, runs: int, backends: list, timeout_s: float) -> tuple[dict, str | None]:
     """(fields the child reported, None or why it ended early)."""
-    cmd = [sys.executable, "-m", "etc.tools.bench_models", "--child", name, "--runs", str(runs),
+    cmd = [sys.executable, "-m", "etc.bench.hf_models", "--child", name, "--runs", str(runs),
            "--backends", ",".join(backends)]
     return run_child(cmd, timeout_s)
-
-
-def run_child(cmd: list, timeout_s: float, env: dict | None = None) -> tuple[dict, str | None]:
-    """Run a benchmark child that prints JSON lines (its last `stage`, "done" at the end):
-    (the fields it reported, None or why it ended early: a timeout, a signal, an exit code)."""
-    row: dict = {}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        out, code = proc.stdout, proc.returncode
-        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:]
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        code, tail = None, []
-    for line in out.splitlines():
-        if line.startswith("{"):
-            row.update(json.loads(line))
-    if row.get("stage") == "done":
-        return row, None
-    where = row.get("stage", "building the model")
-    if code is None:
-        return row, f"timed out after {timeout_s:.0f} s in {where}"
-    if code < 0:
-        return row, f"crashed (signal {-code}) in {where}"
-    return row, f"exit {code} in {where}: {tail[0][:120] if tail else ''}"
 
 
 def measure_isolated(name: str, runs: int, timeout_s: float) -> dict:
@@ -321,14 +284,6 @@ def measure_isolated(name: str, runs: int, timeout_s: float) -> dict:
     return row
 
 
-def _ms(t) -> str:
-    return "n/a" if t is None else f"{t * 1e3:.2f}"
-
-
-def _ratio(a, b) -> str:
-    return "n/a" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
-
-
 def _s(t) -> str:
     return "n/a" if t is None else f"{t:.1f}"
 
@@ -341,13 +296,6 @@ def _portable_text(ops) -> str:
         return "0"
     counts = {op: ops.count(op) for op in dict.fromkeys(ops)}
     return f"{len(ops)}: " + ", ".join(f"{op}" + (f" x{n}" if n > 1 else "") for op, n in counts.items())
-
-
-def not_tuned_lines(reports) -> list[str]:
-    """The delegation reports' decisions off the tuned path ("NOT TUNED <kind> -> <path>: <reason>
-    xN"): what the benchmark table cannot show, a layer that fell back, said by the compiler."""
-    return [line for r in reports for lines in r.backend_lines.values() for line in lines
-            if line.startswith("NOT TUNED")]
 
 
 def geomean_etc_over_xnnpack(rows: list[dict], *, all_delegated: bool = False) -> tuple[float | None, int]:
@@ -366,7 +314,7 @@ def render(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         error = r.get("etc_error")
-        etc_ms = _ms(r.get("etc")) if r.get("etc") is not None else (
+        etc_ms = ms2(r.get("etc")) if r.get("etc") is not None else (
             "n/a" if not error else error if error.startswith(("crashed", "timed out")) else
             f"failed: {error.split(':')[0]} (below)")
         diff = r.get("etc_maxdiff")
@@ -376,8 +324,8 @@ def render(rows: list[dict]) -> str:
         outside = r.get("etc_portable_ops")
         outside_text = "n/a" if outside is None else (
             f"{outside} of {outside + r.get('etc_delegated_ops', 0)} ({r.get('etc_partitions', '?')} partition(s))")
-        lines.append(f"| {r['name']} | {etc_ms} | {_ms(r.get('torch'))} | {_ms(r.get('xnnpack'))} | "
-                     f"{_ratio(r.get('etc'), r.get('torch'))} | {_ratio(r.get('etc'), r.get('xnnpack'))} | "
+        lines.append(f"| {r['name']} | {etc_ms} | {ms2(r.get('torch'))} | {ms2(r.get('xnnpack'))} | "
+                     f"{ratio(r.get('etc'), r.get('torch'))} | {ratio(r.get('etc'), r.get('xnnpack'))} | "
                      f"{diff_text} | {outside_text} | {_portable_text(r.get('xnnpack_portable_ops'))} |")
     gm, n = geomean_etc_over_xnnpack(rows)
     lines += ["", f"**Geomean etc cpu / ExecuTorch XNNPACK over the {n} model(s) both ran: "
@@ -395,7 +343,7 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         lines.append(f"| {r['name']} | {_s(r.get('etc_compile_s'))} | {_s(r.get('xnnpack_compile_s'))} | "
                      f"{_s(r.get('etc_compile_cpu_s'))} | {_s(r.get('xnnpack_compile_cpu_s'))} | "
-                     f"{_ratio(r.get('etc_compile_cpu_s'), r.get('xnnpack_compile_cpu_s'))} |")
+                     f"{ratio(r.get('etc_compile_cpu_s'), r.get('xnnpack_compile_cpu_s'))} |")
     measured = [r for r in rows if "etc_not_tuned" in r]
     off_path = [(r["name"], r["etc_not_tuned"]) for r in measured if r["etc_not_tuned"]]
     if measured:

@@ -1,6 +1,6 @@
 """Layer sweep: the layer kinds real models have, each with its real producer and consumer.
 
-    python -m etc.tools.bench_layers [--only name1,name2] [--runs N] [--isolate]
+    python -m etc.bench.layers [--only name1,name2] [--runs N] [--isolate]
 
 Each entry of `LAYERS` is a small pure-torch `nn.Module` at a real size (MobileNetV2,
 EfficientNet, ResNet, ConvNeXt, BERT/GPT-2 and Llama stories15M shapes), with the ops a
@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import subprocess
 import sys
 import time
@@ -35,6 +33,9 @@ from typing import Callable
 import torch
 from torch import nn
 import torch.nn.functional as F
+
+from etc.bench.common import (error_text, executorch_method, executorch_program, executorch_threads, interleaved, ms,
+                              ratio)
 
 
 # ---------------------------------------------------------------- the layers
@@ -388,11 +389,6 @@ def build(name: str) -> tuple[nn.Module, tuple]:
 
 
 # ---------------------------------------------------------------- measuring
-def _error(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:100] if text else ''}"
-
-
 def memory_bandwidth(nbytes: int = 256 << 20, runs: int = 5) -> float:
     """Copy bandwidth in bytes/s (read + write counted) of one large numpy copy, one thread."""
     import numpy as np
@@ -406,12 +402,6 @@ def memory_bandwidth(nbytes: int = 256 << 20, runs: int = 5) -> float:
         np.copyto(dst, src)
         times.append(time.perf_counter() - start)
     return 2.0 * nbytes / min(times)
-
-
-def executorch_threads(threads: int = 1):
-    from etc.tools.bench import _executorch_threads
-
-    return _executorch_threads(threads)
 
 
 def _etc_callable(module, inputs):
@@ -428,17 +418,8 @@ def _etc_callable(module, inputs):
 
 
 def _xnnpack_callable(module, inputs):
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.runtime import Runtime as EtRuntime
-
-    program = to_edge_transform_and_lower(torch.export.export(module, inputs),
-                                          partitioner=[XnnpackPartitioner()]).to_executorch()
-    buffer = program.buffer  # ExecuTorch's loaded program reads this memory: it must outlive the method
-    et_program = EtRuntime.get().load_program(buffer)
-    method = et_program.load_method("forward")
-    keep = (buffer, et_program)
-    return (lambda: keep and method.execute(list(inputs))), (lambda: method.execute(list(inputs))[0])
+    method = executorch_method(executorch_program(torch.export.export(module, inputs), xnnpack=True))
+    return (lambda: method.execute(list(inputs))), (lambda: method.execute(list(inputs))[0])
 
 
 def measure(name: str, runs: int = 20, budget_s: float = 2.0) -> dict:
@@ -455,47 +436,19 @@ def measure(name: str, runs: int = 20, budget_s: float = 2.0) -> dict:
         row["etc_maxdiff"] = float((check() - expected).abs().max())
         calls["etc"] = call
     except Exception as e:  # noqa: BLE001 - a failing backend is a row, not the end of the sweep
-        row["etc_error"] = _error(e)
+        row["etc_error"] = error_text(e, 100)
     try:
         executorch_threads(1)
         call, check = _xnnpack_callable(module, inputs)
         row["xnnpack_maxdiff"] = float((check() - expected).abs().max())
         calls["xnnpack"] = call
     except Exception as e:  # noqa: BLE001
-        row["xnnpack_error"] = _error(e)
+        row["xnnpack_error"] = error_text(e, 100)
     cpu, wall = interleaved(calls, runs, budget_s, warmup=3)
     for key in ("etc", "torch", "xnnpack"):
         row[key] = cpu.get(key)
         row[f"{key}_wall"] = wall.get(key)
     return row
-
-
-def interleaved(calls: dict, runs: int, budget_s: float, warmup: int = 1) -> tuple[dict, dict]:
-    """Call each of `calls` in turn, `runs` rounds at least (more while within `budget_s`):
-    ({key: median CPU seconds of this thread}, {key: median wall seconds}).
-
-    With one thread, torch eager, XNNPACK (a one-thread pthreadpool runs on the caller) and
-    etc cpu (num_threads=1) all compute on the calling thread, so its CPU time is the work
-    done; wall time also counts the time slices other processes of a shared, oversubscribed
-    machine took in between (a call of a few ms preempted once doubles)."""
-    cpu = {key: [] for key in calls}
-    wall = {key: [] for key in calls}
-    with torch.no_grad():
-        for fn in calls.values():
-            for _ in range(warmup):
-                fn()
-        deadline = time.perf_counter() + budget_s
-        done = 0
-        while done < runs or (done < 5 * runs and time.perf_counter() < deadline):
-            for key, fn in calls.items():
-                start, start_cpu = time.perf_counter(), time.thread_time()
-                fn()
-                cpu[key].append(time.thread_time() - start_cpu)
-                wall[key].append(time.perf_counter() - start)
-            done += 1
-            if done >= runs and time.perf_counter() > deadline:
-                break
-    return ({k: statistics.median(v) for k, v in cpu.items()}, {k: statistics.median(v) for k, v in wall.items()})
 
 
 def measure_in_children(names: list[str], runs: int, timeout_s: float = 600.0, log=sys.stderr) -> list[dict]:
@@ -507,7 +460,7 @@ def measure_in_children(names: list[str], runs: int, timeout_s: float = 600.0, l
 
     rows, todo = [], list(names)
     while todo:
-        cmd = [sys.executable, "-m", "etc.tools.bench_layers", "--only", ",".join(todo), "--runs", str(runs),
+        cmd = [sys.executable, "-m", "etc.bench.layers", "--only", ",".join(todo), "--runs", str(runs),
                "--json"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         stderr_tail = collections.deque(maxlen=5)  # drained as it comes, so the child never blocks on it
@@ -555,14 +508,6 @@ def measure_in_children(names: list[str], runs: int, timeout_s: float = 600.0, l
 
 
 # ---------------------------------------------------------------- the table
-def _ms(t) -> str:
-    return "n/a" if t is None else f"{t * 1e3:.3f}"
-
-
-def _ratio(a, b) -> str:
-    return "n/a" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
-
-
 def _rate(layer: Layer, t) -> str:
     if t is None:
         return "n/a"
@@ -588,8 +533,8 @@ def render(rows: list[dict], bandwidth: float | None = None) -> str:
             diff = r.get(f"{key}_maxdiff")
             if diff is not None and diff > 1e-3:
                 notes.append(f"{key} max abs diff {diff:.2g}")
-        lines.append(f"| {r['name']} | {_ms(r.get('etc'))} | {_ms(r.get('torch'))} | {_ms(r.get('xnnpack'))} | "
-                     f"{_ratio(r.get('etc'), r.get('torch'))} | {_ratio(r.get('etc'), r.get('xnnpack'))} | {unit} | "
+        lines.append(f"| {r['name']} | {ms(r.get('etc'))} | {ms(r.get('torch'))} | {ms(r.get('xnnpack'))} | "
+                     f"{ratio(r.get('etc'), r.get('torch'))} | {ratio(r.get('etc'), r.get('xnnpack'))} | {unit} | "
                      f"{_rate(layer, r.get('etc'))} | {_rate(layer, r.get('torch'))} | "
                      f"{_rate(layer, r.get('xnnpack'))} | {'; '.join(notes)} |")
     notes = ["", "One thread each, interleaved calls, medians of the calling thread's CPU time (the machine is "
@@ -605,7 +550,7 @@ def render(rows: list[dict], bandwidth: float | None = None) -> str:
 
 
 def run(only: list[str] | None = None, runs: int = 20, isolate: bool = False, log=sys.stderr) -> str:
-    """The layer sweep's markdown (what tools/bench.py embeds)."""
+    """The layer sweep's markdown (what bench/report.py embeds)."""
     names = only or list(LAYERS)
     unknown = [n for n in names if n not in LAYERS]
     if unknown:

@@ -1,6 +1,6 @@
 """One runtime: etc's cpu backend against XNNPACK, both inside ExecuTorch's runtime.
 
-    python -m etc.tools.bench_executorch [--models a,b] [--llms a,b] [--runs N] [--decode-tokens N]
+    python -m etc.bench.executorch_backend [--models a,b] [--llms a,b] [--runs N] [--decode-tokens N]
 
 The other sections compare etc's runtime (Python, numpy around the native code) with ExecuTorch's
 (C++ around XNNPACK): two runtimes. Here both programs run in ExecuTorch's runtime (`executorch.runtime`,
@@ -10,17 +10,22 @@ etc's cpu backend for ExecuTorch (`runtime/executorch_backend/`, loaded with
 XnnpackPartitioner) through XNNPACK, ExecuTorch's threadpool at one thread: the fairest comparison of
 the two compilers' code there is.
 
-Models: the real models of `tools/bench_models.py` (latency, interleaved, CPU time of the calling
-thread, which both backends compute on with one thread) and the LLMs of `tools/bench_llm.py` (prefill
+Models: the real models of `bench/hf_models.py` (latency, interleaved, CPU time of the calling
+thread, which both backends compute on with one thread) and the LLMs of `bench/llm.py` (prefill
 and decode tokens/s of the same export). Each model runs in a child process, as there.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
+
+from etc.bench.common import ms, ratio, run_child
+
+ms2 = functools.partial(ms, digits=2)  # this table's milliseconds
 
 BACKENDS = ["etc_executorch", "xnnpack"]
 LLMS = ["llama_15m", "llama_15m_8da4w"]
@@ -28,12 +33,10 @@ LLMS = ["llama_15m", "llama_15m_8da4w"]
 
 def _model_row(name: str, runs: int, timeout_s: float) -> dict:
     """The model's row; a backend that crashes its child is reported and the other measured alone."""
-    from etc.tools.bench_models import run_child
-
     backends = list(BACKENDS)
     row: dict = {"name": name}
     while backends:
-        cmd = [sys.executable, "-m", "etc.tools.bench_models", "--child", name, "--runs", str(runs),
+        cmd = [sys.executable, "-m", "etc.bench.hf_models", "--child", name, "--runs", str(runs),
                "--backends", ",".join(backends)]
         got, failure = run_child(cmd, timeout_s)
         for key, value in got.items():
@@ -53,21 +56,13 @@ def _model_row(name: str, runs: int, timeout_s: float) -> dict:
 
 
 def _llm_row(name: str, runs: int, decode_tokens: int, timeout_s: float) -> dict:
-    from etc.tools import bench_llm
+    from etc.bench import llm as bench_llm
 
-    row, failure = bench_llm._child(name, runs, decode_tokens, BACKENDS, timeout_s)
+    row, failure = bench_llm.measure_in_child(name, runs, decode_tokens, BACKENDS, timeout_s)
     row["name"] = name
     if failure is not None:
         row["error"] = failure
     return row
-
-
-def _ms(t) -> str:
-    return "n/a" if t is None else f"{t * 1e3:.2f}"
-
-
-def _ratio(a, b) -> str:
-    return "n/a" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
 
 
 def _diff(row, key) -> str:
@@ -86,7 +81,7 @@ def render(model_rows: list[dict], llm_rows: list[dict], decode_tokens: int) -> 
         etc_, xnn = r.get("etc_executorch"), r.get("xnnpack")
         if etc_ and xnn:
             ratios.append(etc_ / xnn)
-        lines.append(f"| {r['name']} | {_ms(etc_)} | {_ms(xnn)} | {_ratio(etc_, xnn)} | "
+        lines.append(f"| {r['name']} | {ms2(etc_)} | {ms2(xnn)} | {ratio(etc_, xnn)} | "
                      f"{_diff(r, 'etc_executorch')} (of {r.get('ref_max', 0):.2g}) | {_diff(r, 'xnnpack')} |")
     if ratios:
         geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
@@ -100,7 +95,7 @@ def render(model_rows: list[dict], llm_rows: list[dict], decode_tokens: int) -> 
             for label, kind in (("prefill 32", "prefill32"), ("prefill 128", "prefill128"), ("decode", "decode")):
                 etc_, xnn = r.get(f"etc_executorch_{kind}_tps"), r.get(f"xnnpack_{kind}_tps")
                 lines.append(f"| {r['name']} | {label} | {'n/a' if etc_ is None else f'{etc_:.1f}'} | "
-                             f"{'n/a' if xnn is None else f'{xnn:.1f}'} | {_ratio(etc_, xnn)} |")
+                             f"{'n/a' if xnn is None else f'{xnn:.1f}'} | {ratio(etc_, xnn)} |")
     problems = [(r["name"], k[:-6] or "run", v) for r in model_rows + llm_rows for k, v in r.items()
                 if k.endswith("error")]
     if problems:
@@ -111,7 +106,7 @@ def render(model_rows: list[dict], llm_rows: list[dict], decode_tokens: int) -> 
 def run(models: list[str] | None = None, llms: list[str] | None = None, runs: int = 10, decode_tokens: int = 64,
         timeout_s: float = 1800.0, log=sys.stderr) -> str:
     from etc.runtime import executorch_backend
-    from etc.tools import bench_llm, bench_models
+    from etc.bench import hf_models as bench_models, llm as bench_llm
 
     executorch_backend.build()  # once, here: the children load it
     models = list(bench_models.MODELS) if models is None else models
@@ -133,8 +128,8 @@ def run(models: list[str] | None = None, llms: list[str] | None = None, runs: in
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", help="real models (tools/bench_models.py), comma-separated; '' for none")
-    parser.add_argument("--llms", help="LLMs (tools/bench_llm.py), comma-separated; '' for none")
+    parser.add_argument("--models", help="real models (bench/hf_models.py), comma-separated; '' for none")
+    parser.add_argument("--llms", help="LLMs (bench/llm.py), comma-separated; '' for none")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--decode-tokens", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per model and child")

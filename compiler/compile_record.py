@@ -135,7 +135,7 @@ def _value_node(value) -> list | None:
 
 
 def _op_record(op) -> OpRecord:
-    from etc.compiler.locations import source_position
+    from etc.ir.locations import source_position
 
     name = op.name
     aten = None

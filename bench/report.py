@@ -7,20 +7,20 @@ ExecuTorch with XNNPACK; plus compile time, program size, planned memory
 against its lifetime lower bound and against ExecuTorch's planner. The machine
 is shared and noisy, so only ratios within this run mean anything.
 
-Then the int8 CNNs (tools/bench_int8.py: etc cpu on a CpuQuantizer program against ExecuTorch
+Then the int8 CNNs (bench/int8.py: etc cpu on a CpuQuantizer program against ExecuTorch
 + XNNPACK on an XNNPACKQuantizer one, and both in fp32). Then the models as native libraries
-(tools/bench_library.py: called from C on the host; Cortex-M sizes and instructions under QEMU). Then two sections on what we did not tune for: the layer sweep (tools/bench_layers.py:
+(bench/library.py: called from C on the host; Cortex-M sizes and instructions under QEMU). Then two sections on what we did not tune for: the layer sweep (bench/layers.py:
 the layer kinds of real CNNs and transformers at real sizes against torch and XNNPACK)
-and real models (tools/bench_models.py: transformers architectures with random weights,
+and real models (bench/hf_models.py: transformers architectures with random weights,
 latency, numerics, compile time, and the geomean of etc cpu over ExecuTorch XNNPACK).
-Then LLM prefill and decode tokens/s (tools/bench_llm.py: etc.llm exports, etc cpu against
+Then LLM prefill and decode tokens/s (bench/llm.py: etc.llm exports, etc cpu against
 ExecuTorch + XNNPACK on the same program, and torch eager); the real models and the LLMs again
-inside one runtime (tools/bench_executorch.py: etc's program through etc's cpu backend for
+inside one runtime (bench/executorch_backend.py: etc's program through etc's cpu backend for
 ExecuTorch against ExecuTorch's through XNNPACK, both in ExecuTorch's runtime); and what profiling
-costs and explains (tools/bench_profiling.py). All but the last run in child processes, so that a
+costs and explains (bench/profiling.py). All but the last run in child processes, so that a
 crash of the compiler under test is a row.
 
-    python -m etc.tools.bench [--sections zoo,int8,library,layers,models,llm,executorch,profiling]
+    python -m etc.bench [--sections zoo,int8,library,layers,models,llm,executorch,profiling]
                               [--models a,b] [--layers a,b]
                               [--real-models a,b] [--runs N] [--output BENCHMARKS.md]
 """
@@ -30,78 +30,20 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 import warnings
 
-
-def _median_latency(fn, *, runs: int, warmup: int = 3, budget_s: float = 3.0) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    deadline = time.perf_counter() + budget_s
-    while len(times) < runs or (time.perf_counter() < deadline and len(times) < runs * 5):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-        if len(times) >= runs and time.perf_counter() > deadline:
-            break
-    return statistics.median(times)
-
-
-def _fmt_ms(seconds) -> str:
-    if seconds is None:
-        return "n/a"
-    return f"{seconds * 1e3:.3f}"
-
-
-def _ratio(a, b) -> str:
-    if a is None or b is None or b == 0:
-        return "n/a"
-    return f"{a / b:.2f}x"
-
-
-def _executorch_available() -> bool:
-    try:
-        import executorch.exir  # noqa: F401
-        import executorch.runtime  # noqa: F401
-    except Exception:  # noqa: BLE001 - any import failure means "not measured"
-        return False
-    return True
-
-
-def _executorch_threads(threads: int) -> int | None:
-    """Pin ExecuTorch's shared threadpool (XNNPACK's) to `threads`: the comparison is one
-    thread each. Returns the count it reports, or None when this build cannot say."""
-    try:
-        from executorch.extension.pybindings import portable_lib
-
-        portable_lib._unsafe_reset_threadpool(threads)
-        return int(portable_lib._threadpool_get_thread_count())
-    except Exception:  # noqa: BLE001 - older builds lack the hooks: reported as unknown
-        return None
-
-
-def _executorch_program(programs: dict, xnnpack: bool):
-    from executorch.exir import to_edge, to_edge_transform_and_lower
-
-    if xnnpack:
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-        edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
-    else:
-        edge = to_edge(programs)
-    return edge.to_executorch()
+from etc.bench.common import (executorch_available, executorch_program, executorch_threads, median_seconds, ms,
+                              ratio)
 
 
 def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
-    import numpy as np
     import torch
 
     import etc
     from etc.runtime import Runtime
-    from models.zoo import BENCH_ONLY, ZOO
+    from etc.models.zoo import BENCH_ONLY, ZOO
 
     zoo_model = {**ZOO, **BENCH_ONLY}[name]()
     inputs = zoo_model.example_inputs
@@ -117,7 +59,7 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
     report = program.memory_report()
     row["planned"], row["lower_bound"] = report.total_planned_bytes(), report.total_lower_bound()
     method = Runtime.get().load_program(program.buffer).load_method("forward")
-    row["etc_portable"] = _median_latency(lambda: method.execute(np_inputs), runs=runs)
+    row["etc_portable"] = median_seconds(lambda: method.execute(np_inputs), runs=runs)
 
     try:
         from etc.targets.cpu import CpuPartitioner
@@ -126,14 +68,14 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
         cpu_program = etc.to_edge(zoo_model.export()).to_backend(CpuPartitioner()).to_executorch()
         row["cpu_compile_s"] = time.perf_counter() - start
         cpu_method = Runtime.get().load_program(cpu_program.buffer).load_method("forward")
-        row["etc_cpu"] = _median_latency(lambda: cpu_method.execute(np_inputs), runs=runs)
+        row["etc_cpu"] = median_seconds(lambda: cpu_method.execute(np_inputs), runs=runs)
     except Exception as e:  # noqa: BLE001 - a failing target is reported in the table, not fatal
         row["etc_cpu"] = None
         row["cpu_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
     try:  # two threads: the delegate calibrates at load and may keep one (see targets/cpu/runtime.py)
         cpu2_program = etc.to_edge(zoo_model.export()).to_backend(CpuPartitioner(num_threads=2)).to_executorch()
         cpu2_method = Runtime.get().load_program(cpu2_program.buffer).load_method("forward")
-        row["etc_cpu_2t"] = _median_latency(lambda: cpu2_method.execute(np_inputs), runs=runs)
+        row["etc_cpu_2t"] = median_seconds(lambda: cpu2_method.execute(np_inputs), runs=runs)
     except Exception as e:  # noqa: BLE001
         row["etc_cpu_2t"] = None
         row["cpu_2t_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
@@ -142,7 +84,7 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
     for threads in (1, 2):
         torch.set_num_threads(threads)
         with torch.no_grad():
-            row[f"torch_{threads}t"] = _median_latency(lambda: module(*inputs), runs=runs)
+            row[f"torch_{threads}t"] = median_seconds(lambda: module(*inputs), runs=runs)
     torch.set_num_threads(1)
 
     if with_executorch:
@@ -150,9 +92,9 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
 
         for key, xnnpack in (("et_portable", False), ("et_xnnpack", True)):
             try:
-                et_program = _executorch_program(zoo_model.export(), xnnpack)
+                et_program = executorch_program(zoo_model.export(), xnnpack)
                 et_method = EtRuntime.get().load_program(et_program.buffer).load_method("forward")
-                row[key] = _median_latency(lambda: et_method.execute(list(inputs)), runs=runs)
+                row[key] = median_seconds(lambda: et_method.execute(list(inputs)), runs=runs)
                 if not xnnpack:
                     plan = et_program.executorch_program.execution_plan[0]
                     row["et_planned"] = int(sum(plan.non_const_buffer_sizes))
@@ -164,7 +106,7 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
 
 def _header() -> list[str]:
     return ["# Benchmarks", "",
-            "Produced by `make bench` (`python -m etc.tools.bench`), every figure measured in the same run on",
+            "Produced by `make bench` (`python -m etc.bench`), every figure measured in the same run on",
             f"this machine ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
             "Latencies are medians in milliseconds after warm-up; the machine is shared and noisy, so compare",
             "ratios within this table only.", ""]
@@ -185,11 +127,11 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['name']} | {_fmt_ms(r['etc_portable'])} | {_fmt_ms(r.get('etc_cpu'))} | "
-            f"{_fmt_ms(r.get('etc_cpu_2t'))} | {_fmt_ms(r['torch_1t'])} | "
-            f"{_fmt_ms(r['torch_2t'])} | {_fmt_ms(r.get('et_portable'))} | {_fmt_ms(r.get('et_xnnpack'))} | "
-            f"{_ratio(r.get('etc_cpu'), r['torch_1t'])} | {_ratio(r.get('etc_cpu'), r.get('et_xnnpack'))} | "
-            f"{_ratio(r.get('etc_cpu_2t'), r['torch_2t'])} |")
+            f"| {r['name']} | {ms(r['etc_portable'])} | {ms(r.get('etc_cpu'))} | "
+            f"{ms(r.get('etc_cpu_2t'))} | {ms(r['torch_1t'])} | "
+            f"{ms(r['torch_2t'])} | {ms(r.get('et_portable'))} | {ms(r.get('et_xnnpack'))} | "
+            f"{ratio(r.get('etc_cpu'), r['torch_1t'])} | {ratio(r.get('etc_cpu'), r.get('et_xnnpack'))} | "
+            f"{ratio(r.get('etc_cpu_2t'), r['torch_2t'])} |")
     lines += ["", "Ratios are time over time: below 1.00x means etc is faster. `etc cpu 2t` is "
               "`CpuPartitioner(num_threads=2)`: each delegate times one and two threads when it loads and keeps "
               "the faster, so small models stay on one.", "",
@@ -211,7 +153,7 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m etc.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sections", default="zoo,int8,library,layers,models,llm,executorch,profiling",
                         help="comma-separated parts to run: zoo, layers (layer sweep), models (real models), "
                              "llm (prefill/decode tokens/s), executorch (etc's backend against XNNPACK inside "
@@ -230,15 +172,14 @@ def main(argv=None) -> int:
         parser.error(f"unknown section(s) {unknown}: choose among {', '.join(known)}")
 
     warnings.filterwarnings("ignore")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
     import torch
 
     torch.set_num_threads(1)
-    with_executorch = _executorch_available()
-    et_threads = _executorch_threads(1) if with_executorch else None
+    with_executorch = executorch_available()
+    et_threads = executorch_threads(1) if with_executorch else None
     parts = []
     if "zoo" in sections:
-        from models.zoo import BENCH_ONLY, ZOO
+        from etc.models.zoo import BENCH_ONLY, ZOO
 
         names = args.models.split(",") if args.models else sorted(ZOO) + sorted(BENCH_ONLY)
         rows = []
@@ -248,7 +189,7 @@ def main(argv=None) -> int:
         gemm_text = ""
         if not args.no_gemm:
             try:
-                from etc.tools.bench_gemm import run as run_gemm
+                from etc.bench.gemm import run as run_gemm
 
                 gemm_text = run_gemm()
             except Exception as e:  # noqa: BLE001
@@ -278,62 +219,62 @@ def main(argv=None) -> int:
 
 
 def _int8_text(args) -> str:
-    from etc.tools.bench_int8 import run
+    from etc.bench.int8 import run
 
     intro = ("The zoo CNNs quantized with PT2E (static int8, per-channel weights), calibrated on the same inputs: "
              "etc's `CpuQuantizer` program on etc cpu and ExecuTorch's `XNNPACKQuantizer` program on XNNPACK, and "
              "the fp32 model on both, one thread each, interleaved in one child process per model (`python -m "
-             "etc.tools.bench_int8`).\n\n")
+             "etc.bench.int8`).\n\n")
     return intro + run(args.models.split(",") if args.models else None, args.runs)
 
 
 def _library_text(args) -> str:
-    from etc.tools.bench_library import run
+    from etc.bench.library import run
 
     intro = ("Each model as a C library (`to_library`), without a runtime: on the host called from C, against etc's "
              "Python runtime, ExecuTorch + XNNPACK and torch eager (one thread each); on Cortex-M cores under QEMU, "
-             "float against int8 (`python -m etc.tools.bench_library`).\n\n")
+             "float against int8 (`python -m etc.bench.library`).\n\n")
     return intro + run(models=args.models.split(",") if args.models else None, runs=args.runs)
 
 
 def _layers_text(args) -> str:
-    from etc.tools.bench_layers import run
+    from etc.bench.layers import run
 
     intro = ("Each layer kind real models have, with its real producer and consumer, at real sizes "
-             "(`python -m etc.tools.bench_layers --list`); etc cpu (`CpuPartitioner(num_threads=1)`), torch eager "
+             "(`python -m etc.bench.layers --list`); etc cpu (`CpuPartitioner(num_threads=1)`), torch eager "
              "(1 thread) and ExecuTorch + XNNPACK (1 thread), interleaved in one child process.\n\n")
     return intro + run(args.layers.split(",") if args.layers else None, args.runs, isolate=True)
 
 
 def _models_text(args) -> str:
-    from etc.tools.bench_models import run
+    from etc.bench.hf_models import run
 
     intro = ("Transformers architectures at their real sizes with random weights (`transformers` configs, no "
              "downloads), one thread each, each model in its own child process (`python -m "
-             "etc.tools.bench_models`).\n\n")
+             "etc.bench.hf_models`).\n\n")
     return intro + run(args.real_models.split(",") if args.real_models else None, max(3, args.runs // 2))
 
 
 def _llm_text(args) -> str:
-    from etc.tools.bench_llm import run
+    from etc.bench.llm import run
 
     intro = ("Decoder LMs exported once by `etc.llm` (one method, dynamic length, static KV cache), that same "
              "program lowered by etc cpu and by ExecuTorch + XNNPACK, and torch eager, one thread each, each model "
-             "in its own child process (`python -m etc.tools.bench_llm`).\n\n")
+             "in its own child process (`python -m etc.bench.llm`).\n\n")
     return intro + run(runs=max(3, args.runs // 4))
 
 
 def _executorch_text(args) -> str:
-    from etc.tools.bench_executorch import run
+    from etc.bench.executorch_backend import run
 
     intro = ("The real models and the LLMs above, both programs in ExecuTorch's runtime: etc's through its cpu "
              "backend for ExecuTorch (`etc.runtime.executorch_backend`), ExecuTorch's through XNNPACK, one thread, "
-             "each model in its own child process (`python -m etc.tools.bench_executorch`).\n\n")
+             "each model in its own child process (`python -m etc.bench.executorch_backend`).\n\n")
     return intro + run(args.real_models.split(",") if args.real_models else None, runs=max(3, args.runs // 2))
 
 
 def _profiling_text(args) -> str:
-    from etc.tools.bench_profiling import run
+    from etc.bench.profiling import run
 
     return run(runs=max(10, args.runs))
 

@@ -3,7 +3,7 @@
 Host: each zoo model built as a host library and called from a C program (a loop of calls, the CPU
 time of the calling thread per call), against the same model on etc's Python runtime (etc cpu,
 `Method.execute`), ExecuTorch + XNNPACK through its Python runtime, and torch eager, one thread each.
-The C program runs between rounds of the Python calls (`bench_layers.interleaved`), three rounds;
+The C program runs between rounds of the Python calls (`layers.interleaved`), three rounds;
 each figure is the median of the rounds' medians.
 
 Cortex-M: each small model built for a Cortex-M33 (mps2-an505) and a Cortex-M55 with MVE
@@ -12,7 +12,7 @@ firmware that runs one inference under `qemu-system-arm -icount shift=0`: the li
 weights, arena and stack bound, the whole firmware's flash and RAM, and instructions per inference
 (QEMU's instruction count: a deterministic proxy for speed, not cycles).
 
-    python -m etc.tools.bench_library [--section host|cortex-m|all] [--models a,b] [--runs N]
+    python -m etc.bench.library [--section host|cortex-m|all] [--models a,b] [--runs N]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import sys
 import tempfile
 
 import numpy as np
+
+from etc.bench.common import executorch_available, executorch_method, executorch_program, executorch_threads, interleaved
 
 HOST_MODELS = None  # every zoo model
 CORTEX_M_MODELS = ("mlp", "small_cnn", "kws_dscnn", "two_methods", "dynamic_batch", "lstm", "mobilenet_v2",
@@ -77,11 +79,7 @@ int main(int argc, char **argv) {
 """
 
 
-def _test_path() -> None:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test"))
-
-
-def _c_timer(library, method: str, inputs: list, directory: str) -> str:
+def c_timer(library, method: str, inputs: list, directory: str) -> str:
     """A C program timing `library`'s `method` on `inputs` (read from .bin files beside it)."""
     info = library.sizes["methods"][method]
     buffers, load = [], []
@@ -116,9 +114,7 @@ def host_row(name: str, runs: int) -> dict:
     import etc
     from etc.runtime import Runtime
     from etc.targets.cpu import CpuPartitioner
-    from etc.tools.bench import _executorch_available, _executorch_program
-    from etc.tools.bench_layers import interleaved
-    from models.zoo import BENCH_ONLY, ZOO
+    from etc.models.zoo import BENCH_ONLY, ZOO
 
     zoo = {**ZOO, **BENCH_ONLY}[name]()
     inputs = [x.numpy() for x in zoo.example_inputs]
@@ -130,7 +126,7 @@ def host_row(name: str, runs: int) -> dict:
                    arena=library.sizes["arena_bytes"])
         source = os.path.join(directory, "timer.c")
         with open(source, "w") as f:
-            f.write(_c_timer(library, "forward", inputs, directory))
+            f.write(c_timer(library, "forward", inputs, directory))
         binary = os.path.join(directory, "timer")
         built = subprocess.run(["gcc", "-O2", "-std=c11", f"-I{library.directory}", source, library.archive, "-lm",
                                 "-o", binary], capture_output=True, text=True)
@@ -142,11 +138,8 @@ def host_row(name: str, runs: int) -> dict:
         module = zoo.module
         torch_inputs = zoo.example_inputs
         calls["eager"] = lambda: module(*torch_inputs)
-        if _executorch_available():
-            from executorch.runtime import Runtime as EtRuntime
-
-            et_program = _executorch_program(zoo.export(), xnnpack=True)
-            et_method = EtRuntime.get().load_program(et_program.buffer).load_method("forward")
+        if executorch_available():
+            et_method = executorch_method(executorch_program(zoo.export(), xnnpack=True))
             et_inputs = list(zoo.example_inputs)
             calls["xnnpack"] = lambda: et_method.execute(et_inputs)
         rounds = {key: [] for key in ["library", *calls]}
@@ -162,7 +155,7 @@ def host_row(name: str, runs: int) -> dict:
     return row
 
 
-def _firmware_main(library, method: str, inputs: list) -> str:
+def firmware_main(library, method: str, inputs: list) -> str:
     info = library.sizes["methods"][method]
     lines = ['#include "etc_firmware.h"', f'#include "{library.name}.h"']
     for i, x in enumerate(inputs):
@@ -205,8 +198,8 @@ def cortex_m_rows(name: str, board_name: str) -> list:
     """Float and (where the model quantizes) int8 rows of one model on one board."""
     import etc
     from etc.targets.cpu import CpuPartitioner, firmware
-    from models.quantized import quantize
-    from models.zoo import ZOO
+    from etc.models.quantized import quantize
+    from etc.models.zoo import ZOO
 
     board = firmware.board(board_name)
     zoo = ZOO[name]()
@@ -223,7 +216,7 @@ def cortex_m_rows(name: str, board_name: str) -> list:
                 library = edge.to_library(os.path.join(directory, "lib"), "model", verbose=False)
                 source = os.path.join(directory, "main.c")
                 with open(source, "w") as f:
-                    f.write(_firmware_main(library, "forward", inputs))
+                    f.write(firmware_main(library, "forward", inputs))
                 built = firmware.build_firmware(os.path.join(directory, "bench.elf"), [source], [library], board)
                 done = firmware.run_firmware(built.elf, board, icount=True, timeout=1800)
                 words = done.stdout.split()
@@ -297,12 +290,10 @@ def run(sections=("host", "cortex-m"), models=None, runs: int = 20, log=sys.stde
     import torch
 
     warnings.filterwarnings("ignore")
-    _test_path()
     torch.set_num_threads(1)
-    from etc.tools.bench import _executorch_threads
-    from models.zoo import ZOO
+    from etc.models.zoo import ZOO
 
-    _executorch_threads(1)
+    executorch_threads(1)
     parts = []
     if "host" in sections:
         rows = []
@@ -324,7 +315,7 @@ def run(sections=("host", "cortex-m"), models=None, runs: int = 20, log=sys.stde
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m etc.tools.bench_library", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m etc.bench.library", description=__doc__.split("\n\n")[0])
     parser.add_argument("--section", choices=("host", "cortex-m", "all"), default="all")
     parser.add_argument("--models", help="comma-separated zoo names")
     parser.add_argument("--runs", type=int, default=20)

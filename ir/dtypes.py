@@ -1,0 +1,79 @@
+"""The one dtype table: torch dtype name <-> MLIR element type <-> the numpy dtype a constant's
+bytes are stored as <-> element size. Every stage (importer, dialects, passes, emitter, targets)
+converts through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from torch_mlir import ir
+
+from etc.errors import UnsupportedConstructError
+
+
+@dataclass(frozen=True)
+class DType:
+    """One row of the dtype table: torch name, MLIR element type, numpy dtype
+    the bytes are stored as, element size in bytes."""
+
+    torch_name: str
+    mlir: str
+    numpy: str
+    itemsize: int
+
+
+DTYPES: tuple[DType, ...] = (
+    DType("float32", "f32", "float32", 4),
+    DType("float64", "f64", "float64", 8),
+    DType("float16", "f16", "float16", 2),
+    DType("bfloat16", "bf16", "uint16", 2),  # numpy has no bfloat16: keep the bits
+    DType("int8", "i8", "int8", 1),
+    DType("int16", "i16", "int16", 2),
+    DType("int32", "i32", "int32", 4),
+    DType("int64", "i64", "int64", 8),
+    DType("uint8", "ui8", "uint8", 1),
+    DType("bool", "i1", "bool", 1),
+)
+_BY_TORCH = {row.torch_name: row for row in DTYPES}
+_BY_MLIR = {row.mlir: row for row in DTYPES}
+
+
+def torch_dtype_name(dtype) -> str:
+    """`torch.float32` -> "float32"."""
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_row(dtype) -> DType:
+    """The table row of a torch dtype (or its name); UnsupportedConstructError otherwise."""
+    name = dtype if isinstance(dtype, str) else torch_dtype_name(dtype)
+    row = _BY_TORCH.get(name)
+    if row is None:
+        raise UnsupportedConstructError(
+            f"dtype {name} is not supported (supported: {', '.join(_BY_TORCH)})")
+    return row
+
+
+def element_type(dtype) -> ir.Type:
+    """The MLIR element type of a torch dtype, in the current context."""
+    return ir.Type.parse(dtype_row(dtype).mlir)
+
+
+def torch_dtype_name_of_element_type(element: ir.Type) -> str:
+    row = _BY_MLIR.get(str(element))
+    if row is None:
+        raise UnsupportedConstructError(f"element type {element} has no torch dtype")
+    return row.torch_name
+
+
+def torch_dtype_name_of_numpy(dtype: np.dtype) -> str:
+    for row in DTYPES:
+        if row.numpy == np.dtype(dtype).name and row.torch_name != "bfloat16":
+            return row.torch_name
+    raise UnsupportedConstructError(f"numpy dtype {dtype} has no torch dtype")
+
+
+def numpy_dtype(dtype) -> np.dtype:
+    """The numpy dtype a constant of this torch dtype is stored as."""
+    return np.dtype(dtype_row(dtype).numpy)
