@@ -10,7 +10,7 @@ elementwise consumers (BN folded into scale and shift, the activation, a residua
 generics on the op's [N, G, F/G, OH, OW] result once fusion has moved the reshapes outward)
 runs on them before the one store.
 
-Measured against the alternatives on one core (tools/bench_layers.py, the gconv rows): the
+Measured against the alternatives on one core (bench/layers.py, the gconv rows): the
 default loops this replaces ran RegNetY-400MF's 48-channel groups=6 layer at 2.05x torch
 eager's time; a GEMM per group has fewer rows (a group's 8 filters) than one register tile
 and an im2col to gather per group. So every group width takes this kernel: the decision
