@@ -67,6 +67,36 @@ class ConvBnAct(nn.Module):
         return self.act(self.bn(self.conv(x)))
 
 
+class SqueezeExcite(nn.Module):
+    """Squeeze-excitation (RegNetY, EfficientNet): global avg pool -> 1x1 conv -> ReLU -> 1x1 conv
+    -> sigmoid -> channel scale of the input."""
+
+    def __init__(self, c, mid):
+        super().__init__()
+        self.reduce = nn.Conv2d(c, mid, 1)
+        self.expand = nn.Conv2d(mid, c, 1)
+
+    def forward(self, x):
+        s = x.mean((2, 3), keepdim=True)
+        return x * torch.sigmoid(self.expand(torch.relu(self.reduce(s))))
+
+
+class RegNetYBlock(nn.Module):
+    """RegNetY's bottleneck (group width 8, SE at a quarter of the input width): 1x1 + BN + ReLU,
+    grouped 3x3 + BN + ReLU, SE, 1x1 + BN, + x, ReLU."""
+
+    def __init__(self, c, group_width=8):
+        super().__init__()
+        self.a = ConvBnAct(c, c, 1, 1, act="relu")
+        self.b = ConvBnAct(c, c, 3, 1, groups=c // group_width, act="relu")
+        self.se = SqueezeExcite(c, c // 4)
+        self.c = nn.Conv2d(c, c, 1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.c(self.se(self.b(self.a(x))))) + x)
+
+
 class ResNetConv(nn.Module):
     """ResNet basic block's second half: conv 3x3 -> BN -> + identity -> ReLU."""
 
@@ -279,6 +309,28 @@ def _layers() -> list[Layer]:
     add("convnext_96c56", "ConvNeXt-T: dw 7x7 96ch@56 + permute + LayerNorm + Linear 96->384 + GELU",
         lambda: ConvNeXtBlock(96), _f32(1, 96, 56, 56),
         flops=_conv_flops(96, 96, 7, 56, 56, 96) + 2.0 * 56 * 56 * 96 * 384)
+    # grouped convolutions (RegNetY-400MF: group width 8; ResNeXt-50 32x4d; ShuffleNet's 1x1 groups)
+    for c, g, k, s, hw, what in (
+            (48, 6, 3, 1, 56, "RegNetY-400MF stage 1: grouped 3x3 48ch@56, 6 groups of 8"),
+            (104, 13, 3, 2, 56, "RegNetY-400MF stage 2 entry: grouped 3x3/2 104ch@56, 13 groups of 8"),
+            (208, 26, 3, 1, 14, "RegNetY-400MF stage 3: grouped 3x3 208ch@14, 26 groups of 8"),
+            (440, 55, 3, 1, 7, "RegNetY-400MF stage 4: grouped 3x3 440ch@7, 55 groups of 8"),
+            (64, 32, 3, 1, 56, "grouped 3x3 64ch@56, 32 groups of 2"),
+            (128, 32, 3, 1, 56, "ResNeXt-50 32x4d stage 1: grouped 3x3 128ch@56, 32 groups of 4"),
+            (256, 32, 3, 1, 28, "ResNeXt-50 32x4d stage 2: grouped 3x3 256ch@28, 32 groups of 8"),
+            (512, 32, 3, 1, 14, "ResNeXt-50 32x4d stage 3: grouped 3x3 512ch@14, 32 groups of 16"),
+            (1024, 32, 3, 1, 7, "ResNeXt-50 32x4d stage 4: grouped 3x3 1024ch@7, 32 groups of 32"),
+            (256, 4, 3, 1, 28, "ResNeXt 4x64d: grouped 3x3 256ch@28, 4 groups of 64"),
+            (240, 3, 1, 1, 28, "ShuffleNet-v1 (g=3): grouped 1x1 240ch@28, 3 groups of 80")):
+        oh = hw // s
+        add(f"gconv{k}x{k}{'s2' if s == 2 else ''}_g{c // g}_{c}c{hw}", what + " + BN + ReLU",
+            lambda c=c, g=g, k=k, s=s: ConvBnAct(c, c, k, s, groups=g, act="relu"), _f32(1, c, hw, hw),
+            flops=_conv_flops(c, c, k, oh, oh, g))
+    add("se_208c14", "RegNetY-400MF stage 3 squeeze-excitation: pool, 1x1 208->52, ReLU, 1x1 52->208, sigmoid, scale",
+        lambda: SqueezeExcite(208, 52), _f32(1, 208, 14, 14), bytes=2 * 4.0 * 208 * 14 * 14)
+    add("regnety_block_208c14", "RegNetY-400MF stage 3 block: 1x1, grouped 3x3 (g8), SE, 1x1, + x",
+        lambda: RegNetYBlock(208), _f32(1, 208, 14, 14),
+        flops=2 * _conv_flops(208, 208, 1, 14, 14) + _conv_flops(208, 208, 3, 14, 14, 26))
     # pooling
     add("maxpool3x3s2_64c112", "ResNet: max pool 3x3/2 64ch@112",
         MaxPool, _f32(1, 64, 112, 112), bytes=4.0 * 64 * (112 * 112 + 56 * 56))

@@ -20,7 +20,7 @@ DECIDED = "etc.cpu.decided"
 
 # Paths that are not a fallback: the tuned code for that op kind, or a choice made by
 # measurement (a contraction too small to pay for packing, a single-row GEMV read in place).
-TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "small", "gemv", "row-reduction",
+TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "grouped", "small", "gemv", "row-reduction",
                          "column-reduction", "fused"})
 
 

@@ -62,7 +62,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     loops = "etc-cpu-split-threads" if threads > 1 else "func.func(convert-linalg-to-loops)"
     # A target without a vector unit (Cortex-M) records every contraction as plain loops and has
     # no window or row kernels (they are vector code).
-    windows = [f"etc-cpu-window-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
+    windows = ([f"etc-cpu-window-kernels{{lanes={isa.lanes}}}", f"etc-cpu-grouped-kernels{{lanes={isa.lanes}}}"]
+               if isa.vectorizes else [])
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
     tile = (f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1} "
             f"kc-strided={isa.gemm_kc_strided or isa.gemm_kc or 1}")
@@ -81,7 +82,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         # Each kernel takes its accumulator init and its elementwise consumer (applied in registers).
         f"etc-cpu-gemm-regions{{{tile}}}",
         f"etc-cpu-tile-gemm-kernels{{{tile}}}",
-        # Window ops are named ops fusion leaves alone; their fused consumer becomes the epilogue.
+        # Window ops and grouped convolutions are named ops fusion leaves alone; their fused
+        # consumer becomes the epilogue.
         *windows,
         # Row reductions with their elementwise ops on the same rows (softmax, norms): one kernel per row.
         *rows,

@@ -190,8 +190,9 @@ def fusable_consumer(value, shape, block_of_root):
     """The elementwise `linalg.generic` that is `value`'s only user, with its extra operands;
     None when `value` has no such candidate (several users, or a user that is not a generic);
     NotFused with the reason when the candidate cannot be applied before the store. It must be
-    all-parallel over the output's 4 dims, read `value` once with the identity map, not read its
-    outs argument, and have a body of arith/math ops on scalars."""
+    all-parallel over the output's dims (4, or 5 for a grouped convolution's [N, G, F/G, H, W]),
+    read `value` once with the identity map, not read its outs argument, and have a body of
+    arith/math ops on scalars."""
     uses = uses_of(value)
     if len(uses) != 1:
         return None
@@ -201,8 +202,9 @@ def fusable_consumer(value, shape, block_of_root):
     iterators = [str(a) for a in ir.ArrayAttr(user.attributes["iterator_types"])]
     if any("reduction" in it for it in iterators):
         return None  # a reduction (a global pool): an op of its own, with its own decision
-    if not _all_parallel(user, 4):
-        raise NotFused(f"elementwise over {len(iterators)} dims, not the output's 4")
+    rank = len(shape)  # 4 (NCHW), or 5 for a grouped convolution's [N, G, F/G, H, W]
+    if not _all_parallel(user, rank):
+        raise NotFused(f"elementwise over {len(iterators)} dims, not the output's {rank}")
     if user.operation.block != block_of_root:
         raise NotFused("in another block than the window op")
     n_in = len(user.operands) - 1
@@ -211,7 +213,9 @@ def fusable_consumer(value, shape, block_of_root):
     if static_f32_shape(user.results[0]) != shape:
         raise NotFused("its result is not the window's static f32 shape")
     maps = indexing_maps(user)
-    if map_dims(maps[-1]) != [0, 1, 2, 3] or map_dims(maps[number]) != [0, 1, 2, 3]:
+    identity = list(range(rank))
+    channel_dims = [1] if rank == 4 else [1, 2]  # the channel, or the (group, channel in group) pair
+    if map_dims(maps[-1]) != identity or map_dims(maps[number]) != identity:
         raise NotFused("reads or writes the window's result through a permutation or broadcast")
     block = user.regions[0].blocks[0]
     if len(list(block.arguments[n_in].uses)) != 0:
@@ -226,9 +230,9 @@ def fusable_consumer(value, shape, block_of_root):
             raise NotFused(f"operand {i} is not an f32 tensor read by a projection")
         if operand == value:
             raise NotFused("reads the window's result twice")
-        if dims == [0, 1, 2, 3] and static_f32_shape(operand) == shape:
+        if dims == identity and static_f32_shape(operand) == shape:
             extras[i] = Operand("full", operand)
-        elif dims == [1] and static_f32_shape(operand) == [shape[1]]:
+        elif dims == channel_dims and static_f32_shape(operand) == [shape[d] for d in channel_dims]:
             extras[i] = Operand("chan", operand)
         elif dims == [] and list(t.shape) == []:
             extras[i] = Operand("rank0", operand)

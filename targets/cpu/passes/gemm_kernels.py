@@ -33,9 +33,11 @@ from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import apply_transform_script
 from etc.targets.cpu.kernels import gemm_match as gemm
 
-# Convolutions the kernel does not take (depthwise ones are the window pass's).
+# Convolutions the kernel does not take (depthwise ones are the window pass's; grouped ones, NGCHW
+# with a GFCHW filter, etc-cpu-grouped-kernels' when the target vectorizes).
+_GROUPED = ("linalg.conv_2d_ngchw_gfchw",)
 _OTHER_CONVOLUTIONS = ("linalg.conv_1d_ncw_fcw", "linalg.conv_1d_nwc_wcf", "linalg.conv_2d_nhwc_hwcf",
-                       "linalg.conv_2d_nhwc_fhwc", "linalg.conv_2d_ngchw_fgchw", "linalg.conv_2d_ngchw_gfchw",
+                       "linalg.conv_2d_nhwc_fhwc", "linalg.conv_2d_ngchw_fgchw",
                        "linalg.conv_3d_ncdhw_fcdhw", "linalg.conv_3d_ndhwc_dhwcf", "linalg.conv_2d")
 
 _NAMED_CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul", "linalg.batch_reduce_matmul", "linalg.matvec",
@@ -109,7 +111,7 @@ class GemmKernels(Pass):
 
     def _no_vector_unit(self, module_op) -> None:
         why = "the target has no vector unit the GEMM kernel is written for"
-        for op in walk(module_op, ("linalg.conv_2d_nchw_fchw",) + _OTHER_CONVOLUTIONS):
+        for op in walk(module_op, ("linalg.conv_2d_nchw_fchw",) + _OTHER_CONVOLUTIONS + _GROUPED):
             decisions.record(op, "convolution", "loops", why)
         self._generalize_contractions(module_op)
         for op in walk(module_op, ("linalg.generic",)):
