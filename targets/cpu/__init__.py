@@ -122,6 +122,32 @@ def _derivable(derived: dict, used: dict) -> dict:
     return out
 
 
+def _threads_for(module, num_threads: int) -> int:
+    """The threads a delegate is compiled for. A delegate holding a cond (`scf.if`) is compiled for
+    one thread, recorded as a NOT TUNED decision at the cond's line: the compiler fuzzer found a
+    cond whose false branch computes through an intermediate buffer, followed by an index_put,
+    computing wrong values when its branches ran in the threaded entry (FUZZING.md, open defects).
+    A slower delegate, said so, instead of a wrong answer."""
+    if num_threads <= 1:
+        return num_threads
+    from torch_mlir import ir
+
+    from etc.targets.cpu import decisions
+
+    conds = []
+
+    def visit(op):
+        if op.name == "scf.if":
+            conds.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in conds:
+        decisions.record(op, "threads", "one-thread", f"a cond in the delegate runs on one thread, not "
+                         f"{num_threads} (its threaded branches computed wrong: FUZZING.md)")
+    return 1 if conds else num_threads
+
+
 def compile_function(func_op, constants: dict, *, target=None, cpu: str | None = None, features: str | None = None,
                      opt_level: int = 3, num_threads: int = 1, keep_ir: bool = False, profile: bool = False,
                      float_abi: str | None = None):
@@ -150,6 +176,7 @@ def compile_function(func_op, constants: dict, *, target=None, cpu: str | None =
         program = program_of(module, constants)  # the weights' data: the int8 lowering reads it, the blob stores it
         if in_place:
             module.operation.attributes[IN_PLACE_ATTR] = ir.DenseI64ArrayAttr.get(in_place)
+        num_threads = _threads_for(module, int(num_threads))
         t1 = time.perf_counter()
         result = compile_module(module, resolved, opt_level=opt_level, keep_ir=keep_ir, threads=int(num_threads),
                                 constants=program.constants, profile=profile)
