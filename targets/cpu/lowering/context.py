@@ -74,9 +74,15 @@ def program_of(module: ir.Module, constants: dict):
     from etc.compiler.ir import ProgramIR
     from etc.errors import LoweringError
 
-    names = [ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
-             if op.operation.name == "ml_program.global"]
-    missing = [name for name in names if name not in constants]
+    from etc.ir.dtypes import torch_dtype_name_of_element_type
+
+    globals_ = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations
+                if op.operation.name == "ml_program.global"}
+    missing = [name for name in globals_ if name not in constants]
     if missing:
         raise LoweringError(f"constant '{missing[0]}' used by a cpu delegate has no data")
-    return ProgramIR(module, module.context, {name: constants[name] for name in names}, {})
+    # The dtype of each global from its type: a bfloat16 weight's data is its bits (numpy uint16),
+    # which the numpy dtype alone would not tell from uint16.
+    dtypes = {name: torch_dtype_name_of_element_type(ir.RankedTensorType(
+        ir.TypeAttr(op.attributes["type"]).value).element_type) for name, op in globals_.items()}
+    return ProgramIR(module, module.context, {name: constants[name] for name in globals_}, {}, dtypes)
