@@ -57,11 +57,11 @@ executorch-aarch64: $(AARCH64_SDK)/.unpacked
 
 # pytest on both cores (pytest-xdist); lit runs its own workers.
 test: $(STAMP) toolchains $(AARCH64_SDK)/.unpacked
-	$(PY) -m pytest test/python -n 2 -rs
+	$(PY) -m pytest test/python -n 2 -rfEs --durations=25
 	$(VENV)/bin/lit -sv test/lit
 
 pytest: $(STAMP) toolchains $(AARCH64_SDK)/.unpacked
-	$(PY) -m pytest test/python -n 2 -rs
+	$(PY) -m pytest test/python -n 2 -rfEs --durations=25
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv test/lit

@@ -34,9 +34,10 @@ def _torch_decomposes(torch_name: str) -> bool:
 
 def no_edge_form_message(torch_name: str) -> str:
     if _torch_decomposes(torch_name):
-        return (f"'{torch_name}' is not in the Core ATen opset: etc.to_edge decomposes it (torch's decomposition "
-                "table) before importing, and this module was imported without that step; import the "
-                "decomposed program (python -m etc.tools.import_model --decompose)")
+        return (f"'{torch_name}' is not in the Core ATen opset, so it has no edge form: etc.to_edge decomposes it "
+                "(torch's decomposition table) before importing unless EdgeCompileConfig.preserve_ops keeps it, and "
+                "a module imported without that step keeps it too; import the decomposed program (python -m "
+                "etc.tools.import_model --decompose)")
     return (f"'{torch_name}' is not in the Core ATen opset and has no decomposition to it, so it has no edge form; "
             "add a decomposition (EdgeCompileConfig.decompositions) or delegate it to a backend "
             "that supports it")

@@ -68,8 +68,8 @@ def test_the_partitioner_folds_quantized_computations_as_a_visible_program_pipel
     assert "program pipeline: builtin.module(etc-fold-quantized)" in edge.delegation_info()
 
 
-@pytest.mark.parametrize("target, triple", [("aarch64-linux-gnu", "aarch64-linux-gnu"),
-                                            ("cortex-m7", "thumbv7em-none-eabihf")])
+@pytest.mark.parametrize("target, triple", [("aarch64-linux-gnu", "aarch64-unknown-linux-gnu"),
+                                            ("cortex-m7", "thumbv7em-unknown-none-eabihf")])
 def test_support_trials_lower_for_the_partitioners_own_target(monkeypatch, target, triple):
     """No hidden x86-64: a trial lowering (the whole method, then an op alone) runs the pipeline
     for the target the delegate is compiled for."""

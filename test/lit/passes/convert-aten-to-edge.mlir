@@ -27,7 +27,7 @@ func.func @not_core(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // decompositions (tools/import_model without --decompose), and the error says that instead of
 // "has no decomposition".
 func.func @not_decomposed(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x1x1xf32>) -> tensor<1x1x4x4xf32> {
-  // expected-error @below {{'aten::conv2d' is not in the Core ATen opset: etc.to_edge decomposes it (torch's decomposition table) before importing, and this module was imported without that step; import the decomposed program (python -m etc.tools.import_model --decompose)}}
+  // expected-error @below {{'aten::conv2d' is not in the Core ATen opset, so it has no edge form: etc.to_edge decomposes it (torch's decomposition table) before importing unless EdgeCompileConfig.preserve_ops keeps it, and a module imported without that step keeps it too; import the decomposed program (python -m etc.tools.import_model --decompose)}}
   %1 = "aten.conv2d"(%x, %w) {dilation = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0>, padding = array<i64: 0, 0>, stride = array<i64: 1, 1>} : (tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> tensor<1x1x4x4xf32>
   return %1 : tensor<1x1x4x4xf32>
 }
