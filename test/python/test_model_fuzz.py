@@ -17,8 +17,9 @@ import pytest
 
 import model_fuzzer
 
-# Models per shard (two shards: pytest -n 2 runs them on both cores), a fixed seed each.
-CI_MODELS = 60
+# Models per shard (two shards: pytest -n 2 runs them on both cores), a fixed seed each: about a
+# minute of the suite's wall time on two cores; `make fuzz-compiler` is where thousands run.
+CI_MODELS = 30
 
 
 @pytest.mark.parametrize("shard", [0, 1])
@@ -46,7 +47,7 @@ _HANGS = ("import time, torch\n"
           "        time.sleep(3600)\n")
 
 
-@pytest.mark.parametrize("source, status, timeout", [(_DIES, "crash", 120), (_HANGS, "hang", 20)])
+@pytest.mark.parametrize("source, status, timeout", [(_DIES, "crash", 120), (_HANGS, "hang", 8)])
 def test_the_harness_sees_crashes_and_hangs(source, status, timeout):
     pool = model_fuzzer.Pool()
     try:
