@@ -7,6 +7,8 @@ cast to the out tensor's dtype on write).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from etc.errors import ExecutionError
@@ -18,10 +20,12 @@ from etc.runtime.kernels.registry import kernel, register_kernel
 
 
 # erf(a)/a (even, smooth, 2/sqrt(pi) at 0) as piecewise polynomials on [0, 6): Chebyshev
-# interpolants of math.erf, built once at import; beyond 6, erf is +-1 in double.
+# interpolants of math.erf, fitted on first use (at import they were a fifth of a second of every
+# process's start, etc-opt's included); beyond 6, erf is +-1 in double.
 _ERF_HI, _ERF_WIDTH, _ERF_DEG = 6.0, 0.25, 11
 
 
+@functools.cache
 def _erf_table():
     import math
 
@@ -37,10 +41,8 @@ def _erf_table():
     return np.ascontiguousarray(np.array(rows).T), (np.arange(count) + 0.5) * _ERF_WIDTH
 
 
-_ERF_COEFS, _ERF_CENTERS = _erf_table()
-
-
-def _erf32_rational():
+@functools.cache
+def erf32_coefficients() -> tuple[list, list]:
     """erf(x)/x ~ P(x^2)/Q(x^2) on [0, 4] (beyond, float32 erf is +-1): our own fit to math.erf,
     linearized least squares reweighted by the denominator (Loeb), relative error ~4e-7."""
     import math
@@ -59,7 +61,6 @@ def _erf32_rational():
     return [np.float32(c) for c in p[::-1]], [np.float32(c) for c in q[::-1]]
 
 
-ERF32_P, ERF32_Q = _erf32_rational()
 _BLOCK = 8192  # elements per cache-resident block of the float32 path
 _ERF32_ONE = np.float32(3.92)
 
@@ -70,15 +71,16 @@ def _erf32(x: np.ndarray) -> np.ndarray:
     flat = np.ascontiguousarray(x, np.float32).reshape(-1)
     res = np.empty_like(flat)
     four = np.float32(4)
+    erf32_p, erf32_q = erf32_coefficients()
     for start in range(0, flat.size, _BLOCK):
         xb = np.clip(flat[start:start + _BLOCK], -four, four)
         u = xb * xb
-        num = np.full_like(u, ERF32_P[0])
-        for c in ERF32_P[1:]:
+        num = np.full_like(u, erf32_p[0])
+        for c in erf32_p[1:]:
             num *= u
             num += c
-        den = np.full_like(u, ERF32_Q[0])
-        for c in ERF32_Q[1:]:
+        den = np.full_like(u, erf32_q[0])
+        for c in erf32_q[1:]:
             den *= u
             den += c
         num *= xb
@@ -98,11 +100,12 @@ def erf(x: np.ndarray) -> np.ndarray:
     xd = x.astype(np.float64)
     a = np.fmin(np.abs(xd), _ERF_HI - 1e-9)  # NaN -> any piece; x * P stays NaN
     idx = (a * (1 / _ERF_WIDTH)).astype(np.intp)
-    t = (a - np.take(_ERF_CENTERS, idx)) * (2 / _ERF_WIDTH)
-    p = np.take(_ERF_COEFS[_ERF_DEG], idx)
+    coefs, centers = _erf_table()
+    t = (a - np.take(centers, idx)) * (2 / _ERF_WIDTH)
+    p = np.take(coefs[_ERF_DEG], idx)
     for k in range(_ERF_DEG - 1, -1, -1):
         p *= t
-        p += np.take(_ERF_COEFS[k], idx)
+        p += np.take(coefs[k], idx)
     return np.where(np.abs(xd) >= _ERF_HI, np.sign(xd), xd * p).astype(dtype)
 
 

@@ -91,9 +91,10 @@ def _constant(t, value):
 def _erf_f32(x):
     from torch_mlir.dialects import arith, math
 
-    from etc.runtime.kernels.elementwise import ERF32_P, ERF32_Q  # one fit for both paths
+    from etc.runtime.kernels.elementwise import erf32_coefficients  # one fit for both paths
 
     f32 = _like(x.type, ir.F32Type.get())
+    erf32_p, erf32_q = erf32_coefficients()
 
     def c(v):
         return _constant(f32, v)
@@ -107,7 +108,7 @@ def _erf_f32(x):
             acc = math.FmaOp(acc, u, c(coefficient)).result
         return acc
 
-    ratio = arith.DivFOp(arith.MulFOp(clamped, horner(ERF32_P)).result, horner(ERF32_Q)).result
+    ratio = arith.DivFOp(arith.MulFOp(clamped, horner(erf32_p)).result, horner(erf32_q)).result
     saturated = arith.CmpFOp(arith.CmpFPredicate.OGE, math.AbsFOp(x).result, c(3.92)).result
     return arith.SelectOp(saturated, math.CopySignOp(c(1.0), x).result, ratio).result
 
