@@ -55,13 +55,14 @@ $(AARCH64_SDK)/.unpacked: $(STAMP)
 
 executorch-aarch64: $(AARCH64_SDK)/.unpacked
 
-# pytest on both cores (pytest-xdist); lit runs its own workers.
+# pytest on both cores (pytest-xdist; worksteal: a worker that runs out takes tests queued for the
+# other, so a slow test near the end does not leave one core idle); lit runs its own workers.
 test: $(STAMP) toolchains $(AARCH64_SDK)/.unpacked
-	$(PY) -m pytest test/python -n 2 -rfEs --durations=25
+	$(PY) -m pytest test/python -n 2 --dist worksteal -rfEs --durations=25
 	$(VENV)/bin/lit -sv test/lit
 
 pytest: $(STAMP) toolchains $(AARCH64_SDK)/.unpacked
-	$(PY) -m pytest test/python -n 2 -rfEs --durations=25
+	$(PY) -m pytest test/python -n 2 --dist worksteal -rfEs --durations=25
 
 lit: $(STAMP)
 	$(VENV)/bin/lit -sv test/lit
