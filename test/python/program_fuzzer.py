@@ -310,7 +310,7 @@ class Mutator:
 
         fields(head_record, head_names, 0, "head")
         at = head_record.size
-        for name in cpu_blob._LISTS:
+        for name in cpu_blob.TABLE_LISTS:
             record, names = cpu_blob.TABLE_RECORDS[name]
             for k in range(head[f"n_{name}"]):
                 if name not in ("dims", "ops") or rng.random() < 0.2:
