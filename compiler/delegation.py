@@ -46,6 +46,7 @@ class DelegationReport:
     partitions: int = 0
     backend_lines: dict = field(default_factory=dict)  # delegate function name -> the backend's report lines
     pipeline: str = ""  # what ran on the program before partitioning (`Partitioner.pipeline`)
+    decisions: list = field(default_factory=list)  # the partitioner's (`PartitionResult.decisions`)
 
     def __str__(self) -> str:
         lines = [f"delegation to {', '.join(sorted(self.backend_ids)) or '(none)'}: "
@@ -53,6 +54,7 @@ class DelegationReport:
                  f"{sum(self.portable.values())} op(s) on portable kernels"]
         if self.pipeline:
             lines.append(f"  program pipeline: {self.pipeline}")
+        lines.extend(f"  partitioner: {line}" for line in self.decisions)
         for name, count in sorted(self.delegated.items()):
             lines.append(f"  delegated  {name} x{count}")
         for name, count in sorted(self.portable.items()):
@@ -79,7 +81,8 @@ def delegate(program_ir, partitioner: Partitioner) -> DelegationReport:
         run_pipeline(program_ir.module, partitioner.pipeline)
     result = partitioner.partition(program_ir)
     result.partitions = [piece for partition in result.partitions for piece in _split_at_control_flow(partition)]
-    report = DelegationReport(reasons=dict(result.rejected), pipeline=partitioner.pipeline or "")
+    report = DelegationReport(reasons=dict(result.rejected), pipeline=partitioner.pipeline or "",
+                              decisions=list(result.decisions))
     if not hasattr(program_ir, "delegate_blobs"):
         program_ir.delegate_blobs = []
     if not hasattr(program_ir, "delegate_native"):  # by blob index, beside delegate_blobs

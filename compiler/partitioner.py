@@ -43,6 +43,9 @@ class PartitionResult:
     partitions: list  # of Partition
     # op name -> reason, for ops left on portable kernels.
     rejected: dict = field(default_factory=dict)
+    # What the partitioner decided besides per-op support, with the reason (a fast path it could not
+    # take): lines of the delegation report.
+    decisions: list = field(default_factory=list)
 
 
 @dataclass

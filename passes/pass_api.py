@@ -381,7 +381,9 @@ class Pass:
         with op.context:  # so that patterns() may build RewritePatternSet() without naming one
             patterns = self.patterns()
             if patterns is None:
-                raise NotImplementedError(f"pass {self.name} defines neither run() nor patterns()")
+                raise PassError(f"pass {self.name} defines neither run() nor patterns()", location=_where(op),
+                                notes=[f"{type(self).__name__} must override run(self, op), or patterns(self) "
+                                       "returning a RewritePatternSet"])
             try:
                 rewrite.apply_patterns_and_fold_greedily(op, patterns.freeze(), self.greedy_config())
             except (ir.MLIRError, RuntimeError) as exc:  # e.g. the driver did not converge
