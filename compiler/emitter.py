@@ -21,7 +21,8 @@ from __future__ import annotations
 from etc.compiler import emit_control_flow
 from etc.compiler.emit_data import ProgramData, external_tag_function
 from etc.dialects.out_variants import kernel_schema, out_variant_name
-from etc.errors import LoweringError
+from etc.errors import LoweringError, SerializationError
+from etc.ir.dtypes import scalar_type_of
 from etc.passes.memory_planning import planned_alloc, result_alloc
 from etc.passes.in_place_state import in_place_symbols
 
@@ -59,18 +60,6 @@ SYMBOLIC_ARITHMETIC = {
     "arith.remsi": "executorch_prim::mod.Scalar",
     "arith.maxsi": "executorch_prim::sym_max.Scalar",
     "arith.minsi": "executorch_prim::sym_min.Scalar",
-}
-
-# MLIR element type (as printed) -> ExecuTorch ScalarType.
-SCALAR_TYPES = {
-    "ui8": 0, "i8": 1, "si8": 1, "i16": 2, "si16": 2, "i32": 3, "si32": 3, "i64": 4, "si64": 4,
-    "f16": 5, "f32": 6, "f64": 7, "i1": 11, "bf16": 15, "ui16": 27, "ui32": 28, "ui64": 29,
-}
-
-# torch dtype name -> ExecuTorch ScalarType, for dtype arguments.
-TORCH_SCALAR_TYPES = {
-    "uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "float64": 7,
-    "bool": 11, "bfloat16": 15, "uint16": 27, "uint32": 28, "uint64": 29,
 }
 
 
@@ -111,7 +100,7 @@ class _MethodEmitter:
         self.state_bytes = 0
 
     # ---------------------------------------------------------------- values
-    def _add(self, val) -> int:
+    def add_value(self, val) -> int:
         self.values.append(self.S.EValue(val=val))
         return len(self.values) - 1
 
@@ -121,8 +110,10 @@ class _MethodEmitter:
         S = self.S
         ty = ir.RankedTensorType(value.type)
         element = str(ty.element_type)
-        if element not in SCALAR_TYPES:
-            raise LoweringError(f"tensors of element type {element} have no .pte scalar type")
+        try:
+            scalar_type = scalar_type_of(element)
+        except SerializationError:
+            raise LoweringError(f"tensors of element type {element} have no .pte scalar type") from None
         dynamic = not ty.has_static_shape
         sizes = list(ty.shape)
         if dynamic:
@@ -135,7 +126,7 @@ class _MethodEmitter:
             if mem_id is None:  # the state arena: its mem_id is known once the plan's sizes are
                 self.state_allocations.append(allocation)
         t = S.Tensor(
-            scalar_type=S.ScalarType(SCALAR_TYPES[element]),
+            scalar_type=S.ScalarType(scalar_type),
             storage_offset=0,
             sizes=sizes,
             dim_order=list(range(len(sizes))),
@@ -146,7 +137,7 @@ class _MethodEmitter:
             shape_dynamism=S.TensorShapeDynamism.DYNAMIC_BOUND if dynamic else S.TensorShapeDynamism.STATIC,
             extra_tensor_info=None if state_name is None else S.ExtraTensorInfo(fully_qualified_name=state_name),
         )
-        i = self._add(t)
+        i = self.add_value(t)
         self.index[value] = i
         return i
 
@@ -194,7 +185,7 @@ class _MethodEmitter:
             val = S.String(string_val=python_value)
         else:
             raise LoweringError(f"cannot emit a scalar argument of type {type(python_value).__name__}")
-        i = self._add(val)
+        i = self.add_value(val)
         self.const_values[key] = i
         return i
 
@@ -213,15 +204,15 @@ class _MethodEmitter:
         if base in ("Tensor[]", "Tensor?[]", "List[Tensor]", "List[Optional[Tensor]]"):
             items = [self.index[v] if v is not None else -1 for v in python_value]
             kind = S.OptionalTensorList if "?" in base[:-2] or "Optional" in base else S.TensorList
-            return self._add(kind(items=items))
+            return self.add_value(kind(items=items))
         if base in ("int[]", "SymInt[]", "List[int]") or base.startswith("int[") or base.startswith("SymInt["):
             # IntList items are EValue indices of Int values (ExecuTorch's BoxedEvalueList).
             items = [self.argument("SymInt", v, op) for v in python_value]
-            return self._add(S.IntList(items=items))
+            return self.add_value(S.IntList(items=items))
         if base in ("float[]", "List[float]"):
-            return self._add(S.DoubleList(items=[float(v) for v in python_value]))
+            return self.add_value(S.DoubleList(items=[float(v) for v in python_value]))
         if base in ("bool[]", "List[bool]") or base.startswith("bool["):
-            return self._add(S.BoolList(items=[bool(v) for v in python_value]))
+            return self.add_value(S.BoolList(items=[bool(v) for v in python_value]))
         if base == "ScalarType":
             return self.scalar(_scalar_type_of(python_value))
         if base == "MemoryFormat":
@@ -275,7 +266,7 @@ class _MethodEmitter:
         for a, type_text in zip(schema.arguments, kernel_argument_types(kernel)):
             if a.is_out:
                 if type_text.startswith("Tensor") and type_text.endswith("[]"):  # `Tensor(a!)[] out`: all results
-                    out_args.append(self._add(self.S.TensorList(items=result_indices[out_position:])))
+                    out_args.append(self.add_value(self.S.TensorList(items=result_indices[out_position:])))
                     out_position = len(result_indices)
                 else:
                     out_args.append(result_indices[out_position])
@@ -294,7 +285,7 @@ class _MethodEmitter:
         if len(schema.returns) == 1:
             args.append(result_indices[0])
         elif len(schema.returns) > 1:
-            args.append(self._add(self.S.TensorList(items=result_indices)))
+            args.append(self.add_value(self.S.TensorList(items=result_indices)))
         else:
             args += out_args
         self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args), op)
@@ -368,7 +359,7 @@ class _MethodEmitter:
             raise LoweringError(f"no kernel for '{kernel}' (a size computed at run time) in the kernel library",
                                 location=_where(op))
         args = [self.index[v] if v in self.index else self._missing(v, op) for v in op.operands]
-        result = self._add(self.S.Int(int_val=0))  # not shared: the kernel writes it
+        result = self.add_value(self.S.Int(int_val=0))  # not shared: the kernel writes it
         self.index[op.results[0]] = result
         self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args + [result]), op)
 
@@ -482,14 +473,10 @@ def _arg_attr(func_op, index: int, name: str):
 
 
 def _scalar_type_of(value) -> int:
-    text = str(value).replace("torch.", "")
-    if text in TORCH_SCALAR_TYPES:
-        return TORCH_SCALAR_TYPES[text]
-    if text in SCALAR_TYPES:
-        return SCALAR_TYPES[text]
-    if isinstance(value, int):
-        return value
-    raise LoweringError(f"unknown dtype '{value}'")
+    try:
+        return scalar_type_of(value)
+    except SerializationError:
+        raise LoweringError(f"unknown dtype '{value}'") from None
 
 
 def _torch_default(arg):

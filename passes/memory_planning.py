@@ -33,7 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from etc.errors import MemoryPlanningError
+from etc.errors import MemoryPlanningError, PassError
+from etc.ir.locations import format_location
 from etc.passes.memory_planning_control_flow import (branch_local_yields, control_flow_last_uses,
                                                    extend_branch_results, flatten_regions)
 from etc.passes.memory_planning_algorithms import (
@@ -178,22 +179,8 @@ class MemoryPlanReport:
 
 # ------------------------------------------------------------------ helpers
 def _where(location) -> str:
-    """`file:line:col` of the innermost file position in an MLIR location (through names and call
-    sites), so errors point at the user's line; the raw location text when it has none."""
-    from torch_mlir import ir
-
-    pending = [location]
-    while pending:
-        loc = pending.pop(0)
-        if isinstance(loc, ir.FileLineColLoc):
-            return f"{loc.filename}:{loc.start_line}:{loc.start_col}"
-        if isinstance(loc, ir.NameLoc):
-            pending.append(loc.child_loc)
-        elif isinstance(loc, ir.CallSiteLoc):
-            pending += [loc.callee, loc.caller]
-        elif isinstance(loc, ir.FusedLoc):
-            pending += list(loc.locations)
-    return str(location)
+    """Where an error points: the user's line (`format_location`), else the raw location text."""
+    return format_location(location) or str(location)
 
 
 def _element_bytes(element_type, location) -> int:
@@ -448,35 +435,16 @@ def _annotate(ir, analysis: _MethodAnalysis, placement: dict, plan: MethodPlan) 
 
 
 # --------------------------------------------------------------- pass options
-def _parse_bool(name: str, text) -> bool:
-    if isinstance(text, bool):
-        return text
-    lowered = str(text).strip().lower()
-    if lowered in ("1", "true", "on", "yes"):
-        return True
-    if lowered in ("0", "false", "off", "no"):
-        return False
-    raise MemoryPlanningError(f"option '{name}' of {PASS_NAME} expects true or false, got {text!r}")
-
-
 def options_from_strings(options: dict) -> dict:
-    """Pass-pipeline options (`algorithm=naive alignment=64 alloc-graph-input=true`) -> plan_memory kwargs."""
-    kwargs = {}
-    for key, text in options.items():
-        name = key.replace("-", "_")
-        if name == "algorithm":
-            kwargs["algorithm"] = str(text)
-        elif name == "alignment":
-            try:
-                kwargs["alignment"] = int(text)
-            except (TypeError, ValueError):
-                raise MemoryPlanningError(f"option 'alignment' of {PASS_NAME} expects an integer, got {text!r}")
-        elif name in ("alloc_graph_input", "alloc_graph_output"):
-            kwargs[name] = _parse_bool(key, text)
-        else:
-            raise MemoryPlanningError(f"unknown option '{key}' of {PASS_NAME}; options are algorithm, alignment, "
-                                      "alloc-graph-input, alloc-graph-output")
-    return kwargs
+    """Pass-pipeline options (`algorithm=naive alignment=64 alloc-graph-input=true`) -> plan_memory
+    kwargs, scanned as every pass's options are (`pass_api.parse_options` on the pass's Options)."""
+    try:
+        parsed = parse_options(MemoryPlanningPass.Options, options, PASS_NAME)
+    except PassError as error:
+        raise MemoryPlanningError(error.message) from None
+    given = {key.replace("-", "_") for key in options}
+    return {name: getattr(parsed, name) for name in ("algorithm", "alignment", "alloc_graph_input",
+                                                     "alloc_graph_output") if name in given}
 
 
 def run_memory_planning_pass(module, options: dict | None = None) -> MemoryPlanReport:
@@ -485,7 +453,7 @@ def run_memory_planning_pass(module, options: dict | None = None) -> MemoryPlanR
 
 
 # ------------------------------------------------------- registered pass
-from etc.passes.pass_api import Pass, option, register_pass  # noqa: E402
+from etc.passes.pass_api import Pass, option, parse_options, register_pass  # noqa: E402
 
 
 @register_pass

@@ -135,6 +135,14 @@ def register_kernel(name: str, fn: Callable, *, replace: bool = False) -> Callab
     return kernel(name)(fn)
 
 
+def unregister_kernel(name: str) -> Callable:
+    """Remove the kernel registered as `name` and return it (the function given, unwrapped);
+    KernelNotFoundError if there is none. Methods loaded before keep the kernel they bound."""
+    fn = get_kernel(name)
+    del _KERNELS[name]
+    return getattr(fn, "__wrapped__", fn)
+
+
 def _same_definition(a: Callable, b: Callable) -> bool:
     """`a` and `b` are one kernel: the same object, or functions of the same module, qualified name and
     code (a cell run again defines a new function object with the same code)."""

@@ -212,7 +212,7 @@ def resign(data: bytes) -> bytes:
         program_size, base, size = R.read_headers(data)
         reader = R.FlatbufferReader(data, program_size)
         program = reader.table(P.Program, struct.unpack_from("<I", data, 0)[0], "Program")
-        payloads = R._segment_payloads(data, program, base)
+        payloads = R.segment_payloads(data, program, base)
     except (ProgramError, struct.error):
         return data
     end = base + size if base else program_size
