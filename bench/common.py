@@ -163,3 +163,20 @@ def ms(seconds, digits: int = 3) -> str:
 def ratio(a, b) -> str:
     """`a / b` as `1.23x`, `n/a` when either is missing or `b` is zero."""
     return "n/a" if a is None or b is None or not b else f"{a / b:.2f}x"
+
+
+def measure_models(models: dict, only, measure, *, label: str, log, note=lambda row: "") -> list:
+    """`measure(name)` for each model of `only` (every one of `models` if None), in order, with a
+    progress line before and after each on `log` (`note(row)` appended); an unknown name ends the
+    run naming the known ones."""
+    names = only or list(models)
+    unknown = [n for n in names if n not in models]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}; known: {', '.join(models)}")
+    rows = []
+    for name in names:
+        print(f"[{label}] {name}", file=log, flush=True)
+        start = time.perf_counter()
+        rows.append(measure(name))
+        print(f"[{label}] {name}: {time.perf_counter() - start:.0f} s{note(rows[-1])}", file=log, flush=True)
+    return rows

@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from etc.bench.common import emit, error_text, executorch_threads, interleaved, ms, not_tuned_lines, ratio, run_child
+from etc.bench.common import (emit, error_text, executorch_threads, interleaved, measure_models, ms, not_tuned_lines,
+                              ratio, run_child)
 
 ms2 = functools.partial(ms, digits=2)  # this table's milliseconds
 
@@ -366,17 +367,8 @@ def render(rows: list[dict]) -> str:
 
 
 def run(only: list[str] | None = None, runs: int = 10, timeout_s: float = 1200.0, log=sys.stderr) -> str:
-    names = only or list(MODELS)
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        raise SystemExit(f"unknown model(s) {unknown}; known: {', '.join(MODELS)}")
-    rows = []
-    for name in names:
-        print(f"[bench_models] {name}", file=log, flush=True)
-        start = time.perf_counter()
-        rows.append(measure_isolated(name, runs, timeout_s))
-        print(f"[bench_models] {name}: {time.perf_counter() - start:.0f} s "
-              f"{ {k: v for k, v in rows[-1].items() if k.endswith('_error')} or ''}", file=log, flush=True)
+    rows = measure_models(MODELS, only, lambda name: measure_isolated(name, runs, timeout_s), label="bench_models",
+                          log=log, note=lambda row: f" { {k: v for k, v in row.items() if k.endswith('_error')} or ''}")
     return render(rows)
 
 

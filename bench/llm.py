@@ -117,7 +117,7 @@ MODELS: dict[str, Model] = {m.name: m for m in [
 # The child's protocol is common's (emit, run_child): JSON lines to the parent, a failing backend a one-line error in
 # its row (printed under Failures in BENCHMARKS.md), a crash or a timeout a row too (run_child).
 from etc.bench.common import emit, error_text, executorch_method, executorch_program, executorch_threads, \
-    not_tuned_lines, run_child  # noqa: E402
+    measure_models, not_tuned_lines, run_child  # noqa: E402
 
 
 class _Backend:
@@ -401,16 +401,8 @@ def render(rows: list[dict], decode_tokens: int) -> str:
 
 def run(only: list[str] | None = None, runs: int = 5, decode_tokens: int = 64, timeout_s: float = 1800.0,
         log=sys.stderr) -> str:
-    names = only or list(MODELS)
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        raise SystemExit(f"unknown model(s) {unknown}; known: {', '.join(MODELS)}")
-    rows = []
-    for name in names:
-        print(f"[bench_llm] {name}", file=log, flush=True)
-        start = time.perf_counter()
-        rows.append(measure_isolated(name, runs, decode_tokens, timeout_s))
-        print(f"[bench_llm] {name}: {time.perf_counter() - start:.0f} s", file=log, flush=True)
+    rows = measure_models(MODELS, only, lambda name: measure_isolated(name, runs, decode_tokens, timeout_s),
+                          label="bench_llm", log=log)
     return render(rows, decode_tokens)
 
 

@@ -142,10 +142,8 @@ def _op_record(op) -> OpRecord:
     if name.startswith(("edge.", "aten.")):
         from etc.dialects import op_info
 
-        try:
-            aten = op_info(name).torch_name
-        except Exception:  # noqa: BLE001 - an op without a table entry is still recorded, without its aten name
-            aten = None
+        info = op_info(name)  # None for an op without a table entry: recorded without its aten name
+        aten = info.torch_name if info is not None else None
     elif name == "tensor.dim":
         aten = "aten::sym_size.int"
     elif name == "ml_program.global_store":

@@ -149,7 +149,7 @@ def emit_compare(emitter, op) -> None:
     if kernel is None or kernel not in emitter.kernels:
         raise LoweringError(f"no prim op for the size comparison '{op.attributes['predicate']}'", location=_where(op))
     args = [_index(emitter, value, op) for value in op.operands]
-    result = emitter._add(emitter.S.Bool(bool_val=False))  # not shared: the prim op writes it
+    result = emitter.add_value(emitter.S.Bool(bool_val=False))  # not shared: the prim op writes it
     emitter.index[op.results[0]] = result
     emitter.instruction(emitter.S.KernelCall(op_index=emitter.operator(kernel), args=args + [result]), op)
 

@@ -18,16 +18,11 @@ run on, so a missing kernel is a compile error at the user's source line, not an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from typing import Callable
-
-import numpy as np
-
-
 from etc.compiler import emit_control_flow
+from etc.compiler.emit_data import ProgramData, external_tag_function
 from etc.dialects.out_variants import kernel_schema, out_variant_name
-from etc.errors import LoweringError
+from etc.errors import LoweringError, SerializationError
+from etc.ir.dtypes import scalar_type_of
 from etc.passes.memory_planning import planned_alloc, result_alloc
 from etc.passes.in_place_state import in_place_symbols
 
@@ -67,18 +62,6 @@ SYMBOLIC_ARITHMETIC = {
     "arith.minsi": "executorch_prim::sym_min.Scalar",
 }
 
-# MLIR element type (as printed) -> ExecuTorch ScalarType.
-SCALAR_TYPES = {
-    "ui8": 0, "i8": 1, "si8": 1, "i16": 2, "si16": 2, "i32": 3, "si32": 3, "i64": 4, "si64": 4,
-    "f16": 5, "f32": 6, "f64": 7, "i1": 11, "bf16": 15, "ui16": 27, "ui32": 28, "ui64": 29,
-}
-
-# torch dtype name -> ExecuTorch ScalarType, for dtype arguments.
-TORCH_SCALAR_TYPES = {
-    "uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "float64": 7,
-    "bool": 11, "bfloat16": 15, "uint16": 27, "uint32": 28, "uint64": 29,
-}
-
 
 def _where(op) -> str:
     from etc.ir.locations import format_location as render_location
@@ -90,82 +73,10 @@ def _attr_ints(attr) -> list[int]:
     return [int(x) for x in attr]
 
 
-@dataclass
-class _ProgramState:
-    """What the methods of one program share: constants and delegate blobs."""
-
-    constants: dict  # fqn -> numpy array (from ProgramIR)
-    constant_index: dict = field(default_factory=dict)  # fqn -> data_buffer_idx (>= 1)
-    constant_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
-    constant_by_bytes: dict = field(default_factory=dict)  # bytes -> data_buffer_idx: equal constants stored once
-    delegate_blobs: list = field(default_factory=list)  # bytes
-    mutable_index: dict = field(default_factory=dict)  # fqn -> index in the mutable data segment (>= 1)
-    mutable_data: list = field(default_factory=list)  # bytes, index i-1 for data_buffer_idx i
-    # `external_constants`: fqn -> the name of the .ptd that holds it, or None (in the program).
-    external_tag: Callable | None = None
-    external_data: dict = field(default_factory=dict)  # tag -> PtdFile
-
-    def external(self, name: str, op, scalar_type, sizes: list[int]) -> str | None:
-        """The .ptd tag of constant `name` when it goes outside the program (its data then added to
-        that file under `name`, with its layout), else None."""
-        tag = self.external_tag(name) if self.external_tag is not None else None
-        if tag is None:
-            return None
-        if not isinstance(tag, str) or not tag or "/" in tag or "\\" in tag:
-            raise LoweringError(f"external_constants gave {tag!r} for constant '{name}': a .ptd name must be a "
-                                "non-empty str without a path separator (or None to keep it in the program)",
-                                location=_where(op))
-        if name not in self.constants:
-            raise LoweringError(f"constant '{name}' has no data in the program's constant table", location=_where(op))
-        from etc.schema.flat_tensor import DataEntry, PtdFile, TensorLayout
-
-        ptd = self.external_data.setdefault(tag, PtdFile())
-        if name not in ptd.entries:
-            ptd.entries[name] = DataEntry(np.ascontiguousarray(self.constants[name]).tobytes(), TensorLayout(
-                scalar_type=scalar_type, sizes=list(sizes), dim_order=list(range(len(sizes)))))
-        return tag
-
-    def mutable(self, name: str, op) -> int:
-        """The mutable-data index of a buffer the program writes (its initial state), or 0 when that
-        state is all zeros.
-
-        Zeros are not stored: planned memory starts zeroed (etc's runtime allocates its arenas with
-        np.zeros; ExecuTorch's Module and pybindings value-initialize theirs, and a static C arena is
-        zero-initialized), so a fresh KV cache costs the program nothing, as in ExecuTorch's own
-        programs, instead of its full size (a 2k-token cache of a 1B model is over 100 MB). The
-        tensor still names its buffer (`ExtraTensorInfo.fully_qualified_name`), which is how a
-        runtime tells state that lives from one execute to the next from a planned intermediate.
-        """
-        if name not in self.mutable_index:
-            if name not in self.constants:
-                raise LoweringError(f"buffer '{name}' has no initial data in the program's constant table",
-                                    location=_where(op))
-            data = np.ascontiguousarray(self.constants[name]).tobytes()
-            if data.count(0) == len(data):
-                self.mutable_index[name] = 0
-            else:
-                self.mutable_data.append(data)
-                self.mutable_index[name] = len(self.mutable_data)
-        return self.mutable_index[name]
-
-    def constant(self, name: str, op) -> int:
-        if name not in self.constant_index:
-            if name not in self.constants:
-                raise LoweringError(f"constant '{name}' has no data in the program's constant table", location=_where(op))
-            data = np.ascontiguousarray(self.constants[name]).tobytes()
-            # Constants are read-only: tensors with the same bytes (a quantized model's all-zero
-            # zero points, one per layer) share one buffer, as in ExecuTorch's programs.
-            if data not in self.constant_by_bytes:
-                self.constant_data.append(data)
-                self.constant_by_bytes[data] = len(self.constant_data)
-            self.constant_index[name] = self.constant_by_bytes[data]
-        return self.constant_index[name]
-
-
 class _MethodEmitter:
     """Emits one `func.func` as one ExecutionPlan."""
 
-    def __init__(self, func_op, state: _ProgramState, kernels: set[str]):
+    def __init__(self, func_op, state: ProgramData, kernels: set[str]):
         from etc.schema import program as S
 
         self.S = S
@@ -189,7 +100,7 @@ class _MethodEmitter:
         self.state_bytes = 0
 
     # ---------------------------------------------------------------- values
-    def _add(self, val) -> int:
+    def add_value(self, val) -> int:
         self.values.append(self.S.EValue(val=val))
         return len(self.values) - 1
 
@@ -199,8 +110,10 @@ class _MethodEmitter:
         S = self.S
         ty = ir.RankedTensorType(value.type)
         element = str(ty.element_type)
-        if element not in SCALAR_TYPES:
-            raise LoweringError(f"tensors of element type {element} have no .pte scalar type")
+        try:
+            scalar_type = scalar_type_of(element)
+        except SerializationError:
+            raise LoweringError(f"tensors of element type {element} have no .pte scalar type") from None
         dynamic = not ty.has_static_shape
         sizes = list(ty.shape)
         if dynamic:
@@ -213,7 +126,7 @@ class _MethodEmitter:
             if mem_id is None:  # the state arena: its mem_id is known once the plan's sizes are
                 self.state_allocations.append(allocation)
         t = S.Tensor(
-            scalar_type=S.ScalarType(SCALAR_TYPES[element]),
+            scalar_type=S.ScalarType(scalar_type),
             storage_offset=0,
             sizes=sizes,
             dim_order=list(range(len(sizes))),
@@ -224,7 +137,7 @@ class _MethodEmitter:
             shape_dynamism=S.TensorShapeDynamism.DYNAMIC_BOUND if dynamic else S.TensorShapeDynamism.STATIC,
             extra_tensor_info=None if state_name is None else S.ExtraTensorInfo(fully_qualified_name=state_name),
         )
-        i = self._add(t)
+        i = self.add_value(t)
         self.index[value] = i
         return i
 
@@ -272,7 +185,7 @@ class _MethodEmitter:
             val = S.String(string_val=python_value)
         else:
             raise LoweringError(f"cannot emit a scalar argument of type {type(python_value).__name__}")
-        i = self._add(val)
+        i = self.add_value(val)
         self.const_values[key] = i
         return i
 
@@ -291,15 +204,15 @@ class _MethodEmitter:
         if base in ("Tensor[]", "Tensor?[]", "List[Tensor]", "List[Optional[Tensor]]"):
             items = [self.index[v] if v is not None else -1 for v in python_value]
             kind = S.OptionalTensorList if "?" in base[:-2] or "Optional" in base else S.TensorList
-            return self._add(kind(items=items))
+            return self.add_value(kind(items=items))
         if base in ("int[]", "SymInt[]", "List[int]") or base.startswith("int[") or base.startswith("SymInt["):
             # IntList items are EValue indices of Int values (ExecuTorch's BoxedEvalueList).
             items = [self.argument("SymInt", v, op) for v in python_value]
-            return self._add(S.IntList(items=items))
+            return self.add_value(S.IntList(items=items))
         if base in ("float[]", "List[float]"):
-            return self._add(S.DoubleList(items=[float(v) for v in python_value]))
+            return self.add_value(S.DoubleList(items=[float(v) for v in python_value]))
         if base in ("bool[]", "List[bool]") or base.startswith("bool["):
-            return self._add(S.BoolList(items=[bool(v) for v in python_value]))
+            return self.add_value(S.BoolList(items=[bool(v) for v in python_value]))
         if base == "ScalarType":
             return self.scalar(_scalar_type_of(python_value))
         if base == "MemoryFormat":
@@ -353,7 +266,7 @@ class _MethodEmitter:
         for a, type_text in zip(schema.arguments, kernel_argument_types(kernel)):
             if a.is_out:
                 if type_text.startswith("Tensor") and type_text.endswith("[]"):  # `Tensor(a!)[] out`: all results
-                    out_args.append(self._add(self.S.TensorList(items=result_indices[out_position:])))
+                    out_args.append(self.add_value(self.S.TensorList(items=result_indices[out_position:])))
                     out_position = len(result_indices)
                 else:
                     out_args.append(result_indices[out_position])
@@ -372,7 +285,7 @@ class _MethodEmitter:
         if len(schema.returns) == 1:
             args.append(result_indices[0])
         elif len(schema.returns) > 1:
-            args.append(self._add(self.S.TensorList(items=result_indices)))
+            args.append(self.add_value(self.S.TensorList(items=result_indices)))
         else:
             args += out_args
         self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args), op)
@@ -446,7 +359,7 @@ class _MethodEmitter:
             raise LoweringError(f"no kernel for '{kernel}' (a size computed at run time) in the kernel library",
                                 location=_where(op))
         args = [self.index[v] if v in self.index else self._missing(v, op) for v in op.operands]
-        result = self._add(self.S.Int(int_val=0))  # not shared: the kernel writes it
+        result = self.add_value(self.S.Int(int_val=0))  # not shared: the kernel writes it
         self.index[op.results[0]] = result
         self.instruction(self.S.KernelCall(op_index=self.operator(kernel), args=args + [result]), op)
 
@@ -560,14 +473,10 @@ def _arg_attr(func_op, index: int, name: str):
 
 
 def _scalar_type_of(value) -> int:
-    text = str(value).replace("torch.", "")
-    if text in TORCH_SCALAR_TYPES:
-        return TORCH_SCALAR_TYPES[text]
-    if text in SCALAR_TYPES:
-        return SCALAR_TYPES[text]
-    if isinstance(value, int):
-        return value
-    raise LoweringError(f"unknown dtype '{value}'")
+    try:
+        return scalar_type_of(value)
+    except SerializationError:
+        raise LoweringError(f"unknown dtype '{value}'") from None
 
 
 def _torch_default(arg):
@@ -601,8 +510,8 @@ def emit_program(program_ir, config=None, *, instruction_ops: dict | None = None
 
     from etc.schema import program as S
 
-    state = _ProgramState(constants=program_ir.constants,
-                          external_tag=_external_tag(getattr(config, "external_constants", False)))
+    state = ProgramData(constants=program_ir.constants,
+                          external_tag=external_tag_function(getattr(config, "external_constants", False)))
     state.delegate_blobs = list(getattr(program_ir, "delegate_blobs", []))
     kernels = registered_kernel_names()
     plans = []
@@ -631,18 +540,3 @@ def emit_program(program_ir, config=None, *, instruction_ops: dict | None = None
     if external_data is not None:
         external_data.update(state.external_data)
     return pte
-
-
-DEFAULT_EXTERNAL_TAG = "_default_external_constant"  # ExecuTorch's name for the .ptd of external_constants=True
-
-
-def _external_tag(option) -> Callable | None:
-    """`ExecutorchBackendConfig.external_constants` as fqn -> .ptd name or None."""
-    if option is True:
-        return lambda name: DEFAULT_EXTERNAL_TAG
-    if not option:
-        return None
-    if callable(option):
-        return option
-    raise LoweringError(f"external_constants must be a bool or a callable (fqn -> .ptd name or None), "
-                        f"got {type(option).__name__}")

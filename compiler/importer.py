@@ -43,21 +43,20 @@ signature's buffer mutations, imported as `ml_program.global_store`.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from torch_mlir import ir
 from torch_mlir.dialects import arith, func, ml_program, tensor as tensor_dialect
 
-from etc.compiler.ir import BUFFER, CONSTANT_TENSOR, PARAMETER, USER_INPUT, InputInfo, MethodSignature, ProgramIR
+from etc.compiler.import_state import ProgramState, StateInput
+from etc.compiler.ir import USER_INPUT, InputInfo, MethodSignature, ProgramIR
 from etc.dialects.custom_ops import BUILTIN_NAMESPACES
 from etc.dialects.quantized_ops import NAMESPACES as QUANTIZATION_NAMESPACES
 from etc.errors import EtcError, UnsupportedConstructError
-from etc.ir.dtypes import dtype_row, element_type, numpy_dtype, torch_dtype_name
+from etc.ir.dtypes import element_type
 from etc.ir.locations import named_location, node_location, node_source_position
 
 __all__ = ["import_program", "DIM_BOUNDS_ATTR", "UNBOUNDED"]
@@ -65,9 +64,6 @@ __all__ = ["import_program", "DIM_BOUNDS_ATTR", "UNBOUNDED"]
 DIM_BOUNDS_ATTR = "etc.dim_bounds"
 UNBOUNDED = -1  # the `max` of a dimension with no upper bound
 
-# Kind names of the graph signature, as recorded in MethodSignature.
-_STATE_KINDS = {InputKind.PARAMETER: PARAMETER, InputKind.BUFFER: BUFFER,
-                InputKind.CONSTANT_TENSOR: CONSTANT_TENSOR}
 # A user input torch.export specialized to a constant (an `int` argument):
 # it has a placeholder but no value at runtime.
 SPECIALIZED_INPUT = "specialized_input"
@@ -141,114 +137,32 @@ def _functionalized(ep: ExportedProgram) -> ExportedProgram:
 
 
 # ============================================================ the importer
-@dataclass
-class _Global:
-    """One `ml_program.global`: its symbol, whether a method writes it, the
-    bytes and the type."""
-
-    name: str
-    mutable: bool
-    array: np.ndarray
-    dtype_name: str
-    shape: tuple[int, ...]
-
-
-@dataclass
-class _StateInput:
-    placeholder: str
-    kind: str
-    target: str
-    global_name: str
-
-
-def _tensor_identity(value: torch.Tensor):
-    """Key under which two state tensors are the same tensor (tied weights, or
-    one module exported as several methods), so they share one global."""
-    try:
-        pointer = value.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        return None
-    if pointer == 0:
-        return None
-    return pointer, value.storage_offset(), tuple(value.shape), tuple(value.stride()), value.dtype
-
-
-def _as_numpy(value: torch.Tensor, where: str) -> np.ndarray:
-    """The bytes of a constant as numpy (a view when torch's memory is already
-    contiguous CPU memory: no copy, no per-element work)."""
-    if value.device.type == "meta" or isinstance(value, torch._subclasses.FakeTensor):
-        raise UnsupportedConstructError(f"{where} has no data (a meta or fake tensor)")
-    row = dtype_row(value.dtype)
-    data = value.detach().cpu().contiguous()
-    if row.torch_name == "bfloat16":
-        data = data.view(torch.int16)
-    return data.numpy().view(numpy_dtype(value.dtype))
-
-
 class _ModuleImporter:
     def __init__(self, context: ir.Context):
         self.context = context
-        self.globals: dict[str, _Global] = {}
-        self._global_by_identity: dict[Any, str] = {}
+        self.state = ProgramState()
+        self.globals = self.state.globals
 
     def run(self, methods: dict[str, ExportedProgram]) -> ProgramIR:
-        states = {name: self._collect_state(name, ep) for name, ep in methods.items()}
+        states = {name: self.state.collect(name, ep) for name, ep in methods.items()}
         signatures = {}
         with self.context, ir.Location.unknown():
             module = ir.Module.create()
             with ir.InsertionPoint(module.body):
                 for symbol in self.globals.values():
-                    self._emit_global(symbol)
+                    self.state.emit_global(symbol)
                 for name, ep in methods.items():
                     signatures[name] = _MethodImporter(self, name, ep, states[name]).run()
         constants = {g.name: g.array for g in self.globals.values()}
         dtypes = {g.name: g.dtype_name for g in self.globals.values()}
         return ProgramIR(module, self.context, constants, signatures, dtypes)
 
-    # ----------------------------------------------------------- globals
-    def _collect_state(self, method: str, ep: ExportedProgram) -> dict[str, _StateInput]:
-        """Assign a global to every parameter, buffer and lifted constant of
-        `ep` (by placeholder name), creating or sharing `_Global`s."""
-        mutated = {spec.target for spec in ep.graph_signature.output_specs
-                   if spec.kind == OutputKind.BUFFER_MUTATION}
-        state: dict[str, _StateInput] = {}
-        for spec in ep.graph_signature.input_specs:
-            kind = _STATE_KINDS.get(spec.kind)
-            if kind is None:
-                continue
-            value = ep.state_dict.get(spec.target) if spec.target in ep.state_dict else ep.constants.get(spec.target)
-            if not isinstance(value, torch.Tensor):
-                raise UnsupportedConstructError(
-                    f"{kind} '{spec.target}' of method '{method}' is a {type(value).__name__}, not a tensor")
-            name = self._global_for(method, spec.target, value, spec.target in mutated)
-            state[spec.arg.name] = _StateInput(spec.arg.name, kind, spec.target, name)
-        return state
-
-    def _global_for(self, method: str, target: str, value: torch.Tensor, mutable: bool) -> str:
-        identity = _tensor_identity(value)
-        name = self._global_by_identity.get(identity) if identity is not None else None
-        if name is None:
-            name = target if target not in self.globals else f"{method}/{target}"
-            self.globals[name] = _Global(name, False, _as_numpy(value, f"'{target}'"),
-                                         torch_dtype_name(value.dtype), tuple(value.shape))
-            if identity is not None:
-                self._global_by_identity[identity] = name
-        self.globals[name].mutable |= mutable
-        return name
-
-    def _emit_global(self, symbol: _Global) -> None:
-        tensor_type = ir.RankedTensorType.get(list(symbol.shape), element_type(symbol.dtype_name))
-        extern = ir.Attribute.parse(f"#ml_program.extern : {tensor_type}")
-        ml_program.GlobalOp(symbol.name, tensor_type, is_mutable=symbol.mutable or None, value=extern,
-                            sym_visibility="private", loc=named_location(symbol.name))
-
-
 # ======================================================== one FX graph
 class _MethodImporter:
     """Imports one method: its func, its FX nodes in order, its stores."""
 
     def __init__(self, module_importer: _ModuleImporter, name: str, ep: ExportedProgram,
-                 state: dict[str, _StateInput]):
+                 state: dict[str, StateInput]):
         self.module_importer = module_importer
         self.name = name
         self.ep = ep

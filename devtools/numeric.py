@@ -76,14 +76,19 @@ class NumericReport:
 
 def _eager_values(edge_program, method: str, inputs) -> dict:
     """FX node name -> value, running the decomposed graph to_edge imported."""
-    import torch
-
     from etc.compiler.program import decompose
 
     exported = edge_program.exported_programs.get(method)
     if exported is None:
         raise EtcError(f"the edge program has no method '{method}'")
     decomposed = decompose({method: exported}, edge_program.config)[method]
+    return node_values(decomposed.module(), inputs)
+
+
+def node_values(graph_module, inputs) -> dict:
+    """{node name: value} of every call in `graph_module` run eagerly on `inputs` (no grad)."""
+    import torch
+
     values: dict = {}
 
     class Capture(torch.fx.Interpreter):
@@ -94,7 +99,7 @@ def _eager_values(edge_program, method: str, inputs) -> dict:
             return result
 
     with torch.no_grad():
-        Capture(decomposed.module()).run(*inputs)
+        Capture(graph_module).run(*inputs)
     return values
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from etc.devtools.numeric import node_values
 from etc.errors import EtcError
 
 __all__ = ["quantization_report", "QuantizationReport", "QuantizedOpRow", "sqnr"]
@@ -158,23 +159,6 @@ def _chain(node) -> list:
 
 
 # ------------------------------------------------------------------------ values
-def _interpret(graph_module, inputs) -> dict:
-    import torch
-
-    values: dict = {}
-
-    class Capture(torch.fx.Interpreter):
-        def run_node(self, node):
-            result = super().run_node(node)
-            if node.op == "call_function":
-                values[node.name] = result
-            return result
-
-    with torch.no_grad():
-        Capture(graph_module).run(*inputs)
-    return values
-
-
 def _decomposed(ep, config):
     from etc.compiler.program import decompose
 
@@ -251,8 +235,8 @@ def quantization_report(float_model, quantized_model, inputs, *, method: str = "
     if not rows:
         raise EtcError("quantization_report: the quantized model has no quantized op (no dequantize feeds an op); "
                        "was it converted with convert_pt2e or quantize_?")
-    reference = _interpret(decomposed.module(), inputs)
-    floats = _interpret(_decomposed(float_ep, edge.config).module(), inputs)
+    reference = node_values(decomposed.module(), inputs)
+    floats = node_values(_decomposed(float_ep, edge.config).module(), inputs)
     ours = _etc_values(edge, method, inputs)
     report = QuantizationReport(method=method)
     for node, chain, quantize in rows:

@@ -64,7 +64,7 @@ def _expected(op, info) -> object:
         return _UNCHECKED
     try:
         decoded = decode_op(op)
-    except Exception:  # noqa: BLE001  (a malformed op: IRDL's own verifier names what is wrong)
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError):  # a malformed op: IRDL's own verifier names it
         return _UNCHECKED
     try:
         arguments = {}

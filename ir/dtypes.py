@@ -74,6 +74,25 @@ def torch_dtype_name_of_numpy(dtype: np.dtype) -> str:
     raise UnsupportedConstructError(f"numpy dtype {dtype} has no torch dtype")
 
 
+# MLIR element types with signedness the table's rows spell signless, and unsigned ones it has no row
+# for: the torch dtype of each (programs carry them as ExecuTorch's ScalarType).
+_MLIR_ALIASES = {"si8": "int8", "si16": "int16", "si32": "int32", "si64": "int64",
+                 "ui16": "uint16", "ui32": "uint32", "ui64": "uint64"}
+
+
+def scalar_type_of(dtype) -> int:
+    """ExecuTorch's ScalarType of a torch dtype (or its name) or an MLIR element type (or its text:
+    `f32`, `si8`, `ui16`); an int is already one. SerializationError if it has none."""
+    from etc.schema.scalar_type import from_torch_dtype
+
+    if isinstance(dtype, int):
+        return int(dtype)
+    text = str(dtype).removeprefix("torch.")
+    row = _BY_MLIR.get(text)
+    name = row.torch_name if row is not None else _MLIR_ALIASES.get(text, text)
+    return int(from_torch_dtype(name))
+
+
 def numpy_dtype(dtype) -> np.dtype:
     """The numpy dtype a constant of this torch dtype is stored as."""
     return np.dtype(dtype_row(dtype).numpy)

@@ -146,14 +146,26 @@ def location_name(location: ir.Location) -> str | None:
     return None
 
 
-def format_location(location: ir.Location | None) -> str | None:
-    """Render a location as `file:line:col` for `EtcError.location`; a located
-    op without a file position renders as its name (`'relu_1'`), an unknown
-    location as None."""
+# A location's printed form: its first file position, and the name of a NameLoc.
+_FILE_POSITION_RE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+_NAME_RE = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+
+
+def format_location(location) -> str | None:
+    """The one location -> text of etc (errors, diagnostics, the cpu target's decisions):
+    `file:line:col` of the first file position inside an MLIR location (through names, call sites,
+    the callee first, and fusions), `'name'` for a NameLoc without one, None for an unknown location
+    (or None). It reads the printed form, so it takes the locations diagnostics hand out, which the
+    bindings do not downcast, as well as typed ones."""
     if location is None:
         return None
-    position = source_position(location)
-    if position is not None:
-        return str(position)
-    name = location_name(location)
-    return f"'{name}'" if name is not None else None
+    text = str(location)
+    match = _FILE_POSITION_RE.search(text)
+    if match:
+        return f"{match.group(1)}:{match.group(2)}:{match.group(3)}"
+    match = _NAME_RE.match(text)
+    if match:
+        return f"'{match.group(1)}'"
+    return None
+
+

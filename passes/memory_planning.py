@@ -33,7 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from etc.errors import MemoryPlanningError
+from etc.errors import MemoryPlanningError, PassError
+from etc.ir.locations import format_location
+from etc.passes.memory_planning_control_flow import (branch_local_yields, control_flow_last_uses,
+                                                   extend_branch_results, flatten_regions)
 from etc.passes.memory_planning_algorithms import (
     Interval,
     align_up,
@@ -176,22 +179,8 @@ class MemoryPlanReport:
 
 # ------------------------------------------------------------------ helpers
 def _where(location) -> str:
-    """`file:line:col` of the innermost file position in an MLIR location (through names and call
-    sites), so errors point at the user's line; the raw location text when it has none."""
-    from torch_mlir import ir
-
-    pending = [location]
-    while pending:
-        loc = pending.pop(0)
-        if isinstance(loc, ir.FileLineColLoc):
-            return f"{loc.filename}:{loc.start_line}:{loc.start_col}"
-        if isinstance(loc, ir.NameLoc):
-            pending.append(loc.child_loc)
-        elif isinstance(loc, ir.CallSiteLoc):
-            pending += [loc.callee, loc.caller]
-        elif isinstance(loc, ir.FusedLoc):
-            pending += list(loc.locations)
-    return str(location)
+    """Where an error points: the user's line (`format_location`), else the raw location text."""
+    return format_location(location) or str(location)
 
 
 def _element_bytes(element_type, location) -> int:
@@ -246,7 +235,7 @@ class _MethodAnalysis:
         block = func.regions[0].blocks[0]
         self.arguments = list(block.arguments)
         # Ops in execution order, nested regions in place (control flow: see `_control_flow`).
-        self.ops, self.enclosing = _flatten(block)
+        self.ops, self.enclosing = flatten_regions(block)
         self.arg_dicts = _arg_dicts(func)
         self.end_step = len(self.ops)  # the terminator's step
         self.returned = []
@@ -304,11 +293,11 @@ class _MethodAnalysis:
         return flat[start:]
 
     def _collect(self, alloc_graph_input: bool, alloc_graph_output: bool) -> None:
-        last_use = _control_flow_last_uses(self)
+        last_use = control_flow_last_uses(self)
         returned = set(self.returned)
         for value in returned:
             last_use[value] = self.end_step
-        _extend_branch_results(self, last_use)
+        extend_branch_results(self, last_use)
 
         if alloc_graph_input:
             for index, arg in enumerate(self.arguments):
@@ -353,7 +342,7 @@ class _MethodAnalysis:
             if source in self.infos and result in self.infos:
                 # The source is defined first, so it stays the owner of the storage.
                 parent[find(result)] = find(source)
-        for result, value in _branch_local_yields(self, find):
+        for result, value in branch_local_yields(self, find):
             parent[find(value)] = find(result)
         return {value: find(value) for value in self.infos}
 
@@ -363,110 +352,6 @@ class _MethodAnalysis:
         for value in self.infos:  # insertion order is program order
             groups.setdefault(self._groups[value], []).append(value)
         return groups
-
-
-# ------------------------------------------------------------- control flow
-# `scf.if` and `scf.while` (torch.cond / torch.while_loop) run as jumps over one
-# instruction list (compiler/emit_control_flow.py), so the schedule is the ops in
-# that order, nested ones in place. Three rules keep the plan safe:
-# - a value defined outside a loop and read inside it lives to the loop's end
-#   (every iteration reads it); a loop's carries (its results, which its block
-#   arguments share) live from the loop's start to its end at least;
-# - an `scf.if` result is the yielded value of the branch taken (ExecuTorch moves
-#   the EValue, it does not copy), so every yielded value lives as long as the
-#   result is used;
-# - a yielded value computed inside its branch (with nothing of its alias group
-#   outside that branch) shares the result's storage: only one branch runs.
-def _flatten(block):
-    """(ops in pre-order, {op: tuple of enclosing (region op, region index)})."""
-    ops, enclosing = [], {}
-
-    def visit(block, outer):
-        for op in block.operations:
-            op = op.operation
-            ops.append(op)
-            enclosing[op] = outer
-            for index, region in enumerate(op.regions):
-                for inner in region.blocks:
-                    visit(inner, outer + ((op, index),))
-    visit(block, ())
-    return ops, enclosing
-
-
-def _definer(analysis, value):
-    """The op defining `value` (a block argument: the op holding its block; None for function arguments)."""
-    owner = value.owner
-    if isinstance(owner, analysis.ir.Block):
-        parent = owner.owner
-        parent = parent.operation if parent is not None and hasattr(parent, "operation") else parent
-        return None if parent is None or parent == analysis.func else parent
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
-def _inside(analysis, op, region_op) -> bool:
-    return op is not None and (op == region_op or any(outer == region_op for outer, _ in analysis.enclosing[op]))
-
-
-def _control_flow_last_uses(analysis) -> dict:
-    step_of = {op: step for step, op in enumerate(analysis.ops, start=1)}
-    end_of = {}
-    for op in analysis.ops:
-        for outer, _ in analysis.enclosing[op]:
-            end_of[outer] = step_of[op]
-    last_use: dict = {}
-    for op in analysis.ops:
-        step = step_of[op]
-        loops = [outer for outer, _ in analysis.enclosing[op] if outer.name == "scf.while"]
-        for operand in op.operands:
-            use = step
-            definer = _definer(analysis, operand)
-            for loop in loops:
-                if not _inside(analysis, definer, loop):
-                    use = max(use, end_of[loop])
-            last_use[operand] = max(last_use.get(operand, 0), use)
-        if op.name == "scf.while":
-            for result in op.results:
-                last_use[result] = max(last_use.get(result, 0), end_of.get(op, step))
-    return last_use
-
-
-def _yields(op) -> list:
-    """The terminators of an scf.if's branches, with the region index."""
-    found = []
-    for index, region in enumerate(op.regions):
-        for block in region.blocks:
-            operations = list(block.operations)
-            if operations and operations[-1].operation.name == "scf.yield":
-                found.append((index, operations[-1].operation))
-    return found
-
-
-def _extend_branch_results(analysis, last_use: dict) -> None:
-    for op in analysis.ops:  # pre-order: an outer if's results first, then the inner ifs it yields
-        if op.name != "scf.if":
-            continue
-        for _, terminator in _yields(op):
-            for result, value in zip(op.results, terminator.operands):
-                last_use[value] = max(last_use.get(value, 0), last_use.get(result, 0))
-
-
-def _branch_local_yields(analysis, find) -> list:
-    """(scf.if result, yielded value) pairs that may share storage."""
-    pairs = []
-    members: dict = {}
-    for value in analysis.infos:
-        members.setdefault(find(value), []).append(value)
-    for op in analysis.ops:
-        if op.name != "scf.if":
-            continue
-        for index, terminator in _yields(op):
-            for result, value in zip(op.results, terminator.operands):
-                if result not in analysis.infos or value not in analysis.infos:
-                    continue
-                group = members.get(find(value), [value])
-                if all((op, index) in analysis.enclosing.get(_definer(analysis, member), ()) for member in group):
-                    pairs.append((result, value))
-    return pairs
 
 
 # ------------------------------------------------------------------ the pass
@@ -550,35 +435,16 @@ def _annotate(ir, analysis: _MethodAnalysis, placement: dict, plan: MethodPlan) 
 
 
 # --------------------------------------------------------------- pass options
-def _parse_bool(name: str, text) -> bool:
-    if isinstance(text, bool):
-        return text
-    lowered = str(text).strip().lower()
-    if lowered in ("1", "true", "on", "yes"):
-        return True
-    if lowered in ("0", "false", "off", "no"):
-        return False
-    raise MemoryPlanningError(f"option '{name}' of {PASS_NAME} expects true or false, got {text!r}")
-
-
 def options_from_strings(options: dict) -> dict:
-    """Pass-pipeline options (`algorithm=naive alignment=64 alloc-graph-input=true`) -> plan_memory kwargs."""
-    kwargs = {}
-    for key, text in options.items():
-        name = key.replace("-", "_")
-        if name == "algorithm":
-            kwargs["algorithm"] = str(text)
-        elif name == "alignment":
-            try:
-                kwargs["alignment"] = int(text)
-            except (TypeError, ValueError):
-                raise MemoryPlanningError(f"option 'alignment' of {PASS_NAME} expects an integer, got {text!r}")
-        elif name in ("alloc_graph_input", "alloc_graph_output"):
-            kwargs[name] = _parse_bool(key, text)
-        else:
-            raise MemoryPlanningError(f"unknown option '{key}' of {PASS_NAME}; options are algorithm, alignment, "
-                                      "alloc-graph-input, alloc-graph-output")
-    return kwargs
+    """Pass-pipeline options (`algorithm=naive alignment=64 alloc-graph-input=true`) -> plan_memory
+    kwargs, scanned as every pass's options are (`pass_api.parse_options` on the pass's Options)."""
+    try:
+        parsed = parse_options(MemoryPlanningPass.Options, options, PASS_NAME)
+    except PassError as error:
+        raise MemoryPlanningError(error.message) from None
+    given = {key.replace("-", "_") for key in options}
+    return {name: getattr(parsed, name) for name in ("algorithm", "alignment", "alloc_graph_input",
+                                                     "alloc_graph_output") if name in given}
 
 
 def run_memory_planning_pass(module, options: dict | None = None) -> MemoryPlanReport:
@@ -587,7 +453,7 @@ def run_memory_planning_pass(module, options: dict | None = None) -> MemoryPlanR
 
 
 # ------------------------------------------------------- registered pass
-from etc.passes.pass_api import Pass, option, register_pass  # noqa: E402
+from etc.passes.pass_api import Pass, option, parse_options, register_pass  # noqa: E402
 
 
 @register_pass

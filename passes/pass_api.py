@@ -57,13 +57,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import re
 import sys
 import typing
 from contextlib import contextmanager
 from typing import Any, Callable, ClassVar
 
 from etc.errors import PassError
+from etc.ir.locations import format_location
 
 __all__ = [
     "Pass", "RewritePatternSet", "option", "NoOptions", "function_pass", "register_pass", "get_pass", "all_passes",
@@ -312,24 +312,9 @@ def emit_diagnostic(diagnostic: Diagnostic) -> None:
         print(diagnostic, file=sys.stderr)
 
 
-_FILE_LOC_RE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
-_NAME_LOC_RE = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
-
-
-def location_text(location) -> str | None:
-    """`file:line:col` of the first file position inside an MLIR location (through names,
-    call sites and fusions; diagnostics hand out locations that are not downcast, so this
-    reads the printed form), `'name'` for a NameLoc without one, None for an unknown location."""
-    if location is None:
-        return None
-    text = str(location)
-    match = _FILE_LOC_RE.search(text)
-    if match:
-        return f"{match.group(1)}:{match.group(2)}:{match.group(3)}"
-    match = _NAME_LOC_RE.match(text)
-    if match:
-        return f"'{match.group(1)}'"
-    return None
+# `location_text` is `etc.ir.locations.format_location` (one formatter; this name is kept for passes
+# written against it).
+location_text = format_location
 
 
 def _where(at) -> str | None:
@@ -381,7 +366,9 @@ class Pass:
         with op.context:  # so that patterns() may build RewritePatternSet() without naming one
             patterns = self.patterns()
             if patterns is None:
-                raise NotImplementedError(f"pass {self.name} defines neither run() nor patterns()")
+                raise PassError(f"pass {self.name} defines neither run() nor patterns()", location=_where(op),
+                                notes=[f"{type(self).__name__} must override run(self, op), or patterns(self) "
+                                       "returning a RewritePatternSet"])
             try:
                 rewrite.apply_patterns_and_fold_greedily(op, patterns.freeze(), self.greedy_config())
             except (ir.MLIRError, RuntimeError) as exc:  # e.g. the driver did not converge

@@ -184,7 +184,7 @@ class Step:
 
 def _mlir_message(exc) -> tuple[str, str | None, list[str]]:
     """(message, location, notes) of an MLIRError's first error diagnostic."""
-    from etc.passes.pass_api import location_text as format_location
+    from etc.ir.locations import format_location
 
     diagnostics = list(getattr(exc, "error_diagnostics", []) or [])
     if not diagnostics:
@@ -316,11 +316,11 @@ class Pipeline:
             except EtcError:
                 raise
             except Exception as exc:
-                from etc.passes.pass_api import location_text
+                from etc.ir.locations import format_location
                 from etc.passes.registry import is_user_pass, user_pass_error
 
                 if is_user_pass(type(step.python_pass)):  # the user's bug, at the user's line
-                    raise user_pass_error(step.element.name, exc, location_text(target.location)) from exc
+                    raise user_pass_error(step.element.name, exc, format_location(target.location)) from exc
                 # a bug in one of etc's passes: say which one, keep the cause
                 raise InternalError(
                     f"pass '{step.element.name}' crashed: {type(exc).__name__}: {exc}",

@@ -37,10 +37,10 @@ __all__ = ["Backend", "register_backend", "unregister_backend", "get_backend", "
            "is_available", "compile_specs_dict"]
 
 # Backends shipped with etc: id -> module whose register() adds it to this registry.
-_BUILTIN = {"cpu": "etc.targets.cpu.runtime"}
+BUILTIN_BACKENDS = {"cpu": "etc.targets.cpu.runtime"}
 
 _registry: dict[str, object] = {}
-_REPORTED_FAILURES: set[str] = set()  # built-ins whose load failure was logged (once each)
+REPORTED_LOAD_FAILURES: set[str] = set()  # built-ins whose load failure was logged (once each)
 
 
 class Backend:
@@ -78,7 +78,7 @@ def unregister_backend(backend_id: str) -> None:
 
 
 def _load_builtin(backend_id: str) -> None:
-    module_name = _BUILTIN.get(backend_id)
+    module_name = BUILTIN_BACKENDS.get(backend_id)
     if module_name is None or backend_id in _registry:
         return
     try:
@@ -86,16 +86,16 @@ def _load_builtin(backend_id: str) -> None:
     except Exception as error:  # noqa: BLE001 - a built-in that cannot load is reported as unregistered
         from etc.runtime import log
 
-        if backend_id in _REPORTED_FAILURES:
+        if backend_id in REPORTED_LOAD_FAILURES:
             return
-        _REPORTED_FAILURES.add(backend_id)
+        REPORTED_LOAD_FAILURES.add(backend_id)
         log.error(f"built-in backend '{backend_id}' failed to load ({module_name}): "
                   f"{type(error).__name__}: {error}")
 
 
 def registered_backends() -> list[str]:
     """Ids of the registered backends (the built-ins included, if they load)."""
-    for backend_id in _BUILTIN:
+    for backend_id in BUILTIN_BACKENDS:
         _load_builtin(backend_id)
     return sorted(_registry)
 

@@ -207,7 +207,7 @@ def read_headers(data: bytes) -> tuple[int, int, int]:
     return program_size, segment_base, segment_data_size
 
 
-def _segment_payloads(data: bytes, program: P.Program, base: int) -> list[bytes]:
+def segment_payloads(data: bytes, program: P.Program, base: int) -> list[bytes]:
     segments = program.segments or []
     if segments and base == 0:
         # ExecuTorch writes a program whose segments are all empty (no constants: a weightless model,
@@ -357,7 +357,7 @@ def deserialize_pte(data: bytes | bytearray | memoryview, *, validate: bool = Tr
     if not 8 <= root < program_size:
         raise ProgramError(f"root offset {root} is outside the program data (8..{program_size})")
     program = reader.table(P.Program, root, "Program")
-    payloads = _segment_payloads(data, program, segment_base)
+    payloads = segment_payloads(data, program, segment_base)
     if crcs is not None:
         if len(crcs) != 1 + len(payloads):
             raise ProgramError(f"checksum trailer: {len(crcs) - 1} segment checksums for {len(payloads)} segments")

@@ -74,7 +74,7 @@ _SEVERITY = {"ERROR": "error", "WARNING": "warning", "NOTE": "note", "REMARK": "
 
 
 def _from_mlir(diagnostic) -> Diag:
-    from etc.passes.pass_api import location_text as format_location
+    from etc.ir.locations import format_location
 
     severity = _SEVERITY.get(str(diagnostic.severity).rsplit(".", 1)[-1], "error")
     notes = [_from_mlir(n) for n in diagnostic.notes if not n.message.startswith("see current operation")]

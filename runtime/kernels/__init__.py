@@ -23,8 +23,8 @@ Calling convention (what the interpreter does for a KernelCall):
 Modules: `elementwise` (unary/binary tables, comparisons, where, clamp, activations),
 `reductions` (sum/mean/var/amax/max.dim/argmax/any, cumsum, sort/topk), `linalg`
 (mm/bmm/addmm), `shape` (the *_copy view ops, cat, pads, repeat), `indexing`
-(index/index_put/gather/scatter), `nn` (convolution, pooling, norms, softmax, embedding,
-upsampling, grid_sampler), `creation` (full/arange/scalar_tensor/empty/random),
+(index/index_put/gather/scatter), `convolution` (convolution, im2col/col2im), `pooling`,
+`normalization` (layer/group/batch norm), `nn` (softmax, embedding, upsampling, grid_sampler), `creation` (full/arange/scalar_tensor/empty/random),
 `backward` (training gradients), `extras` (linear, var_mean, dim-order ops), `quantized` (the
 PT2E/torchao quantization ops under ExecuTorch's quantized kernel names),
 `scans` (cummax/cummin, logcumsumexp, median/nanmedian, nansum, nan_to_num, aminmax),
@@ -55,7 +55,7 @@ Known differences from ATen (all covered by the tests' tolerances or documented 
 
 from etc.runtime.kernels.registry import get_kernel, has_kernel, kernel, register_kernel, registered_kernels
 from etc.runtime.kernels.common import write_out
-from etc.runtime.kernels import (backward, creation, elementwise, extras, indexing, linalg,  # noqa: F401
-                                misc, nn, quantized, reductions, scans, shape)  # (importing registers the kernels)
+from etc.runtime.kernels import (backward, convolution, creation, elementwise, extras, indexing, linalg,  # noqa: F401
+                                misc, nn, normalization, pooling, quantized, reductions, scans, shape)  # (importing registers the kernels)
 
 __all__ = ["get_kernel", "has_kernel", "kernel", "register_kernel", "registered_kernels", "write_out"]

@@ -11,8 +11,8 @@ import numpy as np
 from etc.errors import ExecutionError
 from etc.runtime.kernels.common import INT64, write_out
 from etc.runtime.kernels.linalg import compute_dtype
-from etc.runtime.kernels.nn import (adaptive_pool_matrix, avg_pool_divisors, expand_to, pad_spatial, col2im_nd, conv_nd,
-                                    windows)
+from etc.runtime.kernels.convolution import col2im_nd, conv_nd, expand_to, pad_spatial, windows
+from etc.runtime.kernels.pooling import adaptive_pool_matrix, avg_pool_divisors
 from etc.runtime.kernels.registry import kernel
 
 

@@ -370,7 +370,7 @@ def _centered(x, zero_point):
 @kernel("etc_quantized::conv2d.out")
 def etc_quantized_conv2d_out(input, input_scale, input_zero_point, weight, weight_scales, bias, stride, padding,
                              dilation, groups, output_scale, output_zero_point, output_min, output_max, out=None):
-    from etc.runtime.kernels.nn import conv_nd
+    from etc.runtime.kernels.convolution import conv_nd
 
     acc = conv_nd(_centered(input, input_zero_point), weight.astype(np.float64), None, stride, padding, dilation,
                   groups)

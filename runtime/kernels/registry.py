@@ -112,14 +112,50 @@ def _call_in_float32(fn, args, kwargs):
     return back(result)
 
 
-def register_kernel(name: str, fn: Callable) -> Callable:
+def register_kernel(name: str, fn: Callable, *, replace: bool = False) -> Callable:
     """Register `fn` under `name` (`etc.runtime.register_kernel`): a user's custom operator's kernel
     (`"mylib::twice.out"`, the out variant a program calls), or kernels built from tables. `fn` takes
     the schema's arguments in order, the `out=` tensors last (numpy arrays viewing planned memory),
-    and returns the out array(s)."""
+    and returns the out array(s).
+
+    Registering the same kernel again is accepted (a notebook re-running the cell that defines and
+    registers it: the same function object, or the same definition, module, name and code); another
+    kernel under a name that has one is an error unless `replace=True` swaps it in. Methods bind
+    their kernels at load: a replaced kernel runs in programs loaded after it."""
     if not callable(fn):
         raise TypeError(f"register_kernel({name!r}, ...): the kernel must be callable, got {type(fn).__name__}")
+    old = _KERNELS.get(name)
+    if old is not None:
+        previous = getattr(old, "__wrapped__", old)
+        if not replace and not _same_definition(previous, fn):
+            raise EtcError(f"register_kernel({name!r}, ...): '{name}' already has a kernel "
+                           f"({_describe(previous)}), not {_describe(fn)}",
+                           notes=["register_kernel(name, fn, replace=True) swaps it for the new one"])
+        del _KERNELS[name]
     return kernel(name)(fn)
+
+
+def unregister_kernel(name: str) -> Callable:
+    """Remove the kernel registered as `name` and return it (the function given, unwrapped);
+    KernelNotFoundError if there is none. Methods loaded before keep the kernel they bound."""
+    fn = get_kernel(name)
+    del _KERNELS[name]
+    return getattr(fn, "__wrapped__", fn)
+
+
+def _same_definition(a: Callable, b: Callable) -> bool:
+    """`a` and `b` are one kernel: the same object, or functions of the same module, qualified name and
+    code (a cell run again defines a new function object with the same code)."""
+    if a is b:
+        return True
+    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    return (code_a is not None and code_b is not None and a.__module__ == b.__module__
+            and a.__qualname__ == b.__qualname__ and code_a.co_code == code_b.co_code
+            and code_a.co_consts == code_b.co_consts)
+
+
+def _describe(fn: Callable) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
 def get_kernel(name: str) -> Callable:

@@ -38,6 +38,7 @@ import numpy as np
 from etc.compiler.delegation import (IN_PLACE_OUTPUTS, BackendDetails, CapabilityPartitioner, CompileSpec,
                                      DelegationSpec, PartitionResult, PreprocessResult, Partition, group_cycle_free,
                                      public_functions, register_backend_details)
+from etc.errors import EtcError
 
 BACKEND_ID = "cpu"
 
@@ -52,8 +53,6 @@ def __getattr__(name: str):
         try:
             from etc.targets.cpu import quantizer
         except ImportError as error:
-            from etc.errors import EtcError
-
             raise EtcError(f"etc.targets.cpu.{name} needs torchao ({error}); install etc[quantization]") from None
         return getattr(quantizer, name)
     raise AttributeError(f"module 'etc.targets.cpu' has no attribute '{name}'")
@@ -287,7 +286,7 @@ class CpuPartitioner(CapabilityPartitioner):
             # What of a quantized computation the target cannot run as int8 stays on the portable
             # kernels, with the float ops reading it (they would dequantize weights on every call).
             quantized = portable_reasons(work)
-            if work and not quantized and self._whole_method_lowers(func, work, program_ir):
+            if work and not quantized and self._whole_method_lowers(func, work, program_ir, result.decisions):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
                 continue
             support = {}
@@ -319,18 +318,28 @@ class CpuPartitioner(CapabilityPartitioner):
         return result
 
 
-    def _whole_method_lowers(self, func, work: list, program_ir) -> bool:
+    def _whole_method_lowers(self, func, work: list, program_ir, decisions: list) -> bool:
         """Fast path: when every op passes the structural check and the whole method lowers in one
-        trial, skip the per-op trials (one lowering instead of one per op signature)."""
+        trial, skip the per-op trials (one lowering instead of one per op signature). An op failing
+        the structural check is reported with its own reason by the per-op checks; a method whose
+        trial fails is a report line (`decisions`) with the reason, then its ops are checked one by
+        one."""
+        from torch_mlir import ir
+
         from etc.dialects import custom_ops
         from etc.targets.cpu.lowering.support import structural_check, trial_function
 
-        try:
-            if any(custom_ops.is_custom(op) for op in work) or not all(structural_check(op)[0] for op in work):
-                return False
-            return trial_function(func, getattr(program_ir, "constants", {}), self.target)[0]
-        except Exception:  # noqa: BLE001 - fall back to the per-op checks
+        if any(custom_ops.is_custom(op) for op in work) or not all(structural_check(op)[0] for op in work):
             return False
+        try:
+            lowers, why = trial_function(func, getattr(program_ir, "constants", {}), self.target)
+        except EtcError as error:
+            lowers, why = False, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        if not lowers:
+            name = ir.StringAttr(func.attributes["sym_name"]).value
+            decisions.append(f"method '{name}' did not lower whole in one trial ({why}): its ops were "
+                             "checked one by one")
+        return lowers
 
 
 def merge_independent(groups: list, ops: list) -> list:

@@ -54,14 +54,14 @@ def record(op, kind: str, path: str, reason: str = "") -> Decision:
     """Append a decision about `op` to its module's `etc.cpu.decisions`."""
     from torch_mlir import ir
 
-    from etc.passes.pass_api import location_text
+    from etc.ir.locations import format_location
 
     if path not in TUNED_PATHS and not reason:
         raise ValueError(f"a '{path}' decision needs a reason")
     module = op
     while module.parent is not None:
         module = module.parent
-    where = location_text(op.location) or ""
+    where = format_location(op.location) or ""
     decision = Decision(kind, op.name, path, reason, where if not where.startswith("'") else "")
     with op.context:
         entry = ir.DictAttr.get({k: ir.StringAttr.get(v) for k, v in decision.to_json().items() if v})

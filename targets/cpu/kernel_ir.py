@@ -174,6 +174,31 @@ class KernelText:
                   f"{tensor_type(dst, element)}) permutation = [{', '.join(map(str, perm))}]")
         return name, dst
 
+    def vector_body(self, block, names: dict, width: int) -> str:
+        """The ops of a `linalg.generic` body (its yield excepted) as ops on `width`-lane vectors:
+        a constant broadcast, any other op with its attributes on vector operands. `names` maps the
+        block's arguments (and values from above) to their vectors and gets every result; returns
+        the yielded value's vector (how the window and grouped kernels fuse an epilogue)."""
+        body = list(block.operations)
+        for inner in body[:-1]:
+            op = inner.operation
+            result = self.fresh("ep")
+            rtype = vector_type(width, str(op.results[0].type))
+            if op.name == "arith.constant":
+                scalar = self.fresh("k")
+                self.emit(f"{scalar} = arith.constant {op.attributes['value']}")
+                self.emit(f"{result} = vector.broadcast {scalar} : {op.results[0].type} to {rtype}")
+            else:
+                operands = [names[v] for v in op.operands]
+                types = [vector_type(width, str(v.type)) for v in op.operands]
+                attrs = ", ".join(f"{op.attributes[i].name} = {op.attributes[i].attr}"
+                                  for i in range(len(op.attributes)))
+                attrs = f" {{{attrs}}}" if attrs else ""
+                self.emit(f'{result} = "{op.name}"({", ".join(operands)}){attrs} : '
+                          f'({", ".join(types)}) -> {rtype}')
+            names[op.results[0]] = result
+        return names[body[-1].operation.operands[0]]
+
     def declarations(self) -> list[str]:
         """The index constants, in increasing value."""
         return [f"  {name} = arith.constant {value} : index" for value, name in sorted(self.indices.items())]

@@ -62,7 +62,7 @@ import weakref
 import numpy as np
 
 from etc.errors import BackendError
-from etc.targets.cpu import blob as blob_format
+from etc.targets.cpu import blob as cpu_blob
 from etc.targets.cpu import image as image_format
 
 BACKEND_ID = "cpu"
@@ -213,10 +213,10 @@ def aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
 class CompiledFunction:
     """A linked cpu blob: call with input arrays, get output arrays (or pass `outputs`)."""
 
-    def __init__(self, data: bytes | blob_format.CpuBlob, compile_specs: dict | None = None):
+    def __init__(self, data: bytes | cpu_blob.CpuBlob, compile_specs: dict | None = None):
         try:
-            self.blob = data if isinstance(data, blob_format.CpuBlob) else blob_format.deserialize(data)
-        except blob_format.BlobFormatError as e:
+            self.blob = data if isinstance(data, cpu_blob.CpuBlob) else cpu_blob.deserialize(data)
+        except cpu_blob.BlobFormatError as e:
             raise BackendError(f"cpu delegate blob rejected: {e}") from None
         meta = self.blob.metadata
         check_host_compatible(meta)

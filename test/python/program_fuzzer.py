@@ -29,6 +29,7 @@ records where every field of the flatbuffer lives (`FieldMap`):
              the backend's CRC check must refuse it (an ExecuTorch error), never crash or run it.
   et-table   the `table` damage, loaded (never run) by stock ExecuTorch with etc's cpu backend:
              the backend's checks must refuse it or the load succeed, never crash.
+             (Both through interop_program_fuzzer.py: the fuzzer itself never imports ExecuTorch.)
 
 Children: one worker process runs many cases; a case that kills it (signal) or runs past the
 timeout is recorded as a crash or a hang and the worker is restarted. `python program_fuzzer.py
@@ -47,11 +48,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import interop_program_fuzzer
 from child_worker import ChildWorker, serve
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = ("raw", "resigned", "minimal", "table", "et-raw", "et-table")
-EXECUTORCH_MODES = ("et-raw", "et-table")  # run by a worker with ExecuTorch's runtime and etc's backend
+EXECUTORCH_MODES = interop_program_fuzzer.MODES  # ExecuTorch's runtime with etc's backend (in that module)
 
 
 # ------------------------------------------------------------------ samples
@@ -210,7 +212,7 @@ def resign(data: bytes) -> bytes:
         program_size, base, size = R.read_headers(data)
         reader = R.FlatbufferReader(data, program_size)
         program = reader.table(P.Program, struct.unpack_from("<I", data, 0)[0], "Program")
-        payloads = R._segment_payloads(data, program, base)
+        payloads = R.segment_payloads(data, program, base)
     except (ProgramError, struct.error):
         return data
     end = base + size if base else program_size
@@ -310,7 +312,7 @@ class Mutator:
 
         fields(head_record, head_names, 0, "head")
         at = head_record.size
-        for name in cpu_blob._LISTS:
+        for name in cpu_blob.TABLE_LISTS:
             record, names = cpu_blob.TABLE_RECORDS[name]
             for k in range(head[f"n_{name}"]):
                 if name not in ("dims", "ops") or rng.random() < 0.2:
@@ -404,26 +406,6 @@ def _digest(outputs) -> str:
     return h.hexdigest()
 
 
-def run_on_executorch(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
-    """The program on stock ExecuTorch with etc's cpu backend: ("ok", digest) | ("error", message). Any
-    exception ExecuTorch raises is its refusal; what must never happen is a crash or a hang."""
-    import torch
-    from executorch.runtime import Runtime as ExecuTorchRuntime
-
-    try:
-        program = ExecuTorchRuntime.get().load_program(data)
-        digests = []
-        for method_name, inputs in sample.runs:
-            method = program.load_method(method_name)
-            if mode == "et-table":
-                continue  # loaded, never run: a re-signed blob may describe any code
-            outputs = method.execute([torch.from_numpy(x.copy()) for x in inputs])
-            digests.append(_digest([o.numpy() for o in outputs]))
-        return "ok", "/".join(digests)
-    except Exception as error:  # noqa: BLE001  (ExecuTorch raises RuntimeError or ValueError)
-        return "error", f"ExecuTorch {type(error).__name__}: {' '.join(str(error).split())[:300]}"
-
-
 def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
     """("ok", digest) | ("error", "<Class>: message") | ("bug", traceback), in the child."""
     import traceback
@@ -436,7 +418,7 @@ def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
     if mode == "selftest-hang":
         time.sleep(3600)
     if mode in EXECUTORCH_MODES:
-        return run_on_executorch(sample, data, mode)
+        return interop_program_fuzzer.run(sample, data, mode, _digest)
     verification = Verification.Minimal if mode == "minimal" else Verification.InternalConsistency
     try:
         program = Runtime.get().load_program(data, verification=verification)
@@ -454,12 +436,8 @@ def run_case(sample: Sample, data: bytes, mode: str) -> tuple[str, str]:
 
 
 def worker(executorch: bool = False) -> None:
-    if executorch:  # ExecuTorch's runtime with etc's backend (built by the parent: loading it is instant)
-        import executorch.runtime  # noqa: F401
-
-        from etc.runtime import executorch_backend
-
-        executorch_backend.load()
+    if executorch:
+        interop_program_fuzzer.start_worker()
     samples = None
 
     def handle(message, reply):
@@ -537,10 +515,8 @@ def fuzz(samples: dict[str, Sample], cases: dict[tuple[str, str], int], *, seed=
                 work.append((name, mode, *case))
     startup = max(timeout, 120.0)  # a worker's start and the reference runs, on a busy machine
     kinds = sorted({mode in EXECUTORCH_MODES for _, mode, _, _ in work} | {False})
-    if True in kinds:  # built here, once: a worker that had to build it would time out
-        from etc.runtime import executorch_backend
-
-        executorch_backend.build()
+    if True in kinds:
+        interop_program_fuzzer.build_backend()
     workers = {}
     for executorch in kinds:
         workers[executorch] = _Worker(samples, executorch)

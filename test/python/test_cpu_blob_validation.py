@@ -198,7 +198,7 @@ def _with_head(table: bytes, **changes) -> bytes:
 def _list_at(table: bytes, name: str) -> int:
     head = _head(table)
     at = cpu_blob.TABLE_RECORDS["head"][0].size
-    for other in cpu_blob._LISTS:
+    for other in cpu_blob.TABLE_LISTS:
         if other == name:
             return at
         at += head[f"n_{other}"] * cpu_blob.TABLE_RECORDS[other][0].size

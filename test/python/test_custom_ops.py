@@ -167,6 +167,33 @@ def test_missing_runtime_kernel_names_register_kernel():
     assert any("etc.runtime.register_kernel('etc_ext::unkerneled.out', fn)" in n for n in caught.value.notes)
 
 
+def test_register_kernel_again_accepts_the_same_kernel_and_replace_swaps_another():
+    from etc.errors import EtcError
+    from etc.runtime.kernels.registry import get_kernel
+
+    source = "def rerun_out(x, out):\n    out[...] = x + 1\n    return out\n"
+    first, again = {}, {}
+    exec(source, first)  # a notebook cell, run twice: two function objects of one definition
+    exec(source, again)
+    name = "etc_test_rereg::rerun.out"
+    register_kernel(name, first["rerun_out"])
+    register_kernel(name, first["rerun_out"])  # the same object
+    register_kernel(name, again["rerun_out"])  # the same definition
+    x = np.arange(3.0)
+    np.testing.assert_array_equal(get_kernel(name)(x, np.empty(3)), x + 1)
+
+    def other_out(x, out):
+        out[...] = x * 2
+        return out
+
+    with pytest.raises(EtcError, match="already has a kernel") as caught:
+        register_kernel(name, other_out)
+    assert any("replace=True" in note for note in caught.value.notes)
+    np.testing.assert_array_equal(get_kernel(name)(x, np.empty(3)), x + 1)  # the refused one did not land
+    register_kernel(name, other_out, replace=True)
+    np.testing.assert_array_equal(get_kernel(name)(x, np.empty(3)), x * 2)
+
+
 def test_verifier_checks_result_types_against_the_fake_implementation():
     from torch_mlir import ir
 

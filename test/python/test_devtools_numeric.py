@@ -54,7 +54,7 @@ def test_a_correct_program_agrees_with_eager_at_every_instruction(compiled):
     assert "all outputs agree with eager" in str(report)
 
 
-def test_a_wrong_kernel_is_named_first_with_its_source_line(compiled, monkeypatch):
+def test_a_wrong_kernel_is_named_first_with_its_source_line(compiled, swap_kernel):
     edge, program, x = compiled
     correct = registry.get_kernel("aten::sigmoid.out")
 
@@ -63,7 +63,7 @@ def test_a_wrong_kernel_is_named_first_with_its_source_line(compiled, monkeypatc
         result += 1e-2
         return result
 
-    monkeypatch.setitem(registry._KERNELS, "aten::sigmoid.out", off_by_a_little)
+    swap_kernel("aten::sigmoid.out", off_by_a_little)
     report = numeric_debug(edge, program, [x])
     first = report.first_divergence()
     assert first is not None and first.name == "aten::sigmoid.out" and first.node == "sigmoid"
@@ -92,19 +92,19 @@ def test_numeric_debug_needs_the_compile_record(compiled):
         numeric_debug(edge, edge.to_executorch(), [x])
 
 
-def test_a_recorded_run_is_compared_offline(compiled, tmp_path, monkeypatch):
+def test_a_recorded_run_is_compared_offline(compiled, tmp_path, swap_kernel):
     """A device's run record and debug buffer, saved and compared later against eager on the host."""
     from etc.devtools import RunRecord
     from etc.runtime import Runtime
 
     edge, program, x = compiled
     correct = registry.get_kernel("aten::sigmoid.out")
-    monkeypatch.setitem(registry._KERNELS, "aten::sigmoid.out", lambda self, out: correct(self, out) * 0.5)
+    swap_kernel("aten::sigmoid.out", lambda self, out: correct(self, out) * 0.5)
     device = Runtime.get().load_program(program.buffer, enable_etdump=True, debug_buffer_size=1 << 24)
     device.load_method("forward").execute([x])
     device.write_etdump_result_to_file(tmp_path / "run.etdp", tmp_path / "debug.npz")
     program.get_etrecord().save(tmp_path / "m.etrecord")
-    monkeypatch.undo()
+    swap_kernel.undo()
     record = RunRecord.load(tmp_path / "run.etdp", tmp_path / "debug.npz")
     report = numeric_debug(edge, None, [x], run_record=record, etrecord=tmp_path / "m.etrecord")
     assert report.first_divergence().name == "aten::sigmoid.out"

@@ -123,7 +123,7 @@ def test_buffer_mutation_persists_across_calls():
     np.testing.assert_allclose(again, [2.0, 2.0, 2.0])
 
 
-def test_kernel_failure_points_at_the_users_line(monkeypatch):
+def test_kernel_failure_points_at_the_users_line(swap_kernel):
     """The emitter records each instruction's source position; the runtime names it in errors."""
     from etc.errors import ExecutionError
     from etc.runtime.kernels import registry
@@ -138,7 +138,7 @@ def test_kernel_failure_points_at_the_users_line(monkeypatch):
     def broken(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setitem(registry._KERNELS, "aten::sigmoid.out", broken)
+    swap_kernel("aten::sigmoid.out", broken)
     method = Runtime.get().load_program(program.buffer).load_method("forward")
     with pytest.raises(ExecutionError, match="boom") as info:
         method.execute([np.ones(4, np.float32)])

@@ -296,7 +296,7 @@ def test_a_blob_this_machine_cannot_run_is_an_executorch_error(capfd):
         out = bytearray(b)
         out[8] = 3
         out[12:16] = bytes(4)
-        out[12:16] = cpu_blob._crc(out).to_bytes(4, "little")
+        out[12:16] = cpu_blob.crc(out).to_bytes(4, "little")
         return bytes(out)
 
     assert "format version 3 is not supported" in _refused(_with_blob(program.buffer, old_version), capfd)

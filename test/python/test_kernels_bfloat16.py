@@ -27,7 +27,7 @@ from etc.runtime import Runtime
 from etc.runtime.kernels.common import BFLOAT16, bfloat16_to_float32, is_bfloat16
 from etc.runtime.kernels.coverage import out_variant_of
 from etc.schema import from_torch_dtype
-from test_kernels_opinfo import SKIP, TIE_INDEX, _tensors, op_db, opinfo_samples, outside_torchs_test_harness
+from test_kernels_opinfo import SKIP, TIE_INDEX, flat_tensors, op_db, opinfo_samples, outside_torchs_test_harness
 
 OTHER_DTYPES = {torch.int64, torch.int32, torch.bool, torch.uint8}
 # Fewer samples than the float32 run: the bf16 path is the same conversion around every kernel,
@@ -94,7 +94,7 @@ class _Differ(TorchDispatchMode):
             return
         if not name or name in BF16_SKIP or not K.has_kernel(name):
             return
-        ts = list(_tensors((args, kwargs, res)))
+        ts = list(flat_tensors((args, kwargs, res)))
         if not any(t.dtype == torch.bfloat16 for t in ts) or any(
                 t.dtype not in OTHER_DTYPES | {torch.bfloat16} or t.layout != torch.strided for t in ts):
             return

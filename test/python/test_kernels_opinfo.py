@@ -61,15 +61,15 @@ def _np(v):
     return v
 
 
-def _tensors(x):
+def flat_tensors(x):
     if isinstance(x, torch.Tensor):
         yield x
     elif isinstance(x, (list, tuple)):
         for y in x:
-            yield from _tensors(y)
+            yield from flat_tensors(y)
     elif isinstance(x, dict):
         for y in x.values():
-            yield from _tensors(y)
+            yield from flat_tensors(y)
 
 
 def _alloc(r):
@@ -99,7 +99,7 @@ class _Differ(TorchDispatchMode):
             return
         if not name or name in SKIP or not K.has_kernel(name):
             return
-        ts = list(_tensors((args, kwargs, res)))
+        ts = list(flat_tensors((args, kwargs, res)))
         if any(t.dtype not in DTYPES or t.layout != torch.strided for t in ts):
             return
         packet, overload = name.split("::")[1].rsplit(".", 1)

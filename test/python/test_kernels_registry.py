@@ -40,8 +40,8 @@ def test_kernel_decorator_registers_every_name_and_refuses_duplicates():
         with pytest.raises(ValueError):
             kernel("no_namespace")
     finally:
-        registry._KERNELS.pop("test::dummy.out")
-        registry._KERNELS.pop("test::dummy.other_out")
+        registry.unregister_kernel("test::dummy.out")
+        registry.unregister_kernel("test::dummy.other_out")
 
 
 def test_write_out_same_shape_casts_into_storage():

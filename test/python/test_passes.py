@@ -268,6 +268,16 @@ def test_pass_errors_and_warnings_are_located():
         assert info.value.location.endswith(":2:8")
 
 
+def test_a_pass_with_neither_run_nor_patterns_is_a_pass_error_saying_what_to_override(module):
+    class Empty(Pass):
+        name = "etc-test-empty"
+        summary = "overrides neither run nor patterns"
+
+    with module.context, pytest.raises(PassError, match="defines neither run") as info:
+        Empty().run(module.operation)
+    assert "override run(self, op)" in str(info.value)
+
+
 def test_memory_planning_pass_matches_the_function(module):
     with module.context:
         run_pipeline(module, "builtin.module(etc-dce, etc-memory-planning{alignment=64})")

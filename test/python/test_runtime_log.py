@@ -153,8 +153,8 @@ def test_a_builtin_backend_that_fails_to_load_is_logged_once(monkeypatch):
 
     records = []
     log.set_pal(log_sink=records.append)
-    monkeypatch.setitem(backends._BUILTIN, "etc_log_test_broken", "etc.no_such_module_for_log_test")
-    monkeypatch.setattr(backends, "_REPORTED_FAILURES", set())
+    monkeypatch.setitem(backends.BUILTIN_BACKENDS, "etc_log_test_broken", "etc.no_such_module_for_log_test")
+    monkeypatch.setattr(backends, "REPORTED_LOAD_FAILURES", set())
     assert not backends.is_available("etc_log_test_broken")
     assert not backends.is_available("etc_log_test_broken")
     assert len(records) == 1 and records[0].level == log.LogLevel.ERROR

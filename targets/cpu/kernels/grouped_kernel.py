@@ -192,25 +192,7 @@ class GroupedKernel:
             for key, k in extras.items():
                 if isinstance(key, tuple):
                     names[k.value] = self.broadcast(glob[("e", k.index)], width, _scalar_elem(k.value.type))
-            body = list(block.operations)
-            for inner in body[:-1]:
-                op = inner.operation
-                result = t.fresh("ep")
-                rtype = vector_type(width, str(op.results[0].type))
-                if op.name == "arith.constant":
-                    scalar = t.fresh("k")
-                    t.emit(f"{scalar} = arith.constant {op.attributes['value']}")
-                    t.emit(f"{result} = vector.broadcast {scalar} : {op.results[0].type} to {rtype}")
-                else:
-                    operands = [names[v] for v in op.operands]
-                    types = [vector_type(width, str(v.type)) for v in op.operands]
-                    attrs = ", ".join(f"{op.attributes[i].name} = {op.attributes[i].attr}"
-                                      for i in range(len(op.attributes)))
-                    attrs = f" {{{attrs}}}" if attrs else ""
-                    t.emit(f'{result} = "{op.name}"({", ".join(operands)}){attrs} : '
-                           f'({", ".join(types)}) -> {rtype}')
-                names[op.results[0]] = result
-            acc = names[body[-1].operation.operands[0]]
+            acc = t.vector_body(block, names, width)
         return acc
 
     # -- the whole function

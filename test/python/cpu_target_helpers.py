@@ -1,0 +1,76 @@
+"""What the cpu target's end-to-end tests share: a model to its edge program and delegated to the
+cpu target, the relative error they compare with, and small models."""
+
+import numpy as np
+import torch
+
+import etc
+from etc.compiler.delegation import delegate
+from etc.targets.cpu import CpuPartitioner
+
+
+def edge_program(model, inputs):
+    """Exported and converted to edge (etc.to_edge)."""
+    return etc.to_edge(torch.export.export(model.eval(), inputs)).program_ir
+
+
+def rel_error(actual, expected) -> float:
+    expected = np.asarray(expected, dtype=np.float64)
+    scale = max(1.0, float(np.abs(expected).max()))
+    return float(np.abs(np.asarray(actual, dtype=np.float64) - expected).max() / scale)
+
+
+def delegated(model, inputs, **kwargs):
+    program_ir = edge_program(model, inputs)
+    report = delegate(program_ir, CpuPartitioner(**kwargs))
+    return program_ir, report
+
+
+class LinearRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(32, 64), torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, stride=2)
+        self.bn = torch.nn.BatchNorm2d(8)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2.0)
+            self.bn.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class Depthwise(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = torch.nn.Conv2d(8, 16, 1)
+
+    def forward(self, x):
+        return torch.nn.functional.relu6(self.pw(self.dw(x)))
+
+
+class Softmax(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1), torch.log_softmax(x, dim=1)
+
+
+class LayerNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(48)
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.ln(x))
