@@ -65,6 +65,9 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     windows = ([f"etc-cpu-window-kernels{{lanes={isa.lanes}}}", f"etc-cpu-grouped-kernels{{lanes={isa.lanes}}}"]
                if isa.vectorizes else [])
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
+    # AVX2 has 16 vector registers; AVX-512 and NEON 32.
+    attention = ([f"etc-cpu-attention-kernels{{lanes={isa.lanes} registers={16 if isa.lanes == 8 else 32}}}"]
+                 if isa.vectorizes else [])
     tile = (f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1} "
             f"kc-strided={isa.gemm_kc_strided or isa.gemm_kc or 1}")
     # convert-vector-to-llvm converts memrefs with a 64-bit index whatever the target: a 32-bit
@@ -75,6 +78,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         *(EDGE_TO_LINALG if start == "edge" else ()),
         # Int8 contractions -> dot-product kernels with the requantization in registers (lowering/quantized_gemm.py).
         f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",
+        # Long attention (QK^T, mask, softmax, times V) -> one kernel that never stores the scores.
+        *attention,
         # Roots of dispatch regions, before fusion can put a producer into their operands: each
         # contraction becomes a call to its kernel, which fusion cannot enter, then is inlined and tiled.
         f"etc-cpu-gemm-kernels{{{tile}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",
