@@ -32,8 +32,8 @@ OPS = {"arith.addf": "arith.addf", "arith.subf": "arith.subf", "arith.mulf": "ar
 
 
 class Kernel:
-    def __init__(self, a: Attention, lanes: int, rows: int, key_vectors: int = 2):
-        self.a, self.lanes, self.rows, self.key_vectors = a, lanes, rows, key_vectors
+    def __init__(self, a: Attention, lanes: int, rows: int, key_vectors: int = 2, block: int = 32):
+        self.a, self.lanes, self.rows, self.key_vectors, self.block = a, lanes, rows, key_vectors, block
         self.w = KernelText()
         self.top = self.w.section()  # constants ahead of the loops
         self.splats, self.static_keys = {}, {}
@@ -44,6 +44,9 @@ class Kernel:
         self.vvt = tensor_type([a.batch, a.keys, a.value_dim])
         self.ot = tensor_type([a.batch, a.rows, a.value_dim])
         self.nv = -(-a.value_dim // lanes)
+        bq = min(block, a.rows)
+        self.acct = tensor_type([bq, self.nv * lanes])  # a block's accumulators (Dv padded to whole vectors)
+        self.mlt = tensor_type([2, bq])  # a block's running max (row 0) and sum (row 1)
 
     # ---------------------------------------------------------------- pieces
     def _side_value(self, k: int, row: str, j0: str, n: int) -> str:
@@ -204,67 +207,148 @@ class Kernel:
             self.splats[value] = v
         return self.splats[value]
 
-    def _row_block(self, rows: list, out: str) -> str:
-        """The rows' outputs written into `out`; returns the new tensor."""
-        w, a, R, nv, vt = self.w, self.a, len(rows), self.nv, self.vt
-        tile = self.lanes * self.key_vectors
-        state = [self.ninf] * R + [self.zero] * R + [self.zero_v] * (R * nv) + ["%pbuf0"]
-        types = ["f32"] * (2 * R) + [vt] * (R * nv) + [self.pbt]
+    def _group(self, rows: list, local: list, j0: str, n: int, bufs: list) -> list:
+        """One key tile for a group of rows: their state read from the block's buffers (acc [Bq, nv
+        lanes], ml [2, Bq]: running max and sum), `_tile`, written back. bufs = [acc, ml, pbuf]."""
+        w, R, nv, vt, L = self.w, len(rows), self.nv, self.vt, self.lanes
+        acc, ml, pbuf = bufs
+        m, l, accs = [], [], []
+        for r in range(R):
+            mr, lr = w.fresh("m"), w.fresh("l")
+            w.emit(f"{mr} = tensor.extract {ml}[{w.index(0)}, {local[r]}] : {self.mlt}")
+            w.emit(f"{lr} = tensor.extract {ml}[{w.index(1)}, {local[r]}] : {self.mlt}")
+            m.append(mr)
+            l.append(lr)
+        for r in range(R):
+            for c in range(nv):
+                x = w.fresh("a")
+                w.emit(f"{x} = vector.transfer_read {acc}[{local[r]}, {w.index(c * L)}], {self.zero} "
+                       f"{{in_bounds = [true]}} : {self.acct}, {vt}")
+                accs.append(x)
+        state, pbuf = self._tile(rows, j0, n, m + l + accs, pbuf)
+        for r in range(R):
+            for k, value in ((0, state[r]), (1, state[R + r])):
+                new = w.fresh("ml")
+                w.emit(f"{new} = tensor.insert {value} into {ml}[{w.index(k)}, {local[r]}] : {self.mlt}")
+                ml = new
+            for c in range(nv):
+                new = w.fresh("acc")
+                w.emit(f"{new} = vector.transfer_write {state[2 * R + r * nv + c]}, {acc}[{local[r]}, {w.index(c * L)}] "
+                       f"{{in_bounds = [true]}} : {vt}, {self.acct}")
+                acc = new
+        return [acc, ml, pbuf]
+
+    def _loop(self, iv: str, lo: int, hi: int, step: int, carried: list, types: list, body) -> list:
+        """scf.for iv = lo to hi step `step` carrying `carried`; body(names) -> the yielded values."""
+        w = self.w
+        res = w.fresh("loop")
+        names = [f"%c{i}_{res[1:]}" for i in range(len(carried))]
+        w.emit(f"{res}:{len(carried)} = scf.for {iv} = {w.index(lo)} to {w.index(hi)} step {w.index(step)} "
+               f"iter_args({', '.join(f'{n} = {c}' for n, c in zip(names, carried))}) -> ({', '.join(types)}) {{")
+        with w.nested():
+            new = body(names)
+            w.emit(f"scf.yield {', '.join(new)} : {', '.join(types)}")
+        w.emit("}")
+        return [f"{res}#{i}" for i in range(len(carried))]
+
+    def _key_tile_over_rows(self, base, nrows: int, j0: str, n: int, bufs: list) -> list:
+        """One key tile for every row of the block, in groups of `rows` (then one at a time)."""
+        w, R = self.w, min(self.rows, nrows)
+        main = (nrows // R) * R
+        types = [self.acct, self.mlt, self.pbt]
+        if main:
+            g = w.fresh("g")
+
+            def body(names):
+                local = [w.add(g, r) for r in range(R)]
+                rows = [w.addv(base, x) for x in local]
+                return self._group(rows, local, j0, n, names)
+            bufs = self._loop(g, 0, main, R, bufs, types, body)
+        for i in range(main, nrows):
+            bufs = self._group([w.add(base, i)], [w.index(i)], j0, n, bufs)
+        return bufs
+
+    def _block(self, base: str, nrows: int, carried: list) -> list:
+        """Rows base .. base + nrows of this head over every key; carried = [out, acc, ml, pbuf]."""
+        w, a, nv, vt, L = self.w, self.a, self.nv, self.vt, self.lanes
+        out, acc, ml, pbuf = carried
+        r = w.fresh("r")
+
+        def init(names):
+            a_, m_ = names
+            for c in range(nv):
+                x = w.fresh("acc")
+                w.emit(f"{x} = vector.transfer_write {self.zero_v}, {a_}[{r}, {w.index(c * L)}] {{in_bounds = [true]}} "
+                       f": {vt}, {self.acct}")
+                a_ = x
+            for k, v in ((0, self.ninf), (1, self.zero)):
+                x = w.fresh("ml")
+                w.emit(f"{x} = tensor.insert {v} into {m_}[{w.index(k)}, {r}] : {self.mlt}")
+                m_ = x
+            return [a_, m_]
+        acc, ml = self._loop(r, 0, nrows, 1, [acc, ml], [self.acct, self.mlt], init)
+        tile = L * self.key_vectors
         full_tiles = a.keys // tile
+        bufs = [acc, ml, pbuf]
         if full_tiles:
-            res, j0 = w.fresh("kl"), w.fresh("j")
-            names = [f"%st{i}_{res[1:]}" for i in range(len(state))]
-            w.emit(f"{res}:{len(state)} = scf.for {j0} = {w.index(0)} to {w.index(full_tiles * tile)} "
-                   f"step {w.index(tile)} iter_args({', '.join(f'{n} = {s}' for n, s in zip(names, state))}) "
-                   f"-> ({', '.join(types)}) {{")
-            with w.nested():
-                new, pbuf = self._tile(rows, j0, tile, names[:-1], names[-1])
-                w.emit(f"scf.yield {', '.join(new + [pbuf])} : {', '.join(types)}")
-            w.emit("}")
-            state = [f"{res}#{i}" for i in range(len(state))]
+            j0 = w.fresh("j")
+            bufs = self._loop(j0, 0, full_tiles * tile, tile, bufs, [self.acct, self.mlt, self.pbt],
+                              lambda names: self._key_tile_over_rows(base, nrows, j0, tile, names))
         if a.keys % tile:
             j0 = w.index(full_tiles * tile)
             self.static_keys[j0] = full_tiles * tile
-            state = self._tile(rows, j0, a.keys % tile, state[:-1], state[-1])[0]
-        l, acc = state[R:2 * R], state[2 * R:]
-        one = w.const(f32_literal(1.0), "f32")
-        for r, row in enumerate(rows):
-            inv, invv = w.fresh("inv"), w.fresh("invv")
-            w.emit(f"{inv} = arith.divf {one}, {l[r]} : f32")
+            bufs = self._key_tile_over_rows(base, nrows, j0, a.keys % tile, bufs)
+        acc, ml, pbuf = bufs
+        r = w.fresh("r")
+
+        def finish(names):
+            (o_,) = names
+            row = w.addv(base, r)
+            l, inv, invv = w.fresh("l"), w.fresh("inv"), w.fresh("invv")
+            w.emit(f"{l} = tensor.extract {ml}[{w.index(1)}, {r}] : {self.mlt}")
+            w.emit(f"{inv} = arith.divf {self.one}, {l} : f32")
             w.emit(f"{invv} = vector.broadcast {inv} : f32 to {vt}")
             empty = None
             if a.safe:
                 empty = w.fresh("empty")
-                w.emit(f"{empty} = arith.cmpf oeq, {l[r]}, {self.zero} : f32")
+                w.emit(f"{empty} = arith.cmpf oeq, {l}, {self.zero} : f32")
             for c in range(nv):
-                o = w.fresh("o")
-                w.emit(f"{o} = arith.mulf {acc[r * nv + c]}, {invv} : {vt}")
+                x, o = w.fresh("a"), w.fresh("o")
+                w.emit(f"{x} = vector.transfer_read {acc}[{r}, {w.index(c * L)}], {self.zero} {{in_bounds = [true]}} "
+                       f": {self.acct}, {vt}")
+                w.emit(f"{o} = arith.mulf {x}, {invv} : {vt}")
                 if empty is not None:
                     o2 = w.fresh("o")
                     w.emit(f"{o2} = arith.select {empty}, {self.zero_v}, {o} : {vt}")
                     o = o2
-                full = "true" if (c + 1) * self.lanes <= a.value_dim else "false"
+                full = "true" if (c + 1) * L <= a.value_dim else "false"
                 new = w.fresh("out")
-                w.emit(f"{new} = vector.transfer_write {o}, {out}[%bh, {row}, {w.index(c * self.lanes)}] "
+                w.emit(f"{new} = vector.transfer_write {o}, {o_}[%bh, {row}, {w.index(c * L)}] "
                        f"{{in_bounds = [{full}]}} : {vt}, {self.ot}")
-                out = new
-        return out
+                o_ = new
+            return [o_]
+        (out,) = self._loop(r, 0, nrows, 1, [out], [self.ot], finish)
+        return [out, acc, ml, pbuf]
 
     # ---------------------------------------------------------------- the function
     def function(self, name: str = "__etc_attention") -> str:
         w, a = self.w, self.a
         self.zero = w.const(f32_literal(0.0), "f32")
+        self.one = w.const(f32_literal(1.0), "f32")
         self.ninf = w.const(f32_literal(float("-inf")), "f32")
         self.zero_v, self.ninf_v = w.fresh("zv"), w.fresh("niv")
         w.emit(f"{self.zero_v} = vector.broadcast {self.zero} : f32 to {self.vt}")
         w.emit(f"{self.ninf_v} = vector.broadcast {self.ninf} : f32 to {self.vt}")
+        # The output, and the buffers of one block of query rows (carried through the loops: one
+        # of each, not one per block or tile): the rows' accumulators and running max and sum, the
+        # tile's probabilities (read back as broadcast scalars by the P V step).
         w.emit(f"%out0 = tensor.empty() : {self.ot}")
-        # the tile's probabilities, read back as broadcast scalars by the P V step (carried through
-        # the loops: one buffer, not one per tile)
+        w.emit(f"%acc0 = tensor.empty() : {self.acct}")
+        w.emit(f"%ml0 = tensor.empty() : {self.mlt}")
         w.emit(f"%pbuf0 = tensor.empty() : {self.pbt}")
-        w.emit(f"%heads = scf.for %bh = {w.index(0)} to {w.index(a.batch)} step {w.index(1)} "
-               f"iter_args(%ob = %out0) -> ({self.ot}) {{")
-        with w.nested():
+        types = [self.ot, self.acct, self.mlt, self.pbt]
+
+        def head(names):
             # the score space's outer indices (what a mask broadcast over heads or batch reads)
             self.outer_ivs = []
             inner = 1
@@ -278,26 +362,27 @@ class Kernel:
                     w.emit(f"{v} = arith.remui {q}, {w.index(size)} : index")
                 self.outer_ivs.insert(0, v)
                 inner *= size
-            R = min(self.rows, a.rows)
-            main = (a.rows // R) * R
-            out = "%ob"
+            bq = min(self.block, a.rows)
+            main = (a.rows // bq) * bq
+            carried = names
             if main:
-                res = w.fresh("rt")
-                w.emit(f"{res} = scf.for %i0 = {w.index(0)} to {w.index(main)} step {w.index(R)} "
-                       f"iter_args(%oi = {out}) -> ({self.ot}) {{")
-                with w.nested():
-                    rows = [w.add("%i0", r) for r in range(R)]
-                    new = self._row_block(rows, "%oi")
-                    w.emit(f"scf.yield {new} : {self.ot}")
-                w.emit("}")
-                out = res
-            for i in range(main, a.rows):
-                out = self._row_block([w.index(i)], out)
-            w.emit(f"scf.yield {out} : {self.ot}")
+                qb = w.fresh("qb")
+                carried = self._loop(qb, 0, main, bq, carried, types, lambda n: self._block(qb, bq, n))
+            if a.rows % bq:
+                carried = self._block(w.index(main), a.rows % bq, carried)
+            return carried
+        res = w.fresh("heads")
+        names = [f"%h{i}" for i in range(4)]
+        w.emit(f"{res}:4 = scf.for %bh = {w.index(0)} to {w.index(a.batch)} step {w.index(1)} "
+               f"iter_args({', '.join(f'{n} = {c}' for n, c in zip(names, ['%out0', '%acc0', '%ml0', '%pbuf0']))}) "
+               f"-> ({', '.join(types)}) {{")
+        with w.nested():
+            new = head(names)
+            w.emit(f"scf.yield {', '.join(new)} : {', '.join(types)}")
         w.emit(f"}} {{{THREAD_SPLIT}}}")
         args = ([f"%q: {self.qt}", f"%kt: {self.ktt}", f"%v: {self.vvt}"]
                 + [f"%side{k}: {s.value.type}" for k, s in enumerate(a.sides)])
-        return w.function(name, args, [self.ot], ["%heads"], sections=[self.top, w])
+        return w.function(name, args, [self.ot], [f"{res}#0"], sections=[self.top, w])
 
 
 def rows_for(lanes: int, value_dim: int, registers: int, key_vectors: int = 2) -> int:
