@@ -135,12 +135,12 @@ class Kernel:
             top = scores[r][0]
             for c in range(1, nc):
                 t2 = w.fresh("mx")
-                w.emit(f"{t2} = arith.maximumf {top}, {scores[r][c]} : {vt}")
+                w.emit(f"{t2} = arith.maxnumf {top}, {scores[r][c]} : {vt}")
                 top = t2
             tmax, mn, isinf, mu, muv, mv, adiff, alpha_v, alpha, ln = (
                 w.fresh(x) for x in ("tmax", "mn", "inf", "mu", "muv", "mv", "ad", "av", "al", "l"))
-            w.emit(f"{tmax} = vector.reduction <maximumf>, {top} : {vt} into f32")
-            w.emit(f"{mn} = arith.maximumf {m[r]}, {tmax} : f32")
+            w.emit(f"{tmax} = vector.reduction <maxnumf>, {top} : {vt} into f32")
+            w.emit(f"{mn} = arith.maxnumf {m[r]}, {tmax} : f32")
             w.emit(f"{isinf} = arith.cmpf oeq, {mn}, {self.ninf} : f32")
             w.emit(f"{mu} = arith.select {isinf}, {self.zero}, {mn} : f32")
             w.emit(f"{muv} = vector.broadcast {mu} : f32 to {vt}")
@@ -264,8 +264,12 @@ class Kernel:
                 rows = [w.addv(base, x) for x in local]
                 return self._group(rows, local, j0, n, names)
             bufs = self._loop(g, 0, main, R, bufs, types, body)
-        for i in range(main, nrows):
-            bufs = self._group([w.add(base, i)], [w.index(i)], j0, n, bufs)
+        if nrows - main == 1:
+            bufs = self._group([w.add(base, main)], [w.index(main)], j0, n, bufs)
+        elif nrows > main:  # the rows left over, one at a time (one copy of the tile's code)
+            i = w.fresh("i")
+            bufs = self._loop(i, main, nrows, 1, bufs, types,
+                              lambda names: self._group([w.addv(base, i)], [i], j0, n, names))
         return bufs
 
     def _block(self, base: str, nrows: int, carried: list) -> list:

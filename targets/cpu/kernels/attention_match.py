@@ -263,9 +263,29 @@ def _all_masked_rows(cond):
     return [not_any, any_, not_inf, is_inf]
 
 
+def _score_body(g):
+    """The one +, -, *, / of a score op's body (a constant it reads may be an f64 constant
+    truncated in the body, as torch-mlir lowers a Python float), or None."""
+    body, yields, _ = _body(g)
+    if not body or body[-1].name not in SCORE_OPS or len(yields) != 1 or yields[0] != body[-1].results[0]:
+        return None
+    for o in body[:-1]:
+        if o.name != "arith.truncf" or _float_constant(o.operands[0]) is None:
+            return None
+    return body[-1]
+
+
+def _truncated_constant(value) -> float | None:
+    """A float constant, or an f64 constant truncated to f32 in the body."""
+    owner = defining_op(value)
+    if owner is not None and owner.name == "arith.truncf":
+        return _float_constant(owner.operands[0])
+    return _float_constant(value)
+
+
 def _score_input(g):
     """The scores operand of an elementwise score op (`x (op) c` or `x (op) tensor`), or None."""
-    body_op = _single(g, SCORE_OPS)
+    body_op = _score_body(g)
     if body_op is None or len(g.results) != 1:
         return None
     _, _, block = _body(g)
@@ -293,7 +313,7 @@ def _reaches_contraction(g, depth: int = 6) -> bool:
 
 
 def _score_op(g, sides: list, rank: int) -> ScoreOp:
-    body_op = _single(g, SCORE_OPS)
+    body_op = _score_body(g)
     _, _, block = _body(g)
     maps = indexing_maps(g)
     a, b = body_op.operands
@@ -302,7 +322,7 @@ def _score_op(g, sides: list, rank: int) -> ScoreOp:
         through_reshapes(g.operands[ia]) == through_reshapes(_score_input(g))
     other, other_index = (b, ib) if scores_first else (a, ia)
     if other_index is None:
-        constant = _float_constant(other)
+        constant = _truncated_constant(other)
         if constant is None:
             raise NotTaken("a score op with a value computed at run time")
         return ScoreOp(body_op.name, scores_first, constant=constant)

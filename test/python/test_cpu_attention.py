@@ -1,0 +1,175 @@
+"""etc-cpu-attention-kernels against torch: the fused (flash) attention kernel on random inputs,
+compiled through the cpu pipeline with the threshold lowered so small shapes take it (fast tests),
+and whole layers at real sizes through CpuPartitioner with the default rule: causal and not,
+float and bool masks broadcast over heads, rows and keys not a multiple of the tile, one token,
+head dims 32/48/64/80, batch > 1, an explicit scale, repeated K/V (GQA), a fully masked row, and
+the decisions (fused, or three-op with the reason)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from etc.targets.cpu.isa import isa_for, resolve_target
+
+needs_simd = pytest.mark.skipif(not isa_for(resolve_target(None)).vectorizes, reason="no vector unit on this host")
+pytestmark = needs_simd
+
+
+def compile_edge(model, inputs, min_keys=1):
+    """The model's edge function through the whole cpu pipeline (fused attention from `min_keys`
+    keys): (callable on numpy arrays, attention decisions)."""
+    from torch_mlir import ir
+
+    import etc
+    from etc.targets.cpu import blob
+    from etc.targets.cpu.pipeline import blob_metadata, compile_module, lower_to_linalg
+    from etc.targets.cpu.runtime import CompiledFunction
+
+    program_ir = etc.to_edge(torch.export.export(model.eval(), inputs)).program_ir
+    (fn,) = [o for o in program_ir.module.body.operations if o.operation.name == "func.func"]
+    low = lower_to_linalg(fn.operation, program_ir.constants)
+    with low.module.context, ir.Location.unknown():
+        result = compile_module(low.module, None, start="linalg", constants=low.constants,
+                                attention_min_keys=min_keys)
+    used = {a.name: np.asarray(low.constants[a.name]).reshape(a.shape) for a in result.args if a.kind == "constant"}
+    function = CompiledFunction(blob.serialize(blob_metadata(result, 1), result.object_bytes, used))
+    return function, [d for d in result.decisions if d.kind == "attention"]
+
+
+def check(model, inputs, min_keys=1, want_path="flash", rtol=2e-5, atol=2e-6):
+    function, attention = compile_edge(model, inputs, min_keys)
+    assert [d.path for d in attention] == [want_path], [str(d) for d in attention]
+    got = function(*[x.numpy() for x in inputs])
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    with torch.no_grad():
+        want = model(*inputs).numpy()
+    np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=atol)
+    return attention
+
+
+class Sdpa(nn.Module):
+    def __init__(self, causal=False, scale=None, gqa=1):
+        super().__init__()
+        self.causal, self.scale, self.gqa = causal, scale, gqa
+
+    def forward(self, q, k, v, *mask):
+        if self.gqa > 1:  # transformers' repeat_kv: each K/V head serves `gqa` query heads
+            k, v = (x.repeat_interleave(self.gqa, dim=1) for x in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[0] if mask else None, is_causal=self.causal,
+                                              scale=self.scale)
+
+
+class Manual(nn.Module):
+    """Attention as HF eager code writes it: matmul, times the scale, plus a mask buffer, softmax, matmul."""
+
+    def __init__(self, t, d, causal):
+        super().__init__()
+        self.scale = d ** -0.5
+        self.register_buffer("mask", torch.full((t, t), float("-inf")).triu(1) if causal else torch.zeros(t, t))
+
+    def forward(self, q, k, v):
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.scale + self.mask
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def qkv(b, h, t, d, s=None, kv_heads=None):
+    torch.manual_seed(0)
+    s = s or t
+    return (torch.randn(b, h, t, d), torch.randn(b, kv_heads or h, s, d), torch.randn(b, kv_heads or h, s, d))
+
+
+@pytest.mark.parametrize("b, h, t, d, causal", [
+    (1, 2, 37, 64, False),   # rows and keys not a multiple of the tiles (32 rows x 32 keys)
+    (2, 3, 70, 32, True),    # batch > 1, causal
+    (1, 2, 45, 80, False),   # head dim 80: five vectors, none partial on 16 lanes
+    (1, 1, 1, 48, False),    # one token
+])
+def test_sdpa_matches_torch(b, h, t, d, causal):
+    check(Sdpa(causal), qkv(b, h, t, d))
+
+
+def test_explicit_scale_and_more_keys_than_queries():
+    q, k, v = qkv(1, 2, 19, 32, s=53)
+    check(Sdpa(scale=0.3), (q, k, v))
+
+
+def test_float_mask_broadcast_over_heads():
+    q, k, v = qkv(2, 3, 29, 32)
+    check(Sdpa(), (q, k, v, torch.randn(2, 1, 29, 29)))
+
+
+def test_bool_mask_and_a_fully_masked_row():
+    """A bool mask becomes an additive -inf mask; torch's safe softmax gives 0 for a row with every
+    key masked, as the kernel does."""
+    q, k, v = qkv(1, 2, 40, 64)
+    mask = torch.rand(1, 1, 40, 40) > 0.4
+    mask[..., 0] = True
+    mask[0, 0, 7] = False  # row 7: nothing to attend to
+    check(Sdpa(), (q, k, v, mask))
+
+
+def test_repeated_kv_heads():
+    check(Sdpa(causal=True, gqa=3), qkv(1, 6, 41, 32, kv_heads=2))
+
+
+def test_hf_eager_attention():
+    """The scale as a Python float (an f64 constant truncated in the body), a causal mask buffer."""
+    check(Manual(50, 48, True), qkv(1, 2, 50, 48))
+
+
+def test_below_threshold_is_the_three_op_path_with_its_reason():
+    (decision,) = check(Sdpa(), qkv(1, 2, 37, 32), min_keys=64, want_path="three-op")
+    assert "37 keys < min-keys=64" in decision.reason
+
+
+def test_unsupported_score_op_is_a_reported_decision():
+    class Softcap(nn.Module):  # tanh on the scores (Gemma's soft-capping): not +, -, *, /
+        def forward(self, q, k, v):
+            return torch.softmax(torch.tanh(q @ k.transpose(-1, -2)), dim=-1) @ v
+
+    (decision,) = check(Softcap(), qkv(1, 2, 30, 32), want_path="three-op", rtol=1e-4, atol=1e-5)
+    assert "other than +, -, *, /" in decision.reason
+
+
+class EncoderLayer(nn.Module):
+    """A Whisper/ViT-like pre-norm encoder layer (sdpa, GELU MLP)."""
+
+    def __init__(self, dim, heads, causal=False):
+        super().__init__()
+        self.heads, self.causal = heads, causal
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.norm2(x))
+
+
+@pytest.mark.parametrize("dim, heads, tokens, causal", [
+    (96, 2, 600, False),   # Whisper-like: 600 frames, head dim 48
+    (96, 2, 512, True),    # Llama-like prefill at 512 tokens, causal
+])
+def test_whole_layer_through_the_partitioner(dim, heads, tokens, causal):
+    """The default rule (fused from 512 keys) inside a whole model, delegated by CpuPartitioner."""
+    import etc
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    model, x = EncoderLayer(dim, heads, causal).eval(), torch.randn(1, tokens, dim)
+    edge = etc.to_edge(torch.export.export(model, (x,))).to_backend(CpuPartitioner())
+    report = "\n".join(str(r) for r in edge.delegation_reports)
+    assert "attention -> flash" in report, report
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    (got,) = method.execute([x.numpy()])
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
