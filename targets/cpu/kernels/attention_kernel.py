@@ -208,6 +208,40 @@ class Kernel:
         return self.splats[value]
 
     def _group(self, rows: list, local: list, j0: str, n: int, bufs: list) -> list:
+        """One key tile for a group of rows (`_update`), skipped when the additive mask is -inf over
+        the whole tile for these rows (a causal mask's tiles above the diagonal: no score of it
+        can count, so the state is unchanged)."""
+        w = self.w
+        skip = self.a.skip_side if n == self.lanes * self.key_vectors else None
+        if skip is None:
+            return self._update(rows, local, j0, n, bufs)
+        top = None
+        for row in rows:
+            for c in range(self.key_vectors):
+                j = j0 if c == 0 else self._key(j0, c * self.lanes)
+                mv = self._side_value(skip, row, j, self.lanes)
+                if top is None:
+                    top = mv
+                else:
+                    t2 = w.fresh("mmx")
+                    w.emit(f"{t2} = arith.maximumf {top}, {mv} : {self.vt}")
+                    top = t2
+        red, cond = w.fresh("mred"), w.fresh("masked")
+        w.emit(f"{red} = vector.reduction <maximumf>, {top} : {self.vt} into f32")
+        w.emit(f"{cond} = arith.cmpf oeq, {red}, {self.ninf} : f32")
+        types = [self.acct, self.mlt, self.pbt]
+        res = w.fresh("tile")
+        w.emit(f"{res}:3 = scf.if {cond} -> ({', '.join(types)}) {{")
+        with w.nested():
+            w.emit(f"scf.yield {', '.join(bufs)} : {', '.join(types)}")
+        w.emit("} else {")
+        with w.nested():
+            new = self._update(rows, local, j0, n, bufs)
+            w.emit(f"scf.yield {', '.join(new)} : {', '.join(types)}")
+        w.emit("}")
+        return [f"{res}#{i}" for i in range(3)]
+
+    def _update(self, rows: list, local: list, j0: str, n: int, bufs: list) -> list:
         """One key tile for a group of rows: their state read from the block's buffers (acc [Bq, nv
         lanes], ml [2, Bq]: running max and sum), `_tile`, written back. bufs = [acc, ml, pbuf]."""
         w, R, nv, vt, L = self.w, len(rows), self.nv, self.vt, self.lanes

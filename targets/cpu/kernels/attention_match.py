@@ -20,6 +20,7 @@ the fused kernel cannot take (the pass records it as a decision).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from torch_mlir import ir
@@ -68,6 +69,10 @@ class Attention:
     chain: list = field(default_factory=list)  # ScoreOps, in order
     sides: list = field(default_factory=list)  # Sides
     safe: bool = False  # a fully masked row gives 0 (torch's safe softmax), else NaN
+    # The side an additive mask reads along the keys when a -inf there stays -inf through the
+    # score ops after it (adding finite values, multiplying or dividing by a positive constant):
+    # a key tile masked for every row of a group can be skipped. None otherwise.
+    skip_side: int | None = None
     ops: list = field(default_factory=list)  # the ops the kernel replaces
 
     @property
@@ -220,9 +225,25 @@ def match(op) -> Attention | None:
         if list(ir.RankedTensorType(g.results[0].type).shape) != space:
             raise NotTaken("an op on the scores in another shape than the softmax's")
         score_ops.append(_score_op(g, sides, len(space)))
-    result = Attention(q, kt, v_value, op.results[0], outer, t, s, d, dv, score_ops, sides, safe, ops)
+    result = Attention(q, kt, v_value, op.results[0], outer, t, s, d, dv, score_ops, sides, safe, ops=ops,
+                       skip_side=_skippable_mask(score_ops, sides, len(space)))
     _check_private(result)
     return result
+
+
+def _skippable_mask(chain: list, sides: list, rank: int) -> int | None:
+    """See `Attention.skip_side`."""
+    for i, op in enumerate(chain):
+        if op.op != "arith.addf" or op.side is None or sides[op.side].dims[-1:] != [rank - 1]:
+            continue
+        keeps = all((o.op in ("arith.addf", "arith.subf") and (o.side is not None or math.isfinite(o.constant))
+                     and (o.scores_first or o.op == "arith.addf"))
+                    or (o.op in ("arith.mulf", "arith.divf") and o.constant is not None and o.constant > 0
+                        and math.isfinite(o.constant) and (o.scores_first or o.op == "arith.mulf"))
+                    for o in chain[i + 1:])
+        if keeps:
+            return op.side
+    return None
 
 
 def _product(xs) -> int:
