@@ -183,3 +183,22 @@ def test_whole_layer_through_the_partitioner(dim, heads, tokens, causal):
     with torch.no_grad():
         want = model(x).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_sequence_length_is_a_reported_decision():
+    """A sequence length only known at run time (an LLM's prefill) keeps the three-op path, which
+    handles dynamic sizes; the report says why."""
+    import etc
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    t = torch.export.Dim("t", min=2, max=600)
+    q, k, v = qkv(1, 2, 40, 32)
+    model = Sdpa().eval()
+    ep = torch.export.export(model, (q, k, v), dynamic_shapes=({2: t}, {2: t}, {2: t}))
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = "\n".join(str(r) for r in edge.delegation_reports)
+    assert "attention -> three-op: dynamic sizes" in report, report
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    (got,) = method.execute([q.numpy(), k.numpy(), v.numpy()])
+    np.testing.assert_allclose(got, model(q, k, v).numpy(), rtol=2e-5, atol=2e-6)

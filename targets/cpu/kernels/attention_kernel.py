@@ -1,24 +1,29 @@
 """The fused attention kernel: softmax(Q K^T (op) mask) V without the score matrix (flash attention).
 
-For each batch-head (the outer loop, split across threads) and each tile of `rows` query rows:
+    for each batch-head (split across threads)
+      for each block of `block` query rows (32; then the rows left)
+        m = -inf, l = 0, acc[Dv] = 0 for each row        (small buffers: the block's state, in L1)
+        for each tile of `key_vectors` x `lanes` keys j0  (32 on AVX-512; the keys left: a last tile)
+          for each group of `rows` query rows (then one at a time)
+            [skipped when the additive mask is -inf over the whole tile for the group: causal]
+            s[j]  = sum_d Q[i, d] K^T[d, j0 + j]          broadcast Q scalars x K^T vectors, FMA
+            s     = s (op) scale (op) mask[..., i, j0 + j] the elementwise score ops, vectorized
+            m'    = max(m, max_j s);  mu = m' unless -inf (then 0: a fully masked tile adds nothing)
+            p     = exp(s - mu);  alpha = exp(m - mu)
+            l     = l alpha + sum_j p;  acc = acc alpha + sum_j p[j] V[j0 + j, :]
+            m     = m'
+        O[i, :] = acc / l  (safe softmax: 0 where l == 0, a row with every key masked)
 
-    m = -inf, l = 0, acc[Dv] = 0                      per row, in registers
-    for each tile of `lanes` keys j0:                 (a last partial tile masked, its lanes -inf)
-      s[j]   = sum_d Q[i, d] K^T[d, j0 + j]           one K^T vector per d, broadcast Q scalars, FMA
-      s      = s (op) scale (op) mask[..., i, j0 + j] the elementwise score ops, vectorized
-      m'     = max(m, max_j s);  mu = m' unless -inf (then 0: a fully masked tile adds nothing)
-      p      = exp(s - mu);  alpha = exp(m - mu)
-      l      = l alpha + sum_j p;  acc = acc alpha + sum_j p[j] V[j0 + j, :]
-      m      = m'
-    O[i, :] = acc / l       (safe softmax: 0 where l == 0, a row with every key masked)
-
-so no more than one vector of scores per row exists at any time; memory sees Q, K, V and the mask
-read once per row tile and O written once. The value rows are `ceil(Dv / lanes)` vectors (the last
-masked when Dv is not a multiple). `rows` trades registers (rows x those vectors of accumulators)
-against how often K^T and V are reloaded; the pass picks it from the register file.
+Never more than a tile of scores exists; the K^T and V tiles (32 keys x the head dim) stay in L1
+while every group of the block uses them, which is what makes the kernel compute-bound (a group
+walking all keys alone reloads K and V from L2 and ran at half the speed of the three-op path).
+The value rows are `ceil(Dv / lanes)` vectors (the last masked when Dv is not a multiple); `rows`
+is sized by the register file (`rows_for`: the group's accumulators and score vectors). The
+probabilities go through a [rows, tile] buffer so that the P V step reads each as a broadcast load.
 
 Numerics: the online softmax rescales partial sums, so results differ from the three-op path in
-the last bits (the sums are reassociated, as torch's own fused kernels do).
+the last bits (the sums are reassociated, as torch's own fused kernels do). A NaN score gives a NaN
+row (the max ignores it, the sum does not).
 """
 
 from __future__ import annotations
@@ -26,10 +31,6 @@ from __future__ import annotations
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type, vector_type
 from etc.targets.cpu.kernels.attention_match import Attention
 from etc.targets.cpu.parallel import THREAD_SPLIT
-
-OPS = {"arith.addf": "arith.addf", "arith.subf": "arith.subf", "arith.mulf": "arith.mulf",
-       "arith.divf": "arith.divf"}
-
 
 class Kernel:
     def __init__(self, a: Attention, lanes: int, rows: int, key_vectors: int = 2, block: int = 32):
@@ -118,7 +119,7 @@ class Kernel:
                         other = self._splat(op.constant)
                     x, y = (scores[r][c], other) if op.scores_first else (other, scores[r][c])
                     out = w.fresh("sc")
-                    w.emit(f"{out} = {OPS[op.op]} {x}, {y} : {vt}")
+                    w.emit(f"{out} = {op.op} {x}, {y} : {vt}")
                     scores[r][c] = out
         mt = vector_type(L, "i1")
         for c, (off, keys) in enumerate(chunks):
@@ -424,7 +425,7 @@ class Kernel:
 
 
 def rows_for(lanes: int, value_dim: int, registers: int, key_vectors: int = 2) -> int:
-    """Query rows per tile: as many as the register file holds with each row's Dv accumulators and
+    """Query rows per group: as many as the register file holds with each row's Dv accumulators and
     its `key_vectors` score vectors, plus the value row being read (at most 4)."""
     nv = -(-value_dim // lanes)
     return max(1, min(4, (registers - nv - 2) // (nv + key_vectors)))

@@ -134,19 +134,17 @@ def _float_constant(value) -> float | None:
     return None
 
 
-def _rowwise_input(op, value) -> bool:
-    """`op` reads `value` (through reshapes) as its row-broadcast input (map ends in 0 or drops the last dim)."""
-    for i in range(input_count(op)):
-        if through_reshapes(op.operands[i]) == through_reshapes(value):
-            return True
-    return False
-
-
 def match(op) -> Attention | None:
     """See the module docstring."""
     if op.name != "linalg.batch_matmul":
         return None
     p_value, v_value = op.operands[0], op.operands[1]
+    if any(not ir.RankedTensorType(v.type).has_static_shape for v in (p_value, v_value)):
+        # With a dynamic length the softmax reaches the contraction through gathers (expands as
+        # index arithmetic): not matched op by op, but still reported when it is attention.
+        if _after_softmax_of_contraction(p_value):
+            raise NotTaken("dynamic sizes: the fused kernel is built for static sequence lengths")
+        return None
     ops = [op]
     # --- the softmax, from its end
     safe, safe_ops = False, []
@@ -244,6 +242,39 @@ def _skippable_mask(chain: list, sides: list, rank: int) -> int | None:
         if keeps:
             return op.side
     return None
+
+
+def _producers(op) -> list:
+    """The ops defining `op`'s operands and the values its regions read from above."""
+    values = list(op.operands)
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                values += [v for v in inner.operands]
+    found = []
+    for v in values:
+        owner = defining_op(v)
+        if owner is not None and owner != op and owner.parent == op.parent and owner not in found:
+            found.append(owner)
+    return found
+
+
+def _after_softmax_of_contraction(value, depth: int = 12) -> bool:
+    """Whether `value` comes (within `depth` ops) from an exp of values from a batch_matmul."""
+    seen, frontier, exp_seen = [], [defining_op(value)], False
+    for _ in range(depth):
+        nxt = []
+        for o in frontier:
+            if o is None or o in seen:
+                continue
+            seen.append(o)
+            if o.name == "linalg.batch_matmul" and exp_seen:
+                return True
+            if o.name == "linalg.generic" and "math.exp" in [b.name for b in _body(o)[0]]:
+                exp_seen = True
+            nxt += _producers(o)
+        frontier = nxt
+    return False
 
 
 def _product(xs) -> int:
