@@ -109,6 +109,20 @@ def _text(cls_name: str, config_name: str, tokens: int, vocab: int, **config):
     return build
 
 
+def _whisper_encoder(frames: int, **config):
+    """Whisper's audio encoder alone (two convolutions, then transformer layers over frames / 2
+    positions): input_features [1, num_mel_bins, frames]."""
+    def build():
+        import torch
+        import transformers
+
+        torch.manual_seed(0)
+        cfg = transformers.WhisperConfig(max_source_positions=frames // 2, **config)
+        encoder = transformers.WhisperModel(cfg).get_encoder().eval()
+        return _Plain.wrap(encoder), (torch.randn(1, cfg.num_mel_bins, frames),)
+    return build
+
+
 MODELS: dict[str, Model] = {m.name: m for m in [
     Model("mobilenet_v2", "MobileNetV2 1.0, 224, ImageNet head",
           _image("MobileNetV2ForImageClassification", "MobileNetV2Config", 224, image_size=224, num_labels=1000)),
@@ -126,6 +140,11 @@ MODELS: dict[str, Model] = {m.name: m for m in [
           _image("ConvNextForImageClassification", "ConvNextConfig", 224, num_labels=1000)),
     Model("vit_b16", "ViT-B/16, 224",
           _image("ViTForImageClassification", "ViTConfig", 224, num_labels=1000)),
+    Model("vit_b16_384", "ViT-B/16, 384 (577 tokens)",
+          _image("ViTForImageClassification", "ViTConfig", 384, image_size=384, num_labels=1000)),
+    Model("whisper_tiny_enc", "Whisper-tiny encoder (384 wide, 4 layers, 6 heads), 3000 mel frames -> 1500 tokens",
+          _whisper_encoder(3000, d_model=384, encoder_layers=4, encoder_attention_heads=6, encoder_ffn_dim=1536,
+                           decoder_layers=1, decoder_attention_heads=6, decoder_ffn_dim=1536, num_mel_bins=80)),
     Model("mobilevit_s", "MobileViT-S, 256",
           _image("MobileViTForImageClassification", "MobileViTConfig", 256, image_size=256, num_labels=1000)),
     Model("gpt2_2l", "GPT-2 (768 wide, 2 layers), 128 tokens, hidden states (no LM head)",
@@ -137,6 +156,10 @@ MODELS: dict[str, Model] = {m.name: m for m in [
           _text("LlamaForCausalLM", "LlamaConfig", 32, 32000, hidden_size=288, num_hidden_layers=6,
                 num_attention_heads=6, num_key_value_heads=6, intermediate_size=768,
                 max_position_embeddings=256)),
+    Model("llama_15m_512", "Llama stories15M sizes, 512-token prefill (causal attention over 512 keys), logits",
+          _text("LlamaForCausalLM", "LlamaConfig", 512, 32000, hidden_size=288, num_hidden_layers=6,
+                num_attention_heads=6, num_key_value_heads=6, intermediate_size=768,
+                max_position_embeddings=512)),
 ]}
 
 

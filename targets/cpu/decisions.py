@@ -19,14 +19,15 @@ ATTR = "etc.cpu.decisions"
 DECIDED = "etc.cpu.decided"
 
 # Paths that are not a fallback: the tuned code for that op kind, or a choice made by
-# measurement (a contraction too small to pay for packing, a single-row GEMV read in place).
+# measurement (a contraction too small to pay for packing, a single-row GEMV read in place;
+# attention: `flash` fused, `three-op` GEMM -> row softmax -> GEMM, each op on its tuned path).
 TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "grouped", "small", "gemv", "row-reduction",
-                         "column-reduction", "fused"})
+                         "column-reduction", "fused", "flash", "three-op"})
 
 
 @dataclass(frozen=True)
 class Decision:
-    kind: str  # contraction | convolution | window | reduction | epilogue
+    kind: str  # contraction | convolution | window | reduction | epilogue | attention
     op: str  # the linalg op name it was decided on
     path: str  # a TUNED_PATHS entry, or "loops"
     reason: str = ""  # why (always given for "loops")

@@ -41,10 +41,12 @@ STARTS = ("edge", "linalg")
 
 
 def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | None = None,
-                 profile: bool = False, start: str = "edge", tuned: bool = True) -> str:
+                 profile: bool = False, start: str = "edge", tuned: bool = True,
+                 attention_min_keys: int | None = None) -> str:
     """The pass pipeline for `target`, its sizes from the ISA table (isa.py), from the edge dialect
     (`start="linalg"`: from its linalg stage on); `gemm_min_flops=0` makes the GEMM kernel take
-    every contraction (tests of odd sizes); `profile=True` adds `etc-cpu-profile-regions`
+    every contraction (tests of odd sizes), `attention_min_keys` overrides the fused attention's
+    threshold (tests and benches comparing both paths); `profile=True` adds `etc-cpu-profile-regions`
     (counter reads between the dispatch regions; off: not in the pipeline). `tuned=False` is
     the partitioner's trial (`lowering/support.py`): the same pipeline for the same target with
     the ISA table's scalar row, so no kernel is built. A tuned kernel never makes an op
@@ -65,6 +67,10 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     windows = ([f"etc-cpu-window-kernels{{lanes={isa.lanes}}}", f"etc-cpu-grouped-kernels{{lanes={isa.lanes}}}"]
                if isa.vectorizes else [])
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
+    # AVX2 has 16 vector registers; AVX-512 and NEON 32.
+    attention = ([f"etc-cpu-attention-kernels{{lanes={isa.lanes} registers={16 if isa.lanes == 8 else 32}"
+                  + (f" min-keys={attention_min_keys}" if attention_min_keys is not None else "") + "}"]
+                 if isa.vectorizes else [])
     tile = (f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1} "
             f"kc-strided={isa.gemm_kc_strided or isa.gemm_kc or 1}")
     # convert-vector-to-llvm converts memrefs with a 64-bit index whatever the target: a 32-bit
@@ -75,6 +81,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         *(EDGE_TO_LINALG if start == "edge" else ()),
         # Int8 contractions -> dot-product kernels with the requantization in registers (lowering/quantized_gemm.py).
         f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",
+        # Long attention (QK^T, mask, softmax, times V) -> one kernel that never stores the scores.
+        *attention,
         # Roots of dispatch regions, before fusion can put a producer into their operands: each
         # contraction becomes a call to its kernel, which fusion cannot enter, then is inlined and tiled.
         f"etc-cpu-gemm-kernels{{{tile}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",
@@ -145,7 +153,7 @@ def label_arguments(fn, arg_kinds: list, dim_bounds: dict | None = None, result_
 
 def run_cpu_pipeline(module: ir.Module, target: CpuTarget, *, start: str = "edge", threads: int = 1,
                      verify: bool = False, gemm_min_flops: int | None = None, profile: bool = False,
-                     tuned: bool = True) -> None:
+                     tuned: bool = True, attention_min_keys: int | None = None) -> None:
     """Run `cpu_pipeline` on `module` (in place, down to the LLVM dialect).
 
     The pipeline verifies the module after it; `verify=True` verifies after every pass (the
@@ -153,7 +161,7 @@ def run_cpu_pipeline(module: ir.Module, target: CpuTarget, *, start: str = "edge
     from etc.passes.pipeline import run_pipeline
 
     run_pipeline(module, cpu_pipeline(target, threads=threads, gemm_min_flops=gemm_min_flops, profile=profile,
-                                      start=start, tuned=tuned), verify=verify)
+                                      start=start, tuned=tuned, attention_min_keys=attention_min_keys), verify=verify)
     if not module.operation.verify():
         raise LoweringError("cpu codegen: the pipeline left an invalid module")
 
@@ -161,7 +169,7 @@ def run_cpu_pipeline(module: ir.Module, target: CpuTarget, *, start: str = "edge
 def compile_module(module: ir.Module, target: "CpuTarget | str | None" = None, *, start: str = "edge",
                    entry: str = "etc_cpu_entry", opt_level: int = 3, keep_ir: bool = False, threads: int = 1,
                    constants: dict | None = None, verify: bool = False, gemm_min_flops: int | None = None,
-                   profile: bool = False):
+                   profile: bool = False, attention_min_keys: int | None = None):
     """A module (see the input contract above) -> `codegen.CodegenResult` (object code + ABI).
 
     The entry's results become outputs. `constants`: the constant arguments' data; packed
@@ -181,7 +189,7 @@ def compile_module(module: ir.Module, target: "CpuTarget | str | None" = None, *
     t0 = time.perf_counter()
     inner = ir.StringAttr(entry_function(module.operation).attributes["sym_name"]).value
     run_cpu_pipeline(module, target, start=start, threads=threads, verify=verify, gemm_min_flops=gemm_min_flops,
-                     profile=profile)
+                     profile=profile, attention_min_keys=attention_min_keys)
     t1 = time.perf_counter()
     codegen.check_llvm_dialect(module)
     abi = read_abi(module)

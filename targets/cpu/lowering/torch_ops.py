@@ -109,8 +109,10 @@ class TorchBuilder:
                                    operands=items).result
 
     def scalar(self, v):
+        # A bool Scalar goes as the int 0/1 (its value in every op taking a Scalar): torch-mlir's
+        # lowerings abort on a !torch.bool Scalar (`full(n, True)`, what a causal sdpa mask starts from).
         if isinstance(v, bool):
-            return self.bool(v)
+            return self.int(int(v))
         if isinstance(v, int):
             return self.int(v)
         if isinstance(v, float):
