@@ -632,3 +632,15 @@ def test_batched_activation_b_copied_per_panel():
     (out,) = fn(a, b)
     assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
     assert "B read in place" in fn.decisions[0].reason
+
+
+@needs_simd
+def test_activation_b_copied_per_panel_on_two_threads():
+    """The threads share the column panels; each copies its own into its own stack buffer."""
+    m, k, n = COPY_ROWS + 4, 130, 200
+    fn = compile_linalg_text(matmul_bias_relu_text(m, k, n), threads=2)
+    a, b, bias = rand(m, k), rand(k, n), rand(n)
+    out = fn(a, b, bias)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    assert "B gathered per column panel" in fn.decisions[0].reason
+    assert rel_error(out, np.maximum(a.astype(np.float64) @ b + bias, 0)) < 1e-5
