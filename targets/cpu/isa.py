@@ -7,9 +7,12 @@ table: a pass that needs a size takes it as an option and `cpu_pipeline` fills t
 from this row, so `etc-opt` can run the same pass with other sizes.
 
 The tiles were chosen by measurement (bench/gemm.py; BENCHMARKS.md "Generated GEMM"):
-on AVX-512 a 6 x 64 f32 accumulator (24 of the 32 zmm registers) with B packed in 64-wide
-column panels and K blocks of 128 reaches 83-90% of the measured single-core peak; an 8 x 32
-tile (16 accumulators) measured 10-25% slower on the same shapes and is gone.
+on AVX-512 a 6 x 64 f32 accumulator (24 of the 32 zmm registers) with B in contiguous 64-wide
+column panels (a weight packed when the blob is built, an activation copied per panel:
+gemm_match.gather_per_panel) runs at or above OpenBLAS from 256 to 2048; an 8 x 32 tile (16
+accumulators) measured 10-25% slower on the same shapes and is gone. Blocking the rows of A
+for the L2 (mc of 128-512 at 1024^3, 1500x384x1536, 2048^3) and K blocks of 256-512 over
+packed panels measured no faster than whole K with the panel streamed from L2: not used.
 """
 
 from __future__ import annotations
