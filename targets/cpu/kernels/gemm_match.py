@@ -369,18 +369,22 @@ def kernel_kc(g: Gemm, cfg: KernelConfig) -> int:
 
 
 def blocking(g: Gemm, cfg: KernelConfig) -> str:
-    """The blocking the kernel of `g` is built with, as its decision records it: where B's column
-    panels come from (`b_in_place`, `gather_per_panel`) and the K block (`kernel_kc`)."""
+    """The reason a matmul's GEMM decision records when B is an activation: whether its column
+    panels are copied (`gather_per_panel`) or read in place, and why, and the K block when K is
+    split (`kernel_kc`). Empty for the default paths (a weight packed when the blob is built, a
+    narrow B packed per call, a convolution's input, a kernel over dynamic rows, which reads
+    B in place), so the report keeps one line for them."""
+    if g.conv is not None or g.b_layout != "kn" or g.dynamic_rows or not b_in_place(g, cfg):
+        return ""
     kb = kernel_kc(g, cfg)
-    if not b_in_place(g, cfg):
-        where = "B packed into column panels" + (" when the blob is built" if is_constant_argument(g.b) else
-                                                  " per call")
-    elif gather_per_panel(g, cfg):
-        where = ("the im2col" if g.b_layout == "im2col" else "B") + " gathered per column panel"
+    blocks = f", K in blocks of {kb}" if kb < g.K else ""
+    if gather_per_panel(g, cfg):
+        return f"B copied per column panel ({PANEL_COPY_ROW_BLOCKS}+ row blocks share each copy){blocks}"
+    if g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr:
+        why = f"a K x {cfg.nr} panel buffer exceeds the {PANEL_STACK_BYTES} bytes of stack it may take"
     else:
-        where = "B read in place"
-    k = f"K = {g.K} in registers" if kb >= g.K else f"K = {g.K} in blocks of {kb}"
-    return f"{cfg.mr}x{cfg.nr} tiles over {g.M}x{g.N}, {where}, {k}"
+        why = f"fewer than {PANEL_COPY_ROW_BLOCKS} row blocks to share a panel copy"
+    return f"B read in place ({why}){blocks}"
 
 
 def k_block(K: int, kc: int) -> int:
