@@ -2,10 +2,13 @@
 
     python -m etc.bench.gemm [--runs N] [--quick]
 
-For matmul M=N=K in {256, 512, 1024}, a ResNet 3x3 64->64 convolution at 56x56 and a
+For matmuls of every size from 256 to 2048 (square and not; B an activation, as attention's
+and a user's matmul read it), the transformer layers' Linear shapes (B a weight, packed when
+the blob is built: ViT-B 197x768x3072 and 197x3072x768, BERT-base at 128 tokens 128x768x768,
+Whisper-tiny's encoder 1500x384x1536), a ResNet 3x3 64->64 convolution at 56x56 and a
 MobileNet 1x1 32->64 convolution at 48x48: median GFLOP/s of the code the cpu pipeline
-generates (the GEMM kernel, and plain loops for contrast: the kernel's min-flops set past
-the shape's), against
+generates (the GEMM kernel; the matmuls also with a bias + ReLU epilogue fused into it; plain
+loops for contrast at the small shapes: the kernel's min-flops set past the shape's), against
 
   * the single-core FP32 peak: f32 lanes x FMA pipes x 2 flops x clock. Nominal from
     /proc/cpuinfo's clock (a VM reports its TSC clock, not the boost clock), and measured
@@ -140,14 +143,49 @@ class _OpenBlasThreads:
             self.lib.scipy_openblas_set_num_threads64_(ctypes.c_int(n))
 
 
-def matmul_text(m: int, k: int, n: int) -> str:
+def matmul_text(m: int, k: int, n: int, epilogue: bool = False) -> str:
+    """C = A[m, k] x B[k, n]; `epilogue`: then + bias[n] and ReLU (the GEMM kernel fuses it)."""
     t = lambda s: "tensor<" + "x".join(map(str, s)) + "xf32>"  # noqa: E731
-    return (f"func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}) -> {t([m, n])} {{\n"
-            f"  %z = arith.constant 0.0 : f32\n"
-            f"  %e = tensor.empty() : {t([m, n])}\n"
-            f"  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}\n"
-            f"  %r = linalg.matmul ins(%a, %b : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}\n"
-            f"  return %r : {t([m, n])}\n}}\n")
+    bias = f", %bias: {t([n])}" if epilogue else ""
+    lines = [f"func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}{bias}) -> {t([m, n])} {{",
+             "  %z = arith.constant 0.0 : f32",
+             f"  %e = tensor.empty() : {t([m, n])}",
+             f"  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}",
+             f"  %r = linalg.matmul ins(%a, %b : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}"]
+    if epilogue:
+        lines += [f"  %o = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) "
+                  "-> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = [\"parallel\", \"parallel\"]} "
+                  f"ins(%r, %bias : {t([m, n])}, {t([n])}) outs(%e : {t([m, n])}) {{",
+                  "  ^bb0(%x: f32, %y: f32, %out: f32):",
+                  "    %s = arith.addf %x, %y : f32",
+                  "    %p = arith.maximumf %s, %z : f32",
+                  "    linalg.yield %p : f32",
+                  f"  }} -> {t([m, n])}",
+                  f"  return %o : {t([m, n])}", "}"]
+    else:
+        lines += [f"  return %r : {t([m, n])}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def compile_case(text: str, weight: bool, inputs: list, target):
+    """(compiled function, its input arrays): every argument an input, or (`weight`) all but the
+    first constants of the program (B and the bias), as a Linear's weight is."""
+    from torch_mlir import ir
+
+    from etc.targets.cpu import blob, runtime
+    from etc.targets.cpu.lowering.context import shared_context
+    from etc.targets.cpu.pipeline import blob_metadata, compile_linalg, compile_linalg_text
+
+    if not weight:
+        return compile_linalg_text(text, target=target), inputs
+    constants = {f"c{i}": v for i, v in enumerate(inputs) if i > 0}
+    kinds = [("input", "0")] + [("constant", name) for name in constants]
+    with shared_context(), ir.Location.unknown():
+        result = compile_linalg(ir.Module.parse(text), kinds, target, constants=constants)
+    used = {a.name for a in result.args if a.kind == "constant"}
+    data = blob.serialize(blob_metadata(result, 1), result.object_bytes,
+                          {k: v for k, v in constants.items() if k in used})
+    return runtime.CompiledFunction(data), inputs[:1]
 
 
 def conv_text(c: int, hw: int, f: int, k: int, pad: int) -> tuple[str, tuple]:
@@ -172,13 +210,25 @@ def conv_text(c: int, hw: int, f: int, k: int, pad: int) -> tuple[str, tuple]:
     return "\n".join(lines) + "\n", tuple(out)
 
 
+# (M, K, N) of the matmuls (B an activation) and of the transformer Linears (B a weight).
+MATMULS = [(256, 256, 256), (384, 384, 384), (512, 512, 512), (768, 768, 768), (1024, 1024, 1024),
+           (2048, 2048, 2048), (256, 2048, 256), (2048, 256, 2048), (512, 1024, 2048), (1024, 384, 768)]
+LINEARS = [("ViT-B MLP up", 197, 768, 3072), ("ViT-B MLP down", 197, 3072, 768),
+           ("BERT-base proj", 128, 768, 768), ("Whisper-tiny enc MLP up", 1500, 384, 1536)]
+
+
 def cases(quick: bool = False) -> list[dict]:
     rng = np.random.default_rng(0)
     out = []
-    for n in (256, 512, 1024):
-        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
-        out.append(dict(name=f"matmul {n}x{n}x{n}", text=matmul_text(n, n, n), inputs=[a, b], flops=2 * n ** 3,
-                        gemm=(a, b), default=not (quick and n == 1024)))
+    linears = [(f"linear {m}x{k}x{n} ({name})", m, k, n, True) for name, m, k, n in LINEARS]
+    for name, m, k, n, weight in [(f"matmul {m}x{k}x{n}", m, k, n, False) for m, k, n in MATMULS] + linears:
+        if quick and m * k * n > 1 << 30:
+            continue
+        a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+        bias = rng.standard_normal((n,), np.float32)
+        out.append(dict(name=name, text=matmul_text(m, k, n), inputs=[a, b], flops=2 * m * k * n, gemm=(a, b),
+                        weight=weight, epilogue=(matmul_text(m, k, n, True), [a, b, bias]),
+                        default=m * k * n <= 1 << 24))
     for name, (c, hw, f, k, pad) in (("conv 3x3 64->64 @56x56 (ResNet)", (64, 56, 64, 3, 1)),
                                      ("conv 1x1 32->64 @48x48 (MobileNet)", (32, 48, 64, 1, 0))):
         text, oshape = conv_text(c, hw, f, k, pad)
@@ -188,8 +238,13 @@ def cases(quick: bool = False) -> list[dict]:
         P = oshape[2] * oshape[3]
         gemm = (w.reshape(f, -1), rng.standard_normal((c * k * k, P), np.float32))
         out.append(dict(name=name, text=text, inputs=[x, w, bias], flops=2 * f * P * c * k * k, gemm=gemm,
-                        default=True))
+                        weight=False, epilogue=None, default=True))
     return out
+
+
+def _check(got, expected, name: str) -> None:
+    scale = max(1.0, float(np.abs(expected).max()))
+    assert float(np.abs(got - expected).max()) / scale < 1e-4, f"{name}: results differ"
 
 
 def run(runs: int = 10, quick: bool = False) -> str:
@@ -209,20 +264,28 @@ def run(runs: int = 10, quick: bool = False) -> str:
     rows = []
     try:
         for case in cases(quick):
-            compiled = compile_linalg_text(case["text"], target=target)
+            compiled, inputs = compile_case(case["text"], case["weight"], list(case["inputs"]), target)
             outs = [np.empty(o["shape"], np.float32) for o in compiled.outputs]
-            t_s = _median_seconds(lambda: compiled.run(list(case["inputs"]), outs), runs)
+            t_s = _median_seconds(lambda: compiled.run(inputs, outs), runs)
             got = outs[0].copy()
+            t_e = None
+            if case["epilogue"] is not None:  # a matmul: its GEMM operands are A and B themselves
+                a, b = case["gemm"]
+                _check(got, a.astype(np.float64) @ b, case["name"])
+                text, values = case["epilogue"]
+                fused, e_inputs = compile_case(text, case["weight"], list(values), target)
+                outs_e = [np.empty(o["shape"], np.float32) for o in fused.outputs]
+                t_e = _median_seconds(lambda: fused.run(e_inputs, outs_e), runs)
+                _check(outs_e[0], np.maximum(a.astype(np.float64) @ b + values[2], 0), case["name"] + " + epilogue")
             t_d = None
             if case["default"]:
                 plain = compile_linalg_text(case["text"], target=target, gemm_min_flops=1 << 62)
                 outs_d = [np.empty(o["shape"], np.float32) for o in plain.outputs]
                 t_d = _median_seconds(lambda: plain.run(list(case["inputs"]), outs_d), max(3, runs // 3))
-                scale = max(1.0, float(np.abs(outs_d[0]).max()))
-                assert float(np.abs(got - outs_d[0]).max()) / scale < 1e-4, f"{case['name']}: results differ"
+                _check(got, outs_d[0], case["name"])
             a, b = case["gemm"]
             t_np = _median_seconds(lambda: a @ b, runs)
-            rows.append((case, t_s, t_d, t_np))
+            rows.append((case, t_s, t_e, t_d, t_np))
     finally:
         if default_threads:
             blas.set(default_threads)
@@ -240,16 +303,19 @@ def run(runs: int = 10, quick: bool = False) -> str:
         + "; for convolutions the filter x im2col GEMM without the im2col. Median of up to "
         f"{runs}..{3 * runs} runs. GFLOP/s from the calling thread's CPU time (the machine is shared and "
         "oversubscribed: calls longer than a time slice get preempted, which inflates wall time; the wall-clock "
-        "figure is shown too). Compare ratios within this table.",
+        "figure is shown too). Compare ratios within this table. matmul: B an activation (an input); linear: B "
+        "a weight (a constant, packed when the blob is built). Epilogue: + bias and ReLU, fused into the kernel.",
         "",
-        "| shape | etc GEMM kernel GFLOP/s (wall) | % of measured peak | % of nominal peak | plain loops GFLOP/s "
-        "| numpy GFLOP/s (wall) | kernel / numpy |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| shape | etc GEMM kernel GFLOP/s (wall) | % of measured peak | % of nominal peak | with epilogue GFLOP/s "
+        "| with epilogue % of measured peak | plain loops GFLOP/s | numpy GFLOP/s (wall) | kernel / numpy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for case, t_s, t_d, t_np in rows:
+    for case, t_s, t_e, t_d, t_np in rows:
         s = gf(case, t_s)
+        e = gf(case, t_e) if t_e else None
         lines.append(f"| {case['name']} | {s:.1f} ({gw(case, t_s):.1f}) | {100 * s / measured:.0f}% | "
                      f"{(f'{100 * s / nominal:.0f}%' if nominal else 'n/a')} | "
+                     f"{(f'{e:.1f}' if e else 'n/a')} | {(f'{100 * e / measured:.0f}%' if e else 'n/a')} | "
                      f"{(f'{gf(case, t_d):.1f}' if t_d else 'n/a')} | {gf(case, t_np):.1f} ({gw(case, t_np):.1f}) | "
                      f"{t_np[1] / t_s[1]:.2f}x |")
     return "\n".join(lines) + "\n"
@@ -258,7 +324,7 @@ def run(runs: int = 10, quick: bool = False) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m etc.bench.gemm", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--quick", action="store_true", help="skip the slow default-loops 1024 matmul")
+    parser.add_argument("--quick", action="store_true", help="skip the shapes above 2^30 multiply-adds")
     args = parser.parse_args(argv)
     print(run(runs=args.runs, quick=args.quick))
     return 0

@@ -7,9 +7,12 @@ table: a pass that needs a size takes it as an option and `cpu_pipeline` fills t
 from this row, so `etc-opt` can run the same pass with other sizes.
 
 The tiles were chosen by measurement (bench/gemm.py; BENCHMARKS.md "Generated GEMM"):
-on AVX-512 a 6 x 64 f32 accumulator (24 of the 32 zmm registers) with B packed in 64-wide
-column panels and K blocks of 128 reaches 83-90% of the measured single-core peak; an 8 x 32
-tile (16 accumulators) measured 10-25% slower on the same shapes and is gone.
+on AVX-512 a 6 x 64 f32 accumulator (24 of the 32 zmm registers) with B in contiguous 64-wide
+column panels (a weight packed when the blob is built, an activation copied per panel:
+gemm_match.gather_per_panel) runs at or above OpenBLAS from 256 to 2048; an 8 x 32 tile (16
+accumulators) measured 10-25% slower on the same shapes and is gone. Blocking the rows of A
+for the L2 (mc of 128-512 at 1024^3, 1500x384x1536, 2048^3) and K blocks of 256-512 over
+packed panels measured no faster than whole K with the panel streamed from L2: not used.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ class Isa:
     `gemm_kc` its K block: a tile accumulates up to 1.5 kc in registers, longer K is split into
     blocks of about kc (the kc x nr block of B stays in cache); `gemm_kc_strided` the shortest K
     block of a B read in place, whose panel's rows, a row of B apart, may alias in the cache
-    (gemm.in_place_k_block); `window_width` is how many
+    (gemm.in_place_k_block); `l2_kib` the per-core L2 those rows may fill half of (the same
+    rule: the longest K block whose rows fit); `window_width` is how many
     output columns one step of a depthwise/pooling kernel computes. `lanes == 1` means no SIMD
     unit worth tiling for: contractions and windows then run as plain loops (a decision the
     delegation report shows)."""
@@ -63,6 +67,7 @@ class Isa:
     gemm_nr: int = 0
     gemm_kc: int = 0
     gemm_kc_strided: int = 0
+    l2_kib: int = 0
     window_width: int = 0
     # The int8 dot-product instruction the int8 GEMM kernel uses (passes/int8_kernels.py): a row's
     # vector ISA with its VNNI extension (`isa_for` reads the target's features), "none" without.
@@ -83,12 +88,17 @@ ISA_TABLE = {
     # A B read in place keeps whole K unless its rows alias (gemm.in_place_k_block): rows 4 KiB
     # apart (N = 1024, 2048, 3072) share cache sets, and whole K took a 1024^3 activation matmul
     # from 118 to 76 GFLOP/s, 2048^3 109 -> 57; cut to blocks of 256 there (1.12x blocks of 128).
-    "avx512": Isa("avx512", lanes=16, gemm_mr=6, gemm_nr=64, gemm_kc=2048, gemm_kc_strided=128,
+    # L2: 2 MiB per core on Sapphire/Emerald Rapids and Zen 4/5 (1 MiB); the K-block rule was
+    # measured on the 2 MiB one.
+    "avx512": Isa("avx512", lanes=16, gemm_mr=6, gemm_nr=64, gemm_kc=2048, gemm_kc_strided=128, l2_kib=2048,
                   window_width=32),
     # kc=2048 against 256, measured as the x86-64-v3 preset on this AVX-512 host: 1024^3 68 -> 81
     # GFLOP/s, 2048->512 1x1 conv 61 -> 68, ViT-B's GEMMs 3-6% faster, none slower.
-    "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, window_width=16),
-    "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, window_width=8),
+    "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, l2_kib=2048,
+                window_width=16),
+    # Cortex-A76/A78 (the aarch64 preset): 256-512 KiB of L2 per core; the smaller one.
+    "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, l2_kib=256,
+                window_width=8),
     "scalar": Isa("scalar", lanes=1),
 }
 

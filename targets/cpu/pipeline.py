@@ -72,7 +72,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
                   + (f" min-keys={attention_min_keys}" if attention_min_keys is not None else "") + "}"]
                  if isa.vectorizes else [])
     tile = (f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1} "
-            f"kc-strided={isa.gemm_kc_strided or isa.gemm_kc or 1}")
+            f"kc-strided={isa.gemm_kc_strided or isa.gemm_kc or 1} l2-kib={isa.l2_kib or 1}")
     # convert-vector-to-llvm converts memrefs with a 64-bit index whatever the target: a 32-bit
     # target takes etc's, which converts with its width (passes/vector_to_llvm.py).
     vector_to_llvm = ("convert-vector-to-llvm" if target.index_bits == 64

@@ -585,3 +585,63 @@ def test_im2col_too_long_for_a_panel_buffer_is_a_recorded_decision():
     (out,) = fn(x, wt, b)
     expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b), padding=1)
     assert rel_error(out, expected.numpy()) < 1e-5
+
+
+COPY_ROWS = strategy.PANEL_COPY_ROW_BLOCKS * CFG.mr if CFG else 96
+
+
+@needs_simd
+@pytest.mark.parametrize("m,k,n,epilogue", [
+    (COPY_ROWS, 70, 130, False),          # the fewest rows that copy: two full panels, a partial one of 2
+    (COPY_ROWS + 5, 300, 88, True),       # a partial row block; a partial panel split into vectors; bias + ReLU
+    (COPY_ROWS, 7 * (CFG.kc if CFG else 8) // 4, 64, True),  # K in blocks over the copied panel
+    (COPY_ROWS + 1, 40, 40, False),       # narrower than a panel: packed per call (no reason: the default)
+    (COPY_ROWS - 1, 100, 130, True),      # one row block short: read in place
+])
+def test_activation_b_copied_per_panel(m, k, n, epilogue):
+    """A matmul whose B is an activation read by enough row blocks copies each column panel into a
+    contiguous buffer (`gather_per_panel`); the edges of that rule against numpy, with and without
+    the fused epilogue, and the blocking each decision records."""
+    text = matmul_bias_relu_text(m, k, n) if epilogue else matmul_text(m, k, n)
+    fn = compile_standalone(text)
+    a, b, bias = rand(m, k), rand(k, n), rand(n)
+    (out,) = fn(a, b, bias) if epilogue else fn(a, b)
+    expected = a.astype(np.float64) @ b
+    if epilogue:
+        expected = np.maximum(expected + bias, 0)
+    assert rel_error(out, expected) < 1e-5
+    reason = [d for d in fn.decisions if d.kind == "contraction"][0].reason
+    copied = m >= COPY_ROWS and n >= CFG.nr
+    assert ("B copied per column panel" in reason) == copied, reason
+    assert ("B read in place" in reason) == (n >= CFG.nr and not copied), reason
+    assert ("in blocks of" in reason) == (k > CFG.kc + CFG.kc // 2), reason
+
+
+@needs_simd
+def test_batched_activation_b_copied_per_panel():
+    """Attention's scores x V: B batched, each batch's panels copied; and a K too long for a
+    panel buffer on the stack, read in place (the decision says which)."""
+    bt, m, k, n = 2, COPY_ROWS, 50, 70
+    fn = compile_standalone(batch_matmul_text(bt, m, k, n))
+    a, b = rand(bt, m, k), rand(bt, k, n)
+    (out,) = fn(a, b)
+    assert rel_error(out, np.matmul(a.astype(np.float64), b)) < 1e-5
+    assert "B copied per column panel" in fn.decisions[0].reason
+    long_k = strategy.PANEL_STACK_BYTES // (4 * CFG.nr) + 1
+    fn = compile_standalone(matmul_text(COPY_ROWS, long_k, CFG.nr))
+    a, b = rand(COPY_ROWS, long_k), rand(long_k, CFG.nr)
+    (out,) = fn(a, b)
+    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+    assert "B read in place (a K x" in fn.decisions[0].reason
+
+
+@needs_simd
+def test_activation_b_copied_per_panel_on_two_threads():
+    """The threads share the column panels; each copies its own into its own stack buffer."""
+    m, k, n = COPY_ROWS + 4, 130, 200
+    fn = compile_linalg_text(matmul_bias_relu_text(m, k, n), threads=2)
+    a, b, bias = rand(m, k), rand(k, n), rand(n)
+    out = fn(a, b, bias)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    assert "B copied per column panel" in fn.decisions[0].reason
+    assert rel_error(out, np.maximum(a.astype(np.float64) @ b + bias, 0)) < 1e-5

@@ -8,7 +8,9 @@ and tiled (`gemm_schedule.py`). On its tile layout (`Layout`) it computes
     C += A x B   A [M, K] read in place (row blocks of mr; the partial block is peeled);
                  B an activation (or an im2col, or a 1x1 convolution's input) read in place
                  as [K, N]: the layout is [batch, rows, N], the columns tiled by nr = a few
-                 vector widths, the partial panel peeled, nothing padded or copied; B a
+                 vector widths, the partial panel peeled, nothing padded; an im2col, and a
+                 matmul's B read by enough row blocks, gathered per column panel into a
+                 contiguous [K, nr] buffer (`gemm_match.gather_per_panel`); B a
                  weight: packed into contiguous column panels [NB, K, nr] (zero padded) when
                  the blob is built, the layout [batch, rows, NB, nr] (`gemm_match.b_in_place`)
     epilogue  the contraction's elementwise consumer (BN, activation, residual add...), whose
@@ -100,6 +102,28 @@ def _im2col_gather(t: KernelText, x: str, g: Gemm, tag: str) -> str:
     t.emit(f"  %s = arith.addi %ko, %no : {element}")
     t.emit(f"  %i = arith.index_cast %s : {element} to index")
     t.emit(f"  %v = tensor.extract {flat}[%b, %i] : {tensor_type([g.batch, geo['c'] * hw])}")
+    t.emit("  linalg.yield %v : f32")
+    t.emit(f"}} -> {tensor_type(shape)}")
+    return out
+
+
+def _panel_gather(t: KernelText, b: str, g: Gemm, tag: str) -> str:
+    """An activation B [B?, K, N] as the same gather the im2col is (tagged `<tag>_col`, fused into
+    the column-panel loop by the transform script, `gemm_match.gather_per_panel`): each panel's
+    [K, nr] copied into a contiguous buffer, one nr-wide vector per k. Written as a
+    `tensor.extract` (not a copy generic, which canonicalization would fold back into B)."""
+    shape = [g.batch, g.K, g.N]
+    src = tensor_type(([g.batch] if g.b_batched else []) + [g.K, g.N])
+    e, out = t.fresh("e"), t.fresh("col")
+    t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
+           f"[\"parallel\", \"parallel\", \"parallel\"]}} outs({e} : {tensor_type(shape)}) attrs = {{{tag}_col}} {{")
+    t.emit("^bb0(%o: f32):")
+    t.emit("  %k = linalg.index 1 : index")
+    t.emit("  %n = linalg.index 2 : index")
+    if g.b_batched:
+        t.emit("  %b = linalg.index 0 : index")
+    t.emit(f"  %v = tensor.extract {b}[{'%b, ' if g.b_batched else ''}%k, %n] : {src}")
     t.emit("  linalg.yield %v : f32")
     t.emit(f"}} -> {tensor_type(shape)}")
     return out
@@ -435,8 +459,9 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     b = "%B"
     lead = [g.batch] if g.b_batched else []
     if not lay.split:  # B read in place as [B?, K, N]: the columns are tiled, never padded
-        if gather_per_panel(g, cfg):
-            b = _im2col_gather(t, b, g, tag)
+        if gather_per_panel(g, cfg):  # [B, K, N], one [K, nr] buffer per panel
+            b = _im2col_gather(t, b, g, tag) if g.b_layout == "im2col" else _panel_gather(t, b, g, tag)
+            bb, lead = "b, ", [g.batch]
         elif g.b_layout == "im2col":  # its panel buffer too large for a thread's stack: whole
             b, b_shape = _im2col(t, b, g)
         elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]

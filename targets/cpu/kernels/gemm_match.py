@@ -7,7 +7,8 @@ and dilation, padding already materialized) as filter[F, C*KH*KW] x im2col[C*KH*
 image, or transposed, im2col^T x filter^T, when the output has few pixels and many filters
 (`transpose_conv`). What the kernel then does is decided here, once, for every pass that asks:
 `skip_reason` (why a contraction is not taken), `b_in_place` (B read where it is, or packed
-into column panels), `gather_per_panel` (a convolution's im2col gathered per column panel) and
+into column panels), `gather_per_panel` (an im2col, or a matmul's B read by enough row blocks,
+gathered per column panel), `blocking` (what the decision records) and
 the K block (`in_place_k_block`). `describe`/`from_call` carry a GEMM's geometry on the kernel
 call between the passes (`GEMM_ATTR`). The kernel's text is `gemm_kernel.py`, its tiling
 `gemm_schedule.py`; the passes are `passes/gemm_kernels.py`, `gemm_regions.py` and
@@ -37,6 +38,7 @@ class KernelConfig:
     kc: int
     min_flops: int = 2 * 32 * 32 * 32  # smaller contractions run as plain loops (a recorded decision)
     kc_strided: int = 0  # the shortest K block of a B read in place (`in_place_k_block`); 0: kc
+    l2_bytes: int = 2 << 20  # the per-core L2 (isa.py's `l2_kib`): a K block's panel rows fill at most half
 
 
 # ------------------------------------------------------------------ recognition
@@ -249,24 +251,42 @@ def b_in_place(g: Gemm, cfg: KernelConfig) -> bool:
             and g.N >= cfg.nr)
 
 
-# The stack a thread may give one column panel's im2col buffer (K x nr f32, `gather_per_panel`).
+# The stack a thread may give one column panel's B buffer (K x nr f32, `gather_per_panel`).
 PANEL_STACK_BYTES = 1 << 20
 
 
 def gather_per_panel(g: Gemm, cfg: KernelConfig) -> bool:
-    """Is the im2col of `g` gathered per column panel, inside the panel loop, into a [K, nr]
-    buffer that every row block of the panel then reads (`_im2col_gather`)?
+    """Is the B of `g` read in place gathered per column panel, inside the panel loop, into a
+    [K, nr] buffer that every row block of the panel then reads (`_panel_gather`)?
 
-    Whole, the im2col is written to memory and read back once per row block, each k row of a
-    tile nr*4 bytes out of a row N*4 long: ResNet's 3x3 64@56 (7.2 MB of im2col) spent 0.4 of
-    its 2.24 ms there, as long as the whole GEMM over the same [576, 3136] read in place as a 1x1
-    input. Per panel, the 147 KiB buffer stays in L2 and its rows are contiguous: 1.88 ms
-    (torch eager 1.92). The buffer is a stack allocation of the thread running the panel
-    (etc-cpu-plan-scratch: the threads share the panel loop), so it is used up to
-    PANEL_STACK_BYTES (K up to 4096 at nr = 64); a longer K keeps the whole im2col (a recorded
-    decision)."""
-    return (g.b_layout == "im2col" and not g.transposed and b_in_place(g, cfg)
-            and 4 * g.K * cfg.nr <= PANEL_STACK_BYTES)
+    A convolution's im2col, always: whole, it is written to memory and read back once per row
+    block, each k row of a tile nr*4 bytes out of a row N*4 long: ResNet's 3x3 64@56 (7.2 MB of
+    im2col) spent 0.4 of its 2.24 ms there, as long as the whole GEMM over the same [576, 3136]
+    read in place as a 1x1 input. Per panel, the 147 KiB buffer stays in L2 and its rows are
+    contiguous: 1.88 ms (torch eager 1.92).
+
+    An activation [K, N] (a matmul's B; not a convolution's input), when at least
+    `PANEL_COPY_ROW_BLOCKS` row blocks read each panel: its panel rows are a row of B apart, and
+    read in place they miss the cache and the prefetchers (512^3 at 0.74x of OpenBLAS, ViT-B's
+    197x768x3072 0.66x); copied into the contiguous buffer once per panel (a masked vector copy
+    per k), 1.0-1.3x more GFLOP/s from 96 rows up, 0.64-0.86x below 48 rows, where too few row
+    blocks share the copy. (Packed whole per call instead, B crosses memory twice: ViT-B's shape
+    lost 20% to the copy.)
+
+    The buffer is a stack allocation of the thread running the panel (etc-cpu-plan-scratch: the
+    threads share the panel loop), so it is used up to PANEL_STACK_BYTES (K up to 4096 at
+    nr = 64); a longer K keeps the whole im2col or reads B in place (a recorded decision)."""
+    if g.transposed or not b_in_place(g, cfg) or 4 * g.K * cfg.nr > PANEL_STACK_BYTES:
+        return False
+    if g.b_layout == "im2col":
+        return True
+    return (g.b_layout == "kn" and g.conv is None and not g.dynamic_rows
+            and g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr)
+
+
+# How many mr-row blocks must read a column panel of an activation B for its copy into a
+# contiguous panel buffer to pay (`gather_per_panel`).
+PANEL_COPY_ROW_BLOCKS = 16
 
 
 def is_constant_argument(value) -> bool:
@@ -304,8 +324,8 @@ def transpose_conv(g: Gemm, cfg: KernelConfig) -> bool:
 # (48 KiB 12-way L1, 2 MiB 16-way L2), one thread, whole K against blocks of 128. A panel's rows
 # are a row of B apart: their offsets within ALIAS_SPAN = 4 KiB (a page, and the L1's sets)
 # repeat every 4096 / gcd(stride, 4096) rows, and kb rows crowd into a share of the L2 as though
-# each were gcd(stride, 4096) bytes (at least an nr-wide panel row). Up to ALIAS_BYTES (half the
-# L2) whole K is faster (512^3 1.08x, 768^3 1.16x, 1000^3 1.06x, 512x1024x768 1.16x,
+# each were gcd(stride, 4096) bytes (at least an nr-wide panel row). Up to half the L2
+# (`KernelConfig.l2_bytes`, isa.py's `l2_kib`) whole K is faster (512^3 1.08x, 768^3 1.16x, 1000^3 1.06x, 512x1024x768 1.16x,
 # 256x256x2048 1.02-1.04x); at 1.5-2x that it evicts itself (384 rows 4 KiB apart 0.78x,
 # 512x1024x512 0.70x, 256x512x2048 0.65x, 1024^3 0.65x, 1536^3 0.60x). Rows 8 KiB apart in 2 MiB
 # pages (numpy's, whose L2 set bits are all virtual) measured no worse as 4 KiB (N = 2048 in
@@ -315,7 +335,6 @@ def transpose_conv(g: Gemm, cfg: KernelConfig) -> bool:
 # 1.11x. Longer blocks are cut to the longest within both (1024^3 in blocks of 256: 1.05-1.10x
 # blocks of 128; 512x1536x1536 in blocks of 512: 1.07x).
 ALIAS_SPAN = 4096
-ALIAS_BYTES = 1 << 20
 REACH_BYTES = 6 << 20
 
 
@@ -323,16 +342,17 @@ def in_place_k_block(K: int, row_bytes: "int | None", cfg: KernelConfig) -> int:
     """The K block of a kernel whose B panel rows are `row_bytes` apart: None for a contiguous
     panel (a packed weight, a B packed per call, an im2col gathered per panel), read row after
     row: `k_block` at kc, the tile accumulating up to 1.5 kc in registers. B read in place keeps
-    that block while its rows neither alias in the cache nor span too many pages (ALIAS_BYTES,
-    REACH_BYTES), else takes the longest block that does: a divisor of K (no partial block)
-    down to half of it, else that length; never shorter than `kc_strided`'s block. The one
+    that block while its rows neither alias in the cache (half the L2) nor span too many pages
+    (REACH_BYTES), else takes the longest block that does: a divisor of K (no partial block)
+    down to half of it, else that length; never shorter than `kc_strided`'s block. (An
+    activation B read by enough row blocks is copied per panel instead: `gather_per_panel`.) The one
     decision of the K block: etc-cpu-gemm-regions (`kernel_kc`) and etc-cpu-tile-gemm-kernels
     (from the tile layout) both ask it."""
     kb = k_block(K, cfg.kc)
     if row_bytes is None or not cfg.kc_strided:
         return kb
     alias = max(math.gcd(row_bytes, ALIAS_SPAN), 4 * cfg.nr)  # a panel row covers nr f32 at least
-    longest = min(ALIAS_BYTES // alias, REACH_BYTES // row_bytes)
+    longest = min(cfg.l2_bytes // 2 // alias, REACH_BYTES // row_bytes)
     if kb <= longest:
         return kb
     if longest <= cfg.kc_strided:
@@ -346,6 +366,25 @@ def kernel_kc(g: Gemm, cfg: KernelConfig) -> int:
     panel's rows N f32 apart, unless its im2col is gathered per panel."""
     contiguous = not b_in_place(g, cfg) or gather_per_panel(g, cfg)
     return in_place_k_block(g.K, None if contiguous else 4 * g.N, cfg)
+
+
+def blocking(g: Gemm, cfg: KernelConfig) -> str:
+    """The reason a matmul's GEMM decision records when B is an activation: whether its column
+    panels are copied (`gather_per_panel`) or read in place, and why, and the K block when K is
+    split (`kernel_kc`). Empty for the default paths (a weight packed when the blob is built, a
+    narrow B packed per call, a convolution's input, a kernel over dynamic rows, which reads
+    B in place), so the report keeps one line for them."""
+    if g.conv is not None or g.b_layout != "kn" or g.dynamic_rows or not b_in_place(g, cfg):
+        return ""
+    kb = kernel_kc(g, cfg)
+    blocks = f", K in blocks of {kb}" if kb < g.K else ""
+    if gather_per_panel(g, cfg):
+        return f"B copied per column panel ({PANEL_COPY_ROW_BLOCKS}+ row blocks share each copy){blocks}"
+    if g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr:
+        why = f"a K x {cfg.nr} panel buffer exceeds the {PANEL_STACK_BYTES} bytes of stack it may take"
+    else:
+        why = f"fewer than {PANEL_COPY_ROW_BLOCKS} row blocks to share a panel copy"
+    return f"B read in place ({why}){blocks}"
 
 
 def k_block(K: int, kc: int) -> int:

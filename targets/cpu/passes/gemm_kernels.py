@@ -62,6 +62,8 @@ class TileOptions:
                      "into blocks")
     kc_strided: int = option(_DEFAULT_ISA.gemm_kc_strided, help="the shortest K block of a B read in place whose "
                              "panel rows (a row of B apart) alias in the cache (gemm.in_place_k_block)")
+    l2_kib: int = option(_DEFAULT_ISA.l2_kib, help="per-core L2 in KiB: a K block of a B read in place keeps its "
+                         "panel rows within half of it (gemm.in_place_k_block)")
 
 
 @register_pass
@@ -79,7 +81,8 @@ class GemmKernels(Pass):
         o = self.options
         if o.nr % o.lanes or o.mr < 1 or o.kc < 1:
             raise self.error(f"{self.name}: nr={o.nr} must be a multiple of lanes={o.lanes}, mr and kc positive")
-        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, min_flops=o.min_flops, kc_strided=o.kc_strided)
+        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, min_flops=o.min_flops, kc_strided=o.kc_strided,
+                                l2_bytes=1024 * o.l2_kib)
         entry = entry_function(module_op)
         with module_op.context, ir.Location.unknown():
             if o.lanes == 1:
@@ -146,7 +149,7 @@ class GemmKernels(Pass):
             decisions.record(op, kind, "gemm", f"the im2col whole, not per column panel: a {g.K} x {cfg.nr} "
                              f"panel buffer exceeds the {gemm.PANEL_STACK_BYTES} bytes of stack it may take")
         else:
-            decisions.record(op, kind, "gemm-transposed" if g.transposed else "gemm")
+            decisions.record(op, kind, "gemm-transposed" if g.transposed else "gemm", gemm.blocking(g, cfg))
         return [g]
 
     def _rewrite(self, module_op, gemms: list, kind: str) -> list:

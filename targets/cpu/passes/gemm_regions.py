@@ -108,7 +108,8 @@ class GemmRegions(Pass):
 
     def run(self, module_op) -> None:
         o = self.options
-        cfg = gemm_match.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided)
+        cfg = gemm_match.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided,
+                                          l2_bytes=1024 * o.l2_kib)
         entry = entry_function(module_op)
         body = module_op.regions[0].blocks[0]
         declarations = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in body.operations

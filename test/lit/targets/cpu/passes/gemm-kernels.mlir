@@ -3,8 +3,8 @@
 
 // A contraction becomes a call to its kernel, a private declaration fusion cannot enter (the
 // kernel is defined by etc-cpu-gemm-regions); the call carries the contraction's geometry; the
-// decision is on the module.
-// CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm", where = "{{.*}}gemm-kernels.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
+// decision is on the module, with how B (an activation) is read (gemm_match.blocking).
+// CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm", reason = "B read in place (fewer than 16 row blocks to share a panel copy)", where = "{{.*}}gemm-kernels.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
 // CHECK-LABEL: func.func @mm
 // CHECK-NOT: linalg.matmul
 // CHECK: %[[R:.*]] = call @[[KERNEL:etc_gemm_m[0-9]+]](%arg0, %arg1, %{{.*}}) {etc.cpu.gemm = {K = 96 : i64, M = 64 : i64, N = 128 : i64, a_batched = false, b_batched = false, b_layout = "kn", batch = 1 : i64, transposed = false}}
