@@ -56,7 +56,8 @@ class Isa:
     blocks of about kc (the kc x nr block of B stays in cache); `gemm_kc_strided` the shortest K
     block of a B read in place, whose panel's rows, a row of B apart, may alias in the cache
     (gemm.in_place_k_block); `l2_kib` the per-core L2 those rows may fill half of (the same
-    rule: the longest K block whose rows fit); `window_width` is how many
+    rule: the longest K block whose rows fit); `vector_registers` how many vector registers the
+    ISA names (the attention kernel sizes its row group by them); `window_width` is how many
     output columns one step of a depthwise/pooling kernel computes. `lanes == 1` means no SIMD
     unit worth tiling for: contractions and windows then run as plain loops (a decision the
     delegation report shows)."""
@@ -68,6 +69,7 @@ class Isa:
     gemm_kc: int = 0
     gemm_kc_strided: int = 0
     l2_kib: int = 0
+    vector_registers: int = 0
     window_width: int = 0
     # The int8 dot-product instruction the int8 GEMM kernel uses (passes/int8_kernels.py): a row's
     # vector ISA with its VNNI extension (`isa_for` reads the target's features), "none" without.
@@ -91,14 +93,14 @@ ISA_TABLE = {
     # L2: 2 MiB per core on Sapphire/Emerald Rapids and Zen 4/5 (1 MiB); the K-block rule was
     # measured on the 2 MiB one.
     "avx512": Isa("avx512", lanes=16, gemm_mr=6, gemm_nr=64, gemm_kc=2048, gemm_kc_strided=128, l2_kib=2048,
-                  window_width=32),
+                  vector_registers=32, window_width=32),
     # kc=2048 against 256, measured as the x86-64-v3 preset on this AVX-512 host: 1024^3 68 -> 81
     # GFLOP/s, 2048->512 1x1 conv 61 -> 68, ViT-B's GEMMs 3-6% faster, none slower.
     "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, l2_kib=2048,
-                window_width=16),
+                vector_registers=16, window_width=16),
     # Cortex-A76/A78 (the aarch64 preset): 256-512 KiB of L2 per core; the smaller one.
     "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, l2_kib=256,
-                window_width=8),
+                vector_registers=32, window_width=8),
     "scalar": Isa("scalar", lanes=1),
 }
 

@@ -67,8 +67,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     windows = ([f"etc-cpu-window-kernels{{lanes={isa.lanes}}}", f"etc-cpu-grouped-kernels{{lanes={isa.lanes}}}"]
                if isa.vectorizes else [])
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
-    # AVX2 has 16 vector registers; AVX-512 and NEON 32.
-    attention = ([f"etc-cpu-attention-kernels{{lanes={isa.lanes} registers={16 if isa.lanes == 8 else 32}"
+    attention = ([f"etc-cpu-attention-kernels{{lanes={isa.lanes} registers={isa.vector_registers}"
                   + (f" min-keys={attention_min_keys}" if attention_min_keys is not None else "") + "}"]
                  if isa.vectorizes else [])
     tile = (f"lanes={isa.lanes} mr={isa.gemm_mr or 1} nr={isa.gemm_nr or isa.lanes} kc={isa.gemm_kc or 1} "
