@@ -1,6 +1,6 @@
 """The one dtype table: torch dtype name <-> MLIR element type <-> the numpy dtype a constant's
-bytes are stored as <-> element size. Every stage (importer, dialects, passes, emitter, targets)
-converts through it.
+bytes are stored as <-> element size <-> the C type of a buffer of it. Every stage (importer, dialects,
+passes, emitter, targets, the C library's header) converts through it.
 """
 
 from __future__ import annotations
@@ -16,28 +16,32 @@ from etc.errors import UnsupportedConstructError
 @dataclass(frozen=True)
 class DType:
     """One row of the dtype table: torch name, MLIR element type, numpy dtype
-    the bytes are stored as, element size in bytes."""
+    the bytes are stored as, element size in bytes, the C type a native library's
+    buffer of it has (half floats as their bits)."""
 
     torch_name: str
     mlir: str
     numpy: str
     itemsize: int
+    c_type: str
 
 
 DTYPES: tuple[DType, ...] = (
-    DType("float32", "f32", "float32", 4),
-    DType("float64", "f64", "float64", 8),
-    DType("float16", "f16", "float16", 2),
-    DType("bfloat16", "bf16", "uint16", 2),  # numpy has no bfloat16: keep the bits
-    DType("int8", "i8", "int8", 1),
-    DType("int16", "i16", "int16", 2),
-    DType("int32", "i32", "int32", 4),
-    DType("int64", "i64", "int64", 8),
-    DType("uint8", "ui8", "uint8", 1),
-    DType("bool", "i1", "bool", 1),
+    DType("float32", "f32", "float32", 4, "float"),
+    DType("float64", "f64", "float64", 8, "double"),
+    DType("float16", "f16", "float16", 2, "uint16_t"),
+    DType("bfloat16", "bf16", "uint16", 2, "uint16_t"),  # numpy has no bfloat16: keep the bits
+    DType("int8", "i8", "int8", 1, "int8_t"),
+    DType("int16", "i16", "int16", 2, "int16_t"),
+    DType("int32", "i32", "int32", 4, "int32_t"),
+    DType("int64", "i64", "int64", 8, "int64_t"),
+    DType("uint8", "ui8", "uint8", 1, "uint8_t"),
+    DType("bool", "i1", "bool", 1, "uint8_t"),
 )
 _BY_TORCH = {row.torch_name: row for row in DTYPES}
 _BY_MLIR = {row.mlir: row for row in DTYPES}
+# Each row's storage dtype is its own (bfloat16's bits are the only uint16 buffers: torch.uint16 has no row).
+_BY_NUMPY = {row.numpy: row for row in DTYPES}
 
 
 def torch_dtype_name(dtype) -> str:
@@ -68,10 +72,21 @@ def torch_dtype_name_of_element_type(element: ir.Type) -> str:
 
 
 def torch_dtype_name_of_numpy(dtype: np.dtype) -> str:
-    for row in DTYPES:
-        if row.numpy == np.dtype(dtype).name and row.torch_name != "bfloat16":
-            return row.torch_name
-    raise UnsupportedConstructError(f"numpy dtype {dtype} has no torch dtype")
+    """The torch dtype of a numpy array's dtype (a uint16 array is not bfloat16 here: numpy has
+    uint16 arrays of its own, and a constant's bfloat16 comes with its torch dtype)."""
+    row = _BY_NUMPY.get(np.dtype(dtype).name)
+    if row is None or row.torch_name == "bfloat16":
+        raise UnsupportedConstructError(f"numpy dtype {dtype} has no torch dtype")
+    return row.torch_name
+
+
+def dtype_row_of_storage(numpy_name: str) -> DType:
+    """The row whose buffers are stored as numpy dtype `numpy_name` (compiled code's argument specs
+    carry the storage dtype: "uint16" is a bfloat16 buffer)."""
+    row = _BY_NUMPY.get(np.dtype(numpy_name).name)
+    if row is None:
+        raise UnsupportedConstructError(f"no dtype is stored as numpy {numpy_name}")
+    return row
 
 
 # MLIR element types with signedness the table's rows spell signless, and unsigned ones it has no row

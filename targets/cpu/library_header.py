@@ -46,7 +46,7 @@ def _method_header(name: str, m: MethodBuild, layout: ArenaLayout) -> list:
                 + ", ".join(f"output {p} dim {d}" for p, d in m.output_dims) + " */"]
     for role, specs in (("INPUT", plan.inputs), ("OUTPUT", plan.output_specs)):
         for i, spec in enumerate(specs):
-            code, ctype = C_DTYPES[spec.dtype]
+            code, ctype, torch_name = C_DTYPES[spec.dtype]
             bounds = [int(d.hi) if hasattr(d, "hi") else int(d) for d in spec.dims]
             if role == "OUTPUT" and plan.outputs[i][0] == "input":
                 bounds = [int(d.hi) if hasattr(d, "hi") else int(d) for d in plan.inputs[plan.outputs[i][1]].dims]
@@ -55,7 +55,7 @@ def _method_header(name: str, m: MethodBuild, layout: ArenaLayout) -> list:
             dynamic = [d for d, size in enumerate(spec.dims) if hasattr(size, "hi")] if role == "INPUT" else \
                 [d for q, d in m.output_dims if q == i]
             out += [f'#define {p}_NAME "{spec.name}"',
-                    f"#define {p}_DTYPE {code}  /* {spec.dtype if spec.dtype != 'uint16' else 'bfloat16'} "
+                    f"#define {p}_DTYPE {code}  /* {torch_name} "
                     "(ExecuTorch ScalarType) */",
                     f"#define {p}_CTYPE {ctype}", f"#define {p}_RANK {len(bounds)}",
                     *([f"#define {p}_SHAPE {{{', '.join(str(b) for b in bounds)}}}"

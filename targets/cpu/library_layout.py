@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from etc.errors import LoweringError
+from etc.ir.dtypes import DTYPES, scalar_type_of
 from etc.targets.cpu.isa import CpuTarget
 
 ARENA_ALIGN = 64  # the code places its scratch buffers at 64-byte offsets (plan-scratch), weights too
@@ -19,10 +20,9 @@ ERRORS = {"NULL": (1, "a NULL inputs/outputs/dims/arena pointer"),
           "DIMS": (3, "a dynamic size outside its Dim's range, or disagreeing with another input's"),
           "OVERLAP": (4, "an output overlapping an input, another output or the arena")}
 
-# ExecuTorch's ScalarType codes and the C types of the buffers (uint16_t: float16/bfloat16 bits).
-C_DTYPES = {"uint8": (0, "uint8_t"), "int8": (1, "int8_t"), "int16": (2, "int16_t"), "int32": (3, "int32_t"),
-           "int64": (4, "int64_t"), "float16": (5, "uint16_t"), "float32": (6, "float"), "float64": (7, "double"),
-           "bool": (11, "uint8_t"), "uint16": (15, "uint16_t")}
+# A buffer's storage dtype (the numpy name argument specs carry) -> (ExecuTorch ScalarType code, C
+# type, torch dtype name), from the one dtype table: "uint16" buffers are bfloat16 (ScalarType 15).
+C_DTYPES = {row.numpy: (scalar_type_of(row.torch_name), row.c_type, row.torch_name) for row in DTYPES}
 
 
 def is_elf(target: CpuTarget) -> bool:

@@ -22,7 +22,7 @@ import numpy as np
 
 from etc.targets.cpu.library import C_DTYPES
 
-_C_TYPES = {name: ctype for name, (_, ctype) in C_DTYPES.items()}
+_C_TYPES = {name: ctype for name, (_, ctype, _) in C_DTYPES.items()}
 
 
 @dataclass
