@@ -1,9 +1,12 @@
 """The registry of etc's Python passes: name -> `Pass` subclass.
 
-`@register_pass` adds a class; `get_pass(name)` and `all_passes()` first import
-every module of the packages in `PASS_PACKAGES` (`etc.passes`, and each target's
-`passes` package, such as `etc.targets.cpu.passes`) except `INFRASTRUCTURE_MODULES`,
-so that looking a pass up never depends on what happened to be imported before.
+`@register_pass` adds a class. The packages in `PASS_PACKAGES` (`etc.passes`, and
+each target's `passes` package, such as `etc.targets.cpu.passes`) are indexed by
+reading their sources (`pass_names()`: name -> module), so `get_pass(name)` imports
+just the module that defines the pass (a one-pass etc-opt run does not import every
+pass and what they need), and `all_passes()` imports every module of them except
+`INFRASTRUCTURE_MODULES`. Either way, looking a pass up never depends on what happened
+to be imported before; a test keeps the index equal to what the modules register.
 
 `load_pass_plugin(path_or_module)` imports a user's module (a `.py` file or a dotted
 module name) whose `@register_pass` classes then join the registry: `etc-opt
@@ -19,6 +22,7 @@ import importlib
 import importlib.util
 import os
 import pkgutil
+import re
 import sys
 import traceback
 
@@ -33,6 +37,7 @@ INFRASTRUCTURE_MODULES = frozenset({"pass_api", "registry", "pipeline", "memory_
 # target's back end (its pipeline is made of these, so etc-opt can run any prefix of it).
 PASS_PACKAGES = ("etc.passes", "etc.targets.cpu.passes")
 
+_ETC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PASSES: dict[str, type] = {}
 _loaded = False
 
@@ -48,19 +53,53 @@ def register_pass(cls: type) -> type:
     if existing is not None and existing.__qualname__ != cls.__qualname__:
         raise PassError(f"pass '{name}' is registered twice ({existing.__module__}.{existing.__qualname__} "
                         f"and {cls.__module__}.{cls.__qualname__})")
+    builtin = builtin_index().get(name)
+    if existing is None and builtin is not None and builtin != cls.__module__:  # etc's own, not imported yet
+        raise PassError(f"pass '{name}' is registered twice ({builtin} and {cls.__module__}.{cls.__qualname__})")
     _PASSES[name] = cls
     return cls
+
+
+# How a pass module names its passes: `name = "etc-..."` in a `@register_pass` class (or the
+# module's `PASS_NAME = "etc-..."` that the class's name is), or `@function_pass("etc-...", ...)`.
+_NAME_IN_SOURCE = re.compile(r'^(?:\s+name|PASS_NAME) = "([a-z0-9-]+)"|@function_pass\(\s*"([a-z0-9-]+)"', re.M)
+_index: dict[str, str] | None = None
+
+
+def _pass_modules():
+    """(module name, source path) of every module of PASS_PACKAGES that may define passes, found
+    on disk: importing a target's package (its partitioner and all) is not needed to list them."""
+    for package_name in PASS_PACKAGES:
+        folder = os.path.join(_ETC_ROOT, *package_name.split(".")[1:])
+        for file_name in sorted(os.listdir(folder)):
+            stem, ext = os.path.splitext(file_name)
+            if ext == ".py" and not stem.startswith("_") and stem not in INFRASTRUCTURE_MODULES:
+                yield f"{package_name}.{stem}", os.path.join(folder, file_name)
+
+
+def builtin_index() -> dict[str, str]:
+    """etc's pass name -> the module defining it, read from the sources without importing them."""
+    global _index
+    if _index is None:
+        _index = {}
+        for module, path in _pass_modules():
+            with open(path, encoding="utf-8") as f:
+                for match in _NAME_IN_SOURCE.finditer(f.read()):
+                    _index[match.group(1) or match.group(2)] = module
+    return _index
+
+
+def pass_names() -> list[str]:
+    """Every pass name, etc's and the loaded plugins', sorted, without importing etc's passes."""
+    return sorted(set(builtin_index()) | set(_PASSES))
 
 
 def _load_builtin() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        for package_name in PASS_PACKAGES:
-            package = importlib.import_module(package_name)
-            for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-                if not info.name.startswith("_") and info.name not in INFRASTRUCTURE_MODULES:
-                    importlib.import_module(f"{package_name}.{info.name}")
+        for module, _ in _pass_modules():
+            importlib.import_module(module)
 
 
 def all_passes() -> dict[str, type]:
@@ -70,9 +109,15 @@ def all_passes() -> dict[str, type]:
 
 
 def lookup_pass(name: str) -> type | None:
-    """The pass registered as `name`, or None."""
-    _load_builtin()
-    return _PASSES.get(name)
+    """The pass registered as `name`, or None; imports only the module the index names."""
+    if name not in _PASSES:
+        module = builtin_index().get(name)
+        if module is None:
+            return None
+        importlib.import_module(module)
+        if name not in _PASSES:
+            raise PassError(f"pass '{name}': {module} names it but registers no pass of that name")
+    return _PASSES[name]
 
 
 def close_names(name: str, candidates) -> list[str]:
@@ -83,14 +128,13 @@ def get_pass(name: str) -> type:
     """The pass registered as `name`; PassError naming close names if there is none."""
     cls = lookup_pass(name)
     if cls is None:
-        close = close_names(name, _PASSES)
+        close = close_names(name, pass_names())
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else \
-            f"; registered passes: {', '.join(sorted(_PASSES))}"
+            f"; registered passes: {', '.join(pass_names())}"
         raise PassError(f"unknown pass '{name}'{hint}")
     return cls
 
 
-_ETC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PLUGINS: dict[str, object] = {}  # resolved path or module name -> module
 
 

@@ -301,7 +301,7 @@ def _parser(pass_classes) -> argparse.ArgumentParser:
     return parser
 
 
-def _split_pass_flags(argv: list[str], pass_classes, context) -> tuple[list[str], list[tuple[str, str | None]],
+def _split_pass_flags(argv: list[str], pass_names, context) -> tuple[list[str], list[tuple[str, str | None]],
                                                                       list[str]]:
     """Separate pass flags (in order) from etc-opt's own arguments; unknown flags are returned too."""
     from torch_mlir import ir, passmanager
@@ -328,7 +328,7 @@ def _split_pass_flags(argv: list[str], pass_classes, context) -> tuple[list[str]
                 i += 2
                 continue
             rest.append(arg)
-        elif name in pass_classes:
+        elif name in pass_names:
             passes.append((name, value if eq else None))
         else:
             try:
@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch_mlir import ir
 
     from etc.dialects import make_context
-    from etc.passes.registry import all_passes, load_pass_plugin
+    from etc.passes.registry import all_passes, load_pass_plugin, pass_names
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -435,12 +435,14 @@ def main(argv: list[str] | None = None) -> int:
     except EtcError as exc:
         print(_from_exception(exc).render(), file=sys.stderr)
         return 1
-    pass_classes = all_passes()
+    names = set(pass_names())  # a pass module is imported when its pass runs, not to read the flags
     context = make_context()
-    rest, flag_passes, unknown = _split_pass_flags(argv, pass_classes, context)
+    rest, flag_passes, unknown = _split_pass_flags(argv, names, context)
+    # the passes' classes (summaries, options) only for --help and --list-passes
+    pass_classes = all_passes() if {"-h", "--help", "--list-passes", "-list-passes"} & set(rest) else {}
     parser = _parser(pass_classes)
     if unknown:
-        candidates = [f"--{n}" for n in list(_OWN_FLAGS) + list(pass_classes)]
+        candidates = [f"--{n}" for n in list(_OWN_FLAGS) + sorted(names)]
         for arg in unknown:
             flag = arg.split("=", 1)[0]
             close = difflib.get_close_matches("--" + flag.lstrip("-"), candidates, n=3, cutoff=0.6)

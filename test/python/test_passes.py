@@ -96,6 +96,29 @@ def test_registry_has_etc_passes():
     assert str(planning).startswith("etc-memory-planning{algorithm=naive alignment=64")
 
 
+def test_index_read_from_the_sources_is_what_the_modules_register():
+    import sys
+
+    from etc.passes.registry import PASS_PACKAGES, builtin_index
+
+    # every pass a real module of the pass packages registers (tests here also register classes that
+    # only claim a module name)
+    registered = {name: cls.__module__ for name, cls in all_passes().items()
+                  if cls.__module__ in sys.modules and cls.__module__.rpartition(".")[0] in PASS_PACKAGES}
+    assert builtin_index() == registered
+
+
+def test_looking_up_one_pass_imports_only_its_module():
+    import subprocess
+    import sys
+
+    code = ("import sys; from etc.passes.registry import lookup_pass, pass_names;"
+            "assert 'etc-cpu-row-kernels' in pass_names(); lookup_pass('etc-dce');"
+            "print(sorted(m for m in sys.modules if '.passes.' in m and 'registry' not in m))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "etc.passes.dce" in loaded and "row_kernels" not in loaded and "etc.targets" not in loaded
+
+
 def test_unknown_pass_names_close_ones():
     with pytest.raises(PassError, match="unknown pass 'etc-dcx'; did you mean 'etc-dce'"):
         get_pass("etc-dcx")
