@@ -221,15 +221,14 @@ def test_isa_rows_choose_the_dot_product_from_the_features():
     assert isa_for(CpuTarget("aarch64-unknown-linux-gnu", "x", "+neon")).int8_dot == "none"
 
 
-def test_dynamic_linear_stays_portable_and_the_report_says_why():
+def test_zoo_mlp_with_the_dynamic_config_is_native_code():
     from etc.models.zoo import ZOO
 
     zoo_model = ZOO["mlp"]()
     converted, ep = quantize(zoo_model, is_dynamic=True)
     edge = etc.to_edge(ep).to_backend(CpuPartitioner())
     report = edge.delegation_info()
-    assert "portable   edge.etc_quantized_linear_dynamic" in report
-    assert "takes int8 activations quantized per row with 4-bit weights (torchao 8da4w), not per_tensor" in report
+    assert "0 op(s) on portable kernels" in report and "delegated  edge.etc_quantized_linear_dynamic" in report
     got = _run(edge.to_executorch(), zoo_model.example_inputs)[0]
     with torch.no_grad():
         assert sqnr(converted(*zoo_model.example_inputs), torch.as_tensor(got)) >= 60

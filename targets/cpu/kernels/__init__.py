@@ -8,6 +8,7 @@ in `passes/` walks the module, records each decision and splices the kernel in:
     gemm_match, gemm_kernel, gemm_schedule   etc-cpu-gemm-kernels, -gemm-regions, -tile-gemm-kernels
     window_match, window_kernel              etc-cpu-window-kernels
     row_match, row_kernel                    etc-cpu-row-kernels
-    int8_match, int8_kernel, int4_kernel,    etc-cpu-int8-kernels
+    int8_match, int8_kernel,                 etc-cpu-int8-kernels
+    dynamic_linear_kernel,
     im2col_pack
 """

@@ -1,9 +1,10 @@
 """The int8 contractions the quantized lowering marks, found again: qgemm + requantization pairs,
-int8 x int4 (8da4w) pairs, and a convolution's im2col to pack per call.
+dynamic linear pairs (int8 rows x int8 or int4 weights, float epilogue), and a convolution's im2col
+to pack per call.
 
 `lowering/quantized_*.py` emits the markers below on the generics it builds; etc-cpu-int8-kernels
-finds each pair through them (`match_qgemm`, `match_qgemm4`) and replaces it with one kernel
-(`int8_kernel.py`, `int4_kernel.py`), and packs a convolution's im2col straight from the image
+finds each pair through them (`match_qgemm`, `match_dynamic`) and replaces it with one kernel
+(`int8_kernel.py`, `dynamic_linear_kernel.py`), and packs a convolution's im2col straight from the image
 (`pack_source`, `im2col_pack.py`). The layouts (`PANEL` columns per B panel, `GROUP` K values per
 dot-product lane) are the lowering's and the kernels' contract.
 """
@@ -20,7 +21,7 @@ from etc.targets.cpu.ir_query import defining_op
 QGEMM = "etc.cpu.qgemm"  # on the contraction generic: {kind, a_unsigned}
 REQUANT = "etc.cpu.requant"  # on its requantization generic: {per, zero_point, min, max}
 QWINDOW = "etc.cpu.qwindow"  # on a depthwise/grouped int8 convolution generic: {groups}
-QGEMM4 = "etc.cpu.qgemm4"  # on the int8 x int4 contraction of a dynamic linear (8da4w): {group_size}
+QGEMM_DYNAMIC = "etc.cpu.qgemm_dynamic"  # on a dynamic linear's int8 x int8/int4 contraction: {bits, group_size}
 QDEQUANT = "etc.cpu.qdequant"  # on its epilogue (activation zero point and scale, bias)
 IM2COL = "etc.cpu.im2col"  # on a convolution's im2col gather: {stride, dilation}
 PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)
@@ -144,23 +145,25 @@ def pack_source(qgemm):
 
 
 @dataclass
-class Qgemm4Pair:
-    qgemm: object  # acc[M, NB, 16] f32 = sum q * w4 * ws (etc.cpu.qgemm4)
+class DynamicPair:
+    qgemm: object  # acc[M, NB, 16] f32 = sum q * w * ws (etc.cpu.qgemm_dynamic)
     epilogue: object  # y[M, N] = (acc - zp[m] C[n]) s[m] + bias[n] (etc.cpu.qdequant)
+    bits: int  # the weights': 8 or 4 (two per byte)
     M: int  # < 0: dynamic
     N: int
-    KB8: int
+    KB: int  # the panels' byte rows: K / 4 (int8), K / 8 (int4)
     NB: int
     G: int
     group: int
 
 
-def match_qgemm4(epilogue) -> "Qgemm4Pair | None":
-    qgemm = contraction_behind(epilogue.operands[0], QGEMM4)
+def match_dynamic(epilogue) -> "DynamicPair | None":
+    qgemm = contraction_behind(epilogue.operands[0], QGEMM_DYNAMIC)
     if qgemm is None:
         return None
-    group = ir.IntegerAttr(ir.DictAttr(qgemm.attributes[QGEMM4])["group_size"]).value
-    M, KB8, _, _ = ir.RankedTensorType(qgemm.operands[0].type).shape
+    attrs = ir.DictAttr(qgemm.attributes[QGEMM_DYNAMIC])
+    bits, group = (ir.IntegerAttr(attrs[k]).value for k in ("bits", "group_size"))
+    M, KB = ir.RankedTensorType(qgemm.operands[0].type).shape[:2]
     NB, G, _ = _shape(qgemm.operands[2])
     N = _shape(epilogue.results[0])[1]
-    return Qgemm4Pair(qgemm, epilogue, -1 if ir.ShapedType.is_dynamic_size(M) else M, N, KB8, NB, G, group)
+    return DynamicPair(qgemm, epilogue, bits, -1 if ir.ShapedType.is_dynamic_size(M) else M, N, KB, NB, G, group)

@@ -14,9 +14,10 @@ pass it through:
   conv2d (depthwise, grouped) a depthwise conv on the f32 window kernel when exact, else a direct
                               convolution generic on i8 with i32 accumulation (`etc.cpu.qwindow`),
                               and its requantization (`quantized_gemm.py`);
-  linear_dynamic (8da4w)      the activation quantized per row, an int8 x int4 contraction on the
-                              packed nibbles (`etc.cpu.qgemm4`) and its epilogue (`etc.cpu.qdequant`)
-                              (`quantized_int4.py`);
+  linear_dynamic              the activation quantized per row or per tensor on every call, an
+                              int8 x int8 or int8 x int4 contraction on the weight's bytes
+                              (`etc.cpu.qgemm_dynamic`) and its float epilogue (`etc.cpu.qdequant`)
+                              (`quantized_dynamic.py`);
   add, quantize_per_tensor,   elementwise generics computing exactly what the portable kernels
   dequantize_per_tensor       compute (the same float32 operations in the same order): here.
 
@@ -151,22 +152,28 @@ def portable_reasons(ops) -> dict:
 
 
 def check_linear_dynamic(a: dict, op) -> tuple[bool, str]:
-    """8da4w: int8 activations per row (float32, 2-D) x symmetric int4 weights in groups of a
-    multiple of 8, the weights, scales and bias constants."""
+    """Float32 activations (2-D) quantized per row (torchao 8da4w / 8da8w) or per tensor (PT2E's
+    dynamic config) x symmetric int8 or int4 weights with scales per channel or per group; the
+    weights, scales and bias constants."""
     shape = list(ir.RankedTensorType(a["input"].type).shape)
-    if a["activation_granularity"] != "per_row" or int(a["weight_bits"]) != 4:
-        return False, (f"{LINEAR_DYNAMIC}: the cpu target takes int8 activations quantized per row with 4-bit "
-                       f"weights (torchao 8da4w), not {a['activation_granularity']} activations with "
-                       f"{a['weight_bits']}-bit weights")
+    granularity, bits = a["activation_granularity"], int(a["weight_bits"])
+    if granularity not in ("per_row", "per_tensor"):
+        return False, (f"{LINEAR_DYNAMIC}: activations quantized {granularity} (the cpu target quantizes them "
+                       "per row or per tensor)")
+    if bits not in (4, 8):
+        return False, f"{LINEAR_DYNAMIC}: {bits}-bit weights (the cpu target takes int8 and int4 ones)"
     if len(shape) != 2:
         return False, f"{LINEAR_DYNAMIC}: the input is not 2-D"
     if element_of(a["input"]) != "f32" or element_of(op.results[0]) != "f32":
         return False, f"{LINEAR_DYNAMIC}: the cpu target takes float32 activations"
     group, k = int(a["group_size"]), shape[1]
-    if group % 8 or k % group:
+    if bits == 4 and (group % 8 or k % group):
         return False, f"{LINEAR_DYNAMIC}: group size {group} is not a multiple of 8 dividing K = {k}"
+    if bits == 8 and group != k and (group % 4 or k % group):
+        return False, f"{LINEAR_DYNAMIC}: group size {group} is neither K = {k} nor a multiple of 4 dividing it"
     if a["weight_zero_points"] is not None:
-        return False, f"{LINEAR_DYNAMIC}: 4-bit weights with zero points (the cpu target takes symmetric ones)"
+        return False, (f"{LINEAR_DYNAMIC}: {bits}-bit weights with zero points (the cpu target takes symmetric "
+                       "ones)")
     for arg in ("weight", "weight_scales") + (("bias",) if a["bias"] is not None else ()):
         if constant_name(a[arg]) is None:
             return False, f"{LINEAR_DYNAMIC}: its {arg} is not a constant"

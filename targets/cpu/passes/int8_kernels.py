@@ -7,9 +7,10 @@ a generic marked `etc.cpu.requant` (per-row or per-column i32 correction, float 
 bias; output zero point and clamp as attributes). This pass replaces each such pair
 (`kernels/int8_match.py`) with one kernel, inline in the entry function (loops on tensors): mr x
 panels tiles of i32 accumulators fed by `vpdpbusd`, the requantization applied to the registers
-before the i8 stores (`kernels/int8_kernel.py`). The 8da4w linear (an `etc.cpu.qgemm4`
-contraction of int8 rows with int4 nibble pairs and its `etc.cpu.qdequant` epilogue) becomes the
-same tiling with the weights unpacked in registers (`kernels/int4_kernel.py`).
+before the i8 stores (`kernels/int8_kernel.py`). A dynamic linear (an `etc.cpu.qgemm_dynamic`
+contraction of int8 rows with int8 weights or int4 nibble pairs and its `etc.cpu.qdequant` float
+epilogue) becomes the same tiling with the weights made unsigned operands in registers and float
+accumulation across their scale groups (`kernels/dynamic_linear_kernel.py`).
 
 Without a dot-product instruction (`dot=none`: AVX2 without VNNI, NEON, scalar targets) a pair
 stays as it is (plain loops) and the pass records why; the same for the depthwise/grouped int8
@@ -31,14 +32,14 @@ from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import defining_op, walk
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.im2col_pack import pack_text
-from etc.targets.cpu.kernels.int4_kernel import Int4Kernel
+from etc.targets.cpu.kernels.dynamic_linear_kernel import DynamicLinearKernel
 from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
-from etc.targets.cpu.kernels.int8_match import (QDEQUANT, QGEMM, QWINDOW, REQUANT, Qgemm4Pair, QgemmPair,
-                                                match_qgemm, match_qgemm4, pack_source)
+from etc.targets.cpu.kernels.int8_match import (QDEQUANT, QGEMM, QWINDOW, REQUANT, DynamicPair, QgemmPair,
+                                                match_dynamic, match_qgemm, pack_source)
 
 NO_DOT = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): plain i32 loops"
-NO_DOT4 = ("the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): int8 x int4 as plain "
-           "loops on the packed bytes")
+NO_DOT_DYNAMIC = ("the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as "
+                  "plain loops on the weight's bytes")
 NO_WINDOW = "int8 depthwise/grouped convolution: no int8 window kernel yet, plain i32 loops"
 
 
@@ -98,22 +99,23 @@ class Int8Kernels(Pass):
             for epilogue in walk(module_op, ("linalg.generic",)):
                 if QDEQUANT not in epilogue.attributes:
                     continue
-                pair = match_qgemm4(epilogue)
+                pair = match_dynamic(epilogue)
                 if pair is None:
-                    raise self.error(f"{self.name}: an int4 epilogue that does not read an int8 x int4 contraction",
+                    raise self.error(f"{self.name}: a dynamic linear's epilogue that does not read its contraction",
                                      at=epilogue)
                 if o.dot == "none":
-                    decisions.record(pair.qgemm, "contraction", "loops", NO_DOT4)
+                    decisions.record(pair.qgemm, "contraction", "loops", NO_DOT_DYNAMIC)
                     pair.qgemm.attributes[decisions.DECIDED] = ir.UnitAttr.get()
                     continue
                 try:
-                    text = Int4Kernel(pair, o.dot, o.mr, o.panels).build()
+                    text = DynamicLinearKernel(pair, o.dot, o.mr, o.panels).build()
                 except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug
-                    raise self.error(f"{self.name}: building the int8 x int4 kernel failed: {e}", at=epilogue) from None
-                self.rewrite4(pair, text)
-                self.count("int4 kernels")
+                    raise self.error(f"{self.name}: building the dynamic linear kernel failed: {e}", at=epilogue) \
+                        from None
+                self.rewrite_dynamic(pair, text)
+                self.count(f"int{pair.bits} dynamic kernels")
 
-    def rewrite4(self, pair: Qgemm4Pair, text: str) -> None:
+    def rewrite_dynamic(self, pair: DynamicPair, text: str) -> None:
         decisions.record(pair.qgemm, "contraction", "gemm")
         epilogue, qgemm = pair.epilogue, pair.qgemm
         values = [qgemm.operands[0], qgemm.operands[1], qgemm.operands[2], *epilogue.operands[1:5]]

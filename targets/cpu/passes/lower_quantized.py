@@ -23,7 +23,7 @@ from etc.passes.constant_table import ConstantTable
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type
 from etc.targets.cpu.ir_query import walk
-from etc.targets.cpu.lowering import quantized, quantized_gemm, quantized_int4
+from etc.targets.cpu.lowering import quantized, quantized_dynamic, quantized_gemm
 from etc.targets.cpu.lowering.context import load_torch
 from etc.targets.cpu.lowering.quantized import DERIVED_ATTR, QuantizedOp
 from etc.targets.cpu.lowering.torch_ops import builtin_tensor_type, decode, torch_name_of
@@ -31,7 +31,7 @@ from etc.targets.cpu.lowering.torch_ops import builtin_tensor_type, decode, torc
 LOWERINGS = {
     quantized.CONV: quantized_gemm.lower_conv,
     quantized.LINEAR: quantized_gemm.lower_linear,
-    quantized.LINEAR_DYNAMIC: quantized_int4.lower_linear_dynamic,
+    quantized.LINEAR_DYNAMIC: quantized_dynamic.lower_linear_dynamic,
     quantized.ADD: quantized.lower_add,
     quantized.QUANTIZE: quantized.lower_quantize,
     quantized.DEQUANTIZE: quantized.lower_dequantize,

@@ -90,7 +90,7 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 
 // -----
 
-// An 8da4w linear as etc-cpu-lower-quantized emits it: the int8 x int4 contraction (`etc.cpu.qgemm4`:
+// An 8da4w linear as etc-cpu-lower-quantized emits it: the int8 x int4 contraction (`etc.cpu.qgemm_dynamic`:
 // q [M, K/8, 2, 4] with each 8 k as their even then odd values, the weight's bytes as panels
 // [NB, K/8, 16, 4] of nibble pairs, the group scales [NB, G, 16]; M dynamic, K = 16 in 2 groups
 // of 8, 20 columns) and its epilogue (`etc.cpu.qdequant`). The pair becomes one kernel: the
@@ -101,7 +101,7 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // stores f32 (the partial panel's 4 columns masked).
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"
 // CHECK-LABEL: func.func @linear4
-// CHECK-NOT: etc.cpu.qgemm4
+// CHECK-NOT: etc.cpu.qgemm_dynamic
 // CHECK-NOT: etc.cpu.qdequant
 // CHECK: %[[QS:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction", "reduction", "reduction"]} ins(%{{.*}} : tensor<?x2x1x2x4xi8>) outs(%{{.*}} : tensor<?x2xi32>)
 // CHECK: arith.muli %{{.*}}, %{{.*}} : i32
@@ -127,7 +127,7 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : vector<16xf32>, tensor<?x20xf32>
 // AVX-LABEL: func.func @linear4
 // AVX: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"({{.*}}) : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
-// NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): int8 x int4 as plain loops on the packed bytes"
+// NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as plain loops on the weight's bytes"
 // NONE-LABEL: func.func @linear4
 // NONE: etc.cpu.decided
 // NONE: etc.cpu.qdequant
@@ -137,7 +137,7 @@ func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2
   %zero = arith.constant 0.0 : f32
   %ae = tensor.empty(%M) : tensor<?x2x16xf32>
   %a0 = linalg.fill ins(%zero : f32) outs(%ae : tensor<?x2x16xf32>) -> tensor<?x2x16xf32>
-  %acc = linalg.generic {indexing_maps = [affine_map<(m, nb, c, kb, p, j) -> (m, kb, p, j)>, affine_map<(m, nb, c, kb, p, j) -> (nb, kb, c, j)>, affine_map<(m, nb, c, kb, p, j) -> (nb, kb floordiv 1, c)>, affine_map<(m, nb, c, kb, p, j) -> (m, nb, c)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]} ins(%q, %w, %s : tensor<?x2x2x4xi8>, tensor<2x2x16x4xi8>, tensor<2x2x16xf32>) outs(%a0 : tensor<?x2x16xf32>) attrs = {etc.cpu.qgemm4 = {group_size = 8 : i64}} {
+  %acc = linalg.generic {indexing_maps = [affine_map<(m, nb, c, kb, p, j) -> (m, kb, p, j)>, affine_map<(m, nb, c, kb, p, j) -> (nb, kb, c, j)>, affine_map<(m, nb, c, kb, p, j) -> (nb, kb floordiv 1, c)>, affine_map<(m, nb, c, kb, p, j) -> (m, nb, c)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]} ins(%q, %w, %s : tensor<?x2x2x4xi8>, tensor<2x2x16x4xi8>, tensor<2x2x16xf32>) outs(%a0 : tensor<?x2x16xf32>) attrs = {etc.cpu.qgemm_dynamic = {bits = 4 : i64, group_size = 8 : i64}} {
   ^bb0(%qa: i8, %qb: i8, %qs: f32, %qc: f32):
     %p = linalg.index 4 : index
     %p8 = arith.index_cast %p : index to i8
@@ -151,6 +151,63 @@ func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2
     %wv = arith.subi %n2, %c8 : i8
     %a32 = arith.extsi %qa : i8 to i32
     %w32 = arith.extsi %wv : i8 to i32
+    %pr = arith.muli %a32, %w32 : i32
+    %pf = arith.sitofp %pr : i32 to f32
+    %sum = math.fma %pf, %qs, %qc : f32
+    linalg.yield %sum : f32
+  } -> tensor<?x2x16xf32>
+  %flat = tensor.collapse_shape %acc [[0], [1, 2]] : tensor<?x2x16xf32> into tensor<?x32xf32>
+  %cut = tensor.extract_slice %flat[0, 0] [%M, 20] [1, 1] : tensor<?x32xf32> to tensor<?x20xf32>
+  %colsum = arith.constant dense<0.5> : tensor<20xf32>
+  %bias = arith.constant dense<1.5> : tensor<20xf32>
+  %ye = tensor.empty(%M) : tensor<?x20xf32>
+  %result = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%cut, %zp, %sc, %colsum, %bias : tensor<?x20xf32>, tensor<?xf32>, tensor<?xf32>, tensor<20xf32>, tensor<20xf32>) outs(%ye : tensor<?x20xf32>) attrs = {etc.cpu.qdequant} {
+  ^bb0(%y: f32, %z: f32, %s2: f32, %cs: f32, %b: f32, %o: f32):
+    %zc = arith.mulf %z, %cs : f32
+    %d = arith.subf %y, %zc : f32
+    %r = math.fma %d, %s2, %b : f32
+    linalg.yield %r : f32
+  } -> tensor<?x20xf32>
+  return %result : tensor<?x20xf32>
+}
+
+// -----
+
+// A dynamic linear with int8 weights per channel (one scale group: G = 1, K = 8 in 2 rows of 4):
+// q [M, K/4, 4], the weight's bytes as panels [NB, K/4, 16, 4]. The accumulator starts at -128 *
+// the row's sum of q (the weights' +128 offset), each 64-byte panel row is loaded once and xor
+// 0x80 makes it w + 128 (an unsigned operand), one vpdpbusd per panel vector, then the scale;
+// one group needs no f32 accumulator across groups, so the row tile is mr rows.
+// CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"
+// CHECK-LABEL: func.func @linear8
+// CHECK-NOT: etc.cpu.qgemm_dynamic
+// CHECK: %[[QS:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%{{.*}} : tensor<?x1x2x4xi8>) outs(%{{.*}} : tensor<?x1xi32>)
+// CHECK: arith.constant -128 : i32
+// CHECK: arith.divui %{{.*}}, %{{.*}} : index
+// CHECK: tensor.extract %[[QS]][%{{.*}}, %{{.*}}] : tensor<?x1xi32>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x2x64xi8>, vector<64xi8>
+// CHECK-NEXT: arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
+// CHECK-NEXT: vector.transfer_read
+// CHECK: vector.transfer_read %arg0[%{{.*}}, %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<?x2x4xi8>, vector<4xi8>
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK: arith.sitofp %{{.*}} : vector<16xi32> to vector<16xf32>
+// CHECK: math.fma
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : vector<16xf32>, tensor<?x20xf32>
+// AVX-LABEL: func.func @linear8
+// AVX: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"({{.*}}) : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
+// NONE-LABEL: func.func @linear8
+// NONE: etc.cpu.decided
+// NONE: etc.cpu.qdequant
+func.func @linear8(%q: tensor<?x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x1x16xf32>, %zp: tensor<?xf32>, %sc: tensor<?xf32>) -> tensor<?x20xf32> {
+  %c0 = arith.constant 0 : index
+  %M = tensor.dim %q, %c0 : tensor<?x2x4xi8>
+  %zero = arith.constant 0.0 : f32
+  %ae = tensor.empty(%M) : tensor<?x2x16xf32>
+  %a0 = linalg.fill ins(%zero : f32) outs(%ae : tensor<?x2x16xf32>) -> tensor<?x2x16xf32>
+  %acc = linalg.generic {indexing_maps = [affine_map<(m, nb, c, kb, j) -> (m, kb, j)>, affine_map<(m, nb, c, kb, j) -> (nb, kb, c, j)>, affine_map<(m, nb, c, kb, j) -> (nb, kb floordiv 2, c)>, affine_map<(m, nb, c, kb, j) -> (m, nb, c)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%q, %w, %s : tensor<?x2x4xi8>, tensor<2x2x16x4xi8>, tensor<2x1x16xf32>) outs(%a0 : tensor<?x2x16xf32>) attrs = {etc.cpu.qgemm_dynamic = {bits = 8 : i64, group_size = 8 : i64}} {
+  ^bb0(%qa: i8, %qb: i8, %qs: f32, %qc: f32):
+    %a32 = arith.extsi %qa : i8 to i32
+    %w32 = arith.extsi %qb : i8 to i32
     %pr = arith.muli %a32, %w32 : i32
     %pf = arith.sitofp %pr : i32 to f32
     %sum = math.fma %pf, %qs, %qc : f32

@@ -74,7 +74,7 @@ func.func @forward(%arg0: tensor<1x2x2x2xf32>) -> tensor<1x5xf32> {
 // CHECK-LABEL: func.func @forward
 // CHECK-SAME: %[[C:[a-z0-9]+]]: !torch.vtensor<[4],f32> {bufferization.writable = false, etc.cpu.arg = "constant:weight_int4#colsum"}
 // CHECK: %[[CB:.*]] = torch_c.to_builtin_tensor %[[C]]
-// CHECK: attrs = {etc.cpu.qgemm4 = {group_size = 8 : i64}}
+// CHECK: attrs = {etc.cpu.qgemm_dynamic = {bits = 4 : i64, group_size = 8 : i64}}
 // CHECK: linalg.generic {{.*}} ins(%{{.*}}, %{{.*}}, %{{.*}}, %[[CB]], %{{.*}} : {{.*}}) outs(%{{.*}}) attrs = {etc.cpu.qdequant}
 // CHECK-NOT: torch.operator
 ml_program.global private @weight_int4(dense<[[80, 152, 44, 112, 47, 238, 185, 13], [1, 2, 3, 4, 5, 6, 7, 8], [17, 34, 51, 68, 85, 102, 119, 136], [255, 0, 255, 0, 255, 0, 255, 0]]> : tensor<4x8xui8>) : tensor<4x8xui8>
@@ -86,4 +86,28 @@ func.func @forward(%arg0: tensor<2x16xf32>) -> tensor<2x4xf32> {
   %s = ml_program.global_load_const @scales : tensor<4x2xf32>
   %0 = "edge.etc_quantized_linear_dynamic"(%arg0, %w, %s, %bias) {activation_eps = 0.000000e+00 : f64, activation_granularity = "per_row", group_size = 8 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1>, weight_bits = 4 : i64} : (tensor<2x16xf32>, tensor<4x8xui8>, tensor<4x2xf32>, tensor<4xf32>) -> tensor<2x4xf32>
   return %0 : tensor<2x4xf32>
+}
+
+// -----
+
+// A dynamic linear with int8 weights per channel and the activation quantized per tensor (PT2E's
+// dynamic config): the range of the whole activation (both loops reduced) with its eps, the
+// activation as [M, K/4, 4] (K = 6 padded to 8 with zeros), the weight's bytes as panels, and
+// the column sums an inline constant (N floats: stored, no derivation).
+// CHECK-NOT: etc.cpu.derived
+// CHECK-LABEL: func.func @forward
+// CHECK: iterator_types = ["reduction", "reduction"]} ins(%{{.*}} : tensor<3x6xf32>) outs(%{{.*}}, %{{.*}} : tensor<f32>, tensor<f32>)
+// CHECK: arith.constant 1.1920929E-7 : f32
+// CHECK: tensor.pad {{.*}} low[0, 0] high[0, 2]
+// CHECK: outs(%{{.*}} : tensor<3x2x4xi8>)
+// CHECK: attrs = {etc.cpu.qgemm_dynamic = {bits = 8 : i64, group_size = 6 : i64}}
+// CHECK: ins(%{{.*}}, %{{.*}}, %{{.*}}, %cst{{.*}}, %cst{{.*}} : tensor<3x2xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2xf32>, tensor<2xf32>) outs(%{{.*}}) attrs = {etc.cpu.qdequant}
+// CHECK-NOT: torch.operator
+ml_program.global private @weight_int8(dense<[[-127, 5, 64, -3, 100, 0], [1, -2, 3, -4, 5, 127]]> : tensor<2x6xi8>) : tensor<2x6xi8>
+ml_program.global private @scales(dense<[[0.0275], [0.0318]]> : tensor<2x1xf32>) : tensor<2x1xf32>
+func.func @forward(%arg0: tensor<3x6xf32>) -> tensor<3x2xf32> {
+  %w = ml_program.global_load_const @weight_int8 : tensor<2x6xi8>
+  %s = ml_program.global_load_const @scales : tensor<2x1xf32>
+  %0 = "edge.etc_quantized_linear_dynamic"(%arg0, %w, %s) {activation_eps = 1.1920928955078125E-7 : f64, activation_granularity = "per_tensor", group_size = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, weight_bits = 8 : i64} : (tensor<3x6xf32>, tensor<2x6xi8>, tensor<2x1xf32>) -> tensor<3x2xf32>
+  return %0 : tensor<3x2xf32>
 }

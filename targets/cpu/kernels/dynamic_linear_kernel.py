@@ -1,74 +1,88 @@
-"""The 8da4w kernel: int8 rows x int4 weights in groups, the nibbles unpacked in registers."""
+"""The dynamic linear kernel: int8 rows x int8 weights (8da8w, PT2E's dynamic config) or int4 weights
+(8da4w, the nibbles unpacked in registers), float scales per channel or per group."""
 
 from __future__ import annotations
 
-from etc.targets.cpu.kernel_ir import KernelText, tensor_type
+from etc.targets.cpu.kernel_ir import KernelText, iterators, tensor_type
 from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
-from etc.targets.cpu.kernels.int8_match import PANEL, Qgemm4Pair
+from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, DynamicPair
 
 
-class Int4Kernel(Int8Kernel):
-    """The 8da4w kernel as text: a function of (q [M, K/8, 2, 4] i8, B [NB, K/8, 16, 4] (packed
-    nibble pairs), S [NB, G, 16] f32, zp [M], s [M], C [N], bias [N]) returning y [M, N] f32.
+class DynamicLinearKernel(Int8Kernel):
+    """The kernel as text: a function of (q i8 [M, KB, 4] (int8 weights) or [M, KB, 2, 4] (int4),
+    B [NB, KB, 16, 4] (the weights' bytes: int8 values or packed nibble pairs), S [NB, G, 16] f32,
+    zp [M], s [M], C [N], bias [N]) returning y [M, N] f32.
 
-        qs[m, g] = -8 * sum of row m's q over group g       (the weights' +8 offset, below)
+        qs[m, g] = -o * sum of row m's q over group g       (the weights' +o offset, below)
         for each group of `panels` 16-column panels, for each tile of `rows` rows (then single rows):
             facc[rows][panels * 16 / lanes] = 0              (vector<lanes x f32>)
             for g in G:   iacc = qs[m, g] broadcast          (vector<lanes x i32>)
-                          for each 8 k of the group: b = the panels' 64-byte rows (one load each),
-                              b ^ 0x88 makes each nibble w + 8 (0..15, an unsigned byte operand),
-                              lo = b & 15 (k even), hi = (b >> 4) & 15 (k odd): unpacked in registers;
-                              iacc = vpdpbusd(iacc, lo, q's 4 even k broadcast),
-                              iacc = vpdpbusd(iacc, hi, q's 4 odd k broadcast)
+                          for each byte row kb of the group: b = the panels' 64-byte rows (one load
+                              each), made unsigned operands w + o in registers:
+                              int8 (o = 128): b ^ 0x80; iacc = vpdpbusd(iacc, b, q's 4 k broadcast);
+                              int4 (o = 8): b ^ 0x88, lo = b & 15 (k even), hi = (b >> 4) & 15 (k odd),
+                                  iacc = vpdpbusd(iacc, lo, q's 4 even k broadcast),
+                                  iacc = vpdpbusd(iacc, hi, q's 4 odd k broadcast)
                           facc = fma(float(iacc), S[panel, g], facc)      (iacc = sum q w, exactly)
             epilogue: (facc - zp[m] C) * s[m] + bias, one f32 store per vector (masked on a
             partial panel)
     GEMV (one row, decode) streams each panel's bytes once; more rows share each load."""
 
-    def __init__(self, p: Qgemm4Pair, dot: str, mr: int, panels: int):
+    def __init__(self, p: DynamicPair, dot: str, mr: int, panels: int):
         self.p = p
         self.lanes, self.intrinsic = DOTS[dot]
         self.vp = PANEL // self.lanes
-        self.rows = max(1, mr // 3)  # two accumulators (i32 group, f32 total) per output vector
+        # two accumulators (i32 group, f32 total) per output vector, but one group (int8 per channel):
+        # the f32 ones are the i32 ones converted once, after K
+        self.rows = max(1, mr if p.G == 1 else mr // 3)
         self.panels = max(1, min(panels, p.NB))
         KernelText.__init__(self)
 
     def types(self):
         p = self.p
         M = p.M
-        return {"A": tensor_type([M, p.KB8, 2, 4], "i8"), "B": tensor_type([p.NB, p.KB8, PANEL, 4], "i8"),
+        a_shape = [M, p.KB, GROUP] if p.bits == 8 else [M, p.KB, 2, GROUP]
+        return {"A": tensor_type(a_shape, "i8"), "B": tensor_type([p.NB, p.KB, PANEL, GROUP], "i8"),
                 "S": tensor_type([p.NB, p.G, PANEL], "f32"), "row": tensor_type([M], "f32"),
                 "col": tensor_type([p.N], "f32"),
                 "out": tensor_type([M, p.N], "f32"), "qs": tensor_type([M, p.G], "i32"),
-                "Bflat": tensor_type([p.NB, p.KB8, PANEL * 4], "i8")}
+                "Bflat": tensor_type([p.NB, p.KB, PANEL * GROUP], "i8")}
 
     def build(self) -> str:
         p, L, ty = self.p, self.lanes, self.types()
         dyn = "%M" if p.M < 0 else ""
-        O = p.group // 8
+        O = p.KB // p.G  # byte rows per group
+        offset = 128 if p.bits == 8 else 8
         self.emit(f"%M = tensor.dim %A, {self.index(0)} : {ty['A']}")
         self.emit(f"%fzero = arith.constant dense<0.0> : vector<{L}xf32>")
         self.emit("%pad8 = arith.constant 0 : i8")
         self.emit("%padf = arith.constant 0.0 : f32")
-        self.emit(f"%x88 = arith.constant dense<-120> : vector<{4 * L}xi8>")
-        self.emit(f"%x0f = arith.constant dense<15> : vector<{4 * L}xi8>")
-        self.emit(f"%x04 = arith.constant dense<4> : vector<{4 * L}xi8>")
+        if p.bits == 8:
+            self.emit(f"%x80 = arith.constant dense<-128> : vector<{4 * L}xi8>")
+        else:
+            self.emit(f"%x88 = arith.constant dense<-120> : vector<{4 * L}xi8>")
+            self.emit(f"%x0f = arith.constant dense<15> : vector<{4 * L}xi8>")
+            self.emit(f"%x04 = arith.constant dense<4> : vector<{4 * L}xi8>")
         self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {ty['B']} into {ty['Bflat']}")
-        # qs[m, g] = -8 * (sum of the group's q): the accumulator's start, cancelling the +8.
-        ag = tensor_type([p.M, p.G, O, 2, 4], "i8")
-        self.emit(f"%Ag = tensor.expand_shape %A [[0], [1, 2], [3], [4]] output_shape [{'%M' if p.M < 0 else p.M}, "
-                  f"{p.G}, {O}, 2, 4] : {ty['A']} into {ag}")
+        # qs[m, g] = -offset * (sum of the group's q): the accumulator's start, cancelling the +offset.
+        inner = [GROUP] if p.bits == 8 else [2, GROUP]
+        ag = tensor_type([p.M, p.G, O, *inner], "i8")
+        ranks = len(inner) + 3
+        loops = ", ".join(f"d{i}" for i in range(ranks))
+        groups = "[[0], [1, 2]" + "".join(f", [{3 + i}]" for i in range(len(inner))) + "]"
+        self.emit(f"%Ag = tensor.expand_shape %A {groups} output_shape [{'%M' if p.M < 0 else p.M}, "
+                  f"{p.G}, {O}, {', '.join(map(str, inner))}] : {ty['A']} into {ag}")
         self.emit("%qz = arith.constant 0 : i32")
         self.emit(f"%qse = tensor.empty({dyn}) : {ty['qs']}")
         self.emit(f"%qs0 = linalg.fill ins(%qz : i32) outs(%qse : {ty['qs']}) -> {ty['qs']}")
-        self.emit(f"%qs = linalg.generic {{indexing_maps = [affine_map<(m, g, o, p, j) -> (m, g, o, p, j)>, "
-                  f"affine_map<(m, g, o, p, j) -> (m, g)>], iterator_types = [\"parallel\", \"parallel\", "
-                  f"\"reduction\", \"reduction\", \"reduction\"]}} ins(%Ag : {ag}) outs(%qs0 : {ty['qs']}) {{")
+        self.emit(f"%qs = linalg.generic {{indexing_maps = [affine_map<({loops}) -> ({loops})>, "
+                  f"affine_map<({loops}) -> (d0, d1)>], iterator_types = [{iterators(2)}, "
+                  f"{iterators(ranks - 2, 'reduction')}]}} ins(%Ag : {ag}) outs(%qs0 : {ty['qs']}) {{")
         self.emit("^bb0(%x: i8, %s: i32):")
         self.emit("  %x32 = arith.extsi %x : i8 to i32")
-        self.emit("  %m8 = arith.constant -8 : i32")
-        self.emit("  %x8 = arith.muli %x32, %m8 : i32")
-        self.emit("  %s2 = arith.addi %s, %x8 : i32")
+        self.emit(f"  %mo = arith.constant {-offset} : i32")
+        self.emit("  %xo = arith.muli %x32, %mo : i32")
+        self.emit("  %s2 = arith.addi %s, %xo : i32")
         self.emit("  linalg.yield %s2 : i32")
         self.emit(f"}} -> {ty['qs']}")
         self.emit(f"%init = tensor.empty({dyn}) : {ty['out']}")
@@ -87,7 +101,7 @@ class Int4Kernel(Int8Kernel):
         if rest:
             out = self.rows_of(out, self.index(groups * self.panels), rest, groups * self.panels)
         self.emit(f"%result = tensor.cast {out} : {ty['out']} to {ty['out']}")
-        return (f"func.func private @qgemm4(%A: {ty['A']}, %B: {ty['B']}, %S: {ty['S']}, %zp: {ty['row']}, "
+        return (f"func.func private @qgemm_dynamic(%A: {ty['A']}, %B: {ty['B']}, %S: {ty['S']}, %zp: {ty['row']}, "
                 f"%sc: {ty['row']}, %C: {ty['col']}, %bias: {ty['col']}) -> {ty['out']} {{\n"
                 + self.text() + f"\n  return %result : {ty['out']}\n}}")
 
@@ -116,7 +130,7 @@ class Int4Kernel(Int8Kernel):
 
     def tile4(self, out: str, m0: str, rows: int, nb0: str, panels: int, static_panel) -> str:
         p, L, vp, ty = self.p, self.lanes, self.vp, self.types()
-        O = p.group // 8
+        O = p.KB // p.G
         fvec, ivec, bytes_ = f"vector<{L}xf32>", f"vector<{L}xi32>", f"vector<{4 * L}xi8>"
         ms = [m0] + [self.add(m0, r) for r in range(1, rows)]
         nbs = [nb0] + [self.add(nb0, j) for j in range(1, panels)]
@@ -136,29 +150,35 @@ class Int4Kernel(Int8Kernel):
         kb0 = self.mul(g, O)
         for o in range(O):
             kb = self.add(kb0, o)
-            halves = []  # per vector: (lo, hi)
+            operands = []  # per vector: the unsigned operands, one per A word (int4: lo, hi)
             for j in range(panels):
                 for h in range(vp):
-                    raw, x, lo, sh, hi = (self.fresh() for _ in range(5))
+                    raw, x = self.fresh(), self.fresh()
                     self.emit(f"  {raw} = vector.transfer_read %Bflat[{nbs[j]}, {kb}, {self.index(h * 4 * L)}], %pad8 "
                               f"{{in_bounds = [true]}} : {ty['Bflat']}, {bytes_}")
+                    if p.bits == 8:
+                        self.emit(f"  {x} = arith.xori {raw}, %x80 : {bytes_}")
+                        operands.append((x,))
+                        continue
+                    lo, sh, hi = self.fresh(), self.fresh(), self.fresh()
                     self.emit(f"  {x} = arith.xori {raw}, %x88 : {bytes_}")
                     self.emit(f"  {lo} = arith.andi {x}, %x0f : {bytes_}")
                     self.emit(f"  {sh} = arith.shrui {x}, %x04 : {bytes_}")
                     self.emit(f"  {hi} = arith.andi {sh}, %x0f : {bytes_}")
-                    halves.append((lo, hi))
+                    operands.append((lo, hi))
             for r in range(rows):
-                words = []
-                for parity in range(2):
-                    words.append(self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(parity)}, {self.index(0)}]",
-                                                      ty["A"]))
+                if p.bits == 8:
+                    words = [self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(0)}]", ty["A"])]
+                else:
+                    words = [self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(parity)}, {self.index(0)}]", ty["A"])
+                             for parity in range(2)]
                 new = []
                 for v in range(nv):
                     acc = iacc[r][v]
-                    for parity in range(2):
+                    for operand, word in zip(operands[v], words):
                         d = self.fresh("d")
-                        self.emit(f"  {d} = llvm.call_intrinsic \"{self.intrinsic}\"({acc}, {halves[v][parity]}, "
-                                  f"{words[parity]}) : ({ivec}, {bytes_}, {bytes_}) -> {ivec}")
+                        self.emit(f"  {d} = llvm.call_intrinsic \"{self.intrinsic}\"({acc}, {operand}, "
+                                  f"{word}) : ({ivec}, {bytes_}, {bytes_}) -> {ivec}")
                         acc = d
                     new.append(acc)
                 iacc[r] = new

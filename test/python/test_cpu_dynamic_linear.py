@@ -1,6 +1,7 @@
-"""The cpu target's 8da4w linear: int8 activations quantized per row at run time x int4 weights in
-groups (torchao's Int8DynamicActivationIntxWeightConfig), as native code (lowering/quantized_int4.py's
-lowering, etc-cpu-int8-kernels' vpdpbusd kernel with the nibbles unpacked in registers)."""
+"""The cpu target's dynamic linears as native code: int8 activations quantized at run time (per row:
+torchao's Int8DynamicActivationIntxWeightConfig; per tensor: CpuQuantizer's dynamic config) x int4
+weights in groups (8da4w) or int8 weights per channel or in groups (lowering/quantized_dynamic.py,
+etc-cpu-int8-kernels' vpdpbusd kernel with the weights made unsigned operands in registers)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,14 @@ TARGETS = {
 }
 
 
-def _config(group: int):
+def _config(group: int | None, weight_dtype=torch.int4):
+    """torchao's dynamic int8 activations x `weight_dtype` weights in groups of `group` (None: per
+    output channel)."""
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig
-    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.granularity import PerAxis, PerGroup
 
-    return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
+    return Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=weight_dtype, weight_granularity=PerAxis(0) if group is None else PerGroup(group))
 
 
 class _Block(nn.Module):
@@ -66,16 +70,18 @@ def _method(program):
 
 
 @pytest.mark.parametrize("target", list(TARGETS.values()), ids=list(TARGETS))
-@pytest.mark.parametrize("k, n, group, bias", [(64, 72, 32, True), (96, 101, 32, False), (48, 37, 16, True),
-                                               (128, 33, 64, True), (288, 130, 32, False)])
-def test_8da4w_linear_matches_eager_and_portable_for_one_and_several_rows(target, k, n, group, bias):
+@pytest.mark.parametrize("bits, k, n, group, bias", [
+    (4, 64, 72, 32, True), (4, 96, 101, 32, False), (4, 48, 37, 16, True), (4, 128, 33, 64, True),
+    (4, 288, 130, 32, False), (8, 70, 37, None, True), (8, 96, 101, 32, False)])
+def test_dynamic_linear_matches_eager_and_portable_for_one_and_several_rows(target, bits, k, n, group, bias):
     """Odd column counts (a partial 16-column panel, several panel groups), K in an odd number of
-    groups, group sizes 16, 32, 64; one row (decode), a few (a partial row tile) and the bound."""
+    groups, group sizes 16, 32, 64, int8 weights per channel with K = 70 (not a whole number of
+    4-byte dot-product groups); one row (decode), a few (a partial row tile) and the bound."""
     from torchao.quantization import quantize_
 
     torch.manual_seed(0)
     model = nn.Linear(k, n, bias=bias).eval()
-    quantize_(model, _config(group))
+    quantize_(model, _config(group, torch.int4 if bits == 4 else torch.int8))
     seq = torch.export.Dim("seq", min=1, max=16)
     edge, program, portable = _program(model, (torch.randn(5, k),), ({0: seq},), **target)
     assert "0 op(s) on portable kernels" in edge.delegation_info()
@@ -173,21 +179,53 @@ def test_without_a_dot_product_the_8da4w_linear_is_plain_loops_and_says_why(targ
     debug = _decisions(target=target)
     assert debug["object_bytes"] > 0
     assert [(d.path, d.reason) for d in debug["decisions"] if d.kind == "contraction"] == [
-        ("loops", "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): int8 x int4 as plain "
-                  "loops on the packed bytes")] * 2
+        ("loops", "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as "
+                  "plain loops on the weight's bytes")] * 2
 
 
-def test_8da8w_linear_stays_portable_and_the_report_says_why():
+def test_pt2e_dynamic_per_tensor_linears_are_native_and_match_the_converted_model():
+    """CpuQuantizer's dynamic config: choose_qparams over the whole activation (its eps), int8
+    weights per channel; two linears around a GELU, a 3-D input (the linears see [T, K] rows)."""
+    from etc.models.quantized import quantize
+    from etc.models.zoo import ZooModel
+
+    class Ffn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = nn.Linear(48, 136), nn.Linear(136, 40)
+
+        def forward(self, x):
+            return self.down(nn.functional.gelu(self.up(x)))
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 9, 48)
+    converted, ep = quantize(ZooModel("ffn", Ffn().eval(), (x,)), is_dynamic=True)
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "0 op(s) on portable kernels" in report and "etc_quantized_linear_dynamic x2" in report, report
+    native, portable = _method(edge.to_executorch()), _method(etc.to_edge(ep).to_executorch())
+    for scale in (1.0, 30.0):  # the per-call range follows the input
+        x = scale * torch.randn(1, 9, 48)
+        with torch.no_grad():
+            want = converted(x)
+        got = torch.as_tensor(np.asarray(native.execute([x])[0]))
+        assert sqnr(want, got) >= 60
+        assert sqnr(torch.as_tensor(np.asarray(portable.execute([x])[0])), got) >= 60
+
+
+def test_asymmetric_int8_weights_stay_portable_and_the_report_says_why():
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerAxis
+    from torchao.quantization.quant_primitives import MappingType
 
     torch.manual_seed(0)
     model = _Block(64, 96, 40).eval()
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0)))
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0),
+                                                           weight_mapping_type=MappingType.ASYMMETRIC))
     edge = etc.to_edge(torch.export.export(model, (torch.randn(3, 64),))).to_backend(CpuPartitioner())
     report = edge.delegation_info()
     assert "portable   edge.etc_quantized_linear_dynamic" in report
-    assert "per_row activations with 8-bit weights" in report
+    assert "8-bit weights with zero points (the cpu target takes symmetric ones)" in report
 
 
 def test_8da4w_with_bfloat16_group_scales_matches_eager():
