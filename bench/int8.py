@@ -1,9 +1,11 @@
-"""Int8 CNNs: etc cpu on a CpuQuantizer program against ExecuTorch + XNNPACK on an XNNPACKQuantizer one.
+"""Int8 models: etc cpu on a CpuQuantizer program against ExecuTorch + XNNPACK on an XNNPACKQuantizer one.
 
-For each zoo CNN, in one child process (a crash of a compiler under test is a row): the model
-quantized with PT2E twice, calibrated on the same inputs (`etc.models.quantized.quantize`), once with
-etc's `CpuQuantizer` (compiled by etc's cpu target) and once with ExecuTorch's `XNNPACKQuantizer`
-(lowered to XNNPACK); the fp32 model on both too. One thread each, the four calls interleaved
+For each zoo CNN (static int8) and each transformer layer at its real size (`DYNAMIC`: the dynamic
+config, int8 activations quantized on every call, the transformers flow), in one child process (a
+crash of a compiler under test is a row): the model quantized with PT2E twice, calibrated on the
+same inputs (`etc.models.quantized.quantize`), once with etc's `CpuQuantizer` (compiled by etc's
+cpu target) and once with ExecuTorch's `XNNPACKQuantizer` (lowered to XNNPACK), with the same
+config; the fp32 model on both too. One thread each, the four calls interleaved
 (`layers.interleaved`: CPU time of the calling thread), plus etc's SQNR against the eager
 quantized model and how many ops stayed on portable kernels.
 
@@ -22,6 +24,33 @@ from etc.bench.common import emit, error_text, executorch_method, executorch_pro
 CNNS = ("small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn", "resnet18")
 
 
+def _ffn():
+    """BERT-base's feed-forward block (768 -> 3072, GELU, -> 768) over 128 tokens."""
+    import torch
+    from torch import nn
+
+    from etc.models.zoo import ZooModel
+
+    model = nn.Sequential(nn.Linear(768, 3072), nn.GELU(), nn.Linear(3072, 768))
+    return ZooModel("ffn_768_t128", model, (torch.randn(1, 128, 768),))
+
+
+def _encoder_layer():
+    """One BERT-base encoder layer (768 wide, 12 heads, FFN 3072) over 128 tokens: its four
+    projections and two FFN linears quantized, attention's matmuls float."""
+    import torch
+    from torch import nn
+
+    from etc.models.zoo import ZooModel
+
+    model = nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True)
+    return ZooModel("encoder_layer_768_t128", model, (torch.randn(1, 128, 768),))
+
+
+# Dynamic int8 rows: name -> model builder (seeded in the child).
+DYNAMIC = {"ffn_768_t128": _ffn, "encoder_layer_768_t128": _encoder_layer}
+
+
 def measure(name: str, runs: int, budget_s: float = 3.0) -> None:
     """In the child: JSON lines (common's protocol: emit, run_child) with the four latencies and the numerics."""
     import warnings
@@ -37,11 +66,14 @@ def measure(name: str, runs: int, budget_s: float = 3.0) -> None:
     from etc.models.zoo import BENCH_ONLY, ZOO
 
     torch.set_num_threads(1)
-    zoo_model = {**ZOO, **BENCH_ONLY}[name]()
+    dynamic = name in DYNAMIC
+    torch.manual_seed(0)
+    zoo_model = DYNAMIC[name]() if dynamic else {**ZOO, **BENCH_ONLY}[name]()
+    zoo_model.module.eval()
     inputs = list(zoo_model.example_inputs)
     np_inputs = [x.numpy() for x in inputs]
     emit(name=name, stage="quantizing")
-    converted, ep = quantize(zoo_model)
+    converted, ep = quantize(zoo_model, is_dynamic=dynamic)
     calls = {}
 
     def etc_call(programs, key):
@@ -66,7 +98,8 @@ def measure(name: str, runs: int, budget_s: float = 3.0) -> None:
 
         executorch_threads(1)
         emit(stage="xnnpack int8")
-        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True,
+                                                                                    is_dynamic=dynamic))
         _, xep = quantize(zoo_model, quantizer=quantizer)
         for key, programs in (("xnnpack_int8", xep), ("xnnpack_fp32", zoo_model.export())):
             program = executorch_program(programs, xnnpack=True)
@@ -83,7 +116,7 @@ def measure(name: str, runs: int, budget_s: float = 3.0) -> None:
 
 def run(names: list[str] | None = None, runs: int = 20, timeout_s: float = 900.0, log=sys.stderr) -> str:
     rows = []
-    for name in names or CNNS:
+    for name in names or (*CNNS, *DYNAMIC):
         print(f"[bench_int8] {name}", file=log, flush=True)
         start = time.perf_counter()
         row, failure = run_child([sys.executable, "-m", "etc.bench.int8", "--child", name, "--runs",
@@ -95,15 +128,16 @@ def run(names: list[str] | None = None, runs: int = 20, timeout_s: float = 900.0
 
 
 def render(rows: list[dict]) -> str:
-    lines = ["| model | etc cpu int8 | etc cpu fp32 | XNNPACK int8 | XNNPACK fp32 | etc int8 vs XNNPACK int8 "
+    lines = ["| model | quantization | etc cpu int8 | etc cpu fp32 | XNNPACK int8 | XNNPACK fp32 | etc int8 vs XNNPACK int8 "
              "| etc int8 vs etc fp32 | etc int8 SQNR vs eager int8 (dB) | ops on portable | etc int8 .pte bytes "
              "| XNNPACK int8 .pte bytes | size etc/XNNPACK |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
         int8, fp32, x8, xf = (r.get(k) for k in ("etc_int8", "etc_fp32", "xnnpack_int8", "xnnpack_fp32"))
         s = r.get("etc_sqnr")
-        lines.append(f"| {r['name']} | {ms(int8)} | {ms(fp32)} | {ms(x8)} | {ms(xf)} | {ratio(int8, x8)} | "
+        kind = "dynamic (activations per call)" if r["name"] in DYNAMIC else "static"
+        lines.append(f"| {r['name']} | {kind} | {ms(int8)} | {ms(fp32)} | {ms(x8)} | {ms(xf)} | {ratio(int8, x8)} | "
                      f"{ratio(int8, fp32)} | {'n/a' if s is None else ('exact' if s == float('inf') else f'{s:.1f}')} "
                      f"| {r.get('etc_portable_ops', 'n/a')} | {r.get('etc_int8_pte_bytes', 'n/a')} | "
                      f"{r.get('xnnpack_int8_pte_bytes', 'n/a')} | "
@@ -116,7 +150,7 @@ def render(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated zoo CNNs (default: all)")
+    parser.add_argument("--only", help="comma-separated names (default: all): " + ", ".join((*CNNS, *DYNAMIC)))
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -221,8 +221,10 @@ def main(argv=None) -> int:
 def _int8_text(args) -> str:
     from etc.bench.int8 import run
 
-    intro = ("The zoo CNNs quantized with PT2E (static int8, per-channel weights), calibrated on the same inputs: "
-             "etc's `CpuQuantizer` program on etc cpu and ExecuTorch's `XNNPACKQuantizer` program on XNNPACK, and "
+    intro = ("The zoo CNNs quantized with PT2E (static int8, per-channel weights) and BERT-base-sized transformer "
+             "layers with the dynamic config (int8 activations quantized on every call), calibrated on the same "
+             "inputs: etc's `CpuQuantizer` program on etc cpu and ExecuTorch's `XNNPACKQuantizer` program on XNNPACK, "
+             "and "
              "the fp32 model on both, one thread each, interleaved in one child process per model (`python -m "
              "etc.bench.int8`).\n\n")
     return intro + run(args.models.split(",") if args.models else None, args.runs)

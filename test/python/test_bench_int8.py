@@ -21,9 +21,12 @@ def test_table_gives_ratios_numerics_and_failures():
          "failure": None},
         {"name": "kws_dscnn", "etc_int8": 1e-4, "etc_sqnr": 41.25, "etc_portable_ops": 2,
          "xnnpack_error": "RuntimeError: no", "failure": None},
-        {"name": "broken", "failure": "crashed (signal 11) in etc int8"}])
+        {"name": "broken", "failure": "crashed (signal 11) in etc int8"},
+        {"name": "ffn_768_t128", "etc_int8": 5e-3, "xnnpack_int8": 4e-3, "failure": None}])
     rows = text.splitlines()
-    assert rows[2] == "| resnet8 | 0.200 | 0.400 | 0.100 | 0.200 | 2.00x | 0.50x | exact | 0 | 1500 | 1000 | 1.50x |"
-    assert rows[3] == "| kws_dscnn | 0.100 | n/a | n/a | n/a | n/a | n/a | 41.2 | 2 | n/a | n/a | n/a |"
+    assert rows[2] == ("| resnet8 | static | 0.200 | 0.400 | 0.100 | 0.200 | 2.00x | 0.50x | exact | 0 | 1500 | 1000 "
+                       "| 1.50x |")
+    assert rows[3] == "| kws_dscnn | static | 0.100 | n/a | n/a | n/a | n/a | n/a | 41.2 | 2 | n/a | n/a | n/a |"
+    assert rows[5].startswith("| ffn_768_t128 | dynamic (activations per call) | 5.000 | n/a | 4.000 | n/a | 1.25x |")
     assert "- kws_dscnn: xnnpack error: RuntimeError: no" in text
     assert "- broken: failure: crashed (signal 11) in etc int8" in text
