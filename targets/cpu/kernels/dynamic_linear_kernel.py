@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from etc.targets.cpu.kernel_ir import KernelText, iterators, tensor_type
+from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type
 from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, DynamicPair
 
@@ -42,7 +42,8 @@ class DynamicLinearKernel(Int8Kernel):
         p = self.p
         M = p.M
         a_shape = [M, p.KB, GROUP] if p.bits == 8 else [M, p.KB, 2, GROUP]
-        return {"A": tensor_type(a_shape, "i8"), "B": tensor_type([p.NB, p.KB, PANEL, GROUP], "i8"),
+        return {"X": tensor_type([M, p.K], "f32"), "Aflat": tensor_type([M, p.KB * self.k_per_row], "i8"),
+                "A": tensor_type(a_shape, "i8"), "B": tensor_type([p.NB, p.KB, PANEL, GROUP], "i8"),
                 "S": tensor_type([p.NB, p.G, PANEL], "f32"), "row": tensor_type([M], "f32"),
                 "col": tensor_type([p.N], "f32"),
                 "out": tensor_type([M, p.N], "f32"), "qs": tensor_type([M, p.G], "i32"),
@@ -51,9 +52,7 @@ class DynamicLinearKernel(Int8Kernel):
     def build(self) -> str:
         p, L, ty = self.p, self.lanes, self.types()
         dyn = "%M" if p.M < 0 else ""
-        O = p.KB // p.G  # byte rows per group
-        offset = 128 if p.bits == 8 else 8
-        self.emit(f"%M = tensor.dim %A, {self.index(0)} : {ty['A']}")
+        self.emit(f"%M = tensor.dim %X, {self.index(0)} : {ty['X']}")
         self.emit(f"%fzero = arith.constant dense<0.0> : vector<{L}xf32>")
         self.emit("%pad8 = arith.constant 0 : i8")
         self.emit("%padf = arith.constant 0.0 : f32")
@@ -64,27 +63,7 @@ class DynamicLinearKernel(Int8Kernel):
             self.emit(f"%x0f = arith.constant dense<15> : vector<{4 * L}xi8>")
             self.emit(f"%x04 = arith.constant dense<4> : vector<{4 * L}xi8>")
         self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {ty['B']} into {ty['Bflat']}")
-        # qs[m, g] = -offset * (sum of the group's q): the accumulator's start, cancelling the +offset.
-        inner = [GROUP] if p.bits == 8 else [2, GROUP]
-        ag = tensor_type([p.M, p.G, O, *inner], "i8")
-        ranks = len(inner) + 3
-        loops = ", ".join(f"d{i}" for i in range(ranks))
-        groups = "[[0], [1, 2]" + "".join(f", [{3 + i}]" for i in range(len(inner))) + "]"
-        self.emit(f"%Ag = tensor.expand_shape %A {groups} output_shape [{'%M' if p.M < 0 else p.M}, "
-                  f"{p.G}, {O}, {', '.join(map(str, inner))}] : {ty['A']} into {ag}")
-        self.emit("%qz = arith.constant 0 : i32")
-        self.emit(f"%qse = tensor.empty({dyn}) : {ty['qs']}")
-        self.emit(f"%qs0 = linalg.fill ins(%qz : i32) outs(%qse : {ty['qs']}) -> {ty['qs']}")
-        self.emit(f"%qs = linalg.generic {{indexing_maps = [affine_map<({loops}) -> ({loops})>, "
-                  f"affine_map<({loops}) -> (d0, d1)>], iterator_types = [{iterators(2)}, "
-                  f"{iterators(ranks - 2, 'reduction')}]}} ins(%Ag : {ag}) outs(%qs0 : {ty['qs']}) {{")
-        self.emit("^bb0(%x: i8, %s: i32):")
-        self.emit("  %x32 = arith.extsi %x : i8 to i32")
-        self.emit(f"  %mo = arith.constant {-offset} : i32")
-        self.emit("  %xo = arith.muli %x32, %mo : i32")
-        self.emit("  %s2 = arith.addi %s, %xo : i32")
-        self.emit("  linalg.yield %s2 : i32")
-        self.emit(f"}} -> {ty['qs']}")
+        self.prologue()
         self.emit(f"%init = tensor.empty({dyn}) : {ty['out']}")
         groups = (p.N // PANEL) // self.panels
         out = "%init"
@@ -101,9 +80,181 @@ class DynamicLinearKernel(Int8Kernel):
         if rest:
             out = self.rows_of(out, self.index(groups * self.panels), rest, groups * self.panels)
         self.emit(f"%result = tensor.cast {out} : {ty['out']} to {ty['out']}")
-        return (f"func.func private @qgemm_dynamic(%A: {ty['A']}, %B: {ty['B']}, %S: {ty['S']}, %zp: {ty['row']}, "
-                f"%sc: {ty['row']}, %C: {ty['col']}, %bias: {ty['col']}) -> {ty['out']} {{\n"
+        return (f"func.func private @qgemm_dynamic(%X: {ty['X']}, %B: {ty['B']}, %S: {ty['S']}, "
+                f"%C: {ty['col']}, %bias: {ty['col']}) -> {ty['out']} {{\n"
                 + self.text() + f"\n  return %result : {ty['out']}\n}}")
+
+    @property
+    def k_per_row(self) -> int:
+        """K values per byte row of a panel: 4 (int8), 8 (int4: two per byte)."""
+        return GROUP if self.p.bits == 8 else 2 * GROUP
+
+    # ------------------------------------------------------------ the activation, quantized per call
+    def prologue(self) -> None:
+        """%A (q in the layout the dot products read), %zp, %sc ([M] f32) and %qs ([M, G] i32, -offset
+        * each group's sum of q) from the float activation %X, in vector code: per row (or once, per
+        tensor) the range including 0 (vector min/max, K's tail read padded with 0, which the range
+        includes anyway), its scale and zero point (the lowering's formula), then q = clamp(roundeven(x /
+        s) + zp) a vector at a time (int4: each 8 values reordered even k then odd k), summed per group
+        on the way. The float operations are the lowering's generics', in the same order."""
+        p, L, ty = self.p, self.lanes, self.types()
+        dyn = "%M" if p.M < 0 else ""
+        W = p.KB * self.k_per_row  # K padded to whole byte rows
+        Gp = W // p.G  # padded K values per scale group
+        offset = 128 if p.bits == 8 else 8
+        fv = f"vector<{L}xf32>"
+        for name, value in (("c255", 255.0), ("floor", p.floor), ("one", 1.0), ("qmin", -128.0), ("qmax", 127.0)):
+            self.emit(f"%{name} = arith.constant {f32_literal(value)} : f32")
+        self.emit(f"%Ae = tensor.empty({dyn}) : {ty['Aflat']}")
+        self.emit(f"%re = tensor.empty({dyn}) : {ty['row']}")
+        self.emit(f"%qse = tensor.empty({dyn}) : {ty['qs']}")
+        if p.granularity == "per_tensor":  # one range over every row
+            m, lo, hi, res = self.fresh("m"), self.fresh("lo"), self.fresh("hi"), self.fresh("t")
+            self.emit(f"{res}:2 = scf.for {m} = {self.index(0)} to %M step {self.index(1)} "
+                      f"iter_args({lo} = %fzero, {hi} = %fzero) -> ({fv}, {fv}) {{")
+            rlo, rhi = self.row_range(m, lo, hi)
+            self.emit(f"  scf.yield {rlo}, {rhi} : {fv}, {fv}")
+            self.emit("}")
+            tensor_params = self.params(f"{res}#0", f"{res}#1")
+        m, a, sc, zp, qs = (self.fresh(n) for n in ("m", "a", "sc", "zp", "qs"))
+        self.emit(f"%rows:4 = scf.for {m} = {self.index(0)} to %M step {self.index(1)} iter_args({a} = %Ae, "
+                  f"{sc} = %re, {zp} = %re, {qs} = %qse) -> ({ty['Aflat']}, {ty['row']}, {ty['row']}, {ty['qs']}) {{")
+        if p.granularity == "per_tensor":
+            s, inv, z = tensor_params
+        else:
+            rlo, rhi = self.row_range(m, "%fzero", "%fzero")
+            s, inv, z = self.params(rlo, rhi)
+        sc2, zp2 = self.fresh(), self.fresh()
+        self.emit(f"  {sc2} = tensor.insert {s} into {sc}[{m}] : {ty['row']}")
+        self.emit(f"  {zp2} = tensor.insert {z} into {zp}[{m}] : {ty['row']}")
+        out, sums = self.row_groups(m, a, qs, inv, z, Gp, offset)
+        self.emit(f"  scf.yield {out}, {sc2}, {zp2}, {sums} : {ty['Aflat']}, {ty['row']}, {ty['row']}, {ty['qs']}")
+        self.emit("}")
+        inner = "[[0], [1, 2]]" if p.bits == 8 else "[[0], [1, 2, 3]]"
+        sizes = [p.KB, GROUP] if p.bits == 8 else [p.KB, 2, GROUP]
+        self.emit(f"%A = tensor.expand_shape %rows#0 {inner} output_shape [{'%M' if p.M < 0 else p.M}, "
+                  f"{', '.join(map(str, sizes))}] : {ty['Aflat']} into {ty['A']}")
+        self.emit(f"%sc = tensor.cast %rows#1 : {ty['row']} to {ty['row']}")
+        self.emit(f"%zp = tensor.cast %rows#2 : {ty['row']} to {ty['row']}")
+        self.emit(f"%qs = tensor.cast %rows#3 : {ty['qs']} to {ty['qs']}")
+
+    def row_groups(self, m: str, out: str, sums: str, inv: str, z: str, Gp: int, offset: int) -> tuple[str, str]:
+        """Row m quantized group by group (a loop over the G groups of Gp padded values): whole vectors
+        inside K in a loop, the rest (K's tail and its zero padding) as static narrower vectors; each
+        group's -offset * sum(q) into `sums`. Returns (the flat activation, sums)."""
+        p, L, ty = self.p, self.lanes, self.types()
+        iv = f"vector<{L}xi32>"
+        loop = min(Gp, p.K) // L  # whole vectors per group inside K (K = G * Gp unless G = 1)
+        g, o, acc_s, res = self.fresh("g"), self.fresh("o"), self.fresh("s"), self.fresh("q")
+        self.emit(f"  {res}:2 = scf.for {g} = {self.index(0)} to {self.index(p.G)} step {self.index(1)} "
+                  f"iter_args({o} = {out}, {acc_s} = {sums}) -> ({ty['Aflat']}, {ty['qs']}) {{")
+        base = self.mul(g, Gp)
+        zero_v = self.fresh()
+        self.emit(f"  {zero_v} = arith.constant dense<0> : {iv}")
+        total = None
+        if loop:
+            k, o2, vacc, lres = self.fresh("k"), self.fresh("o"), self.fresh("v"), self.fresh("l")
+            end = self.add(base, loop * L)
+            self.emit(f"  {lres}:2 = scf.for {k} = {base} to {end} step {self.index(L)} iter_args({o2} = {o}, "
+                      f"{vacc} = {zero_v}) -> ({ty['Aflat']}, {iv}) {{")
+            o3, q32 = self.quantize_chunk(o2, m, k, L, inv, z, "true")
+            v2 = self.fresh()
+            self.emit(f"  {v2} = arith.addi {vacc}, {q32} : {iv}")
+            self.emit(f"  scf.yield {o3}, {v2} : {ty['Aflat']}, {iv}")
+            self.emit("  }")
+            o = f"{lres}#0"
+            total = self.fresh()
+            self.emit(f"  {total} = vector.reduction <add>, {lres}#1 : {iv} into i32")
+        first = loop * L
+        while first < Gp:  # the rest of the group: at most a vector and a narrower one
+            width = min(L, Gp - first)
+            # static: only a single group (G = 1) reaches K's tail and its padding
+            inb = "true" if p.G > 1 or first + width <= p.K else "false"
+            o, q32 = self.quantize_chunk(o, m, self.add(base, first), width, inv, z, inb)
+            part = self.fresh()
+            self.emit(f"  {part} = vector.reduction <add>, {q32} : vector<{width}xi32> into i32")
+            if total is None:
+                total = part
+            else:
+                t2 = self.fresh()
+                self.emit(f"  {t2} = arith.addi {total}, {part} : i32")
+                total = t2
+            first += width
+        neg, s2 = self.fresh(), self.fresh()
+        self.emit(f"  {neg} = arith.muli {total}, {self.const(-offset, 'i32')} : i32")
+        self.emit(f"  {s2} = tensor.insert {neg} into {acc_s}[{m}, {g}] : {ty['qs']}")
+        self.emit(f"  scf.yield {o}, {s2} : {ty['Aflat']}, {ty['qs']}")
+        self.emit("  }")
+        return f"{res}#0", f"{res}#1"
+
+    def row_range(self, m: str, lo: str, hi: str) -> tuple[str, str]:
+        """The running vector min/max `lo`, `hi` over row `m` of %X; returns the updated vectors."""
+        p, L = self.p, self.lanes
+        fv = f"vector<{L}xf32>"
+        whole = p.K - p.K % L
+        k, l2, h2, res = self.fresh("k"), self.fresh("l"), self.fresh("h"), self.fresh("g")
+        if whole:
+            self.emit(f"  {res}:2 = scf.for {k} = {self.index(0)} to {self.index(whole)} step {self.index(L)} "
+                      f"iter_args({l2} = {lo}, {h2} = {hi}) -> ({fv}, {fv}) {{")
+            v, a, b = self.fresh(), self.fresh(), self.fresh()
+            self.emit(f"    {v} = vector.transfer_read %X[{m}, {k}], %padf {{in_bounds = [true]}} : "
+                      f"{self.types()['X']}, {fv}")
+            self.emit(f"    {a} = arith.minimumf {l2}, {v} : {fv}")
+            self.emit(f"    {b} = arith.maximumf {h2}, {v} : {fv}")
+            self.emit(f"    scf.yield {a}, {b} : {fv}, {fv}")
+            self.emit("  }")
+            lo, hi = f"{res}#0", f"{res}#1"
+        if p.K % L:  # the tail, padded with 0 (inside the range already)
+            v, a, b = self.fresh(), self.fresh(), self.fresh()
+            self.emit(f"  {v} = vector.transfer_read %X[{m}, {self.index(whole)}], %padf : {self.types()['X']}, {fv}")
+            self.emit(f"  {a} = arith.minimumf {lo}, {v} : {fv}")
+            self.emit(f"  {b} = arith.maximumf {hi}, {v} : {fv}")
+            lo, hi = a, b
+        return lo, hi
+
+    def params(self, lo: str, hi: str) -> tuple[str, str, str]:
+        """(scale, 1 / scale, zero point) of the range vectors, as the lowering's params generic."""
+        L = self.lanes
+        l, h, d, s0, s, inv, ls, lr, z0, z1, z = (self.fresh() for _ in range(11))
+        self.emit(f"  {l} = vector.reduction <minimumf>, {lo} : vector<{L}xf32> into f32")
+        self.emit(f"  {h} = vector.reduction <maximumf>, {hi} : vector<{L}xf32> into f32")
+        self.emit(f"  {d} = arith.subf {h}, {l} : f32")
+        self.emit(f"  {s0} = arith.divf {d}, %c255 : f32")
+        self.emit(f"  {s} = arith.maximumf {s0}, %floor : f32")
+        self.emit(f"  {inv} = arith.divf %one, {s} : f32")
+        self.emit(f"  {ls} = arith.divf {l}, {s} : f32")
+        self.emit(f"  {lr} = math.roundeven {ls} : f32")
+        self.emit(f"  {z0} = arith.subf %qmin, {lr} : f32")
+        self.emit(f"  {z1} = arith.maximumf {z0}, %qmin : f32")
+        self.emit(f"  {z} = arith.minimumf {z1}, %qmax : f32")
+        return s, inv, z
+
+    def quantize_chunk(self, out: str, m: str, k: str, width: int, inv: str, z: str, inb: str) -> tuple[str, str]:
+        """q of %X[m, k : k + width] (past K, read as 0) written to row m of the flat activation at k
+        (int4: each 8 reordered even k then odd k); returns (the tensor, q as i32 lanes)."""
+        p, ty = self.p, self.types()
+        fv, iv8, iv32 = f"vector<{width}xf32>", f"vector<{width}xi8>", f"vector<{width}xi32>"
+        x, y, r, a, c1, c2, q, w, q32 = (self.fresh() for _ in range(9))
+        iv, zv, lo, hi = (self.fresh() for _ in range(4))
+        self.emit(f"  {x} = vector.transfer_read %X[{m}, {k}], %padf {{in_bounds = [{inb}]}} : {ty['X']}, {fv}")
+        self.emit(f"  {iv} = vector.broadcast {inv} : f32 to {fv}")
+        self.emit(f"  {zv} = vector.broadcast {z} : f32 to {fv}")
+        self.emit(f"  {lo} = vector.broadcast %qmin : f32 to {fv}")
+        self.emit(f"  {hi} = vector.broadcast %qmax : f32 to {fv}")
+        self.emit(f"  {y} = arith.mulf {x}, {iv} : {fv}")
+        self.emit(f"  {r} = math.roundeven {y} : {fv}")
+        self.emit(f"  {a} = arith.addf {r}, {zv} : {fv}")
+        self.emit(f"  {c1} = arith.maximumf {a}, {lo} : {fv}")
+        self.emit(f"  {c2} = arith.minimumf {c1}, {hi} : {fv}")
+        self.emit(f"  {q} = arith.fptosi {c2} : {fv} to {iv8}")
+        self.emit(f"  {q32} = arith.extsi {q} : {iv8} to {iv32}")
+        if p.bits == 4:  # [kb, p, j] holds k = 8 kb + 2 j + p
+            order = [8 * (o // 8) + 2 * (o % 4) + (o % 8) // 4 for o in range(width)]
+            shuffled = self.fresh()
+            self.emit(f"  {shuffled} = vector.shuffle {q}, {q} {order} : {iv8}, {iv8}")
+            q = shuffled
+        self.emit(f"  {w} = vector.transfer_write {q}, {out}[{m}, {k}] {{in_bounds = [true]}} : {iv8}, {ty['Aflat']}")
+        return w, q32
 
     def rows_of(self, out: str, nb0: str, panels: int, static_panel) -> str:
         """Tiles of `rows` rows, then the rest one row at a time (M may be dynamic)."""

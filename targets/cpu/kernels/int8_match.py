@@ -23,6 +23,7 @@ REQUANT = "etc.cpu.requant"  # on its requantization generic: {per, zero_point, 
 QWINDOW = "etc.cpu.qwindow"  # on a depthwise/grouped int8 convolution generic: {groups}
 QGEMM_DYNAMIC = "etc.cpu.qgemm_dynamic"  # on a dynamic linear's int8 x int8/int4 contraction: {bits, group_size}
 QDEQUANT = "etc.cpu.qdequant"  # on its epilogue (activation zero point and scale, bias)
+QQUANT = "etc.cpu.qquant"  # on the activation's quantize generic: {granularity, floor} (the scale's minimum)
 IM2COL = "etc.cpu.im2col"  # on a convolution's im2col gather: {stride, dilation}
 PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)
 GROUP = 4  # K values per dot-product lane
@@ -148,22 +149,38 @@ def pack_source(qgemm):
 class DynamicPair:
     qgemm: object  # acc[M, NB, 16] f32 = sum q * w * ws (etc.cpu.qgemm_dynamic)
     epilogue: object  # y[M, N] = (acc - zp[m] C[n]) s[m] + bias[n] (etc.cpu.qdequant)
+    activation: object  # x [M, K] f32, before the quantize generic (etc.cpu.qquant) and its range
     bits: int  # the weights': 8 or 4 (two per byte)
+    granularity: str  # the activation's scale: per_row, per_tensor
+    floor: float  # the scale's minimum (torchao's smallest normal, PT2E's eps)
     M: int  # < 0: dynamic
+    K: int
     N: int
-    KB: int  # the panels' byte rows: K / 4 (int8), K / 8 (int4)
+    KB: int  # the panels' byte rows: K / 4 (int8), K / 8 (int4), K padded up
     NB: int
     G: int
     group: int
 
 
 def match_dynamic(epilogue) -> "DynamicPair | None":
+    """The chain etc-cpu-lower-quantized emits for a dynamic linear, from its epilogue: the
+    contraction, the quantize generic of its activation operand (through the zero padding of K)."""
     qgemm = contraction_behind(epilogue.operands[0], QGEMM_DYNAMIC)
     if qgemm is None:
         return None
+    quantize = defining_op(qgemm.operands[0])
+    if quantize is None or QQUANT not in quantize.attributes:
+        return None
+    x = quantize.operands[0]
+    padded = defining_op(x)
+    if padded is not None and padded.name == "tensor.pad":
+        x = padded.operands[0]
     attrs = ir.DictAttr(qgemm.attributes[QGEMM_DYNAMIC])
     bits, group = (ir.IntegerAttr(attrs[k]).value for k in ("bits", "group_size"))
+    q_attrs = ir.DictAttr(quantize.attributes[QQUANT])
     M, KB = ir.RankedTensorType(qgemm.operands[0].type).shape[:2]
     NB, G, _ = _shape(qgemm.operands[2])
     N = _shape(epilogue.results[0])[1]
-    return DynamicPair(qgemm, epilogue, bits, -1 if ir.ShapedType.is_dynamic_size(M) else M, N, KB, NB, G, group)
+    return DynamicPair(qgemm, epilogue, x, bits, ir.StringAttr(q_attrs["granularity"]).value,
+                       ir.FloatAttr(q_attrs["floor"]).value, -1 if ir.ShapedType.is_dynamic_size(M) else M,
+                       _shape(x)[1], N, KB, NB, G, group)

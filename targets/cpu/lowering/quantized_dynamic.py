@@ -9,7 +9,7 @@ from torch_mlir import ir
 
 from etc.errors import LoweringError
 from etc.targets.cpu.kernel_ir import KernelText, dense_literal, f32_literal, iterators, tensor_type
-from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, QDEQUANT, QGEMM_DYNAMIC
+from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, QDEQUANT, QGEMM_DYNAMIC, QQUANT
 from etc.targets.cpu.lowering.quantized import DYN, LINEAR_DYNAMIC, QuantizedOp, constant_name
 
 # Weights' bits -> K values per byte row of a panel (int4: a byte holds two k) and the layout of the
@@ -52,7 +52,9 @@ def lower_linear_dynamic(q: QuantizedOp) -> ir.Value:
     dyn = "%M" if M == DYN else ""
     t.emit(f"%zero = arith.constant {f32_literal(0.0)} : f32")
     t.emit(f"%re = tensor.empty({dyn}) : {m_t()}")
-    _activation_params(t, a["activation_granularity"], float(a["activation_eps"]), m_t(K), m_t())
+    granularity = a["activation_granularity"]
+    floor = float(np.finfo(np.float32).tiny) if granularity == "per_row" else float(a["activation_eps"])
+    _activation_params(t, granularity, floor, m_t(K), m_t())
     q_shape = [KB, GROUP] if bits == 8 else [KB, 2, GROUP]
     q_t = m_t(*q_shape, el="i8")
     x, _ = t.pad("%arg0", [M, K], [0, 0], [0, KB * r - K], "%zero", "f32")
@@ -62,7 +64,8 @@ def lower_linear_dynamic(q: QuantizedOp) -> ir.Value:
     t.emit(f"%q = linalg.generic {{indexing_maps = [affine_map<{loops} -> {at}>, affine_map<{loops} -> (m)>, "
       f"affine_map<{loops} -> (m)>, affine_map<{loops} -> {loops}>], "
       f"iterator_types = [{iterators(len(q_shape) + 1)}]}} "
-      f"ins({x}, %params#1, %params#2 : {m_t(KB * r)}, {m_t()}, {m_t()}) outs(%qe : {q_t}) {{")
+      f"ins({x}, %params#1, %params#2 : {m_t(KB * r)}, {m_t()}, {m_t()}) outs(%qe : {q_t}) "
+      f"attrs = {{{QQUANT} = {{granularity = \"{granularity}\", floor = {f32_literal(floor)} : f32}}}} {{")
     t.emit("^bb0(%x: f32, %inv: f32, %z: f32, %o: i8):")
     t.emit(f"  %qmin = arith.constant {f32_literal(-128.0)} : f32")
     t.emit(f"  %qmax = arith.constant {f32_literal(127.0)} : f32")
@@ -167,11 +170,11 @@ def _column_sums(weight: np.ndarray, scales: np.ndarray, bits: int, K: int) -> n
     return products.sum(axis=1).astype(np.float32)
 
 
-def _activation_params(t: KernelText, granularity: str, eps: float, x_t: str, row_t: str) -> None:
+def _activation_params(t: KernelText, granularity: str, floor: float, x_t: str, row_t: str) -> None:
     """%params:3 = (scale, 1 / scale, zero point), each [M] f32, of the activation %arg0 (`x_t`):
     the range including 0 of each row (torchao's choose_qparams_affine on [1, K] blocks, eps the
     smallest normal float) or of the whole tensor (PT2E's choose_qparams.tensor, its eps), then
-    scale = max((hi - lo) / 255, eps), zero point = clamp(-128 - roundeven(lo / scale))."""
+    scale = max((hi - lo) / 255, floor), zero point = clamp(-128 - roundeven(lo / scale))."""
     per_row = granularity == "per_row"
     range_t = row_t if per_row else "tensor<f32>"
     if per_row:
@@ -189,7 +192,6 @@ def _activation_params(t: KernelText, granularity: str, eps: float, x_t: str, ro
     t.emit("  %h2 = arith.maximumf %h, %x : f32")
     t.emit("  linalg.yield %l2, %h2 : f32, f32")
     t.emit(f"}} -> ({range_t}, {range_t})")
-    floor = float(np.finfo(np.float32).tiny) if per_row else eps
     read = f"affine_map<(m) -> {ranged}>"
     row = "affine_map<(m) -> (m)>"
     t.emit(f"%params:3 = linalg.generic {{indexing_maps = [{read}, {read}, {row}, {row}, {row}], "

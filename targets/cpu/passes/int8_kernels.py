@@ -116,14 +116,14 @@ class Int8Kernels(Pass):
                 self.count(f"int{pair.bits} dynamic kernels")
 
     def rewrite_dynamic(self, pair: DynamicPair, text: str) -> None:
+        """The kernel reads the float activation: the lowering's range, scale and quantize generics
+        and the contraction die with the epilogue."""
         decisions.record(pair.qgemm, "contraction", "gemm")
         epilogue, qgemm = pair.epilogue, pair.qgemm
-        values = [qgemm.operands[0], qgemm.operands[1], qgemm.operands[2], *epilogue.operands[1:5]]
+        values = [pair.activation, qgemm.operands[1], qgemm.operands[2], *epilogue.operands[3:5]]
         (result,) = splice(text, values, epilogue)
         epilogue.results[0].replace_all_uses_with(result)
-        epilogue.erase()
-        for dead in _dead_chain(qgemm):
-            dead.erase()
+        _erase_dead_producers(epilogue)
 
     def rewrite(self, pair: QgemmPair, text: str) -> None:
         decisions.record(pair.qgemm, pair.kind, "gemm")
@@ -136,6 +136,29 @@ class Int8Kernels(Pass):
         # The collapse/slice and the qgemm are dead now.
         for dead in _dead_chain(qgemm):
             dead.erase()
+
+
+_PURE = ("linalg.", "tensor.", "arith.")
+
+
+def _erase_dead_producers(op) -> None:
+    """Erase `op` (its results unused) and then every producer of its operands left unused, back
+    to the function's arguments (only side-effect-free tensor, linalg and arith ops)."""
+    chain, work = [], [op]
+    while work:  # every op `op` reads from, transitively, each once
+        current = work.pop()
+        if any(current == seen for seen in chain):
+            continue
+        chain.append(current)
+        work += [p for p in (defining_op(v) for v in current.operands) if p is not None and p.name.startswith(_PURE)]
+    erased = True
+    while erased:  # a producer dies once its last reader has
+        erased = False
+        for candidate in list(chain):
+            if not any(list(r.uses) for r in candidate.results):
+                chain.remove(candidate)
+                candidate.erase()
+                erased = True
 
 
 def _dead_chain(qgemm) -> list:

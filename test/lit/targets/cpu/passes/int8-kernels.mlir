@@ -90,11 +90,14 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 
 // -----
 
-// An 8da4w linear as etc-cpu-lower-quantized emits it: the int8 x int4 contraction (`etc.cpu.qgemm_dynamic`:
-// q [M, K/8, 2, 4] with each 8 k as their even then odd values, the weight's bytes as panels
-// [NB, K/8, 16, 4] of nibble pairs, the group scales [NB, G, 16]; M dynamic, K = 16 in 2 groups
-// of 8, 20 columns) and its epilogue (`etc.cpu.qdequant`). The pair becomes one kernel: the
-// accumulator starts at -8 * the group's sum of q (the weights' +8 offset), each 64-byte panel
+// An 8da4w linear as etc-cpu-lower-quantized emits it: the activation's range per row, its scale
+// and zero point, its quantize generic (`etc.cpu.qquant`: q [M, K/8, 2, 4] with each 8 k as their
+// even then odd values), the int8 x int4 contraction (`etc.cpu.qgemm_dynamic`: the weight's bytes as
+// panels [NB, K/8, 16, 4] of nibble pairs, the group scales [NB, G, 16]; M dynamic, K = 16 in 2
+// groups of 8, 20 columns) and its epilogue (`etc.cpu.qdequant`). The chain becomes one kernel
+// reading the float activation: per row a vector min/max, the scale and zero point, q a vector at a
+// time (each 8 shuffled even k then odd k) summed per group into the accumulator's start, -8 * the
+// group's sum of q (the weights' +8 offset); then each 64-byte panel
 // row is loaded once, xor 0x88 makes each nibble w + 8, low and high nibbles are masked and
 // shifted out in registers, two vpdpbusd (even k, odd k) per panel vector, then one fma with
 // the group scale into an f32 accumulator; rows in tiles of 2 then one by one; the epilogue
@@ -103,8 +106,18 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // CHECK-LABEL: func.func @linear4
 // CHECK-NOT: etc.cpu.qgemm_dynamic
 // CHECK-NOT: etc.cpu.qdequant
-// CHECK: %[[QS:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction", "reduction", "reduction"]} ins(%{{.*}} : tensor<?x2x1x2x4xi8>) outs(%{{.*}} : tensor<?x2xi32>)
+// CHECK-NOT: linalg.generic
+// CHECK: scf.for {{.*}} -> (tensor<?x16xi8>, tensor<?xf32>, tensor<?xf32>, tensor<?x2xi32>)
+// CHECK: vector.reduction <minimumf>
+// CHECK: vector.reduction <maximumf>
+// CHECK: tensor.insert
+// CHECK: tensor.insert
+// CHECK: math.roundeven %{{.*}} : vector<8xf32>
+// CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 2, 4, 6, 1, 3, 5, 7] : vector<8xi8>, vector<8xi8>
+// CHECK: vector.reduction <add>, %{{.*}} : vector<8xi32> into i32
 // CHECK: arith.muli %{{.*}}, %{{.*}} : i32
+// CHECK: tensor.insert %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] : tensor<?x2xi32>
+// CHECK: %[[QS:.*]] = tensor.cast %{{.*}} : tensor<?x2xi32> to tensor<?x2xi32>
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<?x20xf32>)
 // CHECK: scf.for %[[G:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
 // CHECK: tensor.extract %[[QS]][%{{.*}}, %[[G]]] : tensor<?x2xi32>
@@ -113,7 +126,7 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // CHECK-NEXT: arith.andi %{{.*}}, %{{.*}} : vector<64xi8>
 // CHECK-NEXT: arith.shrui %{{.*}}, %{{.*}} : vector<64xi8>
 // CHECK-NEXT: arith.andi %{{.*}}, %{{.*}} : vector<64xi8>
-// CHECK: vector.transfer_read %arg0[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<?x2x2x4xi8>, vector<4xi8>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<?x2x2x4xi8>, vector<4xi8>
 // CHECK: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK-NEXT: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK: arith.sitofp %{{.*}} : vector<16xi32> to vector<16xf32>
@@ -131,10 +144,49 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // NONE-LABEL: func.func @linear4
 // NONE: etc.cpu.decided
 // NONE: etc.cpu.qdequant
-func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x2x16xf32>, %zp: tensor<?xf32>, %sc: tensor<?xf32>) -> tensor<?x20xf32> {
+func.func @linear4(%x: tensor<?x16xf32>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x2x16xf32>) -> tensor<?x20xf32> {
   %c0 = arith.constant 0 : index
-  %M = tensor.dim %q, %c0 : tensor<?x2x2x4xi8>
+  %M = tensor.dim %x, %c0 : tensor<?x16xf32>
   %zero = arith.constant 0.0 : f32
+  %re = tensor.empty(%M) : tensor<?xf32>
+  %r0 = linalg.fill ins(%zero : f32) outs(%re : tensor<?xf32>) -> tensor<?xf32>
+  %range:2 = linalg.generic {indexing_maps = [affine_map<(m, k) -> (m, k)>, affine_map<(m, k) -> (m)>, affine_map<(m, k) -> (m)>], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<?x16xf32>) outs(%r0, %r0 : tensor<?xf32>, tensor<?xf32>) {
+  ^bb0(%v: f32, %l: f32, %h: f32):
+    %l2 = arith.minimumf %l, %v : f32
+    %h2 = arith.maximumf %h, %v : f32
+    linalg.yield %l2, %h2 : f32, f32
+  } -> (tensor<?xf32>, tensor<?xf32>)
+  %params:3 = linalg.generic {indexing_maps = [affine_map<(m) -> (m)>, affine_map<(m) -> (m)>, affine_map<(m) -> (m)>, affine_map<(m) -> (m)>, affine_map<(m) -> (m)>], iterator_types = ["parallel"]} ins(%range#0, %range#1 : tensor<?xf32>, tensor<?xf32>) outs(%re, %re, %re : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+  ^bb0(%l: f32, %h: f32, %o1: f32, %o2: f32, %o3: f32):
+    %c255 = arith.constant 255.0 : f32
+    %floor = arith.constant 1.17549435E-38 : f32
+    %one = arith.constant 1.0 : f32
+    %qmin = arith.constant -128.0 : f32
+    %qmax = arith.constant 127.0 : f32
+    %d = arith.subf %h, %l : f32
+    %s0 = arith.divf %d, %c255 : f32
+    %sv = arith.maximumf %s0, %floor : f32
+    %inv = arith.divf %one, %sv : f32
+    %ls = arith.divf %l, %sv : f32
+    %lr = math.roundeven %ls : f32
+    %z0 = arith.subf %qmin, %lr : f32
+    %z1 = arith.maximumf %z0, %qmin : f32
+    %zz = arith.minimumf %z1, %qmax : f32
+    linalg.yield %sv, %inv, %zz : f32, f32, f32
+  } -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>)
+  %qe = tensor.empty(%M) : tensor<?x2x2x4xi8>
+  %q = linalg.generic {indexing_maps = [affine_map<(m, kb, p, j) -> (m, kb * 8 + j * 2 + p)>, affine_map<(m, kb, p, j) -> (m)>, affine_map<(m, kb, p, j) -> (m)>, affine_map<(m, kb, p, j) -> (m, kb, p, j)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%x, %params#1, %params#2 : tensor<?x16xf32>, tensor<?xf32>, tensor<?xf32>) outs(%qe : tensor<?x2x2x4xi8>) attrs = {etc.cpu.qquant = {granularity = "per_row", floor = 1.17549435E-38 : f32}} {
+  ^bb0(%xv: f32, %iv: f32, %zv: f32, %o: i8):
+    %qmin = arith.constant -128.0 : f32
+    %qmax = arith.constant 127.0 : f32
+    %y = arith.mulf %xv, %iv : f32
+    %r = math.roundeven %y : f32
+    %a = arith.addf %r, %zv : f32
+    %c1 = arith.maximumf %a, %qmin : f32
+    %c2 = arith.minimumf %c1, %qmax : f32
+    %i = arith.fptosi %c2 : f32 to i8
+    linalg.yield %i : i8
+  } -> tensor<?x2x2x4xi8>
   %ae = tensor.empty(%M) : tensor<?x2x16xf32>
   %a0 = linalg.fill ins(%zero : f32) outs(%ae : tensor<?x2x16xf32>) -> tensor<?x2x16xf32>
   %acc = linalg.generic {indexing_maps = [affine_map<(m, nb, c, kb, p, j) -> (m, kb, p, j)>, affine_map<(m, nb, c, kb, p, j) -> (nb, kb, c, j)>, affine_map<(m, nb, c, kb, p, j) -> (nb, kb floordiv 1, c)>, affine_map<(m, nb, c, kb, p, j) -> (m, nb, c)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]} ins(%q, %w, %s : tensor<?x2x2x4xi8>, tensor<2x2x16x4xi8>, tensor<2x2x16xf32>) outs(%a0 : tensor<?x2x16xf32>) attrs = {etc.cpu.qgemm_dynamic = {bits = 4 : i64, group_size = 8 : i64}} {
@@ -161,7 +213,7 @@ func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2
   %colsum = arith.constant dense<0.5> : tensor<20xf32>
   %bias = arith.constant dense<1.5> : tensor<20xf32>
   %ye = tensor.empty(%M) : tensor<?x20xf32>
-  %result = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%cut, %zp, %sc, %colsum, %bias : tensor<?x20xf32>, tensor<?xf32>, tensor<?xf32>, tensor<20xf32>, tensor<20xf32>) outs(%ye : tensor<?x20xf32>) attrs = {etc.cpu.qdequant} {
+  %result = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%cut, %params#2, %params#0, %colsum, %bias : tensor<?x20xf32>, tensor<?xf32>, tensor<?xf32>, tensor<20xf32>, tensor<20xf32>) outs(%ye : tensor<?x20xf32>) attrs = {etc.cpu.qdequant} {
   ^bb0(%y: f32, %z: f32, %s2: f32, %cs: f32, %b: f32, %o: f32):
     %zc = arith.mulf %z, %cs : f32
     %d = arith.subf %y, %zc : f32
@@ -173,22 +225,30 @@ func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2
 
 // -----
 
-// A dynamic linear with int8 weights per channel (one scale group: G = 1, K = 8 in 2 rows of 4):
-// q [M, K/4, 4], the weight's bytes as panels [NB, K/4, 16, 4]. The accumulator starts at -128 *
-// the row's sum of q (the weights' +128 offset), each 64-byte panel row is loaded once and xor
+// A dynamic linear with int8 weights per channel and the activation quantized per tensor (one scale
+// group: G = 1; K = 6 padded to 8, 2 rows of 4): q [M, K/4, 4], the weight's bytes as panels
+// [NB, K/4, 16, 4]. The range is one vector min/max over every row first (K's tail read padded
+// with 0), then per row q (the last vector of 8 read masked past K) and its sum; the accumulator
+// starts at -128 * the row's sum of q (the weights' +128 offset), each 64-byte panel row is loaded once and xor
 // 0x80 makes it w + 128 (an unsigned operand), one vpdpbusd per panel vector, then the scale;
 // one group needs no f32 accumulator across groups, so the row tile is mr rows.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"
 // CHECK-LABEL: func.func @linear8
 // CHECK-NOT: etc.cpu.qgemm_dynamic
-// CHECK: %[[QS:.*]] = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%{{.*}} : tensor<?x1x2x4xi8>) outs(%{{.*}} : tensor<?x1xi32>)
+// CHECK-NOT: linalg.generic
+// CHECK: scf.for {{.*}} -> (vector<16xf32>, vector<16xf32>)
+// CHECK: vector.transfer_read %arg0[%{{.*}}, %{{.*}}], %{{.*}} : tensor<?x6xf32>, vector<16xf32>
+// CHECK: vector.reduction <minimumf>
+// CHECK: scf.for {{.*}} -> (tensor<?x8xi8>, tensor<?xf32>, tensor<?xf32>, tensor<?x1xi32>)
+// CHECK: vector.transfer_read %arg0[%{{.*}}, %{{.*}}], %{{.*}} : tensor<?x6xf32>, vector<8xf32>
 // CHECK: arith.constant -128 : i32
+// CHECK: %[[QS:.*]] = tensor.cast %{{.*}} : tensor<?x1xi32> to tensor<?x1xi32>
 // CHECK: arith.divui %{{.*}}, %{{.*}} : index
 // CHECK: tensor.extract %[[QS]][%{{.*}}, %{{.*}}] : tensor<?x1xi32>
 // CHECK: vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x2x64xi8>, vector<64xi8>
 // CHECK-NEXT: arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
 // CHECK-NEXT: vector.transfer_read
-// CHECK: vector.transfer_read %arg0[%{{.*}}, %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<?x2x4xi8>, vector<4xi8>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<?x2x4xi8>, vector<4xi8>
 // CHECK: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK: arith.sitofp %{{.*}} : vector<16xi32> to vector<16xf32>
 // CHECK: math.fma
@@ -198,10 +258,54 @@ func.func @linear4(%q: tensor<?x2x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2
 // NONE-LABEL: func.func @linear8
 // NONE: etc.cpu.decided
 // NONE: etc.cpu.qdequant
-func.func @linear8(%q: tensor<?x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x1x16xf32>, %zp: tensor<?xf32>, %sc: tensor<?xf32>) -> tensor<?x20xf32> {
+func.func @linear8(%x: tensor<?x6xf32>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x1x16xf32>) -> tensor<?x20xf32> {
   %c0 = arith.constant 0 : index
-  %M = tensor.dim %q, %c0 : tensor<?x2x4xi8>
+  %M = tensor.dim %x, %c0 : tensor<?x6xf32>
   %zero = arith.constant 0.0 : f32
+  %re = tensor.empty(%M) : tensor<?xf32>
+  %rs = tensor.empty() : tensor<f32>
+  %r0 = linalg.fill ins(%zero : f32) outs(%rs : tensor<f32>) -> tensor<f32>
+  %range:2 = linalg.generic {indexing_maps = [affine_map<(m, k) -> (m, k)>, affine_map<(m, k) -> ()>, affine_map<(m, k) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%x : tensor<?x6xf32>) outs(%r0, %r0 : tensor<f32>, tensor<f32>) {
+  ^bb0(%v: f32, %l: f32, %h: f32):
+    %l2 = arith.minimumf %l, %v : f32
+    %h2 = arith.maximumf %h, %v : f32
+    linalg.yield %l2, %h2 : f32, f32
+  } -> (tensor<f32>, tensor<f32>)
+  %params:3 = linalg.generic {indexing_maps = [affine_map<(m) -> ()>, affine_map<(m) -> ()>, affine_map<(m) -> (m)>, affine_map<(m) -> (m)>, affine_map<(m) -> (m)>], iterator_types = ["parallel"]} ins(%range#0, %range#1 : tensor<f32>, tensor<f32>) outs(%re, %re, %re : tensor<?xf32>, tensor<?xf32>, tensor<?xf32>) {
+  ^bb0(%l: f32, %h: f32, %o1: f32, %o2: f32, %o3: f32):
+    %c255 = arith.constant 255.0 : f32
+    %floor = arith.constant 1.1920929E-7 : f32
+    %one = arith.constant 1.0 : f32
+    %qmin = arith.constant -128.0 : f32
+    %qmax = arith.constant 127.0 : f32
+    %d = arith.subf %h, %l : f32
+    %s0 = arith.divf %d, %c255 : f32
+    %sv = arith.maximumf %s0, %floor : f32
+    %inv = arith.divf %one, %sv : f32
+    %ls = arith.divf %l, %sv : f32
+    %lr = math.roundeven %ls : f32
+    %z0 = arith.subf %qmin, %lr : f32
+    %z1 = arith.maximumf %z0, %qmin : f32
+    %zz = arith.minimumf %z1, %qmax : f32
+    linalg.yield %sv, %inv, %zz : f32, f32, f32
+  } -> (tensor<?xf32>, tensor<?xf32>, tensor<?xf32>)
+  %xp = tensor.pad %x low[0, 0] high[0, 2] {
+  ^bb0(%i0: index, %i1: index):
+    tensor.yield %zero : f32
+  } : tensor<?x6xf32> to tensor<?x8xf32>
+  %qe = tensor.empty(%M) : tensor<?x2x4xi8>
+  %q = linalg.generic {indexing_maps = [affine_map<(m, kb, j) -> (m, kb * 4 + j)>, affine_map<(m, kb, j) -> (m)>, affine_map<(m, kb, j) -> (m)>, affine_map<(m, kb, j) -> (m, kb, j)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%xp, %params#1, %params#2 : tensor<?x8xf32>, tensor<?xf32>, tensor<?xf32>) outs(%qe : tensor<?x2x4xi8>) attrs = {etc.cpu.qquant = {granularity = "per_tensor", floor = 1.1920929E-7 : f32}} {
+  ^bb0(%xv: f32, %iv: f32, %zv: f32, %o: i8):
+    %qmin = arith.constant -128.0 : f32
+    %qmax = arith.constant 127.0 : f32
+    %y = arith.mulf %xv, %iv : f32
+    %r = math.roundeven %y : f32
+    %a = arith.addf %r, %zv : f32
+    %c1 = arith.maximumf %a, %qmin : f32
+    %c2 = arith.minimumf %c1, %qmax : f32
+    %i = arith.fptosi %c2 : f32 to i8
+    linalg.yield %i : i8
+  } -> tensor<?x2x4xi8>
   %ae = tensor.empty(%M) : tensor<?x2x16xf32>
   %a0 = linalg.fill ins(%zero : f32) outs(%ae : tensor<?x2x16xf32>) -> tensor<?x2x16xf32>
   %acc = linalg.generic {indexing_maps = [affine_map<(m, nb, c, kb, j) -> (m, kb, j)>, affine_map<(m, nb, c, kb, j) -> (nb, kb, c, j)>, affine_map<(m, nb, c, kb, j) -> (nb, kb floordiv 2, c)>, affine_map<(m, nb, c, kb, j) -> (m, nb, c)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%q, %w, %s : tensor<?x2x4xi8>, tensor<2x2x16x4xi8>, tensor<2x1x16xf32>) outs(%a0 : tensor<?x2x16xf32>) attrs = {etc.cpu.qgemm_dynamic = {bits = 8 : i64, group_size = 8 : i64}} {
@@ -218,7 +322,7 @@ func.func @linear8(%q: tensor<?x2x4xi8>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x1
   %colsum = arith.constant dense<0.5> : tensor<20xf32>
   %bias = arith.constant dense<1.5> : tensor<20xf32>
   %ye = tensor.empty(%M) : tensor<?x20xf32>
-  %result = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%cut, %zp, %sc, %colsum, %bias : tensor<?x20xf32>, tensor<?xf32>, tensor<?xf32>, tensor<20xf32>, tensor<20xf32>) outs(%ye : tensor<?x20xf32>) attrs = {etc.cpu.qdequant} {
+  %result = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%cut, %params#2, %params#0, %colsum, %bias : tensor<?x20xf32>, tensor<?xf32>, tensor<?xf32>, tensor<20xf32>, tensor<20xf32>) outs(%ye : tensor<?x20xf32>) attrs = {etc.cpu.qdequant} {
   ^bb0(%y: f32, %z: f32, %s2: f32, %cs: f32, %b: f32, %o: f32):
     %zc = arith.mulf %z, %cs : f32
     %d = arith.subf %y, %zc : f32
