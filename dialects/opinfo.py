@@ -191,7 +191,8 @@ ATTRIBUTE_OF_KIND = {
     "int": (_encode_int, _decode_int),
     "int_list": (_encode_int_list, lambda attr, dynamic: [dynamic.pop(0) if v == DYNAMIC else v
                                                           for v in ir.DenseI64ArrayAttr(attr)]),
-    "float": (lambda value, dynamic: ir.FloatAttr.get_f64(float(value)), lambda attr, dynamic: ir.FloatAttr(attr).value),
+    "float": (lambda value, dynamic: ir.FloatAttr.get_f64(float(value)),
+              lambda attr, dynamic: ir.FloatAttr(attr).value),
     "float_list": (lambda value, dynamic: ir.DenseF64ArrayAttr.get([float(v) for v in value]),
                    lambda attr, dynamic: list(ir.DenseF64ArrayAttr(attr))),
     "bool": (lambda value, dynamic: ir.BoolAttr.get(bool(value)), lambda attr, dynamic: ir.BoolAttr(attr).value),
