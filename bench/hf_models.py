@@ -189,6 +189,18 @@ def _etc_program(module, inputs):
     return program
 
 
+def _executorch_call(backend: str, runtime, buffer, inputs, expected) -> Callable:
+    """Load `buffer` on ExecuTorch's runtime, run it once (emitting `<backend>_maxdiff`), and return the
+    call to time; the call keeps the buffer alive (the loaded program reads that memory)."""
+    loaded = runtime.get().load_program(buffer)
+    method = loaded.load_method("forward")
+    emit(stage=f"{backend} execute")
+    got = method.execute(list(inputs))[0]
+    emit(**{f"{backend}_maxdiff": float((got - expected).abs().max())})
+    kept = (buffer, loaded)
+    return lambda: kept and method.execute(list(inputs))
+
+
 def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
     import warnings
 
@@ -232,14 +244,8 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
             from etc.runtime import executorch_backend
             emit(stage="etc_executorch load", et_threads=executorch_threads(1))
             executorch_backend.load()
-            buffer = etc_program.buffer
-            loaded = EtRuntime.get().load_program(buffer)
-            et_etc_method = loaded.load_method("forward")
-            emit(stage="etc_executorch execute")
-            got = et_etc_method.execute(list(inputs))[0]
-            emit(etc_executorch_maxdiff=float((got - expected).abs().max()))
-            kept = (buffer, loaded)
-            calls["etc_executorch"] = lambda: kept and et_etc_method.execute(list(inputs))
+            calls["etc_executorch"] = _executorch_call("etc_executorch", EtRuntime, etc_program.buffer, inputs,
+                                                       expected)
         except Exception as e:  # noqa: BLE001 - reported in the row
             emit(etc_executorch_error=error_text(e))
 
@@ -261,14 +267,7 @@ def measure(name: str, runs: int, backends: set, budget_s: float = 4.0) -> None:
                 plan.operators[i.instr_args.op_index].name for chain in plan.chains for i in chain.instructions
                 if type(i.instr_args).__name__ == "KernelCall"))
             emit(stage="xnnpack load")
-            buffer = et_program.buffer  # the loaded program reads this memory: keep it alive
-            et_loaded = EtRuntime.get().load_program(buffer)
-            et_method = et_loaded.load_method("forward")
-            emit(stage="xnnpack execute")
-            got = et_method.execute(list(inputs))[0]
-            emit(xnnpack_maxdiff=float((got - expected).abs().max()))
-            keep = (buffer, et_loaded)
-            calls["xnnpack"] = lambda: keep and et_method.execute(list(inputs))
+            calls["xnnpack"] = _executorch_call("xnnpack", EtRuntime, et_program.buffer, inputs, expected)
         except Exception as e:  # noqa: BLE001
             emit(xnnpack_error=error_text(e))
 

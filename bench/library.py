@@ -79,6 +79,30 @@ int main(int argc, char **argv) {
 """
 
 
+def _output_buffers(info: dict, align: int) -> list[str]:
+    """C declarations of the method's output buffers `out0, out1, ...`."""
+    lines = []
+    for p, o in enumerate(info["outputs"]):
+        nbytes = int(np.prod(o["shape"])) * np.dtype(o["dtype"]).itemsize
+        lines.append(f"static _Alignas({align}) unsigned char out{p}[{max(nbytes, 1)}];")
+    return lines
+
+
+def _entry_call(info: dict, inputs: list) -> tuple[list[str], str]:
+    """(C statements declaring the entry's pointer arrays and dims, the entry's call expression)
+    over the buffers `in0, ...` and `out0, ...`."""
+    names_in = ", ".join(f"in{i}" for i in range(len(inputs))) or "0"
+    names_out = ", ".join(f"out{p}" for p in range(len(info["outputs"]))) or "0"
+    lines = [f"    const void *inputs[{max(len(inputs), 1)}] = {{{names_in}}};",
+             f"    void *outputs[{max(len(info['outputs']), 1)}] = {{{names_out}}};"]
+    if not (info["input_dims"] or info["output_dims"]):
+        return lines, f"{info['symbol']}(inputs, outputs, arena)"
+    dims = [int(inputs[i].shape[d]) for i, d in info["input_dims"]]
+    lines += [f"    const int32_t input_dims[{max(len(dims), 1)}] = {{{', '.join(map(str, dims)) or '0'}}};",
+              f"    int32_t output_dims[{max(len(info['output_dims']), 1)}];"]
+    return lines, f"{info['symbol']}(inputs, input_dims, outputs, output_dims, arena)"
+
+
 def c_timer(library, method: str, inputs: list, directory: str) -> str:
     """A C program timing `library`'s `method` on `inputs` (read from .bin files beside it)."""
     info = library.sizes["methods"][method]
@@ -89,20 +113,9 @@ def c_timer(library, method: str, inputs: list, directory: str) -> str:
         buffers.append(f"static _Alignas(64) unsigned char in{i}[{max(x.nbytes, 1)}];")
         load.append(f'{{ FILE *f = fopen("{path}", "rb"); if (!f || fread(in{i}, 1, {x.nbytes}, f) != {x.nbytes}) '
                     f'return 2; fclose(f); }}')
-    for p, o in enumerate(info["outputs"]):
-        nbytes = int(np.prod(o["shape"])) * np.dtype(o["dtype"]).itemsize
-        buffers.append(f"static _Alignas(64) unsigned char out{p}[{max(nbytes, 1)}];")
-    names_in = ", ".join(f"in{i}" for i in range(len(inputs))) or "0"
-    names_out = ", ".join(f"out{p}" for p in range(len(info["outputs"]))) or "0"
-    body = [f"    const void *inputs[{max(len(inputs), 1)}] = {{{names_in}}};",
-            f"    void *outputs[{max(len(info['outputs']), 1)}] = {{{names_out}}};"]
-    if info["input_dims"] or info["output_dims"]:
-        dims = [int(inputs[i].shape[d]) for i, d in info["input_dims"]]
-        body += [f"    const int32_t input_dims[{max(len(dims), 1)}] = {{{', '.join(map(str, dims)) or '0'}}};",
-                 f"    int32_t output_dims[{max(len(info['output_dims']), 1)}];",
-                 f"    return {info['symbol']}(inputs, input_dims, outputs, output_dims, arena);"]
-    else:
-        body.append(f"    return {info['symbol']}(inputs, outputs, arena);")
+    buffers += _output_buffers(info, align=64)
+    body, entry = _entry_call(info, inputs)
+    body.append(f"    return {entry};")
     return _C_TIMER % {"name": library.name, "up": library.name.upper(), "buffers": "\n".join(buffers),
                        "load": "\n    ".join(load), "call": "\n".join(body)}
 
@@ -164,22 +177,10 @@ def firmware_main(library, method: str, inputs: list) -> str:
         values = ", ".join(float(v).hex() + "f" for v in flat) if x.dtype == np.float32 else \
             ", ".join(str(int(v)) + ("LL" if x.dtype == np.int64 else "") for v in flat)
         lines.append(f"static const {ctype} in{i}[{max(flat.size, 1)}] = {{{values or '0'}}};")
-    for p, o in enumerate(info["outputs"]):
-        nbytes = int(np.prod(o["shape"])) * np.dtype(o["dtype"]).itemsize
-        lines.append(f"static _Alignas(8) unsigned char out{p}[{max(nbytes, 1)}];")
+    lines += _output_buffers(info, align=8)
     up = library.name.upper()
     lines.append(f"static _Alignas({up}_ARENA_ALIGN) unsigned char arena[{up}_ARENA_BYTES > 0 ? {up}_ARENA_BYTES : 1];")
-    names_in = ", ".join(f"in{i}" for i in range(len(inputs))) or "0"
-    names_out = ", ".join(f"out{p}" for p in range(len(info["outputs"]))) or "0"
-    call = [f"    const void *inputs[{max(len(inputs), 1)}] = {{{names_in}}};",
-            f"    void *outputs[{max(len(info['outputs']), 1)}] = {{{names_out}}};"]
-    if info["input_dims"] or info["output_dims"]:
-        dims = [int(inputs[i].shape[d]) for i, d in info["input_dims"]]
-        call += [f"    const int32_t input_dims[{max(len(dims), 1)}] = {{{', '.join(map(str, dims)) or '0'}}};",
-                 f"    int32_t output_dims[{max(len(info['output_dims']), 1)}];"]
-        entry = f"{info['symbol']}(inputs, input_dims, outputs, output_dims, arena)"
-    else:
-        entry = f"{info['symbol']}(inputs, outputs, arena)"
+    call, entry = _entry_call(info, inputs)
     # The entry alone: its instructions, and its stack (painted below this frame, measured from the
     # stack pointer at the call).
     call += ["    fw_stack_paint();", "    uintptr_t sp = fw_sp();", "    uint64_t start = fw_instructions();",

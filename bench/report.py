@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-gemm", action="store_true")
     args = parser.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    known = ("zoo", "int8", "library", "layers", "models", "llm", "executorch", "profiling")
+    known = ("zoo", *(key for key, _, _ in _SECTIONS))
     unknown = sorted(set(sections) - set(known))
     if unknown:
         parser.error(f"unknown section(s) {unknown}: choose among {', '.join(known)}")
@@ -195,20 +195,9 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 gemm_text = f"GEMM benchmark failed: {type(e).__name__}: {e}"
         parts.append(render(rows, with_executorch, gemm_text, et_threads, header=False))
-    if "int8" in sections:
-        parts.append(_section("Int8", _int8_text, args))
-    if "library" in sections:
-        parts.append(_section("Native libraries", _library_text, args))
-    if "layers" in sections:
-        parts.append(_section("Layer sweep", _layers_text, args))
-    if "models" in sections:
-        parts.append(_section("Real models", _models_text, args))
-    if "llm" in sections:
-        parts.append(_section("LLM", _llm_text, args))
-    if "executorch" in sections:
-        parts.append(_section("One runtime: etc's backend and XNNPACK inside ExecuTorch", _executorch_text, args))
-    if "profiling" in sections:
-        parts.append(_section("Profiling", _profiling_text, args))
+    for key, title, body in _SECTIONS:
+        if key in sections:
+            parts.append(_section(title, body, args))
     summary = [(part.splitlines()[0].removeprefix("## "), line) for part in parts for line in part.splitlines()
                if line.startswith("**Geomean")]
     text = "\n".join(_header() + [f"{line} See {title}.\n" for title, line in summary]) + "\n" + "\n".join(parts)
@@ -278,6 +267,18 @@ def _profiling_text(args) -> str:
     from etc.bench.profiling import run
 
     return run(runs=max(10, args.runs))
+
+
+# The sections after the zoo, in report order: (--sections key, title, body).
+_SECTIONS = (
+    ("int8", "Int8", _int8_text),
+    ("library", "Native libraries", _library_text),
+    ("layers", "Layer sweep", _layers_text),
+    ("models", "Real models", _models_text),
+    ("llm", "LLM", _llm_text),
+    ("executorch", "One runtime: etc's backend and XNNPACK inside ExecuTorch", _executorch_text),
+    ("profiling", "Profiling", _profiling_text),
+)
 
 
 def _section(title: str, body, args) -> str:

@@ -21,15 +21,11 @@ from __future__ import annotations
 from etc.compiler import emit_control_flow
 from etc.compiler.emit_data import ProgramData, external_tag_function
 from etc.dialects.out_variants import kernel_schema, out_variant_name
-from etc.errors import LoweringError, SerializationError
+from etc.errors import LoweringError, SerializationError, UnsupportedConstructError
 from etc.ir.dtypes import scalar_type_of
+from etc.ir.schema_types import schema_type
 from etc.passes.memory_planning import planned_alloc, result_alloc
 from etc.passes.in_place_state import in_place_symbols
-
-
-# c10 enums as ExecuTorch's emitter writes them (Int EValues).
-_MEMORY_FORMAT = {"contiguous_format": 0, "preserve_format": 1, "channels_last": 2, "channels_last_3d": 3}
-_LAYOUT = {"strided": 0}
 
 
 _ARG_TYPES: dict = {}
@@ -193,37 +189,15 @@ class _MethodEmitter:
         """Emit one schema argument; `arg_type` is torch's type string (`int[]`, `Tensor?`, ...)."""
         from torch_mlir import ir
 
-        S = self.S
         if isinstance(python_value, ir.Value):
             if python_value not in self.index:
                 raise LoweringError("an operand is not defined by an emitted value", location=_where(op))
             return self.index[python_value]
-        base = arg_type.rstrip("?")
         if python_value is None:
             return self.scalar(None)
-        if base in ("Tensor[]", "Tensor?[]", "List[Tensor]", "List[Optional[Tensor]]"):
-            items = [self.index[v] if v is not None else -1 for v in python_value]
-            kind = S.OptionalTensorList if "?" in base[:-2] or "Optional" in base else S.TensorList
-            return self.add_value(kind(items=items))
-        if base in ("int[]", "SymInt[]", "List[int]") or base.startswith("int[") or base.startswith("SymInt["):
-            # IntList items are EValue indices of Int values (ExecuTorch's BoxedEvalueList).
-            items = [self.argument("SymInt", v, op) for v in python_value]
-            return self.add_value(S.IntList(items=items))
-        if base in ("float[]", "List[float]"):
-            return self.add_value(S.DoubleList(items=[float(v) for v in python_value]))
-        if base in ("bool[]", "List[bool]") or base.startswith("bool["):
-            return self.add_value(S.BoolList(items=[bool(v) for v in python_value]))
-        if base == "ScalarType":
-            return self.scalar(_scalar_type_of(python_value))
-        if base == "MemoryFormat":
-            return self.scalar(_MEMORY_FORMAT.get(str(python_value).replace("torch.", ""), 0))
-        if base == "Layout":
-            return self.scalar(_LAYOUT.get(str(python_value).replace("torch.", ""), 0))
-        if base == "Device":
-            return self.scalar(0)
-        if base == "Scalar" and isinstance(python_value, bool):
-            return self.scalar(python_value)
-        return self.scalar(python_value)
+        row = schema_type(arg_type)
+        emit = EVALUE_OF_KIND.get(row.kind)
+        return emit(self, row, python_value, op) if emit else self.scalar(python_value)
 
     def operator(self, qualified: str) -> int:
         if qualified not in self.operator_index:
@@ -472,11 +446,30 @@ def _arg_attr(func_op, index: int, name: str):
     return d[name] if name in d else None
 
 
-def _scalar_type_of(value) -> int:
+def _enum_code(row, value) -> int:
     try:
-        return scalar_type_of(value)
-    except SerializationError:
-        raise LoweringError(f"unknown dtype '{value}'") from None
+        return row.code(value)
+    except UnsupportedConstructError as error:
+        raise LoweringError(error.message) from None
+
+
+# The emitter's column of the schema-type table (etc.ir.schema_types): kind -> its EValue, as
+# ExecuTorch's emitter writes it; a kind not here (int, float, bool, str, Scalar) is a scalar EValue.
+EVALUE_OF_KIND = {
+    "tensor_list": lambda self, row, value, op: self.add_value(self.S.TensorList(
+        items=[self.index[v] if v is not None else -1 for v in value])),
+    "optional_tensor_list": lambda self, row, value, op: self.add_value(self.S.OptionalTensorList(
+        items=[self.index[v] if v is not None else -1 for v in value])),
+    # IntList items are EValue indices of Int values (ExecuTorch's BoxedEvalueList).
+    "int_list": lambda self, row, value, op: self.add_value(self.S.IntList(
+        items=[self.argument("SymInt", v, op) for v in value])),
+    "float_list": lambda self, row, value, op: self.add_value(self.S.DoubleList(items=[float(v) for v in value])),
+    "bool_list": lambda self, row, value, op: self.add_value(self.S.BoolList(items=[bool(v) for v in value])),
+    # c10 enums as Int EValues (ScalarType, MemoryFormat, Layout).
+    "dtype": lambda self, row, value, op: self.scalar(_enum_code(row, value)),
+    "enum": lambda self, row, value, op: self.scalar(_enum_code(row, value)),
+    "device": lambda self, row, value, op: self.scalar(0),
+}
 
 
 def _torch_default(arg):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from etc.errors import LoweringError
+from etc.ir.ops import nested_ops
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def _plan_method(name: str, func, program_ir, reasons: dict, dims_record) -> tup
             where = format_location(op.location) or "unknown location"
             why = reasons.get(op.name)
             lines.append(f"  {where}: {op.name} runs outside the delegate" + (f" ({why})" if why else ""))
-            for inner in _nested_ops(op):
+            for inner in [inner for inner in nested_ops(op) if inner.name.startswith("edge.")]:
                 where = format_location(inner.location) or "unknown location"
                 lines.append(f"  {where}: {inner.name} (inside {op.name})")
         for call in calls if len(calls) > 1 else []:
@@ -231,18 +232,6 @@ def _only_sizes_use(op) -> bool:
             if owner.name not in SIZE_OPS:
                 return False
     return True
-
-
-def _nested_ops(op) -> list:
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = inner.operation
-                if inner.name.startswith("edge."):
-                    found.append(inner)
-                found.extend(_nested_ops(inner))
-    return found
 
 
 def _numpy_name(element_type) -> str:

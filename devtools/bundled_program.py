@@ -26,7 +26,7 @@ import numpy as np
 
 from etc.errors import EtcError, ProgramError
 from etc.schema import program as P
-from etc.schema.kinds import BOOL, DOUBLE, INT, LONG, UBYTE, UINT, Blob, Scalar, SchemaTable, Str, Table, Union, \
+from etc.schema.kinds import DOUBLE, INT, UBYTE, UINT, Blob, Scalar, SchemaTable, Str, Table, Union, \
     Vector, fb
 
 __all__ = ["BundledProgram", "MethodTestCase", "MethodTestSuite", "VerificationReport", "FILE_IDENTIFIER"]
@@ -38,18 +38,15 @@ SCHEMA_VERSION = 2
 
 # --------------------------------------------------------------------------- the schema (wire tables)
 class _Wire:
-    """Namespace of the wire tables; their class names are the schema's (unions are tagged by name)."""
+    """Namespace of the wire tables; their class names are the schema's (unions are tagged by name).
+    Int, Bool and Double are the program schema's tables; the bundled Double differs in one datum,
+    the default of an absent `double_val` (the flatbuffer scalar default 0, not 0.0)."""
+
+    Int = P.Int
+    Bool = P.Bool
 
     @dataclass
-    class Int(SchemaTable):
-        int_val: int = fb(LONG)
-
-    @dataclass
-    class Bool(SchemaTable):
-        bool_val: bool = fb(BOOL)
-
-    @dataclass
-    class Double(SchemaTable):
+    class Double(P.Double):
         double_val: float = fb(DOUBLE)
 
     @dataclass

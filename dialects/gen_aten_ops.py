@@ -28,23 +28,11 @@ import re
 import sys
 from pathlib import Path
 
+from etc.errors import UnsupportedConstructError
+from etc.ir.schema_types import spelled
+
 TABLE_PATH = Path(__file__).with_name("aten_ops.json")
 
-# torchgen type string (optional marker removed) -> how we encode it.
-_ATTRIBUTE_TYPES = {
-    "int", "SymInt", "float", "bool", "str", "Scalar", "ScalarType", "Layout", "MemoryFormat",
-    "Device", "Generator", "int[]", "SymInt[]", "float[]", "bool[]",
-}
-# Arguments whose values may be symbolic sizes at import time.
-_MAYBE_SYMBOLIC = {"SymInt", "SymInt[]", "Scalar"}
-
-
-def _base_type(type_text: str) -> str:
-    """'int[2]?' -> 'int[]'; 'SymInt?' -> 'SymInt'."""
-    text = type_text.rstrip("?")
-    if "[" in text:
-        text = text[: text.index("[")] + "[]"
-    return text
 
 
 def op_mlir_name(name: str, overload: str) -> str:
@@ -61,27 +49,32 @@ def op_mlir_name(name: str, overload: str) -> str:
 
 
 def argument_entry(argument, field_name) -> dict | None:
+    """The table entry of one schema argument (its encoding, by its row of the schema-type table), or
+    None when the argument cannot be encoded (an unknown type, an optional tensor list, a required
+    Generator): the op is then left out of the table."""
     type_text = str(argument.type)
-    optional = type_text.endswith("?")
-    base = _base_type(type_text)
+    try:
+        spelling = spelled(type_text)
+    except UnsupportedConstructError:
+        return None
+    kind = spelling.type.kind
     entry = {"name": argument.name, "field": field_name(argument.name), "type": type_text}
     if argument.default is not None:
         entry["default"] = argument.default
-    if base == "Tensor":
-        entry["kind"] = "optional_operand" if optional else "operand"
-    elif base == "Tensor[]" and not optional:
-        entry["kind"] = "variadic_operand"
-    elif type_text == "Tensor?[]":
-        entry["kind"] = "optional_list_operand"
-        entry["mask"] = field_name(argument.name, "_mask")
-    elif base in _ATTRIBUTE_TYPES:
-        if base == "Generator" and not optional:
+    if kind == "tensor":
+        entry["kind"] = "optional_operand" if spelling.optional else "operand"
+    elif kind in ("tensor_list", "optional_tensor_list"):
+        if spelling.optional:
+            return None
+        entry["kind"] = "variadic_operand" if kind == "tensor_list" else "optional_list_operand"
+        if kind == "optional_tensor_list":
+            entry["mask"] = field_name(argument.name, "_mask")
+    else:
+        if kind == "generator" and not spelling.optional:
             return None
         entry["kind"] = "attribute"
-        if base in _MAYBE_SYMBOLIC:
+        if spelling.symbolic:  # values that may be symbolic sizes at import time
             entry["dynamic"] = field_name(argument.name, "_dynamic")
-    else:
-        return None
     return entry
 
 

@@ -18,6 +18,8 @@ from typing import Any
 from torch_mlir import ir
 
 from etc.errors import UnsupportedConstructError
+from etc.ir.dtypes import element_type, torch_dtype_name_of_element_type
+from etc.ir.schema_types import SchemaType, schema_type, spelled
 
 TABLE_PATH = Path(__file__).with_name("aten_ops.json")
 
@@ -44,13 +46,18 @@ class ArgInfo:
     mask: str | None = None  # field of the presence mask of a `Tensor?[]`
 
     @property
+    def schema_type(self) -> SchemaType:
+        """The row of the schema-type table (etc.ir.schema_types) this argument's type reads as."""
+        return schema_type(self.type)
+
+    @property
     def base(self) -> str:
-        text = self.type.rstrip("?")
-        return text[: text.index("[")] + "[]" if "[" in text else text
+        """The canonical type name (`int[2]?` -> `int[]`, `SymInt` -> `int`)."""
+        return self.schema_type.name
 
     @property
     def optional(self) -> bool:
-        return self.type.endswith("?")
+        return spelled(self.type).optional
 
 
 @dataclass(frozen=True)
@@ -113,119 +120,125 @@ def by_torch_name() -> dict[str, OpInfo]:
 
 
 # ------------------------------------------------------------------ encoding
+# The dialects' column of the schema-type table (etc.ir.schema_types): one (encode, decode) pair per
+# kind. `encode(value, dynamic)` -> attribute, symbolic entries (ir.Values of index type) written as
+# DYNAMIC and appended to `dynamic`; `decode(attr, dynamic)` -> value, taking them back in order.
+def _i64(value: int) -> ir.Attribute:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+
+
+def _encode_int(value, dynamic):
+    if isinstance(value, ir.Value):
+        dynamic.append(value)
+        return _i64(DYNAMIC)
+    return _i64(int(value))
+
+
+def _decode_int(attr, dynamic):
+    value = ir.IntegerAttr(attr).value
+    return dynamic.pop(0) if value == DYNAMIC else value
+
+
+def _encode_int_list(value, dynamic):
+    if isinstance(value, int):  # `int[2] stride=1` style broadcast default
+        value = [value]
+    items = []
+    for item in value:
+        if isinstance(item, ir.Value):
+            dynamic.append(item)
+            items.append(DYNAMIC)
+        else:
+            items.append(int(item))
+    return ir.DenseI64ArrayAttr.get(items)
+
+
+def _encode_scalar(value, dynamic):
+    if isinstance(value, ir.Value):
+        dynamic.append(value)
+        return _i64(DYNAMIC)
+    if isinstance(value, bool):
+        return ir.BoolAttr.get(value)
+    if isinstance(value, int):
+        return _i64(value)
+    if isinstance(value, float):
+        return ir.FloatAttr.get_f64(value)
+    raise UnsupportedConstructError(f"a Scalar of type {type(value).__name__} is not supported")
+
+
+def _decode_scalar(attr, dynamic):
+    if isinstance(attr, ir.BoolAttr):
+        return ir.BoolAttr(attr).value
+    if isinstance(attr, ir.FloatAttr):
+        return ir.FloatAttr(attr).value
+    return _decode_int(attr, dynamic)
+
+
+def _encode_dtype(value, dynamic):
+    if isinstance(value, int):  # a schema default as its ScalarType number (torchao's `output_dtype=6`)
+        value = schema_type("ScalarType").value_name(value)
+    return ir.TypeAttr.get(element_type(value))
+
+
+def _decode_dtype(attr, dynamic):
+    return getattr(_torch(), torch_dtype_name_of_element_type(ir.TypeAttr(attr).value))
+
+
+def _encode_generator(value, dynamic):
+    raise UnsupportedConstructError("a torch.Generator is not supported")
+
+
+ATTRIBUTE_OF_KIND = {
+    "int": (_encode_int, _decode_int),
+    "int_list": (_encode_int_list, lambda attr, dynamic: [dynamic.pop(0) if v == DYNAMIC else v
+                                                          for v in ir.DenseI64ArrayAttr(attr)]),
+    "float": (lambda value, dynamic: ir.FloatAttr.get_f64(float(value)),
+              lambda attr, dynamic: ir.FloatAttr(attr).value),
+    "float_list": (lambda value, dynamic: ir.DenseF64ArrayAttr.get([float(v) for v in value]),
+                   lambda attr, dynamic: list(ir.DenseF64ArrayAttr(attr))),
+    "bool": (lambda value, dynamic: ir.BoolAttr.get(bool(value)), lambda attr, dynamic: ir.BoolAttr(attr).value),
+    "bool_list": (lambda value, dynamic: ir.DenseBoolArrayAttr.get([bool(v) for v in value]),
+                  lambda attr, dynamic: [bool(v) for v in ir.DenseBoolArrayAttr(attr)]),
+    "str": (lambda value, dynamic: ir.StringAttr.get(str(value)), lambda attr, dynamic: ir.StringAttr(attr).value),
+    "scalar": (_encode_scalar, _decode_scalar),
+    "dtype": (_encode_dtype, _decode_dtype),
+    # MemoryFormat, Layout: by torch name (`channels_last`), readable in the IR.
+    "enum": (lambda value, dynamic: ir.StringAttr.get(str(value).removeprefix("torch.")),
+             lambda attr, dynamic: getattr(_torch(), ir.StringAttr(attr).value)),
+    "device": (lambda value, dynamic: ir.StringAttr.get(str(_torch().device(value))),
+               lambda attr, dynamic: _torch().device(ir.StringAttr(attr).value)),
+    "generator": (_encode_generator, None),
+}
+
+
 def _torch():
     import torch
 
     return torch
 
 
-def _i64(value: int) -> ir.Attribute:
-    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
-
-
-def _element_type_of_dtype(dtype) -> ir.Type:
-    from etc.ir.dtypes import element_type
-
-    return element_type(dtype)
-
-
 def encode_value(arg: ArgInfo, value: Any, dynamic: list) -> ir.Attribute:
     """One non-tensor schema value -> its attribute; symbolic entries (ir.Value
     of index type) become DYNAMIC and are appended to `dynamic`."""
-    torch = _torch()
-    base = arg.base
     if value is None:
         return ir.UnitAttr.get()
-    if base in ("int", "SymInt"):
-        if isinstance(value, ir.Value):
-            dynamic.append(value)
-            return _i64(DYNAMIC)
-        return _i64(int(value))
-    if base in ("int[]", "SymInt[]"):
-        if isinstance(value, int):  # `int[2] stride=1` style broadcast default
-            value = [value]
-        items = []
-        for item in value:
-            if isinstance(item, ir.Value):
-                dynamic.append(item)
-                items.append(DYNAMIC)
-            else:
-                items.append(int(item))
-        return ir.DenseI64ArrayAttr.get(items)
-    if base == "float":
-        return ir.FloatAttr.get_f64(float(value))
-    if base == "float[]":
-        return ir.DenseF64ArrayAttr.get([float(v) for v in value])
-    if base == "bool":
-        return ir.BoolAttr.get(bool(value))
-    if base == "bool[]":
-        return ir.DenseBoolArrayAttr.get([bool(v) for v in value])
-    if base == "str":
-        return ir.StringAttr.get(str(value))
-    if base == "Scalar":
-        if isinstance(value, ir.Value):
-            dynamic.append(value)
-            return _i64(DYNAMIC)
-        if isinstance(value, bool):
-            return ir.BoolAttr.get(value)
-        if isinstance(value, int):
-            return _i64(value)
-        if isinstance(value, float):
-            return ir.FloatAttr.get_f64(value)
-        raise UnsupportedConstructError(f"Scalar argument '{arg.name}' of type {type(value).__name__} is not supported")
-    if base == "ScalarType":
-        if isinstance(value, int):  # a schema default as its ScalarType number (torchao's `output_dtype=6`)
-            from etc.schema import to_torch_dtype
-
-            value = to_torch_dtype(value)
-        return ir.TypeAttr.get(_element_type_of_dtype(value))
-    if base in ("Layout", "MemoryFormat"):
-        return ir.StringAttr.get(str(value).replace("torch.", ""))
-    if base == "Device":
-        return ir.StringAttr.get(str(torch.device(value)))
-    if base == "Generator":
-        raise UnsupportedConstructError(f"a torch.Generator argument ('{arg.name}') is not supported")
-    raise UnsupportedConstructError(f"arguments of type '{arg.type}' are not supported")
+    codec = ATTRIBUTE_OF_KIND.get(arg.schema_type.kind)
+    if codec is None:
+        raise UnsupportedConstructError(f"arguments of type '{arg.type}' are not supported")
+    try:
+        return codec[0](value, dynamic)
+    except UnsupportedConstructError as error:
+        raise UnsupportedConstructError(f"argument '{arg.name}': {error.message}") from None
 
 
 def decode_value(arg: ArgInfo, attr: ir.Attribute, dynamic: list) -> Any:
     """Inverse of `encode_value`; symbolic entries come back as the ir.Values
     taken in order from `dynamic`."""
-    torch = _torch()
-    base = arg.base
     if isinstance(attr, ir.UnitAttr) or str(attr) == "unit":
         return None
-    if base in ("int", "SymInt"):
-        value = ir.IntegerAttr(attr).value
-        return dynamic.pop(0) if value == DYNAMIC else value
-    if base in ("int[]", "SymInt[]"):
-        return [dynamic.pop(0) if v == DYNAMIC else v for v in ir.DenseI64ArrayAttr(attr)]
-    if base == "float":
-        return ir.FloatAttr(attr).value
-    if base == "float[]":
-        return list(ir.DenseF64ArrayAttr(attr))
-    if base == "bool":
-        return ir.BoolAttr(attr).value
-    if base == "bool[]":
-        return [bool(v) for v in ir.DenseBoolArrayAttr(attr)]
-    if base == "str":
-        return ir.StringAttr(attr).value
-    if base == "Scalar":
-        if isinstance(attr, ir.BoolAttr):
-            return ir.BoolAttr(attr).value
-        if isinstance(attr, ir.FloatAttr):
-            return ir.FloatAttr(attr).value
-        value = ir.IntegerAttr(attr).value
-        return dynamic.pop(0) if value == DYNAMIC else value
-    if base == "ScalarType":
-        from etc.ir.dtypes import torch_dtype_name_of_element_type
-
-        return getattr(torch, torch_dtype_name_of_element_type(ir.TypeAttr(attr).value))
-    if base in ("Layout", "MemoryFormat"):
-        return getattr(torch, ir.StringAttr(attr).value)
-    if base == "Device":
-        return torch.device(ir.StringAttr(attr).value)
-    raise UnsupportedConstructError(f"cannot decode an argument of type '{arg.type}'")
+    codec = ATTRIBUTE_OF_KIND.get(arg.schema_type.kind)
+    if codec is None or codec[1] is None:
+        raise UnsupportedConstructError(f"cannot decode an argument of type '{arg.type}'")
+    return codec[1](attr, dynamic)
 
 
 def decode_op(op) -> dict[str, Any]:

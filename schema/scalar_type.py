@@ -46,6 +46,8 @@ _FROM_NUMPY = {np.dtype(dt): st for st, _, dt, _ in _TABLE if st in (
     ScalarType.BYTE, ScalarType.CHAR, ScalarType.SHORT, ScalarType.INT, ScalarType.LONG, ScalarType.HALF,
     ScalarType.FLOAT, ScalarType.DOUBLE, ScalarType.BOOL, ScalarType.UINT16, ScalarType.UINT32, ScalarType.UINT64)}
 _TORCH_NAME = {st: name for st, _, _, name in _TABLE}
+# torch dtype name -> ScalarType, for every scalar type with a torch dtype (ScalarType numbers are c10's).
+SCALAR_TYPE_OF_TORCH_NAME = {name: st for st, name in _TORCH_NAME.items()}
 
 
 def element_size(scalar_type: ScalarType | int) -> int:

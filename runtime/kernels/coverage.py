@@ -52,22 +52,7 @@ def core_out_variants() -> dict[str, str]:
             op = getattr(packet, overload)
             if torch.Tag.core not in op.tags:
                 continue
-            key = _arg_key(op._schema)
-            target = ""
-            if _has_out(op._schema):
-                target = f"aten::{name}.{overload}"
-            else:
-                for candidate in (name, name + "_copy"):
-                    cpacket = getattr(torch.ops.aten, candidate, None)
-                    if cpacket is None:
-                        continue
-                    for cov in cpacket.overloads():
-                        s = getattr(cpacket, cov)._schema
-                        if _has_out(s) and _arg_key(s) == key:
-                            target = f"aten::{candidate}.{cov}"
-                            break
-                    if target:
-                        break
+            target = _out_form(torch, name, overload, op._schema)
             # ops whose out form has a different argument list (arange.start_step -> start_out)
             target = target or _SPECIAL_OUT.get(f"aten::{name}.{overload}", "")
             result[f"aten::{name}.{overload}" if overload != "default" else f"aten::{name}.default"] = target
@@ -103,19 +88,24 @@ def out_variant_of(packet_name: str, overload: str) -> str:
         return core[full]
     import torch
 
-    packet = getattr(torch.ops.aten, packet_name)
-    schema = getattr(packet, overload)._schema
+    return _out_form(torch, packet_name, overload, getattr(getattr(torch.ops.aten, packet_name), overload)._schema)
+
+
+def _out_form(torch, name: str, overload: str, schema) -> str:
+    """The out-variant operator of `aten::<name>.<overload>` (its `schema`) found by schema: itself
+    if it has an out argument, else the first overload of `name` or `name_copy` with one and the
+    same other arguments; "" if there is none."""
     if _has_out(schema):
-        return full
+        return f"aten::{name}.{overload}"
     key = _arg_key(schema)
-    for candidate in (packet_name, packet_name + "_copy"):
-        cpacket = getattr(torch.ops.aten, candidate, None)
-        if cpacket is None:
+    for candidate in (name, name + "_copy"):
+        packet = getattr(torch.ops.aten, candidate, None)
+        if packet is None:
             continue
-        for cov in cpacket.overloads():
-            s = getattr(cpacket, cov)._schema
-            if _has_out(s) and _arg_key(s) == key:
-                return f"aten::{candidate}.{cov}"
+        for candidate_overload in packet.overloads():
+            other = getattr(packet, candidate_overload)._schema
+            if _has_out(other) and _arg_key(other) == key:
+                return f"aten::{candidate}.{candidate_overload}"
     return ""
 
 

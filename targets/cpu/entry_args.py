@@ -56,6 +56,18 @@ def arg_label(attrs: dict) -> tuple[str, str] | None:
     return kind, name
 
 
+def in_place_arguments(module_op) -> dict:
+    """{output argument: input argument} of the entry for each `IN_PLACE_ATTR` pair: the two
+    buffers the caller may pass as one."""
+    pairs = in_place_pairs(module_op)
+    if not pairs:
+        return {}
+    fn = entry_function(module_op)
+    labels = {arg_label(a): arg for arg, a in zip(fn.regions[0].blocks[0].arguments, arg_attrs(fn))}
+    return {labels[("output", str(k))]: labels[("input", str(j))] for k, j in pairs
+            if ("output", str(k)) in labels and ("input", str(j)) in labels}
+
+
 def update_function_type(fn) -> None:
     """Make `function_type` match the entry block's arguments (after adding or erasing some)."""
     block = fn.regions[0].blocks[0]

@@ -32,6 +32,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.errors import LoweringError
+from etc.ir.ops import replace_operands
 
 BARRIER_FN = "etc_cpu_barrier"
 THREAD_SPLIT = "etc.thread_split"  # the GEMM kernels mark their loop over independent column panels
@@ -244,14 +245,7 @@ def partition_top_level_loops(fn) -> int:
                     again = op.clone()
                     if op.name == "scf.if":
                         _selection_only(again)
-
-                    def renamed(inner):
-                        for i, v in enumerate(inner.operands):
-                            if v in remap:
-                                inner.operands[i] = remap[v]
-                        return ir.WalkResult.ADVANCE
-
-                    again.walk(renamed)
+                    replace_operands(again, remap)
                     remap.update(zip(op.results, again.results))
                 for op, escaping in escapes.items():
                     for user, position in escaping:

@@ -97,15 +97,8 @@ class Kernel:
                 w.emit(f"{kv} = vector.transfer_read %kt[%bh, {d}, {j}], {self.zero} "
                        f"{{in_bounds = [{'true' if keys == L else 'false'}]}} : {self.ktt}, {vt}")
                 kvs.append(kv)
-            new = []
-            for r, row in enumerate(rows):
-                qs, qb = w.fresh("q"), w.fresh("qb")
-                w.emit(f"{qs} = tensor.extract %q[%bh, {row}, {d}] : {self.qt}")
-                w.emit(f"{qb} = vector.broadcast {qs} : f32 to {vt}")
-                for c in range(nc):
-                    sf = w.fresh("sf")
-                    w.emit(f"{sf} = vector.fma {qb}, {kvs[c]}, {acc_names[r * nc + c]} : {vt}")
-                    new.append(sf)
+            new = self._broadcast_fma(w, len(rows), lambda r: f"%q[%bh, {rows[r]}, {d}] : {self.qt}", kvs,
+                                      acc_names, ("q", "qb", "sf"))
             w.emit(f"scf.yield {', '.join(new)} : {', '.join([vt] * (R * nc))}")
         w.emit("}")
         scores = [[f"{res}#{r * nc + c}" for c in range(nc)] for r in range(R)]
@@ -184,15 +177,25 @@ class Kernel:
                 w.emit(f"{vr} = vector.transfer_read %v[%bh, {key}, {w.index(c * L)}], {self.zero} "
                        f"{{in_bounds = [{full}]}} : {self.vvt}, {vt}")
                 vrows.append(vr)
-            for r in range(R):
-                pj, pb = w.fresh("pj"), w.fresh("pb")
-                w.emit(f"{pj} = tensor.extract {pbuf}[{w.index(r)}, {w.index(j)}] : {self.pbt}")
-                w.emit(f"{pb} = vector.broadcast {pj} : f32 to {vt}")
-                for c in range(nv):
-                    out = w.fresh("acc")
-                    w.emit(f"{out} = vector.fma {pb}, {vrows[c]}, {new_acc[r * nv + c]} : {vt}")
-                    new_acc[r * nv + c] = out
+            new_acc = self._broadcast_fma(w, R, lambda r: f"{pbuf}[{w.index(r)}, {w.index(j)}] : {self.pbt}", vrows,
+                                          new_acc, ("pj", "pb", "acc"))
         return new_m + new_l + new_acc, pbuf
+
+    def _broadcast_fma(self, w, nrows: int, element, vectors: list, accs: list, names: tuple) -> list:
+        """The outer-product step both matrix products of a tile take: for each row r, the scalar
+        `tensor.extract element(r)` broadcast and FMA'd into `accs[r * len(vectors) + c]` with
+        `vectors[c]`. Returns the new accumulators; `names` prefix the scalar, its broadcast and
+        the results."""
+        out = list(accs)
+        for r in range(nrows):
+            scalar, splat = w.fresh(names[0]), w.fresh(names[1])
+            w.emit(f"{scalar} = tensor.extract {element(r)}")
+            w.emit(f"{splat} = vector.broadcast {scalar} : f32 to {self.vt}")
+            for c, vector in enumerate(vectors):
+                result = w.fresh(names[2])
+                w.emit(f"{result} = vector.fma {splat}, {vector}, {out[r * len(vectors) + c]} : {self.vt}")
+                out[r * len(vectors) + c] = result
+        return out
 
     def _key(self, j0: str, off: int) -> str:
         """j0 + off: a constant when j0 is one (the last, partial tile)."""

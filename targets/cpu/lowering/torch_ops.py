@@ -19,16 +19,9 @@ import re
 from torch_mlir import ir
 
 from etc.errors import LoweringError
+from etc.ir.schema_types import schema_type
 
 DYNAMIC = ir.ShapedType.get_dynamic_size()
-
-# c10::ScalarType / MemoryFormat / Layout codes: how torch-mlir encodes those arguments (as !torch.int).
-_SCALAR_TYPE_CODES = {
-    "uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4, "float16": 5, "float32": 6, "float64": 7,
-    "complex32": 8, "complex64": 9, "complex128": 10, "bool": 11, "bfloat16": 15,
-}
-_MEMORY_FORMAT_CODES = {"contiguous_format": 0, "preserve_format": 1, "channels_last": 2, "channels_last_3d": 3}
-_LAYOUT_CODES = {"strided": 0, "sparse_coo": 1}
 
 # Core ATen overloads without a torch-mlir op: (target overload, {target arg: source arg or ("const", value)},
 # the source results the target produces; the others must be unused).
@@ -121,20 +114,20 @@ class TorchBuilder:
 
     def value(self, arg, v, tensors: dict):
         """The torch value of schema argument `arg` (an ArgInfo) holding `v`."""
-        base = arg.base
+        row = arg.schema_type
         if v is None:
             return self.none()
-        if base == "Tensor":
+        if row.kind == "tensor":
             if isinstance(v.type, ir.IndexType):  # a symbolic size given as a tensor: its 0-d tensor
                 return ir.Operation.create("torch.prim.NumToTensor.Scalar",
                                            results=[ir.Type.parse("!torch.vtensor<[],si64>")],
                                            operands=[tensors[v]]).result
             return tensors[v]
-        if base == "Tensor[]":
+        if row.kind == "tensor_list":
             items = [tensors[x] if x is not None else self.none() for x in v]
             etype = "vtensor" if all(x is not None for x in v) else "optional<vtensor>"
             return self.list(items, etype)
-        if base == "Tensor?[]":
+        if row.kind == "optional_tensor_list":
             # index.Tensor / index_put: torch-mlir's schema says !torch.list<optional<vtensor>> whether
             # or not an entry is None.
             return self.list([tensors[x] if x is not None else self.none() for x in v], "optional<vtensor>")
@@ -143,31 +136,28 @@ class TorchBuilder:
                 return tensors[v]
             except KeyError:
                 raise LoweringError(f"symbolic value for '{arg.name}' is defined outside the delegate") from None
-        if base in ("int", "SymInt"):
-            return self.int(v)
-        if base in ("int[]", "SymInt[]"):
-            return self.list([tensors[x] if isinstance(x, ir.Value) else self.int(x) for x in v], "int")
-        if base == "float":
-            return self.float(v)
-        if base == "float[]":
-            return self.list([self.float(x) for x in v], "float")
-        if base == "bool":
-            return self.bool(v)
-        if base == "bool[]":
-            return self.list([self.bool(x) for x in v], "bool")
-        if base == "str":
-            return self.str(v)
-        if base == "Scalar":
-            return self.scalar(v)
-        if base == "ScalarType":
-            return self.int(_SCALAR_TYPE_CODES[str(v).replace("torch.", "")])
-        if base == "MemoryFormat":
-            return self.int(_MEMORY_FORMAT_CODES[str(v).replace("torch.", "")])
-        if base == "Layout":
-            return self.int(_LAYOUT_CODES[str(v).replace("torch.", "")])
-        if base == "Device":
-            return self.device(str(v))
-        raise LoweringError(f"arguments of type '{arg.type}' ('{arg.name}') have no torch form")
+        emit = TORCH_VALUE_OF_KIND.get(row.kind)
+        if emit is None:
+            raise LoweringError(f"arguments of type '{arg.type}' ('{arg.name}') have no torch form")
+        return emit(self, row, v, tensors)
+
+
+# The cpu target's column of the schema-type table (etc.ir.schema_types): kind -> its torch value.
+# Enums (ScalarType, MemoryFormat, Layout) go as their c10 codes, torch-mlir's !torch.int encoding.
+TORCH_VALUE_OF_KIND = {
+    "int": lambda b, row, v, tensors: b.int(v),
+    "int_list": lambda b, row, v, tensors: b.list(
+        [tensors[x] if isinstance(x, ir.Value) else b.int(x) for x in v], "int"),
+    "float": lambda b, row, v, tensors: b.float(v),
+    "float_list": lambda b, row, v, tensors: b.list([b.float(x) for x in v], "float"),
+    "bool": lambda b, row, v, tensors: b.bool(v),
+    "bool_list": lambda b, row, v, tensors: b.list([b.bool(x) for x in v], "bool"),
+    "str": lambda b, row, v, tensors: b.str(v),
+    "scalar": lambda b, row, v, tensors: b.scalar(v),
+    "dtype": lambda b, row, v, tensors: b.int(row.code(v)),
+    "enum": lambda b, row, v, tensors: b.int(row.code(v)),
+    "device": lambda b, row, v, tensors: b.device(str(v)),
+}
 
 
 def adapt(info, values: dict, op=None):
@@ -308,24 +298,24 @@ def decode(op, info) -> dict:
     """{schema argument: value} of a torch op built for `info` (an OpInfo): Python values for its
     constant operands (ScalarType as the torch dtype), lists for its list constructions, and the
     torch values themselves for tensors and sizes known only at run time."""
-    return {arg.name: _decoded(value, arg) for arg, value in zip(info.arguments, op.operands)}
+    return {arg.name: _decoded(value, arg.schema_type) for arg, value in zip(info.arguments, op.operands)}
 
 
-def _decoded(value, arg):
+def _decoded(value, row):
     owner = value.owner
     producer = None if isinstance(owner, ir.Block) else owner.operation if hasattr(owner, "operation") else owner
     if producer is None:
         return value
     if producer.name == "torch.constant.none":
         return None
-    if producer.name in _CONSTANTS and arg.base not in ("Tensor",):
+    if producer.name in _CONSTANTS and row.kind != "tensor":
         attr = producer.attributes["value"]
         if producer.name == "torch.constant.int":
             number = ir.IntegerAttr(attr).value
-            if arg.base == "ScalarType":
+            if row.kind == "dtype":
                 import torch
 
-                return getattr(torch, _DTYPE_OF_CODE[number])
+                return getattr(torch, row.value_name(number))
             return number
         if producer.name == "torch.constant.float":
             return ir.FloatAttr(attr).value
@@ -333,9 +323,6 @@ def _decoded(value, arg):
             return ir.BoolAttr(attr).value
         return ir.StringAttr(attr).value
     if producer.name == "torch.prim.ListConstruct":
-        item = type(arg)(arg.name, arg.field, arg.type.rstrip("?").replace("[]", ""), arg.kind)
+        item = schema_type(row.element) if row.element else row
         return [_decoded(v, item) for v in producer.operands]
     return value
-
-
-_DTYPE_OF_CODE = {code: name for name, code in _SCALAR_TYPE_CODES.items()}

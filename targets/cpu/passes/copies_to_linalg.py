@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function, in_place_pairs
+from etc.targets.cpu.entry_args import in_place_arguments
 from etc.targets.cpu.ir_query import walk
 
 # Ops whose result is a view of their first operand.
@@ -32,13 +32,8 @@ def _root(value: ir.Value) -> ir.Value:
 
 def _may_be_one_buffer(module) -> set:
     """(input argument, output argument) pairs of the entry that the caller may pass as one buffer."""
-    pairs = in_place_pairs(module.operation if hasattr(module, "operation") else module)
-    if not pairs:
-        return set()
-    fn = entry_function(module.operation if hasattr(module, "operation") else module)
-    args = {arg_label(a): v for a, v in zip(arg_attrs(fn), fn.regions[0].blocks[0].arguments)}
-    return {(args[("input", str(j))], args[("output", str(k))]) for k, j in pairs
-            if ("input", str(j)) in args and ("output", str(k)) in args}
+    pairs = in_place_arguments(module.operation if hasattr(module, "operation") else module)
+    return {(input_arg, output_arg) for output_arg, input_arg in pairs.items()}
 
 
 def _views_differ(source: ir.Value, target: ir.Value) -> ir.Value:

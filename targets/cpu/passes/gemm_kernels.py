@@ -65,6 +65,11 @@ class TileOptions:
     l2_kib: int = option(_DEFAULT_ISA.l2_kib, help="per-core L2 in KiB: a K block of a B read in place keeps its "
                          "panel rows within half of it (gemm.in_place_k_block)")
 
+    def kernel_config(self, **more) -> gemm.KernelConfig:
+        """The tile as the kernels' KernelConfig (what the three GEMM passes build and tile by)."""
+        return gemm.KernelConfig(self.lanes, self.mr, self.nr, self.kc, kc_strided=self.kc_strided,
+                                 l2_bytes=1024 * self.l2_kib, **more)
+
 
 @register_pass
 class GemmKernels(Pass):
@@ -81,8 +86,7 @@ class GemmKernels(Pass):
         o = self.options
         if o.nr % o.lanes or o.mr < 1 or o.kc < 1:
             raise self.error(f"{self.name}: nr={o.nr} must be a multiple of lanes={o.lanes}, mr and kc positive")
-        cfg = gemm.KernelConfig(o.lanes, o.mr, o.nr, o.kc, min_flops=o.min_flops, kc_strided=o.kc_strided,
-                                l2_bytes=1024 * o.l2_kib)
+        cfg = o.kernel_config(min_flops=o.min_flops)
         entry = entry_function(module_op)
         with module_op.context, ir.Location.unknown():
             if o.lanes == 1:

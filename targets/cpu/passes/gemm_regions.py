@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from etc.ir.ops import nested_ops
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
@@ -57,23 +58,11 @@ def _inside(value, op) -> bool:
     return False
 
 
-def _body_ops(op) -> list:
-    """Every op nested in `op`'s regions."""
-    found = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                inner = inner.operation
-                found.append(inner)
-                found.extend(_body_ops(inner))
-    return found
-
-
 def _vectorizable(consumer) -> "str | None":
     """Why the consumer's body cannot run on vectors, or None. (A power's integer exponent must
     be a constant: etc-cpu-tile-gemm-kernels turns those into multiplications; LLVM's powi takes
     only a scalar exponent.)"""
-    for inner in _body_ops(consumer):
+    for inner in nested_ops(consumer):
         if inner.name in ("math.fpowi", "math.ipowi"):
             exponent = defining_op(inner.operands[1])
             if exponent is None or exponent.name != "arith.constant":
@@ -85,7 +74,7 @@ def _external_constants(consumer) -> "list | str":
     """The arith.constant ops outside `consumer` that its body reads, or why the body reads
     something else from outside."""
     found = []
-    for inner in _body_ops(consumer):
+    for inner in nested_ops(consumer):
         for v in inner.operands:
             if _inside(v, consumer):
                 continue
@@ -108,8 +97,7 @@ class GemmRegions(Pass):
 
     def run(self, module_op) -> None:
         o = self.options
-        cfg = gemm_match.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided,
-                                          l2_bytes=1024 * o.l2_kib)
+        cfg = o.kernel_config()
         entry = entry_function(module_op)
         body = module_op.regions[0].blocks[0]
         declarations = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in body.operations
@@ -316,7 +304,7 @@ class GemmRegions(Pass):
             a.replace_all_uses_with(b)
         yielded = src_yield.operands[0]
         dst_yield.operands[0] = yielded
-        for inner in _body_ops(epilogue):
+        for inner in nested_ops(epilogue):
             for k, v in enumerate(inner.operands):
                 producer = defining_op(v)
                 for const, clone in clones:

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from etc.ir.ops import replace_operands
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function, in_place_pairs
+from etc.targets.cpu.entry_args import entry_function, in_place_arguments
 
 _NESTS = ("scf.for", "scf.parallel", "scf.if", "scf.while")
 
@@ -169,10 +170,7 @@ def outline_regions(module, options=None) -> int:
     base = ir.StringAttr(fn.attributes["sym_name"]).value
     outlined, calls = 0, 0
     distinct: dict = {}  # printed function (its name left out) -> the name of the first such region
-    labels = {arg_label(a): arg for arg, a in zip(block.arguments, arg_attrs(fn))}
-    one_buffer = {labels[("output", str(k))]: labels[("input", str(j))]
-                  for k, j in in_place_pairs(module.operation if hasattr(module, "operation") else module)
-                  if ("output", str(k)) in labels and ("input", str(j)) in labels}
+    one_buffer = in_place_arguments(module.operation if hasattr(module, "operation") else module)
     with module.context:
         position = {o.operation: i for i, o in enumerate(block.operations)}
         for op in [o.operation for o in block.operations]:
@@ -214,13 +212,7 @@ def outline_regions(module, options=None) -> int:
                 call = func_d.CallOp([], ir.FlatSymbolRefAttr.get(name), arguments)
             op.move_before(terminator)
 
-            def rewire(inner):
-                for i, value in enumerate(inner.operands):
-                    if value in remap:
-                        inner.operands[i] = remap[value]
-                return ir.WalkResult.ADVANCE
-
-            op.walk(rewire)
+            replace_operands(op, remap)
             for value in constants:
                 if _stack_buffer(value, op):  # moved in: no use left in the entry
                     value.owner.erase()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from torch_mlir import ir
 
+from etc.ir.ops import replace_operands
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import (ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs,
                                         update_function_type)
@@ -283,17 +284,7 @@ def _pack_function(root, source, folded_ops: list) -> str:
             if op not in needed:
                 continue
             clone = op.clone()
-            for i, v in enumerate(op.operands):
-                if v in mapping:
-                    clone.operands[i] = mapping[v]
-
-            def remap(inner):
-                for i, v in enumerate(inner.operands):
-                    if v in mapping:
-                        inner.operands[i] = mapping[v]
-                return ir.WalkResult.ADVANCE
-
-            clone.walk(remap)
+            replace_operands(clone, mapping)
             for old, new in zip(op.results, clone.results):
                 mapping[old] = new
         func_d.ReturnOp([mapping[root]])

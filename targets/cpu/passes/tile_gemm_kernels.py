@@ -34,8 +34,7 @@ class TileGemmKernels(Pass):
 
     def run(self, module_op) -> None:
         o = self.options
-        cfg = gemm_match.KernelConfig(o.lanes, o.mr, o.nr, o.kc, kc_strided=o.kc_strided,
-                                          l2_bytes=1024 * o.l2_kib)
+        cfg = o.kernel_config()
         found: dict = {}  # kernel tag -> {"": rows, "_epi": True, "_init": True}
         for op in walk(module_op, ("linalg.generic",)):
             names = [op.attributes[i].name for i in range(len(op.attributes))]
