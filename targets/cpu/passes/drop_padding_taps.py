@@ -90,7 +90,11 @@ class DropPaddingTaps(Pass):
         weight = args["weight"]
         if args["transposed"] or ir.RankedTensorType(weight.type).rank != 4:
             return
-        dilation, stride, padding = list(args["dilation"]), list(args["stride"]), list(args["padding"])
+        # aten.convolution takes one value for both dimensions as well as two (`padding=[0]`).
+        dilation, stride, padding = ([int(v) for v in args[key]] * (2 // max(1, len(args[key])))
+                                     for key in ("dilation", "stride", "padding"))
+        if not (len(dilation) == len(stride) == len(padding) == 2):
+            return
         x_shape, w_shape = _static(args["input"]), _static(weight)
         if x_shape is None or w_shape is None:
             if any(d > 1 for d in dilation):

@@ -57,3 +57,15 @@ func.func @uneven(%x: tensor<1x2x3x3xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x
   %c = "edge.convolution"(%x, %w) {dilation = array<i64: 2, 2>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0>, output_padding = array<i64: 0, 0>, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>, transposed = false} : (tensor<1x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<1x2x1x1xf32>
   return %c : tensor<1x2x1x1xf32>
 }
+
+// -----
+
+// One padding value for both dimensions (torch's padding="valid" exports as [0]): read as two; no
+// padding means no dead taps: nothing changes, nothing recorded.
+// CHECK-NOT: etc.cpu.decisions
+// CHECK-LABEL: func.func @valid
+// CHECK: "edge.convolution"{{.*}}padding = array<i64: 0>{{.*}} : (tensor<1x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<1x2x1x1xf32>
+func.func @valid(%x: tensor<1x2x3x3xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x1x1xf32> {
+  %c = "edge.convolution"(%x, %w) {dilation = array<i64: 1, 1>, groups = 1 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0>, output_padding = array<i64: 0, 0>, padding = array<i64: 0>, stride = array<i64: 2, 2>, transposed = false} : (tensor<1x2x3x3xf32>, tensor<2x2x3x3xf32>) -> tensor<1x2x1x1xf32>
+  return %c : tensor<1x2x1x1xf32>
+}
