@@ -17,7 +17,8 @@ Each convolution with taps to drop is a decision of kind `taps`: `pruned` (KxK -
 a crop, or different padding at the two ends: `aten.convolution` expresses neither). A convolution whose taps all read input records
 nothing: there is nothing to drop. The map's size must be static: a dilated convolution on a
 dynamic map is `all-taps` with that reason.
-Measured (bench/layers.py, aspp_960to256c14, one thread): DeepLabV3-MobileNetV3's ASPP at 224.
+Measured (bench/layers.py's aspp_960to256c14: DeepLabV3-MobileNetV3's ASPP at 224, one thread,
+both in one process): 32.2 ms -> 13.0 ms, 1.50x -> 0.61x XNNPACK's time.
 """
 
 from __future__ import annotations
