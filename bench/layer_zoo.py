@@ -71,6 +71,62 @@ class RegNetYBlock(nn.Module):
         return torch.relu(self.bn(self.c(self.se(self.b(self.a(x))))) + x)
 
 
+class ASPP(nn.Module):
+    """DeepLabV3's atrous spatial pyramid pooling (torchvision's head on MobileNetV3-Large's 960
+    channels): a 1x1 branch, three 3x3 branches of dilations 12, 24 and 36, an image-pool branch
+    (global mean, 1x1, upsampled back: a broadcast), each + BN + ReLU, concatenated and projected
+    1x1 to 256 + BN + ReLU. At 224x224 the map is 14x14: dilations 24 and 36 read padding only
+    outside the centre tap."""
+
+    def __init__(self, c, out=256, rates=(12, 24, 36)):
+        super().__init__()
+        self.branches = nn.ModuleList([ConvBnAct(c, out, 1, 1, act="relu")] + [
+            nn.Sequential(nn.Conv2d(c, out, 3, padding=r, dilation=r, bias=False), nn.BatchNorm2d(out), nn.ReLU())
+            for r in rates])
+        self.pool = ConvBnAct(c, out, 1, 1, act="relu")
+        self.project = ConvBnAct(out * (len(rates) + 2), out, 1, 1, act="relu")
+
+    def forward(self, x):
+        pooled = self.pool(x.mean((2, 3), keepdim=True))
+        pooled = F.interpolate(pooled, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        return self.project(torch.cat([b(x) for b in self.branches] + [pooled], 1))
+
+
+class Fire(nn.Module):
+    """SqueezeNet's fire module: 1x1 squeeze + ReLU, then 1x1 and 3x3 expands (+ ReLU) side by
+    side, concatenated along the channels."""
+
+    def __init__(self, cin, squeeze, expand):
+        super().__init__()
+        self.squeeze = nn.Conv2d(cin, squeeze, 1)
+        self.expand1 = nn.Conv2d(squeeze, expand, 1)
+        self.expand3 = nn.Conv2d(squeeze, expand, 3, padding=1)
+
+    def forward(self, x):
+        x = torch.relu(self.squeeze(x))
+        return torch.cat([torch.relu(self.expand1(x)), torch.relu(self.expand3(x))], 1)
+
+
+class HardSwishBlock(nn.Module):
+    """MobileNetV3-Large's block with squeeze-excitation: 1x1 expand + BN + hardswish, depthwise
+    3x3 + BN + hardswish, SE (global mean, 1x1 + ReLU, 1x1 + hardsigmoid, channel scale), 1x1
+    project + BN, + x."""
+
+    def __init__(self, c, mid):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(c, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(mid, mid, 3, 1, 1, groups=mid, bias=False), nn.BatchNorm2d(mid),
+                                nn.Hardswish())
+        self.reduce = nn.Conv2d(mid, mid // 4, 1)
+        self.excite = nn.Conv2d(mid // 4, mid, 1)
+        self.project = nn.Sequential(nn.Conv2d(mid, c, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        y = self.dw(self.expand(x))
+        gate = F.hardsigmoid(self.excite(torch.relu(self.reduce(y.mean((2, 3), keepdim=True)))))
+        return x + self.project(y * gate)
+
+
 class ResNetConv(nn.Module):
     """ResNet basic block's second half: conv 3x3 -> BN -> + identity -> ReLU."""
 
@@ -305,6 +361,20 @@ def _layers() -> list[Layer]:
     add("regnety_block_208c14", "RegNetY-400MF stage 3 block: 1x1, grouped 3x3 (g8), SE, 1x1, + x",
         lambda: RegNetYBlock(208), _f32(1, 208, 14, 14),
         flops=2 * _conv_flops(208, 208, 1, 14, 14) + _conv_flops(208, 208, 3, 14, 14, 26))
+    # DeepLabV3's head: dilated 3x3s on a small map (their padding-only taps dropped)
+    add("aspp_960to256c14", "DeepLabV3-MobileNetV3 at 224: ASPP on 960ch@14 (1x1, 3x3 dilated 12/24/36, image pool; "
+        "project 1280->256); GFLOP/s of all taps",
+        lambda: ASPP(960), _f32(1, 960, 14, 14),
+        flops=2 * _conv_flops(960, 256, 1, 14, 14) + 3 * _conv_flops(960, 256, 3, 14, 14)
+        + _conv_flops(1280, 256, 1, 14, 14))
+    # SqueezeNet-1.1 and MobileNetV3
+    add("fire_128c27", "SqueezeNet-1.1 fire 4: 1x1 128->32, then 1x1 and 3x3 32->128 each, concat @27",
+        lambda: Fire(128, 32, 128), _f32(1, 128, 27, 27),
+        flops=_conv_flops(128, 32, 1, 27, 27) + _conv_flops(32, 128, 1, 27, 27) + _conv_flops(32, 128, 3, 27, 27))
+    add("mbv3_block_se_80c14", "MobileNetV3-Large block: 1x1 80->480 + hardswish, dw 3x3 + hardswish, "
+        "SE (hardsigmoid), 1x1 480->80, + x @14",
+        lambda: HardSwishBlock(80, 480), _f32(1, 80, 14, 14),
+        flops=2 * _conv_flops(80, 480, 1, 14, 14) + _conv_flops(480, 480, 3, 14, 14, 480))
     # pooling
     add("maxpool3x3s2_64c112", "ResNet: max pool 3x3/2 64ch@112",
         MaxPool, _f32(1, 64, 112, 112), bytes=4.0 * 64 * (112 * 112 + 56 * 56))

@@ -1,8 +1,10 @@
 """The grouped kernel: a grouped convolution as register-blocked vector code along the output row.
 
 A loop nest over (n, channel blocks, output rows, output column blocks). A channel block is
-`block` output channels of one group; a column block is a few vectors along the output row, so
-that block x vectors accumulators stay in registers (`grouped_match.register_block`). Inside, a loop over the group's input channels: per kernel tap, each column
+`block` output channels of one group; a register block is a few vectors along the output row
+(the row's masked tail vector included) or, where a row is one vector (7x7, 14x14 planes),
+the same vector of `rows` output rows, so that block x rows x vectors accumulators stay in
+registers (`grouped_match.register_block`). Inside, a loop over the group's input channels: per kernel tap, each column
 vector of the input row is loaded once (a column stride s reads s*width contiguous inputs and
 keeps every s-th lane with one `vector.shuffle`) and multiplied into every channel's
 accumulator by that channel's weight, broadcast (LLVM folds the scalar load into the FMA's
@@ -101,25 +103,26 @@ class GroupedKernel:
                 vals[("e", k)] = f"%e{k}"
         return vals
 
-    # -- one column block: `vectors` [(offset from ow, width, read_ok, write_ok)]
+    # -- one register block: `vectors` [(row offset from oh, column offset from ow, width, read_ok, write_ok)]
     def block(self, out: str, ow: str, vectors: list, group: str, filters: list, chan: dict, glob: dict) -> str:
         t, gc = self.t, self.gc
-        cols = [t.add(ow, off) for off, _, _, _ in vectors]
+        cols = [t.add(ow, off) for _, off, _, _, _ in vectors]
+        out_rows = [t.add("%oh", dr) for dr, _, _, _, _ in vectors]
         starts = []
         for r, f in enumerate(filters):
-            for v, (_, width, _, write_ok) in enumerate(vectors):
+            for v, (_, _, width, _, write_ok) in enumerate(vectors):
                 if gc.init.kind == "chan":
                     starts.append(self.broadcast(chan[("bias", r)], width))
                 elif gc.init.kind == "scalar":
                     starts.append(self.broadcast("%init", width))
                 elif gc.init.kind == "tensor":
                     a = t.fresh("a")
-                    t.emit(f"{a} = vector.transfer_read %init[%nn, {group}, {f}, %oh, {cols[v]}], %zero "
+                    t.emit(f"{a} = vector.transfer_read %init[%nn, {group}, {f}, {out_rows[v]}, {cols[v]}], %zero "
                            f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vector_type(width)}")
                     starts.append(a)
                 else:
                     starts.append(self.broadcast("%zero", width))
-        types = [vector_type(width) for _ in filters for _, width, _, _ in vectors]
+        types = [vector_type(width) for _ in filters for _, _, width, _, _ in vectors]
         loop = t.fresh("cl")
         iters = [t.fresh("acc") for _ in starts]
         t.emit(f"{loop}:{len(starts)} = scf.for %ci = {t.index(0)} to {t.index(gc.cg)} step {t.index(1)} "
@@ -128,10 +131,11 @@ class GroupedKernel:
             accs = list(iters)
             in_cols = [t.mul(c, gc.sw) if gc.sw > 1 else c for c in cols]
             for i in range(gc.kh):
-                row = t.add("%ih0", i * gc.dh)
+                in_rows = {dr: t.add("%ih0", dr * gc.sh + i * gc.dh) for dr in sorted({v[0] for v in vectors})}
                 for j in range(gc.kw):
                     xs = []
-                    for v, (_, width, read_ok, _) in enumerate(vectors):
+                    for v, (dr, _, width, read_ok, _) in enumerate(vectors):
+                        row = in_rows[dr]
                         col = t.add(in_cols[v], j * gc.dw)
                         span = width * gc.sw
                         x = t.fresh("x")
@@ -148,7 +152,7 @@ class GroupedKernel:
                         ws = t.fresh("ws")
                         t.emit(f"{ws} = tensor.extract %w[{group}, {f}, %ci, {t.index(i)}, {t.index(j)}] : {self.w_t}")
                         wide = {}
-                        for v, (_, width, _, _) in enumerate(vectors):
+                        for v, (_, _, width, _, _) in enumerate(vectors):
                             if width not in wide:
                                 wide[width] = self.broadcast(ws, width)
                             k = r * len(vectors) + v
@@ -158,8 +162,8 @@ class GroupedKernel:
             t.emit(f"scf.yield {', '.join(accs)} : {', '.join(types)}")
         t.emit("}")
         for r, f in enumerate(filters):
-            for v, (_, width, _, write_ok) in enumerate(vectors):
-                at = f"%nn, {group}, {f}, %oh, {cols[v]}"
+            for v, (_, _, width, _, write_ok) in enumerate(vectors):
+                at = f"%nn, {group}, {f}, {out_rows[v]}, {cols[v]}"
                 acc = self.epilogue(f"{loop}#{r * len(vectors) + v}", width, at, write_ok, r, chan, glob)
                 done = t.fresh("o")
                 t.emit(f"{done} = vector.transfer_write {acc}, {out}[{at}] "
@@ -229,26 +233,42 @@ class GroupedKernel:
         t.emit(f"{first} = arith.muli {within}, {t.index(gc.block)} : index")
         filters = [t.add(first, r) for r in range(gc.block)]
         chan = self.channel_scalars(group, filters)
-        t.emit(f"%rows = scf.for %oh = {t.index(0)} to {t.index(gc.oh)} step {t.index(1)} "
-               f"iter_args(%o2 = %o1) -> ({self.out_t}) {{")
-        with t.nested():
-            t.emit(f"%ih0 = arith.muli %oh, {t.index(gc.sh)} : index")
-            out = "%o2"
-            if looped:
-                loop, iv, acc = t.fresh("cw"), t.fresh("ow"), t.fresh("oc")
-                t.emit(f"{loop} = scf.for {iv} = {t.index(0)} to {t.index(looped)} step {t.index(step)} "
-                       f"iter_args({acc} = {out}) -> ({self.out_t}) {{")
-                with t.nested():
-                    vectors = [(v * self.lanes, self.lanes, True, True) for v in range(self.vectors)]
-                    done = self.block(acc, iv, vectors, group, filters, chan, glob)
-                    t.emit(f"scf.yield {done} : {self.out_t}")
-                t.emit("}")
-                out = loop
-            for start, width, read_ok, write_ok in rest:
-                out = self.block(out, t.index(start), [(0, width, read_ok, write_ok)], group, filters, chan, glob)
-            t.emit(f"scf.yield {out} : {self.out_t}")
-        t.emit("}")
-        t.emit(f"scf.yield %rows : {self.out_t}")
+        # Output rows in steps of `rows` (a short row is one vector: several rows share each weight),
+        # the last oh % rows one at a time.
+        blocked = gc.oh - gc.oh % gc.rows
+        spans = [(0, blocked, gc.rows), (blocked, gc.oh, 1)] if gc.rows > 1 else [(0, gc.oh, 1)]
+        out_rows = "%o1"
+        for lo, hi, rows in spans:
+            if hi <= lo:
+                continue
+            done_rows = t.fresh("rows")
+            t.emit(f"{done_rows} = scf.for %oh = {t.index(lo)} to {t.index(hi)} step {t.index(rows)} "
+                   f"iter_args(%o2 = {out_rows}) -> ({self.out_t}) {{")
+            with t.nested():
+                t.emit(f"%ih0 = arith.muli %oh, {t.index(gc.sh)} : index")
+                out = "%o2"
+                if looped:
+                    loop, iv, acc = t.fresh("cw"), t.fresh("ow"), t.fresh("oc")
+                    t.emit(f"{loop} = scf.for {iv} = {t.index(0)} to {t.index(looped)} step {t.index(step)} "
+                           f"iter_args({acc} = {out}) -> ({self.out_t}) {{")
+                    with t.nested():
+                        vectors = [(dr, v * self.lanes, self.lanes, True, True)
+                                   for dr in range(rows) for v in range(self.vectors)]
+                        done = self.block(acc, iv, vectors, group, filters, chan, glob)
+                        t.emit(f"scf.yield {done} : {self.out_t}")
+                    t.emit("}")
+                    out = loop
+                # The tail's vectors (partial ones masked) in blocks of `vectors`, as the looped part.
+                for k in range(0, len(rest), self.vectors):
+                    chunk = rest[k:k + self.vectors]
+                    first_col = chunk[0][0]
+                    vectors = [(dr, start - first_col, width, read_ok, write_ok)
+                               for dr in range(rows) for start, width, read_ok, write_ok in chunk]
+                    out = self.block(out, t.index(first_col), vectors, group, filters, chan, glob)
+                t.emit(f"scf.yield {out} : {self.out_t}")
+            t.emit("}")
+            out_rows = done_rows
+        t.emit(f"scf.yield {out_rows} : {self.out_t}")
         t.indent -= 2
         t.emit(f"}} {{{THREAD_SPLIT}}}")  # channel blocks are independent: threads take chunks of them
         t.emit(f"scf.yield {rc} : {self.out_t}")

@@ -4,10 +4,12 @@
 // A grouped 3x3/2 convolution (2 groups of 8 channels) with its bias and ReLU, as torch-mlir and
 // etc-cpu-fuse-elementwise give it: the padded input, filter and bias broadcast as 5-D views, the
 // ReLU a 5-D generic on the op's result. One kernel: a loop over the batch, then over the 2
-// channel blocks (one group's 8 channels each), then output rows; the bias scalars start the 8
-// accumulators; a loop over the group's 8 input channels loads each tap's 32 inputs once, keeps
-// the even lanes and multiplies them into all 8 channels. The 10-wide output row is one masked
-// 16-lane vector. ReLU runs on each accumulator before its store; the collapse stays a view.
+// channel blocks (one group's 8 channels each), then output rows two at a time: the 10-wide
+// output row is one masked 16-lane vector, so a block is 8 channels x 2 rows and every weight
+// feeds two FMAs. The bias scalars start the 16 accumulators; a loop over the group's 8 input
+// channels loads each tap's 32 inputs once per row (input rows 2*oh and 2*oh + 2), keeps the even
+// lanes and multiplies them into all 8 channels. ReLU runs on each accumulator before its
+// store; the collapse stays a view.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "convolution", op = "linalg.conv_2d_ngchw_gfchw", path = "grouped"
 // CHECK-SAME: {kind = "epilogue", op = "linalg.generic", path = "fused"
 // CHECK-LABEL: func.func @grouped3x3s2_relu
@@ -16,15 +18,21 @@
 // CHECK: scf.for %[[B:.*]] = %c0 to %c2 step %c1
 // CHECK: %[[G:.*]] = arith.divui %[[B]], %c1 : index
 // CHECK-COUNT-8: tensor.extract %{{.*}}[%[[G]], %{{.*}}] : tensor<2x8xf32>
-// CHECK: scf.for %[[OH:.*]] = %c0 to %c10 step %c1
-// CHECK: %{{.*}}:8 = scf.for %[[CI:.*]] = %c0 to %c8 step %c1 iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
-// CHECK: %[[X:.*]] = vector.transfer_read %padded[%[[N]], %[[G]], %[[CI]], %{{.*}}, %{{.*}}], %{{.*}} : tensor<1x2x8x22x22xf32>, vector<32xf32>
+// CHECK: scf.for %[[OH:.*]] = %c0 to %c10 step %c2
+// CHECK: %[[IH0:.*]] = arith.muli %[[OH]], %c2 : index
+// CHECK: %[[OH1:.*]] = arith.addi %[[OH]], %c1 : index
+// CHECK: %{{.*}}:16 = scf.for %[[CI:.*]] = %c0 to %c8 step %c1 iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// CHECK: %[[IH2:.*]] = arith.addi %[[IH0]], %c2 : index
+// CHECK: %[[X:.*]] = vector.transfer_read %padded[%[[N]], %[[G]], %[[CI]], %[[IH0]], %{{.*}}], %{{.*}} : tensor<1x2x8x22x22xf32>, vector<32xf32>
 // CHECK: vector.shuffle %[[X]], %[[X]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30]
-// CHECK-COUNT-8: math.fma
+// CHECK: %[[X1:.*]] = vector.transfer_read %padded[%[[N]], %[[G]], %[[CI]], %[[IH2]], %{{.*}}], %{{.*}} : tensor<1x2x8x22x22xf32>, vector<32xf32>
+// CHECK: vector.shuffle %[[X1]], %[[X1]] [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30]
+// CHECK-COUNT-16: math.fma
 // CHECK: scf.yield
 // CHECK: arith.cmpf ugt, %{{.*}} : vector<16xf32>
 // CHECK: arith.select
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%[[N]], %[[G]], %{{.*}}, %[[OH]], %c0] : vector<16xf32>, tensor<1x2x8x10x10xf32>
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%[[N]], %[[G]], %{{.*}}, %[[OH1]], %c0] : vector<16xf32>, tensor<1x2x8x10x10xf32>
 // CHECK: {etc.thread_split}
 // CHECK: tensor.collapse_shape
 // SMALL-LABEL: func.func @grouped3x3s2_relu
