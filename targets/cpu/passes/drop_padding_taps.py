@@ -27,6 +27,7 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu import decisions
+from etc.targets.cpu.ir_query import walk
 
 CONVOLUTION = "edge.convolution"
 
@@ -71,15 +72,7 @@ class DropPaddingTaps(Pass):
     summary = "Drop the filter taps of convolutions that read only zero padding (dilated convolutions on small maps)"
 
     def run(self, op) -> None:
-        found = []
-
-        def visit(inner):
-            if inner.name == CONVOLUTION:
-                found.append(inner)
-            return ir.WalkResult.ADVANCE
-
-        op.walk(visit)
-        for conv in found:
+        for conv in walk(op, (CONVOLUTION,)):
             self._one(conv)
 
     def _one(self, conv) -> None:

@@ -28,6 +28,7 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
+from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.grouped_kernel import GroupedKernel
 from etc.targets.cpu.kernels.grouped_match import OP_NAME, Grouped, analyze, describe
@@ -55,15 +56,7 @@ class GroupedKernels(Pass):
         o = self.options
         if o.lanes < 1 or o.lanes & (o.lanes - 1) or o.channels < 1 or o.accumulators < 1:
             raise self.error(f"{self.name}: lanes must be a power of two, channels and accumulators positive", at=op)
-        found = []
-
-        def visit(inner):
-            if inner.name == OP_NAME:
-                found.append(inner)
-            return ir.WalkResult.ADVANCE
-
-        op.walk(visit)
-        for conv in found:
+        for conv in walk(op, (OP_NAME,)):
             try:
                 gc = analyze(conv, o.lanes, fuse=o.fuse_consumers, channels=o.channels,
                              accumulators=o.accumulators)

@@ -43,15 +43,6 @@ NO_DOT_DYNAMIC = ("the target has no int8 dot-product instruction (AVX-512 VNNI 
 NO_WINDOW = "int8 depthwise/grouped convolution: no int8 window kernel yet, plain i32 loops"
 
 
-def _erase_unused(op) -> None:
-    """`op` and then its producers (within the chain to the gather), once nothing reads them."""
-    while op is not None and not any(list(r.uses) for r in op.results):
-        producers = [defining_op(v) for v in op.operands]
-        op.erase()
-        op = next((p for p in producers if p is not None and p.name in (
-            "tensor.expand_shape", "tensor.pad", "tensor.collapse_shape", "linalg.generic", "tensor.empty")), None)
-
-
 @register_pass
 class Int8Kernels(Pass):
     """Rewrite int8 contractions (qgemm + requantization pairs) into dot-product kernels."""
@@ -80,7 +71,7 @@ class Int8Kernels(Pass):
                     image, geometry, transpose = found
                     (packed,) = splice(pack_text(geometry), [image], transpose)
                     transpose.results[0].replace_all_uses_with(packed)
-                    _erase_unused(transpose)
+                    _erase_dead_producers(transpose)
             for requant in walk(module_op, ("linalg.generic",)):
                 if REQUANT not in requant.attributes:
                     continue
@@ -132,45 +123,24 @@ class Int8Kernels(Pass):
                   requant.operands[3]]
         (result,) = splice(text, values, requant)
         requant.results[0].replace_all_uses_with(result)
-        requant.erase()
-        # The collapse/slice and the qgemm are dead now.
-        for dead in _dead_chain(qgemm):
-            dead.erase()
+        _erase_dead_producers(requant)  # with the collapse/slice and the qgemm
 
 
 _PURE = ("linalg.", "tensor.", "arith.")
 
 
 def _erase_dead_producers(op) -> None:
-    """Erase `op` (its results unused) and then every producer of its operands left unused, back
-    to the function's arguments (only side-effect-free tensor, linalg and arith ops)."""
-    chain, work = [], [op]
-    while work:  # every op `op` reads from, transitively, each once
-        current = work.pop()
-        if any(current == seen for seen in chain):
-            continue
-        chain.append(current)
-        work += [p for p in (defining_op(v) for v in current.operands) if p is not None and p.name.startswith(_PURE)]
-    erased = True
-    while erased:  # a producer dies once its last reader has
-        erased = False
-        for candidate in list(chain):
-            if not any(list(r.uses) for r in candidate.results):
-                chain.remove(candidate)
-                candidate.erase()
-                erased = True
-
-
-def _dead_chain(qgemm) -> list:
-    """The qgemm, its fill and the collapse/slice between it and the requantization, once unused."""
-    out = []
-    users = [u.owner for u in qgemm.results[0].uses]
-    for user in users:
-        user = user.operation if hasattr(user, "operation") else user
-        for inner in [u.owner for u in user.results[0].uses]:
-            inner = inner.operation if hasattr(inner, "operation") else inner
-            if not list(inner.results[0].uses):
-                out.append(inner)
-        out.append(user)
-    out.append(qgemm)
-    return out
+    """Erase `op` (its results unused) and then each producer left unused by that, transitively
+    (only side-effect-free tensor, linalg and arith ops): the chain a kernel replaced, not more.
+    Only ops that die and their direct producers are looked at, so a rewrite deep in a large model
+    does not walk the whole graph before it."""
+    frontier = [op]
+    while True:
+        dead = next((c for c in frontier if not any(list(r.uses) for r in c.results)), None)
+        if dead is None:
+            return
+        frontier = [c for c in frontier if not c == dead]
+        for producer in (defining_op(v) for v in dead.operands):
+            if producer is not None and producer.name.startswith(_PURE) and not any(producer == c for c in frontier):
+                frontier.append(producer)
+        dead.erase()

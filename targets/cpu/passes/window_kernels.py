@@ -47,6 +47,7 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
+from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.window_kernel import WindowKernel, global_pool_text
 from etc.targets.cpu.kernels.window_match import SEEN, TAKEN, NotTaken, Window, analyze, describe, global_pool_source
@@ -74,15 +75,7 @@ class WindowKernels(Pass):
     def run(self, op) -> None:
         if self.options.lanes < 1 or self.options.lanes & (self.options.lanes - 1):
             raise self.error(f"{self.name}: lanes must be a power of two, got {self.options.lanes}", at=op)
-        found = []
-
-        def visit(inner):
-            if inner.name in TAKEN or inner.name in SEEN:
-                found.append(inner)
-            return ir.WalkResult.ADVANCE
-
-        op.walk(visit)
-        for window_op in found:
+        for window_op in walk(op, (*TAKEN, *SEEN)):
             if window_op.name in TAKEN and self.rewrite_global_pool(window_op):
                 continue
             try:
