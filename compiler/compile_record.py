@@ -24,6 +24,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from etc.errors import EtcError
+from etc.ir.ops import as_operation
 
 __all__ = ["OpRecord", "InstructionRecord", "CompileRecord", "build_compile_record"]
 
@@ -197,7 +198,7 @@ def build_compile_record(program_ir, instruction_ops: dict, pte) -> CompileRecor
             instructions = plan.chains[0].instructions
             records = []
             for position, ((op, results), instruction) in enumerate(zip(entries, instructions)):
-                op = op.operation if hasattr(op, "operation") else op
+                op = as_operation(op)
                 call = instruction.instr_args
                 entry = InstructionRecord(chain=0, instruction=position, name="", kind=_kind(op.name, call))
                 if isinstance(call, S.KernelCall):

@@ -28,6 +28,7 @@ from etc.compiler.partitioner import (BACKENDS, IN_PLACE_OUTPUTS, BackendDetails
                                       PreprocessResult, group_cycle_free, public_functions, register_backend_details,
                                       worth_delegating)
 from etc.errors import EtcError, LoweringError
+from etc.ir.ops import as_operation, defining_op, user_op
 
 __all__ = ["BACKENDS", "BackendDetails", "CapabilityPartitioner", "CompileSpec", "DelegationReport", "DelegationSpec",
            "IN_PLACE_OUTPUTS", "Partition", "PartitionResult", "Partitioner", "PreprocessResult", "SIZE_OPS", "delegate",
@@ -190,7 +191,7 @@ def _split_at_control_flow(partition: Partition) -> list:
     for load in loads:
         if load in piece_of:
             continue
-        users = [piece_of.get(_user_op(use)) for result in load.results for use in result.uses]
+        users = [piece_of.get(user_op(use)) for result in load.results for use in result.uses]
         users = [i for i in users if i is not None]
         pieces[min(users) if users else 0].append(load)
     pieces = [sorted(piece, key=lambda o: position.get(o, 0)) for piece in pieces]
@@ -214,16 +215,16 @@ def _mark_in_place_outputs(outlined, call) -> None:
     returned = list(list(entry.operations)[-1].operands)
     symbols, pairs = [None] * len(call.results), []
     for symbol, old, new in buffer_updates(method):
-        if _user_op_of(new) != call.operation:
+        if defining_op(new) != call.operation:
             continue
         (use,) = list(old.uses)
-        if _user_op(use) != call.operation:
+        if user_op(use) != call.operation:
             continue
         j, k = use.operand_number, ir.OpResult(new).result_number
         arg_uses = list(entry.arguments[j].uses)
-        if len(arg_uses) != 1 or arg_uses[0].operand_number != 0 or _user_op(arg_uses[0]).name not in IN_PLACE_OPS:
+        if len(arg_uses) != 1 or arg_uses[0].operand_number != 0 or user_op(arg_uses[0]).name not in IN_PLACE_OPS:
             continue
-        update = _user_op(arg_uses[0]).results[0]
+        update = user_op(arg_uses[0]).results[0]
         if [n for n, v in enumerate(returned) if v == update] != [k]:
             continue
         symbols[k] = symbol
@@ -231,16 +232,6 @@ def _mark_in_place_outputs(outlined, call) -> None:
     if pairs:
         outlined.attributes[IN_PLACE_OUTPUTS] = ir.DenseI64ArrayAttr.get(pairs)
         call.attributes[ATTRIBUTE] = state_attribute(symbols)
-
-
-def _user_op_of(value):
-    """The op defining `value` (None for a block argument)."""
-    from torch_mlir import ir
-
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _existing_delegate_count(module) -> int:
@@ -319,7 +310,7 @@ def _size_computations(inputs: list, members: set) -> tuple[list, list]:
         owner = value.owner
         if isinstance(owner, ir.Block):
             return False
-        op = owner.operation if hasattr(owner, "operation") else owner
+        op = as_operation(owner)
         if op in members or op.name not in SIZE_OPS:
             return False
         if op not in seen:
@@ -363,7 +354,7 @@ def _record_bounds(fn, inputs: list) -> None:
         lows = None
         if isinstance(owner, ir.Block):  # a method argument: its own lower bounds
             parent = owner.owner
-            parent = parent.operation if hasattr(parent, "operation") else parent
+            parent = as_operation(parent)
             d = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[v.arg_number])
             lows = [int(x) for x in ir.DenseI64ArrayAttr(d[DIM_BOUNDS_ATTR])][0::2]
         pairs = []
@@ -385,7 +376,7 @@ def partition_interface(partition: Partition):
         for inner in _nested(op):  # a branch's ops read values of the method too
             for v in inner.operands:
                 owner = v.owner
-                owner_op = None if isinstance(owner, ir.Block) else (owner.operation if hasattr(owner, "operation") else owner)
+                owner_op = None if isinstance(owner, ir.Block) else as_operation(owner)
                 if owner_op is not None and _top_level(owner_op) in members:
                     continue
                 if owner_op is None and _top_level(owner.owner) in members:
@@ -394,7 +385,7 @@ def partition_interface(partition: Partition):
                     seen.add(v)
                     inputs.append(v)
     outputs = [r for op in partition.ops for r in op.results
-               if any(_top_level(_user_op(u)) not in members for u in r.uses)]
+               if any(_top_level(user_op(u)) not in members for u in r.uses)]
     return inputs, outputs
 
 
@@ -403,7 +394,7 @@ def _nested(op) -> list:
     found = []
 
     def visit(inner):
-        found.append(inner.operation if hasattr(inner, "operation") else inner)
+        found.append(as_operation(inner))
         return _walk_advance()
 
     op.walk(visit)
@@ -412,17 +403,12 @@ def _nested(op) -> list:
 
 def _top_level(op):
     """The op of the function's body that holds `op` (itself when it is one)."""
-    op = op.operation if hasattr(op, "operation") else op
+    op = as_operation(op)
     while True:
         parent = op.parent
         if parent is None or parent.name in ("func.func", "builtin.module"):
             return op
-        op = parent.operation if hasattr(parent, "operation") else parent
-
-
-def _user_op(use):
-    owner = use.owner
-    return owner.operation if hasattr(owner, "operation") else owner
+        op = as_operation(parent)
 
 
 def _sink_dependents(ops: list, call) -> None:
@@ -439,7 +425,7 @@ def _sink_dependents(ops: list, call) -> None:
             continue
         for v in op.operands:
             owner = v.owner
-            owner_op = owner.operation if hasattr(owner, "operation") else owner
+            owner_op = as_operation(owner)
             if owner_op in tainted or owner_op == call:
                 tainted.add(op)
                 to_move.append(op)

@@ -35,6 +35,7 @@ from torch_mlir.dialects import arith, scf, tensor as tensor_dialect
 
 from etc.ir.dtypes import torch_dtype_name_of_element_type
 from etc.ir.locations import node_location
+from etc.ir.ops import as_operation
 
 CONTROL_FLOW_TARGETS = {}  # HigherOrderOperator -> import function, filled below
 
@@ -94,7 +95,7 @@ def _annotate_upper_bounds(importer, node: torch.fx.Node) -> None:
     first = value[0] if isinstance(value, list) and value else value
     if not isinstance(first, ir.Value) or isinstance(first.owner, ir.Block):
         return
-    op = first.owner.operation if hasattr(first.owner, "operation") else first.owner
+    op = as_operation(first.owner)
     results = [r for r in op.results if isinstance(r.type, ir.RankedTensorType)]
     if not results or all(ir.RankedTensorType(r.type).has_static_shape for r in results):
         return

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from etc.errors import LoweringError
-from etc.ir.ops import nested_ops
+from etc.ir.ops import as_operation, nested_ops
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def _plan_method(name: str, func, program_ir, reasons: dict, dims_record) -> tup
         if isinstance(owner, ir.Block):
             operands.append(("input", value.arg_number))
             continue
-        producer = owner.operation if hasattr(owner, "operation") else owner
+        producer = as_operation(owner)
         symbol = ir.FlatSymbolRefAttr(producer.attributes["global"]).value
         if producer.name == "ml_program.global_load_const":
             operands.append(("constant", symbol))
@@ -186,7 +186,7 @@ def _plan_method(name: str, func, program_ir, reasons: dict, dims_record) -> tup
         if op.name == "ml_program.global_store":
             symbol = ir.FlatSymbolRefAttr(op.attributes["global"]).value
             owner = op.operands[0].owner
-            producer = owner.operation if hasattr(owner, "operation") else owner
+            producer = as_operation(owner)
             if producer != call:
                 return None, (f"method '{name}': {format_location(op.location) or 'unknown location'}: buffer "
                               f"'{symbol}' is written with a value computed outside the delegate")
@@ -209,7 +209,7 @@ def _plan_method(name: str, func, program_ir, reasons: dict, dims_record) -> tup
             output_specs.append(TensorSpec(f"output{p}", inputs[value.arg_number].dtype,
                                            list(inputs[value.arg_number].dims)))
             continue
-        producer = owner.operation if hasattr(owner, "operation") else owner
+        producer = as_operation(owner)
         if producer != call:
             return None, (f"method '{name}': output {p} is computed outside the delegate "
                           f"({producer.name} at {format_location(producer.location) or 'unknown location'})")
@@ -228,7 +228,7 @@ def _only_sizes_use(op) -> bool:
     for result in op.results:
         for use in result.uses:
             owner = use.owner
-            owner = owner.operation if hasattr(owner, "operation") else owner
+            owner = as_operation(owner)
             if owner.name not in SIZE_OPS:
                 return False
     return True

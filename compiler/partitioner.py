@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from etc.errors import LoweringError
+from etc.ir.ops import as_operation
 
 __all__ = ["BACKENDS", "BackendDetails", "CapabilityPartitioner", "CompileSpec", "DelegationSpec", "IN_PLACE_OUTPUTS",
            "Partition", "PartitionResult", "Partitioner", "PreprocessResult", "group_cycle_free", "public_functions",
@@ -173,7 +174,7 @@ def group_cycle_free(ops: list, supported: Callable) -> list[list]:
     groups: list[list] = []
     for op in ops:
         producers = [v.owner for v in op.operands if not _is_block_arg(v)]
-        producers = [p.operation if hasattr(p, "operation") else p for p in producers]
+        producers = [as_operation(p) for p in producers]
         dep: set = set()
         out: set = set()
         for p in producers:

@@ -19,6 +19,7 @@ from torch_mlir import ir
 
 from etc.errors import UnsupportedConstructError
 from etc.ir.dtypes import element_type, torch_dtype_name_of_element_type
+from etc.ir.ops import as_operation
 from etc.ir.schema_types import SchemaType, schema_type, spelled
 
 TABLE_PATH = Path(__file__).with_name("aten_ops.json")
@@ -243,7 +244,7 @@ def decode_value(arg: ArgInfo, attr: ir.Attribute, dynamic: list) -> Any:
 
 def decode_op(op) -> dict[str, Any]:
     """Schema argument name -> value for an aten or edge op (inverse of `build_op`)."""
-    operation = op.operation if hasattr(op, "operation") else op
+    operation = as_operation(op)
     view = operation.opview
     info: OpInfo = type(view).OP_INFO
     values: dict[str, Any] = {}

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from etc.ir.ops import as_operation
+
 
 @dataclass(frozen=True)
 class QuantizedOp:
@@ -272,13 +274,13 @@ def quantized_pattern_ops(operations) -> dict:
     conv + bias + relu between the two is one int8 operation, not three float ones. Ops that
     only compute in float around them are not included.
     """
-    ops = [op.operation if hasattr(op, "operation") else op for op in operations]
+    ops = [as_operation(op) for op in operations]
     roles = {op: role(op.name) for op in ops}
 
     def producers(op):
         for value in op.operands:
             owner = value.owner
-            owner = owner.operation if hasattr(owner, "operation") else owner
+            owner = as_operation(owner)
             if owner in roles:
                 yield owner
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from etc.ir.ops import as_operation
+
 DIM_BOUNDS_ATTR = "etc.dim_bounds"  # on a func argument: min0, max0, min1, max1, ... (to_edge's importer)
 UPPER_BOUNDS_ATTR = "etc.upper_bounds"  # on an op: its results' dims at their upper bounds, concatenated
 
@@ -21,7 +23,7 @@ def upper_bounds(value) -> list[int] | None:
     owner = value.owner
     if isinstance(owner, ir.Block):
         parent = owner.owner
-        parent = parent.operation if hasattr(parent, "operation") else parent
+        parent = as_operation(parent)
         if parent is None or "arg_attrs" not in parent.attributes:
             return None
         d = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[value.arg_number])
@@ -30,7 +32,7 @@ def upper_bounds(value) -> list[int] | None:
         b = [int(x) for x in ir.DenseI64ArrayAttr(d[DIM_BOUNDS_ATTR])]
         out = [b[2 * i + 1] if t.is_dynamic_dim(i) else s for i, s in enumerate(sizes)]
     else:
-        op = owner.operation if hasattr(owner, "operation") else owner
+        op = as_operation(owner)
         if UPPER_BOUNDS_ATTR not in op.attributes:
             return None
         flat = [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[UPPER_BOUNDS_ATTR])]

@@ -26,6 +26,7 @@ erases the ops left unused (aten ops are pure).
 
 from __future__ import annotations
 
+from etc.ir.ops import defining_op
 from etc.passes.pass_api import Pass, register_pass
 
 _KEEPS_LAYOUT = (None, "preserve_format", "contiguous_format")
@@ -71,15 +72,6 @@ def _forward(op, rewriter, value):
     return None
 
 
-def _owner_name(value) -> str | None:
-    from torch_mlir import ir
-
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation.name if hasattr(owner, "operation") else owner.name
-
-
 def _is_returned(value) -> bool:
     for use in value.uses:
         owner = use.owner
@@ -98,7 +90,7 @@ def _copy_removable(op) -> bool:
         return True
     if isinstance(source.owner, ir.Block):
         return False  # the output would alias an input
-    if _owner_name(source) in ("ml_program.global_load", "ml_program.global_load_const"):
+    if getattr(defining_op(source), "name", None) in ("ml_program.global_load", "ml_program.global_load_const"):
         return False  # ... or a parameter/buffer
     return not _is_returned(source)  # ... or another output
 
@@ -119,7 +111,7 @@ def _same_shape(op, rewriter):
     if len(op.operands) != 1:
         return True  # symbolic sizes: their values are not known here
     inner = source.owner
-    if _owner_name(source) in _VIEW_NAMES and len(inner.operands) == 1:
+    if getattr(defining_op(source), "name", None) in _VIEW_NAMES and len(inner.operands) == 1:
         return _skip_inner_view(op, rewriter, inner.operands[0])
     if not _static(source.type):
         sizes = _attr(op, "size" if "size" in op.attributes else "shape") or []
@@ -244,7 +236,7 @@ def _squeeze(op, rewriter):
     source = op.operands[0]
     if not _static(source.type):
         return True
-    producer = _owner_name(source)
+    producer = getattr(defining_op(source), "name", None)
     if producer is not None and producer.split(".", 1)[1] == "unsqueeze" and op.name.endswith("squeeze_dim"):
         inner = source.owner
         x = inner.operands[0]
@@ -256,7 +248,7 @@ def _squeeze(op, rewriter):
 
 def _unsqueeze(op, rewriter):
     source = op.operands[0]
-    producer = _owner_name(source)
+    producer = getattr(defining_op(source), "name", None)
     if producer is None or producer.split(".", 1)[1] != "squeeze_dim":
         return True
     inner = source.owner

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from etc.ir.ops import defining_op, user_op
 from etc.runtime.kernels.common import float32_values
 from etc.runtime.kernels.quantized import pack_int4  # the layout the kernels read
 
@@ -51,15 +52,6 @@ CLAMPS = {"edge.relu", "edge.hardtanh", "edge.clamp"}
 VIEWS = {"edge.view", "edge.p_unsafe_view"}
 
 
-def _producer(value):
-    from torch_mlir import ir
-
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
 def _single_use(value) -> bool:
     return len(list(value.uses)) == 1
 
@@ -74,7 +66,7 @@ class _Folder:
 
     # --------------------------------------------------------------- matching helpers
     def op_of(self, value, name):
-        op = _producer(value) if value is not None else None
+        op = defining_op(value) if value is not None else None
         return op if op is not None and op.name == name else None
 
     def args(self, op) -> dict:
@@ -162,7 +154,7 @@ class _Folder:
         from etc.dialects.aten import build_op
         from etc.dialects.edge import OPS as EDGE_OPS
 
-        owner = _owner_of(result)
+        owner = defining_op(result)
         with ir.InsertionPoint(owner), ir.Location.fused([o.location for o in location_ops]):
             new = build_op(torch_name, arguments, [result.type], dialect_ops=EDGE_OPS)
         if "etc.upper_bounds" in owner.attributes:  # a dynamic dim keeps the bound memory planning needs
@@ -186,7 +178,7 @@ class _Folder:
         a = self.args(op)
         if a["transposed"] or len(a["stride"]) != 2 or any(a["output_padding"]):
             return False
-        x, dq_w = self.static_dq(a["input"]), _producer(a["weight"])
+        x, dq_w = self.static_dq(a["input"]), defining_op(a["weight"])
         if x is None or dq_w is None or dq_w.name not in (DQ_CHANNEL, DQ_TENSOR):
             return False
         weight = self.symmetric_weight(dq_w)
@@ -207,7 +199,7 @@ class _Folder:
         permute = self.op_of(value, "edge.permute")
         if permute is None or list(self.args(permute)["dims"]) != [1, 0] or not _single_use(permute.results[0]):
             return None, None
-        return _producer(self.args(permute)["self"]), permute
+        return defining_op(self.args(permute)["self"]), permute
 
     def linear_parts(self, op):
         """(activation value, weight dq op, permute op, bias value) of addmm/mm, or None."""
@@ -231,7 +223,7 @@ class _Folder:
             return False
         activation, dq_w, permute, bias = parts
         # A linear on [B, T, K] is view -> addmm -> view: the views keep rows, so they move to int8.
-        in_view = self.row_view(_producer(activation))
+        in_view = self.row_view(defining_op(activation))
         x = self.static_dq(self.args(in_view)["self"] if in_view is not None else activation)
         if x is not None and dq_w.name in (DQ_CHANNEL, DQ_TENSOR):
             weight = self.symmetric_weight(dq_w)
@@ -286,12 +278,12 @@ class _Folder:
         """(float input, granularity, eps) of a per-call quantized activation, ("none") for a
         float one; None for anything else. A view flattening leading dims may sit between the
         dequantize and the matmul (a linear on [B, T, K]): it is moved onto the float input."""
-        dq = _producer(value)
+        dq = defining_op(value)
         if dq is None:
             return value, "none", 0.0
         view = None
         if dq.name in VIEWS:
-            inner = _producer(self.args(dq)["self"])
+            inner = defining_op(self.args(dq)["self"])
             if inner is not None and (inner.name.startswith(_QD) or inner.name.startswith("edge.torchao_")):
                 if _shape(dq.results[0])[-1:] != _shape(self.args(dq)["self"])[-1:]:
                     return None  # the view mixes the quantized rows: not a per-row activation any more
@@ -315,7 +307,7 @@ class _Folder:
         if dq.name == DQ_DYNAMIC:
             a = self.args(dq)
             q = self.op_of(a["input"], Q_DYNAMIC)
-            choose = _producer(a["scale"])
+            choose = defining_op(a["scale"])
             if q is None or choose is None or choose.name != CHOOSE:
                 return None
             c = self.args(choose)
@@ -325,7 +317,7 @@ class _Folder:
         if dq.name == AO_DQ:
             a = self.args(dq)
             q = self.op_of(a["input"], AO_Q)
-            choose = _producer(a["scale"])
+            choose = defining_op(a["scale"])
             if q is None or choose is None or choose.name != AO_CHOOSE:
                 return None
             c = self.args(choose)
@@ -428,7 +420,7 @@ class _Folder:
             return False
         for index, operand in enumerate(op.operands):
             if isinstance(operand.type, ir.RankedTensorType):
-                op.operands[index] = self.args(_producer(operand))["input"]
+                op.operands[index] = self.args(defining_op(operand))["input"]
         op.results[0].set_type(q.results[0].type)
         q.results[0].replace_all_uses_with(op.results[0])
         q.erase()
@@ -481,13 +473,7 @@ def _shape(value) -> list:
 
 
 def _user(value):
-    use = next(iter(value.uses))
-    owner = use.owner
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
-def _owner_of(value):
-    return _producer(value)
+    return user_op(next(iter(value.uses)))
 
 
 def fold_quantized(module) -> dict:

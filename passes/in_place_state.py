@@ -32,6 +32,7 @@ backend's: a delegate writes its outputs into planned memory and the store copie
 
 from __future__ import annotations
 
+from etc.ir.ops import defining_op, user_op
 from etc.passes.pass_api import Pass, register_pass
 
 ATTRIBUTE = "etc.in_place_state"
@@ -42,11 +43,6 @@ def _symbol(op) -> str:
     from torch_mlir import ir
 
     return ir.FlatSymbolRefAttr(op.attributes["global"]).value
-
-
-def _owner_op(value):
-    owner = value.owner
-    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _same(a, b) -> bool:
@@ -97,11 +93,11 @@ def in_place_updates(func) -> list:
     """(op, symbol) for each op of `func` whose result may be written into buffer `symbol` directly."""
     found = []
     for symbol, old, new in buffer_updates(func):
-        producer = _owner_op(new)
+        producer = defining_op(new)
         if not hasattr(producer, "name") or producer.name not in IN_PLACE_OPS or not _same(producer.parent, func):
             continue
         (use,) = list(old.uses)
-        if _same(_owner_op(use), producer) and use.operand_number == 0:
+        if _same(user_op(use), producer) and use.operand_number == 0:
             found.append((producer, symbol))
     return found
 

@@ -3,6 +3,8 @@ branches and loops read, yield or carry (see the rules below)."""
 
 from __future__ import annotations
 
+from etc.ir.ops import as_operation
+
 __all__ = ["branch_local_yields", "control_flow_last_uses", "extend_branch_results", "flatten_regions"]
 
 # `scf.if` and `scf.while` (torch.cond / torch.while_loop) run as jumps over one
@@ -39,7 +41,7 @@ def _definer(analysis, value):
         parent = owner.owner
         parent = parent.operation if parent is not None and hasattr(parent, "operation") else parent
         return None if parent is None or parent == analysis.func else parent
-    return owner.operation if hasattr(owner, "operation") else owner
+    return as_operation(owner)
 
 
 def _inside(analysis, op, region_op) -> bool:

@@ -64,6 +64,7 @@ from typing import Any, Callable, ClassVar
 
 from etc.errors import PassError
 from etc.ir.locations import format_location
+from etc.passes.option_text import scan_value
 
 __all__ = [
     "Pass", "RewritePatternSet", "option", "NoOptions", "function_pass", "register_pass", "get_pass", "all_passes",
@@ -197,23 +198,8 @@ def split_option_string(text: str, pass_name: str = "pass") -> list[tuple[str, s
         if i >= n or text[i] != "=":
             items.append((key, None))
             continue
-        i += 1
-        start = i
-        depth, quote = 0, None
-        while i < n:
-            ch = text[i]
-            if quote:
-                if ch == quote:
-                    quote = None
-            elif ch in "\"'":
-                quote = ch
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-            elif ch in " \t\n" and depth == 0:
-                break
-            i += 1
+        start = i + 1
+        i, quote, depth = scan_value(text, start, " \t\n")
         if quote or depth:
             raise PassError(f"malformed options for {pass_name}: unbalanced {'quote' if quote else 'braces'} "
                             f"in '{text}'")

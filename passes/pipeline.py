@@ -28,6 +28,7 @@ import sys
 from typing import Any, TextIO
 
 from etc.errors import EtcError, PassError, VerificationError
+from etc.passes.option_text import scan_value
 from etc.passes.registry import close_names, lookup_pass, all_passes
 
 PIPELINE_SOURCE = "<pass-pipeline>"
@@ -110,20 +111,7 @@ def parse_pipeline(text: str) -> NestedElement:
             skip()
             if pos < n and text[pos] == "{":
                 brace = pos
-                depth, quote = 0, None
-                while pos < n:
-                    ch = text[pos]
-                    if quote:
-                        quote = None if ch == quote else quote
-                    elif ch in "\"'":
-                        quote = ch
-                    elif ch == "{":
-                        depth += 1
-                    elif ch == "}":
-                        depth -= 1
-                        if depth == 0:
-                            break
-                    pos += 1
+                pos = scan_value(text, brace + 1, "}")[0]
                 if pos >= n:
                     raise _error(f"unbalanced '{{' in the options of '{name}'", text, brace)
                 elements.append(PassElement(name, text[brace + 1:pos].strip(), start + 1))

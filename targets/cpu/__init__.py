@@ -274,6 +274,7 @@ class CpuPartitioner(CapabilityPartitioner):
 
     def partition(self, program_ir) -> PartitionResult:
         from etc.compiler.delegation import SIZE_OPS
+        from etc.ir.ops import user_op
         from etc.targets.cpu.lowering.quantized import portable_reasons
 
         result = PartitionResult(partitions=[])
@@ -297,7 +298,7 @@ class CpuPartitioner(CapabilityPartitioner):
                     result.rejected.setdefault(op.name, reason)
             for op in work:  # a branch condition goes with its branch (a delegate takes tensors only)
                 if op.name == "tensor.extract" and support[op]:
-                    users = {_owner(u) for u in op.result.uses}
+                    users = {user_op(u) for u in op.result.uses}
                     support[op] = all(support.get(u, False) for u in users)
             if work and all(support.values()):
                 result.partitions.append(Partition(ops=body, spec=self.spec))  # whole-model mode
@@ -309,7 +310,7 @@ class CpuPartitioner(CapabilityPartitioner):
             member = {op: i for i, g in enumerate(groups) for op in g}
             extra = {i: [] for i in range(len(groups))}
             for load in loads:
-                users = {_owner(u) for r in load.results for u in r.uses}
+                users = {user_op(u) for r in load.results for u in r.uses}
                 parts = {member.get(u) for u in users}
                 if len(parts) == 1 and None not in parts:
                     extra[parts.pop()].append(load)
@@ -374,12 +375,14 @@ def merge_independent(groups: list, ops: list) -> list:
 
 def _condensed_successors(groups: list, ops: list) -> dict:
     """Node -> the nodes that read it: a node is a partition (its index) or an op outside all."""
+    from etc.ir.ops import defining_op
+
     node = {op: n for n, g in enumerate(groups) for op in g}
     successors: dict = {}
     for op in ops:
         target = node.get(op, op)
         for v in op.operands:
-            producer = _producer(v)
+            producer = defining_op(v)
             if producer is None:
                 continue
             source = node.get(producer, producer)
@@ -401,14 +404,3 @@ def _indirect_path(a, b, successors: dict) -> bool:
                 seen.add(m)
                 stack.append(m)
     return False
-
-
-def _producer(value):
-    from etc.targets.cpu.ir_query import defining_op
-
-    return defining_op(value)
-
-
-def _owner(use):
-    owner = use.owner
-    return owner.operation if hasattr(owner, "operation") else owner

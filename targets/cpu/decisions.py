@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from etc.ir.ops import as_operation
+
 ATTR = "etc.cpu.decisions"
 # On an op a pass already decided about (a row reduction etc-cpu-row-kernels left as loops, with
 # its reason): the pass that would decide again about it (etc-cpu-default-loops) skips it and drops this.
@@ -75,7 +77,7 @@ def read(module) -> list[Decision]:
     """The decisions recorded on `module` (an ir.Module or its operation), in order."""
     from torch_mlir import ir
 
-    op = module.operation if hasattr(module, "operation") else module
+    op = as_operation(module)
     if ATTR not in op.attributes:
         return []
     out = []

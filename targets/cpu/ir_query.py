@@ -6,22 +6,8 @@ import re
 
 from torch_mlir import ir
 
+
 DYNAMIC = ir.ShapedType.get_dynamic_size()
-
-
-def as_operation(op):
-    """The `ir.Operation` of an op view (or the operation itself)."""
-    return op.operation if hasattr(op, "operation") else op
-
-
-def defining_op(value, name: str | None = None):
-    """The operation that produces `value` (None for a block argument); with `name`, only an op
-    of that name."""
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    op = as_operation(owner)
-    return op if name is None or op.name == name else None
 
 
 def walk(op, names) -> list:

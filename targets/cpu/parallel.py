@@ -32,7 +32,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-from etc.ir.ops import replace_operands
+from etc.ir.ops import as_operation, replace_operands
 
 BARRIER_FN = "etc_cpu_barrier"
 THREAD_SPLIT = "etc.thread_split"  # the GEMM kernels mark their loop over independent column panels
@@ -129,7 +129,7 @@ def _selection_only(if_op) -> None:
 
 def _const_index(value):
     owner = value.owner
-    op = owner.operation if hasattr(owner, "operation") else owner
+    op = as_operation(owner)
     if isinstance(owner, ir.Block) or op.name != "arith.constant":
         return None
     attr = op.attributes["value"]
@@ -213,7 +213,7 @@ def partition_top_level_loops(fn) -> int:
                 escaping = []
                 for result in op.results:
                     for use in result.uses:
-                        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                        user = as_operation(use.owner)
                         if _top_level_ancestor(user, block) not in inside:
                             escaping.append((user, use.operand_number))
                 if not escaping:
@@ -311,7 +311,7 @@ def lower_with_thread_splits(module, fn) -> int:
     def run_passes(op, pipeline):
         PassManager.parse(pipeline, context=op.context).run(op)
 
-    module = module.operation if hasattr(module, "operation") else module
+    module = as_operation(module)
     run_passes(module, "builtin.module(func.func(linalg-generalize-named-ops))")
     block = fn.regions[0].blocks[0]
     lines, tagged = [], 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.targets.cpu.entry_args import arg_attrs
-from etc.targets.cpu.ir_query import defining_op
+from etc.ir.ops import as_operation, defining_op
 
 DIM_RANGES_ATTR = "etc.cpu.dim_ranges"  # on the `dims:in` argument: lo0, hi0, lo1, hi1, ... per element
 
@@ -62,7 +62,7 @@ def _symbolic(value, ranges: dict, depth: int):
     owner = value.owner
     if isinstance(owner, ir.Block):
         return None
-    op = owner.operation if hasattr(owner, "operation") else owner
+    op = as_operation(owner)
     name = op.name
     if name == "arith.constant":
         attr = op.attributes["value"]
@@ -174,12 +174,12 @@ def _interval(value, _depth: int = 0) -> tuple[int, int] | None:
     owner = value.owner
     if isinstance(owner, ir.Block):
         parent = owner.owner
-        parent = parent.operation if hasattr(parent, "operation") else parent
+        parent = as_operation(parent)
         if parent is not None and parent.name == "scf.for" and value.arg_number == 0:
             lb, ub = (index_range(parent.operands[i], _depth + 1) for i in (0, 1))
             return (lb[0], max(lb[0], ub[1] - 1)) if lb and ub else None
         return None
-    op = owner.operation if hasattr(owner, "operation") else owner
+    op = as_operation(owner)
     name = op.name
     if name == "arith.constant":
         attr = op.attributes["value"]
@@ -191,7 +191,7 @@ def _interval(value, _depth: int = 0) -> tuple[int, int] | None:
         if not isinstance(source.owner, ir.Block):
             return None
         fn = source.owner.owner
-        fn = fn.operation if hasattr(fn, "operation") else fn
+        fn = as_operation(fn)
         attrs = arg_attrs(fn)[source.arg_number]
         index = index_range(op.operands[1], _depth + 1) if len(op.operands) == 2 else None
         if DIM_RANGES_ATTR not in attrs or index is None or index[0] != index[1]:
@@ -241,7 +241,7 @@ def _dim_range(value, d: int, depth: int):
     producer = defining_op(value)
     if producer is None:  # an entry argument with its bounds (before etc-cpu-dynamic-shapes)
         fn = value.owner.owner
-        fn = fn.operation if hasattr(fn, "operation") else fn
+        fn = as_operation(fn)
         if fn is None or fn.name != "func.func":
             return None
         attrs = arg_attrs(fn)[value.arg_number]

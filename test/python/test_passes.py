@@ -14,6 +14,7 @@ from etc.dialects import make_context
 from etc.errors import EtcError, PassError, VerificationError
 from etc.passes.pass_api import (Pass, collect_diagnostics, function_pass, format_options, option, options_help,
                                  parse_options, split_option_string)
+from etc.passes.option_text import scan_value
 from etc.passes.pipeline import NestedElement, PassElement, Pipeline, parse_pipeline, run_pipeline
 from etc.passes.registry import all_passes, get_pass, register_pass
 
@@ -150,6 +151,16 @@ def test_parse_pipeline_implicit_module():
     assert root.anchor == "builtin.module" and [type(e) for e in root.elements] == [PassElement, NestedElement]
     assert parse_pipeline("").elements == []
     assert parse_pipeline("builtin.module(func.func())").elements[0].elements == []
+
+
+def test_pipeline_and_option_readers_agree_on_quotes_and_braces():
+    """One scanner serves both: a `}` inside quotes or nested braces does not end the block."""
+    root = parse_pipeline('etc-b{s="a}b" x={1,{2}} flag}, cse')
+    block = root.elements[0].options
+    assert block == 's="a}b" x={1,{2}} flag' and root.elements[1].name == "cse"
+    assert split_option_string(block) == [("s", "a}b"), ("x", "{1,{2}}"), ("flag", None)]
+    assert scan_value("a={1,2}} b", 0, "}") == (7, None, 0)
+    assert scan_value('x="{', 0, " ") == (4, '"', 0)
 
 
 @pytest.mark.parametrize("text, where, message", [

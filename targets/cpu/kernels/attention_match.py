@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from torch_mlir import ir
 
-from etc.targets.cpu.ir_query import as_operation, defining_op, indexing_maps, input_count, iterator_types
+from etc.ir.ops import as_operation, defining_op
+from etc.targets.cpu.ir_query import indexing_maps, input_count, iterator_types
 from etc.targets.cpu.kernels.row_match import RESHAPES, through_reshapes
 
 SCORE_OPS = ("arith.addf", "arith.subf", "arith.mulf", "arith.divf")

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from etc.targets.cpu.ir_query import DYNAMIC, defining_op, indexing_maps, iterator_types, map_dims
+from etc.ir.ops import as_operation, defining_op
+from etc.targets.cpu.ir_query import DYNAMIC, indexing_maps, iterator_types, map_dims
 from etc.targets.cpu.size_ranges import dim_range
 
 # ------------------------------------------------------------------ configuration
@@ -125,7 +126,7 @@ def is_contraction(op) -> bool:
         owner = value.owner
         if isinstance(owner, ir.Block) or depth > 16:
             return set()
-        owner = owner.operation if hasattr(owner, "operation") else owner
+        owner = as_operation(owner)
         out = set()
         for v in owner.operands:
             out |= sources(v, depth + 1)

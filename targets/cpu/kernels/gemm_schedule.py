@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 from torch_mlir import ir
 
-from etc.targets.cpu.ir_query import defining_op, walk
+from etc.ir.ops import defining_op
+from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import ANY_OP
 from etc.targets.cpu.kernels.gemm_match import KernelConfig
 from etc.targets.cpu.parallel import THREAD_SPLIT  # marks the loop over column panels

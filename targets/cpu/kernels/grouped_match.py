@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from torch_mlir import ir
 
-from etc.targets.cpu.ir_query import defining_op, indexing_maps, iterator_types, map_dims, static_f32_shape
+from etc.ir.ops import defining_op
+from etc.targets.cpu.ir_query import indexing_maps, iterator_types, map_dims, static_f32_shape
 from etc.targets.cpu.kernels.window_match import Init, NotTaken, fuse_consumers, pair_attribute
 from etc.targets.cpu.kernels.window_match import classify_init as classify_window_init
 

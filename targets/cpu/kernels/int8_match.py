@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from etc.targets.cpu.ir_query import defining_op
+from etc.ir.ops import defining_op
 
 QGEMM = "etc.cpu.qgemm"  # on the contraction generic: {kind, a_unsigned}
 REQUANT = "etc.cpu.requant"  # on its requantization generic: {per, zero_point, min, max}

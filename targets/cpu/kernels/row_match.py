@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from torch_mlir import ir
 
-from etc.targets.cpu.ir_query import (as_operation, defining_op, indexing_maps, input_count, iterator_types,
-                                      static_shape)
+from etc.ir.ops import as_operation, defining_op
+from etc.targets.cpu.ir_query import indexing_maps, input_count, iterator_types, static_shape
 from etc.targets.cpu.kernel_ir import scalar_literal
 
 RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from torch_mlir import ir
 
-from etc.targets.cpu.ir_query import defining_op, indexing_maps, iterator_types, map_dims, static_f32_shape
+from etc.ir.ops import defining_op
+from etc.targets.cpu.ir_query import indexing_maps, iterator_types, map_dims, static_f32_shape
 
 TAKEN = {
     "linalg.depthwise_conv_2d_nchw_chw": "dw",

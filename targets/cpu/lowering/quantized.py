@@ -34,7 +34,7 @@ from torch_mlir import ir
 
 from etc.errors import LoweringError
 from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs
-from etc.targets.cpu.ir_query import defining_op
+from etc.ir.ops import as_operation, defining_op
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, identity_map, iterators, splice, tensor_type
 
 DYN = -1  # a dynamic dimension in the shapes of the lowerings (`?` in the text)
@@ -78,7 +78,7 @@ def constant_name(value) -> str | None:
         return ir.FlatSymbolRefAttr(owner.attributes["global"]).value \
             if owner.name == "ml_program.global_load_const" else None
     fn = value.owner.owner
-    fn = fn.operation if hasattr(fn, "operation") else fn
+    fn = as_operation(fn)
     if fn is None or fn.name != "func.func":
         return None
     label = arg_attrs(fn)[value.arg_number].get(ARG_ATTR)
@@ -131,7 +131,7 @@ def portable_reasons(ops) -> dict:
     pattern = quantized_pattern_ops(ops)
     reasons = {}
     for op in ops:
-        op = op.operation if hasattr(op, "operation") else op
+        op = as_operation(op)
         if op not in pattern or role(op.name) is None:
             continue
         name = op_info(op.name).torch_name
@@ -143,7 +143,7 @@ def portable_reasons(ops) -> dict:
             if not ok:
                 reasons[op] = why
     for op in ops:
-        op = op.operation if hasattr(op, "operation") else op
+        op = as_operation(op)
         if op in pattern and op not in reasons and role(op.name) is None:
             producers = [defining_op(v) for v in op.operands]
             if any(p in reasons for p in producers):

@@ -19,6 +19,7 @@ import re
 from torch_mlir import ir
 
 from etc.errors import LoweringError
+from etc.ir.ops import as_operation
 from etc.ir.schema_types import schema_type
 
 DYNAMIC = ir.ShapedType.get_dynamic_size()
@@ -303,7 +304,7 @@ def decode(op, info) -> dict:
 
 def _decoded(value, row):
     owner = value.owner
-    producer = None if isinstance(owner, ir.Block) else owner.operation if hasattr(owner, "operation") else owner
+    producer = None if isinstance(owner, ir.Block) else as_operation(owner)
     if producer is None:
         return value
     if producer.name == "torch.constant.none":

@@ -30,7 +30,7 @@ from torch_mlir import ir
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
-from etc.targets.cpu.ir_query import as_operation, defining_op
+from etc.ir.ops import as_operation, defining_op
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.attention_kernel import Kernel, rows_for
 from etc.targets.cpu.kernels.attention_match import NotTaken, match

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from etc.ir.ops import as_operation
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import in_place_arguments
 from etc.targets.cpu.ir_query import walk
@@ -32,7 +33,7 @@ def _root(value: ir.Value) -> ir.Value:
 
 def _may_be_one_buffer(module) -> set:
     """(input argument, output argument) pairs of the entry that the caller may pass as one buffer."""
-    pairs = in_place_arguments(module.operation if hasattr(module, "operation") else module)
+    pairs = in_place_arguments(as_operation(module))
     return {(input_arg, output_arg) for output_arg, input_arg in pairs.items()}
 
 

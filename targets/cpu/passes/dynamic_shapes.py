@@ -28,6 +28,7 @@ import numpy as np
 from torch_mlir import ir
 from torch_mlir.dialects import arith, memref
 
+from etc.ir.ops import as_operation
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import (ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs,
                                         update_function_type)
@@ -135,7 +136,7 @@ def dynamic_shapes(module, options=None) -> int:
         copies, count = [], 0
         for i in dynamic_outputs:
             uses = [u.owner for u in args[i].uses]
-            uses = [u.operation if hasattr(u, "operation") else u for u in uses]
+            uses = [as_operation(u) for u in uses]
             if len(uses) != 1 or uses[0].name != "memref.copy" or uses[0].operands[1] != args[i]:
                 raise PassError(f"etc-cpu-dynamic-shapes: dynamic output argument {i} is not filled by one memref.copy")
             t = ir.MemRefType(args[i].type)

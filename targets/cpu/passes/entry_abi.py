@@ -23,6 +23,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.errors import PassError
+from etc.ir.ops import as_operation
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, arg_label, entry_function, in_place_pairs, set_arg_attrs
 
@@ -49,7 +50,7 @@ def entry_abi(module, options=None) -> int:
     fn = entry_function(module)
     attrs = arg_attrs(fn)
     block = fn.regions[0].blocks[0]
-    pairs = in_place_pairs(module.operation if hasattr(module, "operation") else module)
+    pairs = in_place_pairs(as_operation(module))
     shared = {("output", str(k)) for k, _ in pairs} | {("input", str(j)) for _, j in pairs}
     outputs = 0
     entries = []
@@ -117,7 +118,7 @@ def _sharing_scratch(block, attrs) -> set:
 
 def read_abi(module) -> list[dict]:
     """The `etc.cpu.abi` entries as plain dicts (kind, name, dtype, shape, pack?)."""
-    op = module.operation if hasattr(module, "operation") else module
+    op = as_operation(module)
     out = []
     for entry in ir.ArrayAttr(op.attributes[ABI_ATTR]):
         d = ir.DictAttr(entry)

@@ -13,7 +13,7 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import entry_function
-from etc.targets.cpu.ir_query import defining_op
+from etc.ir.ops import defining_op
 from etc.targets.cpu.lowering.context import load_torch
 from etc.targets.cpu.lowering.expansions import EXPANSIONS, Emitter
 from etc.targets.cpu.lowering.torch_ops import decode, torch_name_of

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from etc.ir.ops import nested_ops
+from etc.ir.ops import as_operation, nested_ops
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
-from etc.targets.cpu.ir_query import defining_op, indexing_maps, iterator_types, walk
+from etc.ir.ops import defining_op
+from etc.targets.cpu.ir_query import indexing_maps, iterator_types, walk
 from etc.targets.cpu.kernels import gemm_kernel, gemm_match
 from etc.targets.cpu.passes.gemm_kernels import TileOptions
 
@@ -50,7 +51,7 @@ def _used_dims(amap, shape) -> "list | None":
 def _inside(value, op) -> bool:
     """Is `value` defined inside `op`'s regions?"""
     owner = value.owner
-    current = owner.owner if isinstance(owner, ir.Block) else (owner.operation if hasattr(owner, "operation") else owner)
+    current = owner.owner if isinstance(owner, ir.Block) else as_operation(owner)
     while current is not None:
         if current == op:
             return True
@@ -218,7 +219,7 @@ class GemmRegions(Pass):
             if len(uses) != 1:
                 return None
             owner = uses[0].owner
-            return owner.operation if hasattr(owner, "operation") else owner
+            return as_operation(owner)
 
         user = single_user(call.results[0])
         reshape = None

@@ -29,7 +29,8 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
-from etc.targets.cpu.ir_query import defining_op, walk
+from etc.ir.ops import defining_op
+from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.im2col_pack import pack_text
 from etc.targets.cpu.kernels.dynamic_linear_kernel import DynamicLinearKernel

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from etc.ir.ops import replace_operands
+from etc.ir.ops import as_operation, replace_operands
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import entry_function, in_place_arguments
 
@@ -60,7 +60,7 @@ def _captured(root) -> list:
             if isinstance(owner, ir.Block):
                 outside = not _inside(owner.owner, root)
             else:
-                outside = not _inside(owner.operation if hasattr(owner, "operation") else owner, root)
+                outside = not _inside(as_operation(owner), root)
             if outside and value not in seen:
                 seen.add(value)
                 captured.append(value)
@@ -119,7 +119,7 @@ def _stack_buffer(value, nest) -> bool:
     """A `memref.alloca` of the entry that only `nest` uses."""
     if isinstance(value.owner, ir.Block) or value.owner.name != "memref.alloca":
         return False
-    return all(_inside(u.owner.operation if hasattr(u.owner, "operation") else u.owner, nest) for u in value.uses)
+    return all(_inside(as_operation(u.owner), nest) for u in value.uses)
 
 
 def _extent(value) -> tuple:
@@ -129,7 +129,7 @@ def _extent(value) -> tuple:
     owner = value.owner
     if isinstance(owner, ir.Block):
         return value, None
-    op = owner.operation if hasattr(owner, "operation") else owner
+    op = as_operation(owner)
     if op.name not in _VIEWS:
         return value, None
     base, span = _extent(op.operands[0])
@@ -170,7 +170,7 @@ def outline_regions(module, options=None) -> int:
     base = ir.StringAttr(fn.attributes["sym_name"]).value
     outlined, calls = 0, 0
     distinct: dict = {}  # printed function (its name left out) -> the name of the first such region
-    one_buffer = in_place_arguments(module.operation if hasattr(module, "operation") else module)
+    one_buffer = in_place_arguments(as_operation(module))
     with module.context:
         position = {o.operation: i for i, o in enumerate(block.operations)}
         for op in [o.operation for o in block.operations]:

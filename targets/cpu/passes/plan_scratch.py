@@ -32,6 +32,7 @@ import numpy as np
 from torch_mlir import ir
 from torch_mlir.dialects import memref
 
+from etc.ir.ops import as_operation
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type
 from etc.targets.cpu.ir_query import walk
@@ -148,7 +149,7 @@ def lifetime(buffer, block) -> tuple | None:
         value = todo.pop()
         for use in value.uses:
             user = use.owner
-            user = user.operation if hasattr(user, "operation") else user
+            user = as_operation(user)
             if user.name == "memref.dealloc":
                 continue
             top = user

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from torch_mlir import ir
 
-from etc.ir.ops import replace_operands
+from etc.ir.ops import as_operation, replace_operands, user_op
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import (ARG_ATTR, arg_attrs, arg_label, entry_function, set_arg_attrs,
                                         update_function_type)
@@ -208,7 +208,7 @@ def prepack_constants(module, options=None) -> int:
 
     folded = set(folded_ops)
     roots = [op.results[0] for op in folded_ops
-             if shapes[op.results[0]] is not None and any(_owner(u) not in folded for u in op.results[0].uses)]
+             if shapes[op.results[0]] is not None and any(user_op(u) not in folded for u in op.results[0].uses)]
     if not roots:
         return 0
     taken = {ir.StringAttr(a[ARG_ATTR]).value for a in attrs if ARG_ATTR in a}
@@ -226,7 +226,7 @@ def prepack_constants(module, options=None) -> int:
             attrs.append({ARG_ATTR: ir.StringAttr.get(label), PACK_ATTR: ir.StringAttr.get(text),
                           "bufferization.writable": ir.BoolAttr.get(False)})
             for use in list(root.uses):
-                if _owner(use) not in folded:
+                if user_op(use) not in folded:
                     use.owner.operands[use.operand_number] = new_arg
         for op in reversed(folded_ops):
             if all(not list(r.uses) for r in op.results):
@@ -252,7 +252,7 @@ def _pack_function(root, source, folded_ops: list) -> str:
         owner = value.owner
         if isinstance(owner, ir.Block):
             continue
-        owner = owner.operation if hasattr(owner, "operation") else owner
+        owner = as_operation(owner)
         if owner in needed:
             continue
         needed.add(owner)
@@ -269,7 +269,7 @@ def _pack_function(root, source, folded_ops: list) -> str:
                         owner = v.owner
                         if isinstance(owner, ir.Block):
                             continue
-                        owner = owner.operation if hasattr(owner, "operation") else owner
+                        owner = as_operation(owner)
                         if owner.name == "arith.constant" and owner.parent != op and owner not in outside:
                             outside.append(owner)
     holder = ir.Module.create()
@@ -312,8 +312,3 @@ def evaluate_pack(text: str, array: np.ndarray) -> np.ndarray:
                 raise ValueError(f"pack function: cannot evaluate {op.name}")
             values[op.results[0]] = result
     raise ValueError("pack function without a return")
-
-
-def _owner(use):
-    owner = use.owner
-    return owner.operation if hasattr(owner, "operation") else owner

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from etc.ir.ops import as_operation
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type
 
@@ -222,7 +223,7 @@ class ProfileRegions(Pass):
 
 def read_profile(module) -> dict | None:
     """`etc.cpu.profile` as {offset, regions: [{name, nodes, sources}]}, or None for an unprofiled module."""
-    op = module.operation if hasattr(module, "operation") else module
+    op = as_operation(module)
     if PROFILE_ATTR not in op.attributes:
         return None
     d = ir.DictAttr(op.attributes[PROFILE_ATTR])

@@ -44,7 +44,8 @@ from torch_mlir import ir
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
-from etc.targets.cpu.ir_query import as_operation, defining_op, iterator_types
+from etc.ir.ops import as_operation, defining_op
+from etc.targets.cpu.ir_query import iterator_types
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.gemm_match import is_contraction
 from etc.targets.cpu.kernels.row_kernel import Kernel

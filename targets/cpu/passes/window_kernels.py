@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from etc.ir.ops import as_operation
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import walk
@@ -113,7 +114,7 @@ class WindowKernels(Pass):
         dead = [pad] if pad is not None else []
         while dead:
             current = dead.pop()
-            current = current.operation if hasattr(current, "operation") else current
+            current = as_operation(current)
             if current.name not in ("tensor.pad", "tensor.insert_slice", "tensor.empty") or \
                     any(True for r in current.results for _ in r.uses):
                 continue
