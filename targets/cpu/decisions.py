@@ -73,6 +73,14 @@ def record(op, kind: str, path: str, reason: str = "") -> Decision:
     return decision
 
 
+def record_taken(op, kind: str, path: str, found: list) -> None:
+    """`op` took the tuned `path`: its decision, then those its match made about the ops around
+    it (`found`: (op, kind, path, reason), e.g. a padding folded, a consumer fused or left alone)."""
+    record(op, kind, path)
+    for about, about_kind, about_path, reason in found:
+        record(about, about_kind, about_path, reason)
+
+
 def read(module) -> list[Decision]:
     """The decisions recorded on `module` (an ir.Module or its operation), in order."""
     from torch_mlir import ir

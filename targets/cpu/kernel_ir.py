@@ -35,6 +35,8 @@ from itertools import count
 import numpy as np
 from torch_mlir import ir
 
+from etc.ir.ops import as_operation
+
 ANY_OP = "!transform.any_op"  # the handle type of the transform scripts
 
 
@@ -47,6 +49,18 @@ def tensor_type(shape, element: str = "f32") -> str:
 def vector_type(lanes: int, element: str = "f32") -> str:
     """`vector<16xf32>`."""
     return f"vector<{lanes}x{element}>"
+
+
+def next_pow2(n: int) -> int:
+    """The vector width of a row's last, partial block of `n` lanes (its store masked)."""
+    return 1 << (n - 1).bit_length()
+
+
+def element_of(type_) -> str:
+    """The element type of a shaped type as text (`f32` for tensor<f32>), a scalar type's own text."""
+    if isinstance(type_, ir.ShapedType):
+        return str(ir.ShapedType(type_).element_type)
+    return str(type_)
 
 
 def f32_literal(value: float) -> str:
@@ -81,6 +95,16 @@ def iterators(n: int, kind: str = "parallel") -> str:
 
 
 # ------------------------------------------------------------------ the text writer
+class _Loop:
+    """The handle `KernelText.loop` gives its body: the result's name, and what the body yields."""
+
+    def __init__(self, result: str):
+        self.result, self.yielded = result, None
+
+    def yields(self, value: str) -> None:
+        self.yielded = value
+
+
 class KernelText:
     """MLIR text of a function body, built line by line.
 
@@ -112,6 +136,24 @@ class KernelText:
             yield self
         finally:
             self.indent -= by
+
+    @contextmanager
+    def loop(self, iv: str, lower, upper, step, carried: str, init: str, type_: str, stem: str = "l",
+             attributes: str = ""):
+        """An `scf.for iv = lower to upper step step` carrying one value (`carried`, starting at
+        `init`, of `type_`); bounds are SSA names or ints (index constants). The body is what is
+        emitted inside the `with`; it ends with `loop.yields(value)`. `loop.result` names the
+        loop's result; `attributes` (text) go on the op."""
+        bound = (lambda b: self.index(b) if isinstance(b, int) else b)
+        handle = _Loop(self.fresh(stem))
+        self.emit(f"{handle.result} = scf.for {iv} = {bound(lower)} to {bound(upper)} step {bound(step)} "
+                  f"iter_args({carried} = {init}) -> ({type_}) {{")
+        with self.nested():
+            yield handle
+            if handle.yielded is None:
+                raise ValueError(f"the loop {handle.result} yields nothing")
+            self.emit(f"scf.yield {handle.yielded} : {type_}")
+        self.emit("}" + (f" {{{attributes}}}" if attributes else ""))
 
     def const(self, value, type_: str) -> str:
         """A fresh `arith.constant value : type_` (value as MLIR writes it)."""
@@ -173,6 +215,30 @@ class KernelText:
         self.emit(f"{name} = linalg.transpose ins({value} : {tensor_type(src, element)}) outs({empty} : "
                   f"{tensor_type(dst, element)}) permutation = [{', '.join(map(str, perm))}]")
         return name, dst
+
+    def read(self, source: str, indices: str, padding: str, source_type: str, vector: str, in_bounds: bool,
+             stem: str = "ld") -> str:
+        """A fresh `vector.transfer_read` of `source` at `indices` (text): `padding` fills the lanes
+        past its end unless the read is known `in_bounds`."""
+        name = self.fresh(stem)
+        self.emit(f"{name} = vector.transfer_read {source}[{indices}], {padding} "
+                  f"{{in_bounds = [{str(in_bounds).lower()}]}} : {source_type}, {vector}")
+        return name
+
+    def write(self, value: str, dest: str, indices: str, vector: str, dest_type: str, in_bounds: bool,
+              stem: str = "o") -> str:
+        """A fresh `vector.transfer_write` of `value` into `dest` at `indices`: the new tensor;
+        lanes past its end are dropped unless the write is known `in_bounds`."""
+        name = self.fresh(stem)
+        self.emit(f"{name} = vector.transfer_write {value}, {dest}[{indices}] "
+                  f"{{in_bounds = [{str(in_bounds).lower()}]}} : {vector}, {dest_type}")
+        return name
+
+    def broadcast(self, scalar: str, width: int, element: str = "f32") -> str:
+        """A fresh vector of `width` lanes, each `scalar`."""
+        name = self.fresh("b")
+        self.emit(f"{name} = vector.broadcast {scalar} : {element} to {vector_type(width, element)}")
+        return name
 
     def vector_body(self, block, names: dict, width: int) -> str:
         """The ops of a `linalg.generic` body (its yield excepted) as ops on `width`-lane vectors:
@@ -251,6 +317,25 @@ def splice(text: str, values: list, before, location=None) -> list:
         inner.move_before(before)
         relocate(inner, location)
     return list(ops[-1].operands)
+
+
+def replace_fused(text: str, arguments: list, op, fused: list, leftovers: list, attributes: dict):
+    """Splice the kernel function `text`, called on `arguments`, in place of `op` and the ops fused
+    after it (`fused`, in order: the last one's result is what the kernel returns); erase them, and
+    each of `leftovers` (None allowed: an init's fill, a folded pad) that lost its last user.
+    `attributes` (name -> text) go on the kernel's outer op. Returns the kernel's result."""
+    last = fused[-1] if fused else op
+    (result,) = splice(text, arguments, as_operation(last), op.location)
+    for name, value in attributes.items():
+        result.owner.attributes[name] = ir.StringAttr.get(value)
+    last.results[0].replace_all_uses_with(result)
+    for user in reversed(fused):
+        as_operation(user).erase()
+    as_operation(op).erase()
+    for producer in leftovers:
+        if producer is not None and all(len(list(r.uses)) == 0 for r in producer.results):
+            as_operation(producer).erase()
+    return result
 
 
 def apply_transform_script(module_op, script: str) -> None:

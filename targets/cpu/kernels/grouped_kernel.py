@@ -21,21 +21,10 @@ feeds `block` FMAs.
 
 from __future__ import annotations
 
-from torch_mlir import ir
-
-from etc.targets.cpu.kernel_ir import KernelText, tensor_type, vector_type
+from etc.targets.cpu.kernel_ir import KernelText, element_of, next_pow2, tensor_type, vector_type
 from etc.targets.cpu.kernels.grouped_match import Grouped
+from etc.targets.cpu.kernels.window_kernel import apply_consumers, start_and_operand_arguments
 from etc.targets.cpu.parallel import THREAD_SPLIT
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
-
-
-def _scalar_elem(type_) -> str:
-    if isinstance(type_, ir.ShapedType):
-        return str(ir.ShapedType(type_).element_type)
-    return str(type_)
 
 
 class GroupedKernel:
@@ -63,17 +52,12 @@ class GroupedKernel:
             looped += step
         rest, start = [], looped
         while start < gc.ow:
-            width = lanes if start + lanes <= gc.ow else _next_pow2(gc.ow - start)
+            width = lanes if start + lanes <= gc.ow else next_pow2(gc.ow - start)
             rest.append((start, width, self.reads_inside(start, width), start + width <= gc.ow))
             start += width
         return looped, rest
 
     # -- values
-    def broadcast(self, scalar: str, width: int, elem: str = "f32") -> str:
-        v = self.t.fresh("b")
-        self.t.emit(f"{v} = vector.broadcast {scalar} : {elem} to {vector_type(width, elem)}")
-        return v
-
     def channel_scalars(self, group: str, filters: list) -> dict:
         """Per output channel of the block: its bias and per-channel operands ([G, F/G]), as scalars."""
         t, gc = self.t, self.gc
@@ -112,16 +96,14 @@ class GroupedKernel:
         for r, f in enumerate(filters):
             for v, (_, _, width, _, write_ok) in enumerate(vectors):
                 if gc.init.kind == "chan":
-                    starts.append(self.broadcast(chan[("bias", r)], width))
+                    starts.append(t.broadcast(chan[("bias", r)], width))
                 elif gc.init.kind == "scalar":
-                    starts.append(self.broadcast("%init", width))
+                    starts.append(t.broadcast("%init", width))
                 elif gc.init.kind == "tensor":
-                    a = t.fresh("a")
-                    t.emit(f"{a} = vector.transfer_read %init[%nn, {group}, {f}, {out_rows[v]}, {cols[v]}], %zero "
-                           f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vector_type(width)}")
-                    starts.append(a)
+                    starts.append(t.read("%init", f"%nn, {group}, {f}, {out_rows[v]}, {cols[v]}", "%zero",
+                                         self.out_t, vector_type(width), write_ok, "a"))
                 else:
-                    starts.append(self.broadcast("%zero", width))
+                    starts.append(t.broadcast("%zero", width))
         types = [vector_type(width) for _ in filters for _, _, width, _, _ in vectors]
         loop = t.fresh("cl")
         iters = [t.fresh("acc") for _ in starts]
@@ -138,9 +120,8 @@ class GroupedKernel:
                         row = in_rows[dr]
                         col = t.add(in_cols[v], j * gc.dw)
                         span = width * gc.sw
-                        x = t.fresh("x")
-                        t.emit(f"{x} = vector.transfer_read %x[%nn, {group}, %ci, {row}, {col}], %zero "
-                               f"{{in_bounds = [{'true' if read_ok else 'false'}]}} : {self.x_t}, {vector_type(span)}")
+                        x = t.read("%x", f"%nn, {group}, %ci, {row}, {col}", "%zero", self.x_t, vector_type(span),
+                                   read_ok, "x")
                         if gc.sw > 1:
                             picked = t.fresh("xs")
                             lanes = ", ".join(str(gc.sw * k) for k in range(width))
@@ -154,7 +135,7 @@ class GroupedKernel:
                         wide = {}
                         for v, (_, _, width, _, _) in enumerate(vectors):
                             if width not in wide:
-                                wide[width] = self.broadcast(ws, width)
+                                wide[width] = t.broadcast(ws, width)
                             k = r * len(vectors) + v
                             acc = t.fresh("f")
                             t.emit(f"{acc} = math.fma {xs[v]}, {wide[width]}, {accs[k]} : {vector_type(width)}")
@@ -165,117 +146,72 @@ class GroupedKernel:
             for v, (_, _, width, _, write_ok) in enumerate(vectors):
                 at = f"%nn, {group}, {f}, {out_rows[v]}, {cols[v]}"
                 acc = self.epilogue(f"{loop}#{r * len(vectors) + v}", width, at, write_ok, r, chan, glob)
-                done = t.fresh("o")
-                t.emit(f"{done} = vector.transfer_write {acc}, {out}[{at}] "
-                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vector_type(width)}, {self.out_t}")
-                out = done
+                out = t.write(acc, out, at, vector_type(width), self.out_t, write_ok)
         return out
 
     def epilogue(self, acc: str, width: int, at: str, write_ok: bool, r: int, chan: dict, glob: dict) -> str:
-        """The fused consumers on one accumulator (as `window_kernel.WindowKernel.epilogue`)."""
-        t, gc = self.t, self.gc
-        for user, number, extras in gc.chain:
-            block = user.regions[0].blocks[0]
-            names = {}
-            for i in range(len(user.operands) - 1):
-                arg = block.arguments[i]
-                if i == number:
-                    names[arg] = acc
-                    continue
-                k = extras[i]
-                if k.kind == "full":
-                    v = t.fresh("fl")
-                    t.emit(f"{v} = vector.transfer_read %e{k.index}[{at}], %zero "
-                           f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vector_type(width)}")
-                    names[arg] = v
-                elif k.kind == "chan":
-                    names[arg] = self.broadcast(chan[("e", k.index, r)], width)
-                else:
-                    elem = _scalar_elem(k.value.type)
-                    names[arg] = self.broadcast(glob[("e", k.index)], width, elem)
-            for key, k in extras.items():
-                if isinstance(key, tuple):
-                    names[k.value] = self.broadcast(glob[("e", k.index)], width, _scalar_elem(k.value.type))
-            acc = t.vector_body(block, names, width)
-        return acc
+        """The fused consumers on the accumulator of the block's `r`-th channel, stored at `at`."""
+        t = self.t
+
+        def operand_vector(k) -> str:
+            if k.kind == "full":
+                return t.read(f"%e{k.index}", at, "%zero", self.out_t, vector_type(width), write_ok, "fl")
+            if k.kind == "chan":
+                return t.broadcast(chan[("e", k.index, r)], width)
+            return t.broadcast(glob[("e", k.index)], width, element_of(k.value.type))
+
+        return apply_consumers(t, self.gc.chain, acc, width, operand_vector)
 
     # -- the whole function
     def function(self, name: str) -> str:
-        t, gc = self.t, self.gc
-        args = [f"%x: {self.x_t}", f"%w: {self.w_t}"]
-        if gc.init.kind == "chan":
-            args.append(f"%init: {tensor_type([gc.groups, gc.fg])}")
-        elif gc.init.kind == "scalar":
-            args.append("%init: f32")
-        elif gc.init.kind == "tensor":
-            args.append(f"%init: {gc.init.value.type}")
-        for k, operand in enumerate(gc.operands):
-            args.append(f"%e{k}: {operand.value.type}")
-        body_start = len(t.lines)
+        t, gc, out_t = self.t, self.gc, self.out_t
+        args = [f"%x: {self.x_t}", f"%w: {self.w_t}",
+                *start_and_operand_arguments(gc, tensor_type([gc.groups, gc.fg]), out_t)]
         t.emit("%zero = arith.constant 0.0 : f32")
-        t.emit(f"%empty = tensor.empty() : {self.out_t}")
+        t.emit(f"%empty = tensor.empty() : {out_t}")
         glob = self.global_scalars()
         per_group = gc.fg // gc.block
         looped, rest = self.column_plan()
-        step = self.lanes * self.vectors
-        res = t.fresh("res")
-        t.emit(f"{res} = scf.for %nn = {t.index(0)} to {t.index(gc.n)} step {t.index(1)} "
-               f"iter_args(%o0 = %empty) -> ({self.out_t}) {{")
-        t.indent += 2
-        rc = t.fresh("rc")
-        t.emit(f"{rc} = scf.for %blk = {t.index(0)} to {t.index(gc.groups * per_group)} step {t.index(1)} "
-               f"iter_args(%o1 = %o0) -> ({self.out_t}) {{")
-        t.indent += 2
-        group, first = t.fresh("g"), t.fresh("f")
-        t.emit(f"{group} = arith.divui %blk, {t.index(per_group)} : index")
-        within = t.fresh("fb")
-        t.emit(f"{within} = arith.remui %blk, {t.index(per_group)} : index")
-        t.emit(f"{first} = arith.muli {within}, {t.index(gc.block)} : index")
-        filters = [t.add(first, r) for r in range(gc.block)]
-        chan = self.channel_scalars(group, filters)
-        # Output rows in steps of `rows` (a short row is one vector: several rows share each weight),
-        # the last oh % rows one at a time.
-        blocked = gc.oh - gc.oh % gc.rows
-        spans = [(0, blocked, gc.rows), (blocked, gc.oh, 1)] if gc.rows > 1 else [(0, gc.oh, 1)]
-        out_rows = "%o1"
-        for lo, hi, rows in spans:
-            if hi <= lo:
-                continue
-            done_rows = t.fresh("rows")
-            t.emit(f"{done_rows} = scf.for %oh = {t.index(lo)} to {t.index(hi)} step {t.index(rows)} "
-                   f"iter_args(%o2 = {out_rows}) -> ({self.out_t}) {{")
-            with t.nested():
-                t.emit(f"%ih0 = arith.muli %oh, {t.index(gc.sh)} : index")
-                out = "%o2"
-                if looped:
-                    loop, iv, acc = t.fresh("cw"), t.fresh("ow"), t.fresh("oc")
-                    t.emit(f"{loop} = scf.for {iv} = {t.index(0)} to {t.index(looped)} step {t.index(step)} "
-                           f"iter_args({acc} = {out}) -> ({self.out_t}) {{")
-                    with t.nested():
-                        vectors = [(dr, v * self.lanes, self.lanes, True, True)
-                                   for dr in range(rows) for v in range(self.vectors)]
-                        done = self.block(acc, iv, vectors, group, filters, chan, glob)
-                        t.emit(f"scf.yield {done} : {self.out_t}")
-                    t.emit("}")
-                    out = loop
-                # The tail's vectors (partial ones masked) in blocks of `vectors`, as the looped part.
-                for k in range(0, len(rest), self.vectors):
-                    chunk = rest[k:k + self.vectors]
-                    first_col = chunk[0][0]
-                    vectors = [(dr, start - first_col, width, read_ok, write_ok)
-                               for dr in range(rows) for start, width, read_ok, write_ok in chunk]
-                    out = self.block(out, t.index(first_col), vectors, group, filters, chan, glob)
-                t.emit(f"scf.yield {out} : {self.out_t}")
-            t.emit("}")
-            out_rows = done_rows
-        t.emit(f"scf.yield {out_rows} : {self.out_t}")
-        t.indent -= 2
-        t.emit(f"}} {{{THREAD_SPLIT}}}")  # channel blocks are independent: threads take chunks of them
-        t.emit(f"scf.yield {rc} : {self.out_t}")
-        t.indent -= 2
-        t.emit("}")
-        t.emit(f"return {res} : {self.out_t}")
-        consts = t.declarations()
-        body = t.lines[body_start:]
-        return "\n".join([f"func.func private @{name}({', '.join(args)}) -> {self.out_t} {{", *consts, *body,
-                          "}"]) + "\n"
+        # Channel blocks are independent: threads take chunks of them.
+        with t.loop("%nn", 0, gc.n, 1, "%o0", "%empty", out_t, "res") as batch, \
+                t.loop("%blk", 0, gc.groups * per_group, 1, "%o1", "%o0", out_t, "rc", THREAD_SPLIT) as blocks:
+            group, first = t.fresh("g"), t.fresh("f")
+            t.emit(f"{group} = arith.divui %blk, {t.index(per_group)} : index")
+            within = t.fresh("fb")
+            t.emit(f"{within} = arith.remui %blk, {t.index(per_group)} : index")
+            t.emit(f"{first} = arith.muli {within}, {t.index(gc.block)} : index")
+            filters = [t.add(first, r) for r in range(gc.block)]
+            chan = self.channel_scalars(group, filters)
+            # Output rows in steps of `rows` (a short row is one vector: several rows share each weight),
+            # the last oh % rows one at a time.
+            blocked = gc.oh - gc.oh % gc.rows
+            spans = [(0, blocked, gc.rows), (blocked, gc.oh, 1)] if gc.rows > 1 else [(0, gc.oh, 1)]
+            out_rows = "%o1"
+            for lo, hi, rows in spans:
+                if hi > lo:
+                    with t.loop("%oh", lo, hi, rows, "%o2", out_rows, out_t, "rows") as row_loop:
+                        t.emit(f"%ih0 = arith.muli %oh, {t.index(gc.sh)} : index")
+                        row_loop.yields(self.row(looped, rest, rows, group, filters, chan, glob))
+                    out_rows = row_loop.result
+            blocks.yields(out_rows)
+            batch.yields(blocks.result)
+        return t.function(name, args, [out_t], [batch.result])
+
+    def row(self, looped: int, rest: list, rows: int, group: str, filters: list, chan: dict, glob: dict) -> str:
+        """`rows` output rows from %oh: the looped column blocks, then the tail's vectors (partial
+        ones masked) in blocks of `vectors`, as the looped part."""
+        t, out = self.t, "%o2"
+        if looped:
+            iv, acc = t.fresh("ow"), t.fresh("oc")
+            with t.loop(iv, 0, looped, self.lanes * self.vectors, acc, out, self.out_t, "cw") as columns:
+                vectors = [(dr, v * self.lanes, self.lanes, True, True)
+                           for dr in range(rows) for v in range(self.vectors)]
+                columns.yields(self.block(acc, iv, vectors, group, filters, chan, glob))
+            out = columns.result
+        for k in range(0, len(rest), self.vectors):
+            chunk = rest[k:k + self.vectors]
+            first_col = chunk[0][0]
+            vectors = [(dr, start - first_col, width, read_ok, write_ok)
+                       for dr in range(rows) for start, width, read_ok, write_ok in chunk]
+            out = self.block(out, t.index(first_col), vectors, group, filters, chan, glob)
+        return out

@@ -14,44 +14,27 @@ register block: `block_channels` output channels of one group share every input 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch_mlir import ir
 
 from etc.ir.ops import defining_op
 from etc.targets.cpu.ir_query import indexing_maps, iterator_types, map_dims, static_f32_shape
-from etc.targets.cpu.kernels.window_match import Init, NotTaken, fuse_consumers, pair_attribute
+from etc.targets.cpu.kernels.window_match import Init, NotTaken, SlidingWindow, fuse_consumers, pair_attribute
 from etc.targets.cpu.kernels.window_match import classify_init as classify_window_init
 
 OP_NAME = "linalg.conv_2d_ngchw_gfchw"
 
 
-@dataclass
-class Grouped:
+@dataclass(kw_only=True)
+class Grouped(SlidingWindow):
     """One grouped convolution: y[n, g*fg + f, oh, ow] = init + sum over c < cg, kh, kw of
-    w[g, f, c, kh, kw] * x[n, g, c, oh*sh + kh*dh, ow*sw + kw*dw] (x already padded)."""
+    w[g, f, c, kh, kw] * x[n, g, c, oh*sh + kh*dh, ow*sw + kw*dw] (x already padded); x is
+    [n, groups, cg, h, w], w [groups, fg, cg, kh, kw]."""
 
-    op: object
-    x: object  # [n, groups, cg, h, w]
-    w: object  # [groups, fg, cg, kh, kw]
-    init: Init
-    n: int
     groups: int
     cg: int  # input channels per group
     fg: int  # output channels per group
-    h: int
-    wd: int
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    oh: int
-    ow: int
-    chain: list = field(default_factory=list)  # fused elementwise consumers (window_match.fuse_consumers)
-    decisions: list = field(default_factory=list)
-    operands: list = field(default_factory=list)
     block: int = 1  # output channels per register block (`register_block`)
     lanes: int = 1  # the vector width
     vectors: int = 1  # column vectors per block
@@ -141,8 +124,8 @@ def analyze(op, lanes: int, fuse: bool = True, channels: int = 8, accumulators: 
         raise NotTaken("empty output, window or group")
     sh, sw = pair_attribute(op, "strides")
     dh, dw = pair_attribute(op, "dilations")
-    gc = Grouped(op, x, w, classify_init(init, groups, fg), n, groups, cg, fg, h, wd, kh, kw, sh, sw, dh, dw,
-                 oh, ow)
+    gc = Grouped(op=op, x=x, w=w, init=classify_init(init, groups, fg), n=n, groups=groups, cg=cg, fg=fg, h=h, wd=wd,
+                 kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, oh=oh, ow=ow)
     gc.block, gc.lanes, gc.vectors, gc.rows = register_block(fg, oh, ow, lanes, channels, accumulators)
     if fuse:
         fuse_consumers(gc, ys)  # reads gc.op, fills gc.chain, gc.decisions, gc.operands

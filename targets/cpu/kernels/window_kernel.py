@@ -13,14 +13,10 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type, vector_type
-from etc.targets.cpu.kernels.window_match import (IDENTITY, Window, global_pool_source, pair_attribute,
-                                                  static_f32_shape)
+from etc.targets.cpu.kernel_ir import KernelText, element_of, f32_literal, next_pow2, tensor_type, vector_type
+from etc.targets.cpu.kernels.window_match import (IDENTITY, SlidingWindow, Window, global_pool_source,
+                                                  pair_attribute, static_f32_shape)
 from etc.targets.cpu.parallel import THREAD_SPLIT
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 def _tap_offsets(win: Window) -> list:
@@ -47,7 +43,7 @@ def _column_blocks(win: Window, lanes: int) -> tuple[int, int, list]:
     blocks = [(b * lanes, lanes, True) for b in range(win.ow // lanes)]
     rest = win.ow % lanes
     if rest:
-        width = _next_pow2(rest)
+        width = next_pow2(rest)
         blocks.append((win.ow - rest, width, width == rest))
     good = [i for i, (start, width, _) in enumerate(blocks) if loopable(start, width)]
     if len(good) < 2:
@@ -64,12 +60,30 @@ def _interior_rows(win: Window) -> tuple[int, int]:
     return (lo, hi) if hi > lo else (0, 0)
 
 
+def apply_consumers(t: KernelText, chain: list, acc: str, width: int, operand_vector) -> str:
+    """The fused elementwise consumers (`window_match.fuse_consumers`' chain) applied to one
+    accumulator vector of `width` lanes, in order, each body inlined on vectors. A consumer's
+    other operands, and the scalars its body captures, come from `operand_vector(Operand)`: the
+    kernel knows where a `full` operand is read and how a per-channel or global value is held.
+    The window and grouped kernels both end a register block with this."""
+    for user, number, extras in chain:
+        block = user.regions[0].blocks[0]
+        names = {}
+        for i in range(len(user.operands) - 1):
+            names[block.arguments[i]] = acc if i == number else operand_vector(extras[i])
+        for key, k in extras.items():
+            if isinstance(key, tuple):  # a scalar captured from above the body
+                names[k.value] = operand_vector(k)
+        acc = t.vector_body(block, names, width)
+    return acc
 
-def _scalar_elem(type_) -> str:
-    """`f32` for f32 and for tensor<f32>."""
-    if isinstance(type_, ir.ShapedType):
-        return str(ir.ShapedType(type_).element_type)
-    return str(type_)
+
+def start_and_operand_arguments(kernel: SlidingWindow, channel_type: str, out_type: str) -> list[str]:
+    """The kernel function's arguments after the input and the filter: where the accumulator
+    starts (none for the reduction's identity; a per-channel `channel_type` bias, an f32 fill, or
+    the outs tensor) and each fused consumer's extra operand, in `kernel.operands` order."""
+    start = {"chan": [f"%init: {channel_type}"], "scalar": ["%init: f32"], "tensor": [f"%init: {out_type}"]}
+    return start.get(kernel.init.kind, []) + [f"%e{k}: {o.value.type}" for k, o in enumerate(kernel.operands)]
 
 
 class WindowKernel:
@@ -96,26 +110,20 @@ class WindowKernel:
                             s = t.fresh("ws")
                             t.emit(f"{s} = tensor.extract %w[%ch, {t.index(i)}, {t.index(j)}] : {tensor_type([win.c, win.kh, win.kw])}")
                             vals[key] = s
-                        v = t.fresh("wv")
-                        t.emit(f"{v} = vector.broadcast {vals[key]} : f32 to {vector_type(width)}")
-                        vals[("w", i, j, width)] = v
+                        vals[("w", i, j, width)] = t.broadcast(vals[key], width)
             if win.init.kind == "chan":
                 if "bias" not in vals:
                     s = t.fresh("bs")
                     t.emit(f"{s} = tensor.extract %init[%ch] : {tensor_type([win.c])}")
                     vals["bias"] = s
-                v = t.fresh("bv")
-                t.emit(f"{v} = vector.broadcast {vals['bias']} : f32 to {vector_type(width)}")
-                vals[("bias", width)] = v
+                vals[("bias", width)] = t.broadcast(vals["bias"], width)
             for k, operand in enumerate(win.operands):
                 if operand.kind == "chan":
                     if ("e", k) not in vals:
                         s = t.fresh("es")
                         t.emit(f"{s} = tensor.extract %e{k}[%ch] : {tensor_type([win.c])}")
                         vals[("e", k)] = s
-                    v = t.fresh("ev")
-                    t.emit(f"{v} = vector.broadcast {vals[('e', k)]} : f32 to {vector_type(width)}")
-                    vals[("e", k, width)] = v
+                    vals[("e", k, width)] = t.broadcast(vals[("e", k)], width)
         return vals
 
     def global_values(self, widths: set) -> dict:
@@ -123,9 +131,7 @@ class WindowKernel:
         vals = {}
         for width in sorted(widths):
             if win.init.kind == "scalar":
-                v = t.fresh("iv")
-                t.emit(f"{v} = vector.broadcast %init : f32 to {vector_type(width)}")
-                vals[("init", width)] = v
+                vals[("init", width)] = t.broadcast("%init", width)
             for k, operand in enumerate(win.operands):
                 if operand.kind in ("rank0", "scalar"):
                     if ("e", k) not in vals:
@@ -135,10 +141,8 @@ class WindowKernel:
                         else:
                             s = f"%e{k}"
                         vals[("e", k)] = s
-                    elem = _scalar_elem(operand.value.type)
-                    v = t.fresh("ev")
-                    t.emit(f"{v} = vector.broadcast {vals[('e', k)]} : {elem} to {vector_type(width, elem)}")
-                    vals[("e", k, width)] = v
+                    elem = element_of(operand.value.type)
+                    vals[("e", k, width)] = t.broadcast(vals[("e", k)], width, elem)
         return vals
 
     # -- one block of `nrows` output rows x `width` columns
@@ -177,10 +181,7 @@ class WindowKernel:
                     iw = t.fresh("q")
                     t.emit(f"{iw} = arith.addi {iw0}, {t.index(base)} : index")
                     in_bounds = start is None or start + L <= win.wd
-                v = t.fresh("ld")
-                t.emit(f"{v} = vector.transfer_read %x[%nn, %ch, {ih}, {iw}], %pad "
-                       f"{{in_bounds = [{'true' if in_bounds else 'false'}]}} : {self.x_t}, {vector_type(L)}")
-                loads[(d, base)] = v
+                loads[(d, base)] = t.read("%x", f"%nn, %ch, {ih}, {iw}", "%pad", self.x_t, vector_type(L), in_bounds)
             v = loads[(d, base)]
             if start is not None and start < 0:  # the load starts at column 0: shift, padding in front
                 lanes = [start + phase + s * i for i in range(width)]
@@ -210,9 +211,7 @@ class WindowKernel:
             elif win.init.kind == "scalar":
                 acc = glob[("init", width)]
             elif win.init.kind == "tensor":
-                acc = t.fresh("a")
-                t.emit(f"{acc} = vector.transfer_read %init[%nn, %ch, {oh_r}, {ow}], %pad "
-                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vt}")
+                acc = t.read("%init", f"%nn, %ch, {oh_r}, {ow}", "%pad", self.out_t, vt, write_ok, "a")
             for i in range(win.kh):
                 d = r * win.sh + i * win.dh
                 if not row_inside(d):
@@ -236,10 +235,7 @@ class WindowKernel:
             if acc is None:  # every tap row is padding
                 acc = glob[("padv", width)]
             acc = self.epilogue(acc, width, oh_r, ow, write_ok, chan, glob)
-            new = t.fresh("out")
-            t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_r}, {ow}] "
-                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vt}, {self.out_t}")
-            out = new
+            out = t.write(acc, out, f"%nn, %ch, {oh_r}, {ow}", vt, self.out_t, write_ok, "out")
         return out
 
     def block_kh_loop(self, out, oh, ow, nrows, width, write_ok, chan, glob, ih0, tap, loads, taps) -> str:
@@ -261,10 +257,7 @@ class WindowKernel:
             elif win.init.kind == "scalar":
                 inits.append(glob[("init", width)])
             elif win.init.kind == "tensor":
-                a = t.fresh("a")
-                t.emit(f"{a} = vector.transfer_read %init[%nn, %ch, {oh_r}, {ow}], %pad "
-                       f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vt}")
-                inits.append(a)
+                inits.append(t.read("%init", f"%nn, %ch, {oh_r}, {ow}", "%pad", self.out_t, vt, write_ok, "a"))
             else:
                 inits.append(glob[("padv", width)])
         loop, kh = t.fresh("kl"), t.fresh("kh")
@@ -279,10 +272,9 @@ class WindowKernel:
         weights = {}
         if win.kind == "dw":
             for j in range(win.kw):
-                ws, wv = t.fresh("ws"), t.fresh("wv")
+                ws = t.fresh("ws")
                 t.emit(f"{ws} = tensor.extract %w[%ch, {kh}, {t.index(j)}] : {tensor_type([win.c, win.kh, win.kw])}")
-                t.emit(f"{wv} = vector.broadcast {ws} : f32 to {vt}")
-                weights[j] = wv
+                weights[j] = t.broadcast(ws, width)
         accs = list(carried)
         saved = (self.row_base, loads.copy(), taps.copy())
         loads.clear()
@@ -305,74 +297,36 @@ class WindowKernel:
         t.emit("}")
         for r in range(nrows):
             acc = self.epilogue(f"{loop}#{r}", width, oh_rs[r], ow, write_ok, chan, glob)
-            new = t.fresh("out")
-            t.emit(f"{new} = vector.transfer_write {acc}, {out}[%nn, %ch, {oh_rs[r]}, {ow}] "
-                   f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {vt}, {self.out_t}")
-            out = new
+            out = t.write(acc, out, f"%nn, %ch, {oh_rs[r]}, {ow}", vt, self.out_t, write_ok, "out")
         return out
 
     def epilogue(self, acc: str, width: int, oh: str, ow: str, write_ok: bool, chan: dict, glob: dict) -> str:
-        t, win = self.t, self.win
-        for user, number, extras in win.chain:
-            block = user.regions[0].blocks[0]
-            names = {}
-            n_in = len(user.operands) - 1
-            for i in range(n_in):
-                arg = block.arguments[i]
-                if i == number:
-                    names[arg] = acc
-                    continue
-                k = extras[i]
-                if k.kind == "full":
-                    v = t.fresh("f")
-                    t.emit(f"{v} = vector.transfer_read %e{k.index}[%nn, %ch, {oh}, {ow}], %pad "
-                           f"{{in_bounds = [{'true' if write_ok else 'false'}]}} : {self.out_t}, {vector_type(width)}")
-                    names[arg] = v
-                elif k.kind == "chan":
-                    names[arg] = chan[("e", k.index, width)]
-                else:
-                    names[arg] = glob[("e", k.index, width)]
-            for key, k in extras.items():
-                if isinstance(key, tuple):
-                    names[k.value] = glob[("e", k.index, width)]
-            acc = t.vector_body(block, names, width)
-        return acc
+        t = self.t
+
+        def operand_vector(k) -> str:
+            if k.kind == "full":
+                return t.read(f"%e{k.index}", f"%nn, %ch, {oh}, {ow}", "%pad", self.out_t, vector_type(width),
+                              write_ok, "f")
+            return (chan if k.kind == "chan" else glob)[("e", k.index, width)]
+
+        return apply_consumers(t, self.win.chain, acc, width, operand_vector)
 
     # -- the whole function
     def function(self, name: str) -> str:
-        t, win = self.t, self.win
-        lanes = min(self.lanes, _next_pow2(win.ow))
+        t, win, out_t = self.t, self.win, self.out_t
+        lanes = min(self.lanes, next_pow2(win.ow))
         first, last, static_blocks = _column_blocks(win, lanes)
         widths = {lanes} if last > first else set()
         widths |= {w for _, w, _ in static_blocks}
         args = [f"%x: {self.x_t}"]
         if win.kind == "dw":
             args.append(f"%w: {tensor_type([win.c, win.kh, win.kw])}")
-        if win.init.kind == "chan":
-            args.append(f"%init: {tensor_type([win.c])}")
-        elif win.init.kind == "scalar":
-            args.append("%init: f32")
-        elif win.init.kind == "tensor":
-            args.append(f"%init: {self.out_t}")
-        for k, operand in enumerate(win.operands):
-            args.append(f"%e{k}: {operand.value.type}")
-        body_start = len(t.lines)
+        args += start_and_operand_arguments(win, tensor_type([win.c]), out_t)
         t.emit(f"%pad = arith.constant {f32_literal(IDENTITY[win.kind])} : f32")
-        t.emit(f"%empty = tensor.empty() : {self.out_t}")
+        t.emit(f"%empty = tensor.empty() : {out_t}")
         glob = self.global_values(widths)
         for width in sorted(widths | {w * win.sw for w in widths}):
-            v = t.fresh("pv")
-            t.emit(f"{v} = vector.broadcast %pad : f32 to {vector_type(width)}")
-            glob[("padv", width)] = v
-        res = t.fresh("res")
-        t.emit(f"{res} = scf.for %nn = {t.index(0)} to {t.index(win.n)} step {t.index(1)} "
-               f"iter_args(%o0 = %empty) -> ({self.out_t}) {{")
-        t.indent += 2
-        rc = t.fresh("rc")
-        t.emit(f"{rc} = scf.for %ch = {t.index(0)} to {t.index(win.c)} step {t.index(1)} "
-               f"iter_args(%o1 = %o0) -> ({self.out_t}) {{")
-        t.indent += 2
-        chan = self.channel_values(widths)
+            glob[("padv", width)] = t.broadcast("%pad", width)
 
         def row_step(out: str, oh: str, oh_value: int | None, nrows: int) -> str:
             for start, width, write_ok in static_blocks:
@@ -380,16 +334,10 @@ class WindowKernel:
                     break
                 out = self.block(out, oh, oh_value, t.index(start), start, nrows, width, write_ok, chan, glob)
             if last > first:
-                loop = t.fresh("rw")
                 iv, acc = t.fresh("ow"), t.fresh("oc")
-                t.emit(f"{loop} = scf.for {iv} = {t.index(first * lanes)} to {t.index(last * lanes)} "
-                       f"step {t.index(lanes)} iter_args({acc} = {out}) -> ({self.out_t}) {{")
-                t.indent += 2
-                done = self.block(acc, oh, oh_value, iv, None, nrows, lanes, True, chan, glob)
-                t.emit(f"scf.yield {done} : {self.out_t}")
-                t.indent -= 2
-                t.emit("}")
-                out = loop
+                with t.loop(iv, first * lanes, last * lanes, lanes, acc, out, out_t, "rw") as columns:
+                    columns.yields(self.block(acc, oh, oh_value, iv, None, nrows, lanes, True, chan, glob))
+                out = columns.result
             for start, width, write_ok in static_blocks:
                 if start >= first * lanes:
                     out = self.block(out, oh, oh_value, t.index(start), start, nrows, width, write_ok, chan, glob)
@@ -398,35 +346,24 @@ class WindowKernel:
         lo, hi = _interior_rows(win)
         rows = max(1, min(self.rows, hi - lo))
         main_end = lo + (hi - lo) // rows * rows
-        out = "%o1"
-        for oh in range(0, lo):  # top rows reading padding
-            out = row_step(out, t.index(oh), oh, 1)
-        if main_end > lo:
-            loop = t.fresh("rh")
-            t.emit(f"{loop} = scf.for %oh = {t.index(lo)} to {t.index(main_end)} step {t.index(rows)} "
-                   f"iter_args(%o2 = {out}) -> ({self.out_t}) {{")
-            t.indent += 2
-            done = row_step("%o2", "%oh", None, rows)
-            t.emit(f"scf.yield {done} : {self.out_t}")
-            t.indent -= 2
-            t.emit("}")
-            out = loop
-        if hi > main_end:
-            out = row_step(out, t.index(main_end), None, hi - main_end)
-        for oh in range(max(hi, lo), win.oh):  # bottom rows reading padding
-            out = row_step(out, t.index(oh), oh, 1)
-        t.emit(f"scf.yield {out} : {self.out_t}")
-        t.indent -= 2
-        t.emit(f"}} {{{THREAD_SPLIT}}}")  # channels are independent: threads take chunks of them
-        t.emit(f"scf.yield {rc} : {self.out_t}")
-        t.indent -= 2
-        t.emit("}")
-        t.emit(f"return {res} : {self.out_t}")
-        consts = t.declarations()
-        body = t.lines[body_start:]
-        return "\n".join([f"func.func private @{name}({', '.join(args)}) -> {self.out_t} {{", *consts, *body, "}"]) + "\n"
-
-
+        # Channels are independent: threads take chunks of them.
+        with t.loop("%nn", 0, win.n, 1, "%o0", "%empty", out_t, "res") as batch, \
+                t.loop("%ch", 0, win.c, 1, "%o1", "%o0", out_t, "rc", THREAD_SPLIT) as channels:
+            chan = self.channel_values(widths)
+            out = "%o1"
+            for oh in range(0, lo):  # top rows reading padding
+                out = row_step(out, t.index(oh), oh, 1)
+            if main_end > lo:
+                with t.loop("%oh", lo, main_end, rows, "%o2", out, out_t, "rh") as interior:
+                    interior.yields(row_step("%o2", "%oh", None, rows))
+                out = interior.result
+            if hi > main_end:
+                out = row_step(out, t.index(main_end), None, hi - main_end)
+            for oh in range(max(hi, lo), win.oh):  # bottom rows reading padding
+                out = row_step(out, t.index(oh), oh, 1)
+            channels.yields(out)
+            batch.yields(channels.result)
+        return t.function(name, args, [out_t], [batch.result])
 
 
 def global_pool_text(op, kind: str) -> str | None:

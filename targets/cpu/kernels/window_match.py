@@ -86,15 +86,17 @@ class Operand:
     value: object
 
 
-@dataclass
-class Window:
+@dataclass(kw_only=True)
+class SlidingWindow:
+    """What the window and grouped kernels share: an op whose output pixel (oh, ow) reads input
+    rows oh*sh + i*dh and columns ow*sw + j*dw for i < kh, j < kw (x already padded unless a pad
+    is folded), where its accumulator starts, and what `fuse_consumers` found after it."""
+
     op: object
-    kind: str
     x: object
-    w: object
+    w: object  # the filter (None for a pooling)
     init: Init
     n: int
-    c: int
     h: int
     wd: int
     kh: int
@@ -105,13 +107,21 @@ class Window:
     dw: int
     oh: int
     ow: int
-    ph: int = 0  # low padding (rows, columns) of a tensor.pad folded into the kernel: x is its source
-    pw: int = 0
-    pad_op: object = None
     chain: list = field(default_factory=list)  # fused elementwise consumers, in order
     # (op, kind, path, reason) about its padding and consumers, recorded once the kernel is built
     decisions: list = field(default_factory=list)
     operands: list = field(default_factory=list)  # Operand list (function arguments after x, w, init)
+
+
+@dataclass(kw_only=True)
+class Window(SlidingWindow):
+    """A depthwise convolution (`dw`) or a pooling (`max`, `sum`) over `c` channels."""
+
+    kind: str
+    c: int
+    ph: int = 0  # low padding (rows, columns) of a tensor.pad folded into the kernel: x is its source
+    pw: int = 0
+    pad_op: object = None
 
 
 def classify_init(value, kind: str, c: int) -> Init:
@@ -288,8 +298,8 @@ def analyze(op, *, max_stride: int, fold_pads: bool = True, fuse: bool = True) -
         raise NotTaken(f"column stride {sw} > max-stride {max_stride}")
     if min(oh, ow, kh, kw) < 1:
         raise NotTaken("empty output or window")
-    win = Window(op, kind, x, w if kind == "dw" else None, classify_init(init, kind, c),
-                 n, c, h, wd, kh, kw, sh, sw, dh, dw, oh, ow)
+    win = Window(op=op, kind=kind, x=x, w=w if kind == "dw" else None, init=classify_init(init, kind, c),
+                 n=n, c=c, h=h, wd=wd, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, oh=oh, ow=ow)
     if fold_pads:
         fold_pad(win)
     if fuse:
@@ -340,7 +350,7 @@ def unfoldable_padding(win: Window, pad) -> str:
     return ""
 
 
-def fuse_consumers(win: Window, shape: list) -> None:
+def fuse_consumers(win: SlidingWindow, shape: list) -> None:
     """Fuse the chain of single-use elementwise consumers of the window's result (`fusable_consumer`)."""
     value = win.op.results[0]
     block = win.op.operation.block

@@ -24,12 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch_mlir import ir
-
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import walk
-from etc.targets.cpu.kernel_ir import splice
+from etc.targets.cpu.kernel_ir import replace_fused
 from etc.targets.cpu.kernels.grouped_kernel import GroupedKernel
 from etc.targets.cpu.kernels.grouped_match import OP_NAME, Grouped, analyze, describe
 from etc.targets.cpu.kernels.window_match import NotTaken
@@ -65,9 +63,7 @@ class GroupedKernels(Pass):
                 decisions.record(conv, "convolution", "loops", str(reason))
                 self.count("not taken")
                 continue
-            decisions.record(conv, "convolution", "grouped")
-            for about, kind, path, reason in gc.decisions:
-                decisions.record(about, kind, path, reason)
+            decisions.record_taken(conv, "convolution", "grouped", gc.decisions)
             try:
                 self.rewrite(gc, text)
             except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
@@ -76,18 +72,6 @@ class GroupedKernels(Pass):
 
     def rewrite(self, gc: Grouped, text: str) -> None:
         """Splice the kernel in place of the op and its fused consumers."""
-        op = gc.op
-        last = gc.chain[-1][0] if gc.chain else op
-        actual = [gc.x, gc.w]
-        if gc.init.kind != "identity":
-            actual.append(gc.init.value)
-        actual += [o.value for o in gc.operands]
-        (result,) = splice(text, actual, last.operation, op.location)
-        result.owner.attributes["etc.cpu.grouped"] = ir.StringAttr.get(describe(gc))
-        last.results[0].replace_all_uses_with(result)
-        for user, _, _ in reversed(gc.chain):
-            user.operation.erase()
-        op.operation.erase()
-        producer = gc.init.producer
-        if producer is not None and all(len(list(r.uses)) == 0 for r in producer.results):
-            producer.operation.erase()
+        arguments = [gc.x, gc.w] + ([gc.init.value] if gc.init.kind != "identity" else [])
+        replace_fused(text, arguments + [o.value for o in gc.operands], gc.op, [user for user, _, _ in gc.chain],
+                      [gc.init.producer], {"etc.cpu.grouped": describe(gc)})

@@ -49,7 +49,7 @@ from etc.ir.ops import as_operation
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import walk
-from etc.targets.cpu.kernel_ir import splice
+from etc.targets.cpu.kernel_ir import replace_fused, splice
 from etc.targets.cpu.kernels.window_kernel import WindowKernel, global_pool_text
 from etc.targets.cpu.kernels.window_match import SEEN, TAKEN, NotTaken, Window, analyze, describe, global_pool_source
 
@@ -89,9 +89,7 @@ class WindowKernels(Pass):
                 decisions.record(window_op, "window", "loops", str(reason))
                 self.count("not taken")
                 continue
-            decisions.record(window_op, "window", "window")
-            for about, kind, path, reason in win.decisions:
-                decisions.record(about, kind, path, reason)
+            decisions.record_taken(window_op, "window", "window", win.decisions)
             try:
                 self.rewrite(win, text)
             except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
@@ -126,22 +124,7 @@ class WindowKernels(Pass):
 
     def rewrite(self, win: Window, text: str) -> None:
         """Splice the kernel `text` (a function) in place of the op and its fused consumers."""
-        op = win.op
-        last = win.chain[-1][0] if win.chain else op
-        actual = [win.x]
-        if win.kind == "dw":
-            actual.append(win.w)
-        if win.init.kind != "identity":
-            actual.append(win.init.value)
-        actual += [o.value for o in win.operands]
-        (result,) = splice(text, actual, last.operation, op.location)
-        outer = result.owner
-        outer.attributes["etc.cpu.path"] = ir.StringAttr.get("window")
-        outer.attributes["etc.cpu.window"] = ir.StringAttr.get(describe(win))
-        last.results[0].replace_all_uses_with(result)
-        for user, _, _ in reversed(win.chain):
-            user.operation.erase()
-        op.operation.erase()
-        for producer in (win.init.producer, win.pad_op):
-            if producer is not None and all(len(list(r.uses)) == 0 for r in producer.results):
-                producer.operation.erase()
+        arguments = [win.x] + ([win.w] if win.kind == "dw" else []) + \
+            ([win.init.value] if win.init.kind != "identity" else [])
+        replace_fused(text, arguments + [o.value for o in win.operands], win.op, [user for user, _, _ in win.chain],
+                      [win.init.producer, win.pad_op], {"etc.cpu.path": "window", "etc.cpu.window": describe(win)})
