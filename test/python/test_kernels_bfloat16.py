@@ -19,15 +19,12 @@ import collections
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 import etc
-import etc.runtime.kernels as K
 from etc.runtime import Runtime
 from etc.runtime.kernels.common import BFLOAT16, bfloat16_to_float32, is_bfloat16
-from etc.runtime.kernels.coverage import out_variant_of
 from etc.schema import from_torch_dtype
-from test_kernels_opinfo import SKIP, TIE_INDEX, flat_tensors, op_db, opinfo_samples, outside_torchs_test_harness
+from test_kernels_opinfo import SKIP, OutKernelDiffer, op_db, opinfo_samples, outside_torchs_test_harness
 
 OTHER_DTYPES = {torch.int64, torch.int32, torch.bool, torch.uint8}
 # Fewer samples than the float32 run: the bf16 path is the same conversion around every kernel,
@@ -73,82 +70,43 @@ def _values(a) -> np.ndarray:
     return bfloat16_to_float32(a).reshape(a.shape) if is_bfloat16(a) else a
 
 
-class _Differ(TorchDispatchMode):
-    def __init__(self, results):
-        super().__init__()
-        self.results = results
+class _Bfloat16Differ(OutKernelDiffer):
+    """The calls with a bf16 tensor among only the dtypes bf16 programs mix with; bf16 outputs
+    must come back tagged bfloat16 and match at bf16's precision."""
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        res = func(*args, **kwargs)
-        with _disable_current_modes():
-            self.compare(func, args, kwargs, res)
-        return res
+    skip = BF16_SKIP
 
-    def compare(self, func, args, kwargs, res):
-        if func.namespace != "aten":
-            return
-        try:
-            name = out_variant_of(func._schema.name.split("::")[1], func._overloadname)
-        except Exception:
-            return
-        if not name or name in BF16_SKIP or not K.has_kernel(name):
-            return
-        ts = list(flat_tensors((args, kwargs, res)))
-        if not any(t.dtype == torch.bfloat16 for t in ts) or any(
-                t.dtype not in OTHER_DTYPES | {torch.bfloat16} or t.layout != torch.strided for t in ts):
-            return
-        if name in FLOAT32_REFERENCE:
-            # torch rounds this op's intermediates to bf16 (grid coordinates): compare with its float32
-            # result on the same bf16 inputs, rounded once, which is what the registry computes.
-            up = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16 else v  # noqa: E731
-            res = func(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()}).to(torch.bfloat16)
-        packet, overload = name.split("::")[1].rsplit(".", 1)
-        out_schema = getattr(getattr(torch.ops.aten, packet), overload)._schema
-        given = {a.name: v for a, v in zip(func._schema.arguments, args)}
-        given.update(kwargs)
-        values = []
-        for a in out_schema.arguments:
-            if a.is_out:
-                continue
-            if a.name in given:
-                values.append(_np(given[a.name]))
-            elif a.has_default_value():
-                values.append(_np(a.default_value))
-            else:
-                return
-        n_out = sum(a.is_out for a in out_schema.arguments)
-        expected = [res] if isinstance(res, torch.Tensor) else list(res)
-        outs = _alloc(res)
-        out_args = [outs] if isinstance(res, torch.Tensor) or n_out == 1 else list(outs)
-        where = f"{name} on {[tuple(t.shape) for t in ts]} {sorted({str(t.dtype) for t in ts})}"
-        try:
-            got = K.get_kernel(name)(*values, *out_args)
-        except Exception as error:
-            self.results[name].append(f"{where}: raised {type(error).__name__}: {error}")
-            return
-        got = [got] if isinstance(got, np.ndarray) else list(got)
-        if len(got) != len(expected):
-            self.results[name].append(f"{where}: {len(got)} outputs, torch has {len(expected)}")
-            return
-        for i, (g, e) in enumerate(zip(got, expected)):
-            if TIE_INDEX.get(name) == i:
-                continue
-            is_bf16 = e.dtype == torch.bfloat16
-            if is_bf16 and not is_bfloat16(np.asarray(g)):
-                self.results[name].append(f"{where}: output {i} is {np.asarray(g).dtype}, not tagged bfloat16")
-                continue
-            g, e = _values(g), (e.detach().float() if is_bf16 else e.detach()).numpy()
-            if g.shape != e.shape:
-                self.results[name].append(f"{where}: output {i} is {g.shape}, torch {e.shape}")
-            elif e.dtype.kind == "f":
-                if not np.allclose(g, e, rtol=RTOL, atol=ATOL * max(1.0, float(np.nanmax(np.abs(e), initial=0))
-                                                               if np.isfinite(e).any() else 1.0), equal_nan=True):
-                    worst = np.nanmax(np.abs(g - e)) if g.size else 0
-                    self.results[name].append(f"{where}: output {i} differs (max abs diff {worst})")
-            elif not np.array_equal(g, e):
-                self.results[name].append(f"{where}: output {i} differs")
-        self.results[name].append(None)  # one comparison made
+    def takes(self, ts: list) -> bool:
+        return any(t.dtype == torch.bfloat16 for t in ts) and all(
+            t.dtype in OTHER_DTYPES | {torch.bfloat16} and t.layout == torch.strided for t in ts)
+
+    def to_numpy(self, v):
+        return _np(v)
+
+    def alloc(self, r):
+        return _alloc(r)
+
+    def reference(self, name: str, func, args, kwargs, res):
+        if name not in FLOAT32_REFERENCE:
+            return res
+        # torch rounds this op's intermediates to bf16 (grid coordinates): compare with its float32
+        # result on the same bf16 inputs, rounded once, which is what the registry computes.
+        up = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == torch.bfloat16 else v  # noqa: E731
+        return func(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()}).to(torch.bfloat16)
+
+    def difference(self, g, e) -> str | None:
+        is_bf16 = e.dtype == torch.bfloat16
+        if is_bf16 and not is_bfloat16(np.asarray(g)):
+            return f"is {np.asarray(g).dtype}, not tagged bfloat16"
+        g, e = _values(g), (e.detach().float() if is_bf16 else e.detach()).numpy()
+        if g.shape != e.shape:
+            return f"is {g.shape}, torch {e.shape}"
+        if e.dtype.kind == "f":
+            scale = float(np.nanmax(np.abs(e), initial=0)) if np.isfinite(e).any() else 1.0
+            if not np.allclose(g, e, rtol=RTOL, atol=ATOL * max(1.0, scale), equal_nan=True):
+                return f"differs (max abs diff {np.nanmax(np.abs(g - e)) if g.size else 0})"
+            return None
+        return None if np.array_equal(g, e) else "differs"
 
 
 def _run_opinfos(ops):
@@ -168,7 +126,7 @@ def _run_opinfos(ops):
                 pass
         for sample in samples:
             try:
-                with outside_torchs_test_harness(), _Differ(results):
+                with outside_torchs_test_harness(), _Bfloat16Differ(results):
                     opinfo.op(sample.input, *sample.args, **sample.kwargs)
             except Exception:
                 pass  # torch refused the sample itself; nothing to compare

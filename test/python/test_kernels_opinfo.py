@@ -78,7 +78,15 @@ def _alloc(r):
     return [_alloc(x) for x in r]
 
 
-class _Differ(TorchDispatchMode):
+class OutKernelDiffer(TorchDispatchMode):
+    """Beside every aten op torch runs, etc's out-variant kernel on the same arguments (the out
+    schema's, its defaults filled in); `results[name]` gets a line per difference and a None per
+    comparison made. A subclass says which calls it takes (`takes`), how it converts values
+    (`to_numpy`, `alloc`), what torch's reference is (`reference`) and how one output is compared
+    (`difference`)."""
+
+    skip = SKIP
+
     def __init__(self, results):
         super().__init__()
         self.results = results
@@ -90,6 +98,27 @@ class _Differ(TorchDispatchMode):
             self.compare(func, args, kwargs, res)
         return res
 
+    def takes(self, ts: list) -> bool:
+        return all(t.dtype in DTYPES and t.layout == torch.strided for t in ts)
+
+    def to_numpy(self, v):
+        return _np(v)
+
+    def alloc(self, r):
+        return _alloc(r)
+
+    def reference(self, name: str, func, args, kwargs, res):
+        return res
+
+    def difference(self, g, e) -> str | None:
+        g, e = np.asarray(g), e.detach().numpy()
+        if g.shape != e.shape or g.dtype != e.dtype:
+            return f"is {g.shape} {g.dtype}, torch {e.shape} {e.dtype}"
+        if e.dtype.kind == "f":
+            tol = 1e-4 if e.dtype == np.float32 else 1e-8
+            return None if np.allclose(g, e, rtol=tol, atol=tol, equal_nan=True) else "differs"
+        return None if np.array_equal(g, e) else "differs"
+
     def compare(self, func, args, kwargs, res):
         if func.namespace != "aten":
             return
@@ -97,11 +126,12 @@ class _Differ(TorchDispatchMode):
             name = out_variant_of(func._schema.name.split("::")[1], func._overloadname)
         except Exception:
             return
-        if not name or name in SKIP or not K.has_kernel(name):
+        if not name or name in self.skip or not K.has_kernel(name):
             return
         ts = list(flat_tensors((args, kwargs, res)))
-        if any(t.dtype not in DTYPES or t.layout != torch.strided for t in ts):
+        if not self.takes(ts):
             return
+        res = self.reference(name, func, args, kwargs, res)
         packet, overload = name.split("::")[1].rsplit(".", 1)
         out_schema = getattr(getattr(torch.ops.aten, packet), overload)._schema
         given = {a.name: v for a, v in zip(func._schema.arguments, args)}
@@ -111,14 +141,14 @@ class _Differ(TorchDispatchMode):
             if a.is_out:
                 continue
             if a.name in given:
-                values.append(_np(given[a.name]))
+                values.append(self.to_numpy(given[a.name]))
             elif a.has_default_value():
-                values.append(_np(a.default_value))
+                values.append(self.to_numpy(a.default_value))
             else:
                 return
         n_out = sum(a.is_out for a in out_schema.arguments)
         expected = [res] if isinstance(res, torch.Tensor) else list(res)
-        outs = _alloc(res)
+        outs = self.alloc(res)
         out_args = [outs] if isinstance(res, torch.Tensor) or n_out == 1 else list(outs)
         where = f"{name} on {[tuple(t.shape) for t in ts]} {sorted({str(t.dtype) for t in ts})}"
         try:
@@ -131,17 +161,9 @@ class _Differ(TorchDispatchMode):
             self.results[name].append(f"{where}: {len(got)} outputs, torch has {len(expected)}")
             return
         for i, (g, e) in enumerate(zip(got, expected)):
-            if TIE_INDEX.get(name) == i:
-                continue
-            g, e = np.asarray(g), e.detach().numpy()
-            if g.shape != e.shape or g.dtype != e.dtype:
-                self.results[name].append(f"{where}: output {i} is {g.shape} {g.dtype}, torch {e.shape} {e.dtype}")
-            elif e.dtype.kind == "f":
-                tol = 1e-4 if e.dtype == np.float32 else 1e-8
-                if not np.allclose(g, e, rtol=tol, atol=tol, equal_nan=True):
-                    self.results[name].append(f"{where}: output {i} differs")
-            elif not np.array_equal(g, e):
-                self.results[name].append(f"{where}: output {i} differs")
+            problem = None if TIE_INDEX.get(name) == i else self.difference(g, e)
+            if problem:
+                self.results[name].append(f"{where}: output {i} {problem}")
         self.results[name].append(None)  # one comparison made
 
 
@@ -190,7 +212,7 @@ def _run_opinfos(ops, dtype, noncontiguous):
                 except Exception:
                     continue
             try:
-                with outside_torchs_test_harness(), _Differ(results):
+                with outside_torchs_test_harness(), OutKernelDiffer(results):
                     opinfo.op(sample.input, *sample.args, **sample.kwargs)
             except Exception:
                 pass  # torch refused the sample itself; nothing to compare
