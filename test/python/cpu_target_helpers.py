@@ -6,6 +6,7 @@ import torch
 
 import etc
 from etc.compiler.delegation import delegate
+from etc.runtime import Runtime
 from etc.targets.cpu import CpuPartitioner
 
 
@@ -24,6 +25,38 @@ def delegated(model, inputs, **kwargs):
     program_ir = edge_program(model, inputs)
     report = delegate(program_ir, CpuPartitioner(**kwargs))
     return program_ir, report
+
+
+def random_batchnorm(channels: int) -> torch.nn.BatchNorm2d:
+    """A BatchNorm2d whose folded scale and shift are not the identity (random affine and statistics)."""
+    bn = torch.nn.BatchNorm2d(channels)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    return bn
+
+
+def run_delegated(model, shape, dynamic_shapes=None, inputs=None, atol=2e-5, whole=False) -> list[str]:
+    """`model` exported on a random input of `shape` (seed 0), delegated to CpuPartitioner (all of
+    it when `whole`), run on each of `inputs` (default: that input) and compared with eager;
+    returns the delegation report's backend lines (the decisions the tests look for)."""
+    torch.manual_seed(0)
+    model = model.eval()
+    x = torch.randn(*shape)
+    edge = etc.to_edge(torch.export.export(model, (x,), dynamic_shapes=dynamic_shapes)).to_backend(CpuPartitioner())
+    report = edge.delegation_reports[-1]
+    assert not (whole and report.portable), str(report)
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for x in inputs or [x]:
+        with torch.no_grad():
+            want = model(x).numpy()
+        got = np.asarray(method.execute([x.numpy()])[0])
+        assert got.shape == want.shape
+        assert np.abs(want).max() > 0
+        np.testing.assert_allclose(got, want, atol=atol, rtol=1e-5)
+    return [line for lines in report.backend_lines.values() for line in lines]
 
 
 class LinearRelu(torch.nn.Module):

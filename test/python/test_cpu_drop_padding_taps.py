@@ -6,38 +6,20 @@ and matches torch; where it cannot, the report says why."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-import etc
-from etc.runtime import Runtime
-from etc.targets.cpu import CpuPartitioner
+from cpu_target_helpers import run_delegated
 
 
 def check(model, shape, dynamic_shapes=None, inputs=None) -> list[str]:
-    torch.manual_seed(0)
-    model = model.eval()
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, nn.BatchNorm2d):
                 m.running_mean.uniform_(-1, 1)
                 m.running_var.uniform_(0.5, 2)
-    x = torch.randn(*shape)
-    edge = etc.to_edge(torch.export.export(model, (x,), dynamic_shapes=dynamic_shapes)).to_backend(CpuPartitioner())
-    report = edge.delegation_reports[-1]
-    assert not report.portable, str(report)
-    lines = [line for lines in report.backend_lines.values() for line in lines]
-    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
-    for x in inputs or [x]:
-        with torch.no_grad():
-            want = model(x).numpy()
-        got = np.asarray(method.execute([x.numpy()])[0])
-        assert got.shape == want.shape
-        assert np.abs(want).max() > 0
-        np.testing.assert_allclose(got, want, atol=3e-5, rtol=1e-5)
-    return lines
+    return run_delegated(model, shape, dynamic_shapes, inputs, atol=3e-5, whole=True)
 
 
 PRUNED = [  # (in, out, groups, kernel, stride, padding, dilation, (N, H, W), kept taps)

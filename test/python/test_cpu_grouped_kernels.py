@@ -6,46 +6,15 @@ dynamic batch), say so in the report."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-import etc
-from etc.runtime import Runtime
-from etc.targets.cpu import CpuPartitioner
+from cpu_target_helpers import random_batchnorm, run_delegated
 
 
-def _bn(c):
-    bn = nn.BatchNorm2d(c)
-    with torch.no_grad():
-        bn.weight.uniform_(0.5, 1.5)
-        bn.bias.uniform_(-0.5, 0.5)
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
-    return bn
-
-
-def _lines(edge) -> list[str]:
-    return [line for lines in edge.delegation_reports[-1].backend_lines.values() for line in lines]
-
-
-def check(model, shape, dynamic_shapes=None, inputs=None):
-    torch.manual_seed(0)
-    model = model.eval()
-    x = torch.randn(*shape)
-    ep = torch.export.export(model, (x,), dynamic_shapes=dynamic_shapes)
-    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
-    lines = _lines(edge)
-    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
-    for x in inputs or [x]:
-        with torch.no_grad():
-            want = model(x).numpy()
-        got = np.asarray(method.execute([x.numpy()])[0])
-        assert got.shape == want.shape
-        assert np.abs(want).max() > 0
-        np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
-    return lines
+def check(model, shape, dynamic_shapes=None, inputs=None) -> list[str]:
+    return run_delegated(model, shape, dynamic_shapes, inputs)
 
 
 GROUPED = [  # (in, out, groups, kernel, stride, padding, dilation, H, W, bias)
@@ -71,7 +40,7 @@ def test_grouped(cin, cout, g, k, s, p, d, h, w, bias):
 
 @pytest.mark.parametrize("cin,cout,g,k,s,p,d,h,w,bias", [GROUPED[1], GROUPED[2], GROUPED[6]])
 def test_grouped_bn_relu_fused(cin, cout, g, k, s, p, d, h, w, bias):
-    model = nn.Sequential(nn.Conv2d(cin, cout, k, s, p, dilation=d, groups=g, bias=bias), _bn(cout), nn.ReLU())
+    model = nn.Sequential(nn.Conv2d(cin, cout, k, s, p, dilation=d, groups=g, bias=bias), random_batchnorm(cout), nn.ReLU())
     lines = check(model, (1, cin, h, w))
     assert any("epilogue -> fused" in line for line in lines), lines
     assert not any(line.startswith("NOT TUNED") for line in lines), lines

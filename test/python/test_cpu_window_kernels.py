@@ -9,17 +9,8 @@ import pytest
 import torch
 import torch.nn as nn
 
+from cpu_target_helpers import random_batchnorm
 from etc.bench.window_jit import compile_model, linalg_of, run_window_pass
-
-
-def _bn(c):
-    bn = nn.BatchNorm2d(c)
-    with torch.no_grad():
-        bn.weight.uniform_(0.5, 1.5)
-        bn.bias.uniform_(-0.5, 0.5)
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
-    return bn
 
 
 def check(model, shape, options="", atol=1e-5):
@@ -59,7 +50,7 @@ def test_depthwise(c, k, s, p, d, h, w):
 
 @pytest.mark.parametrize("c,k,s,p,d,h,w", DW[:6])
 def test_depthwise_bn_relu6(c, k, s, p, d, h, w):
-    text = check(nn.Sequential(nn.Conv2d(c, c, k, s, p, dilation=d, groups=c), _bn(c), nn.ReLU6()), (1, c, h, w))
+    text = check(nn.Sequential(nn.Conv2d(c, c, k, s, p, dilation=d, groups=c), random_batchnorm(c), nn.ReLU6()), (1, c, h, w))
     assert "consumer(s) fused" in text
 
 
@@ -151,7 +142,7 @@ def test_not_taken_is_visible():
 def test_real_ir_form():
     """What torch-mlir produces for a MobileNetV2 block: padded input, bias broadcast as the init,
     ReLU6 as two generics: all of it becomes one kernel."""
-    model = nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, groups=8), _bn(8), nn.ReLU6())
+    model = nn.Sequential(nn.Conv2d(8, 8, 3, 2, 1, groups=8), random_batchnorm(8), nn.ReLU6())
     text, _ = linalg_of(model, torch.randn(1, 8, 14, 14))
     assert "linalg.depthwise_conv_2d_nchw_chw" in text
     out = run_window_pass(text)
