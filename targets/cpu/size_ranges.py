@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from etc.targets.cpu.entry_args import arg_attrs
 from etc.ir.ops import as_operation, defining_op
+from etc.targets.cpu.entry_args import arg_attrs
 
 DIM_RANGES_ATTR = "etc.cpu.dim_ranges"  # on the `dims:in` argument: lo0, hi0, lo1, hi1, ... per element
 

@@ -33,8 +33,8 @@ import numpy as np
 from torch_mlir import ir
 
 from etc.errors import LoweringError
-from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs
 from etc.ir.ops import as_operation, defining_op
+from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, identity_map, iterators, splice, tensor_type
 
 DYN = -1  # a dynamic dimension in the shapes of the lowerings (`?` in the text)

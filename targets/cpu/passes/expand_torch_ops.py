@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from etc.ir.ops import defining_op
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.entry_args import entry_function
-from etc.ir.ops import defining_op
 from etc.targets.cpu.lowering.context import load_torch
 from etc.targets.cpu.lowering.expansions import EXPANSIONS, Emitter
 from etc.targets.cpu.lowering.torch_ops import decode, torch_name_of

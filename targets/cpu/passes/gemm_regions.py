@@ -24,11 +24,10 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from etc.ir.ops import as_operation, nested_ops
+from etc.ir.ops import as_operation, defining_op, nested_ops
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
-from etc.ir.ops import defining_op
 from etc.targets.cpu.ir_query import indexing_maps, iterator_types, walk
 from etc.targets.cpu.kernels import gemm_kernel, gemm_match
 from etc.targets.cpu.passes.gemm_kernels import TileOptions

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from etc.ir.ops import defining_op
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
-from etc.ir.ops import defining_op
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import splice
-from etc.targets.cpu.kernels.im2col_pack import pack_text
 from etc.targets.cpu.kernels.dynamic_linear_kernel import DynamicLinearKernel
+from etc.targets.cpu.kernels.im2col_pack import pack_text
 from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
 from etc.targets.cpu.kernels.int8_match import (QDEQUANT, QGEMM, QWINDOW, REQUANT, DynamicPair, QgemmPair,
                                                 match_dynamic, match_qgemm, pack_source)

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
+from etc.ir.ops import as_operation, defining_op
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
-from etc.ir.ops import as_operation, defining_op
 from etc.targets.cpu.ir_query import iterator_types
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.gemm_match import is_contraction
