@@ -27,7 +27,7 @@ TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "grouped", "small"
 
 @dataclass(frozen=True)
 class Decision:
-    kind: str  # contraction | convolution | window | reduction | epilogue | attention
+    kind: str  # contraction | convolution | window | reduction | epilogue | attention | resize
     op: str  # the linalg op name it was decided on
     path: str  # a TUNED_PATHS entry, or "loops"
     reason: str = ""  # why (always given for "loops")
