@@ -257,6 +257,18 @@ class LinearAct(nn.Module):
         return F.gelu(y) if self.act == "gelu" else y
 
 
+class Upsample(nn.Module):
+    """Bilinear resizing to a fixed size (DeepLabV3's decoder: the ASPP output back up, torchvision's
+    `F.interpolate(size=..., mode="bilinear")`)."""
+
+    def __init__(self, size, align_corners=False):
+        super().__init__()
+        self.size, self.align_corners = size, align_corners
+
+    def forward(self, x):
+        return F.interpolate(x, size=self.size, mode="bilinear", align_corners=self.align_corners)
+
+
 class Attention(nn.Module):
     """Scaled dot-product attention as HF eager attention writes it, from the q/k/v
     projections' outputs [B, T, H*D] (view + transpose in) back to [B, T, H*D] (transpose +
@@ -367,6 +379,11 @@ def _layers() -> list[Layer]:
         lambda: ASPP(960), _f32(1, 960, 14, 14),
         flops=2 * _conv_flops(960, 256, 1, 14, 14) + 3 * _conv_flops(960, 256, 3, 14, 14)
         + _conv_flops(1280, 256, 1, 14, 14))
+    for align_corners in (False, True):
+        add(f"upsample_bilinear_256c14{'_corners' if align_corners else ''}",
+            f"DeepLabV3 decoder: bilinear upsampling 256ch 14x14 -> 28x28, align_corners={align_corners}",
+            lambda align_corners=align_corners: Upsample((28, 28), align_corners), _f32(1, 256, 14, 14),
+            bytes=4.0 * 256 * (14 * 14 + 28 * 28))
     # SqueezeNet-1.1 and MobileNetV3
     add("fire_128c27", "SqueezeNet-1.1 fire 4: 1x1 128->32, then 1x1 and 3x3 32->128 each, concat @27",
         lambda: Fire(128, 32, 128), _f32(1, 128, 27, 27),

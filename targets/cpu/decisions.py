@@ -24,12 +24,12 @@ DECIDED = "etc.cpu.decided"
 # measurement (a contraction too small to pay for packing, a single-row GEMV read in place;
 # attention: `flash` fused, `three-op` GEMM -> row softmax -> GEMM, each op on its tuned path).
 TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "grouped", "small", "gemv", "row-reduction",
-                         "column-reduction", "fused", "flash", "three-op", "pruned"})
+                         "column-reduction", "fused", "flash", "three-op", "pruned", "resize"})
 
 
 @dataclass(frozen=True)
 class Decision:
-    kind: str  # contraction | convolution | window | reduction | epilogue | attention
+    kind: str  # contraction | convolution | window | reduction | epilogue | attention | resize
     op: str  # the linalg op name it was decided on
     path: str  # a TUNED_PATHS entry, or "loops"
     reason: str = ""  # why (always given for "loops")

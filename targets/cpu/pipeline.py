@@ -33,6 +33,7 @@ EDGE_TO_LINALG = (
     "etc-cpu-drop-padding-taps",  # convolution taps that read only zero padding (dilated, small maps)
     "etc-cpu-edge-to-torch",  # edge ops -> torch ops of the same ATen name; constants -> arguments
     "etc-cpu-lower-quantized",  # the folded int8 ops -> linalg (the weights' data from the constant table)
+    "etc-cpu-lower-resize",  # bilinear interpolation -> a gather over compile-time tap tables
     "etc-cpu-expand-torch-ops",  # what torch-mlir does not lower to our codegen -> what it does
     "symbol-dce",  # the globals the constant arguments replaced
     "torchdynamo-export-to-torch-backend-pipeline",
@@ -86,6 +87,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         # Roots of dispatch regions, before fusion can put a producer into their operands: each
         # contraction becomes a call to its kernel, which fusion cannot enter, then is inlined and tiled.
         f"etc-cpu-gemm-kernels{{{tile}" + (f" min-flops={gemm_min_flops}" if gemm_min_flops is not None else "") + "}",
+        # Bilinear resizes -> vector kernels (or a recorded reason), before fusion merges their gather away.
+        f"etc-cpu-resize-kernels{{lanes={isa.lanes if isa.vectorizes else 1}}}",
         "etc-cpu-fuse-elementwise",
         # Each kernel takes its accumulator init and its elementwise consumer (applied in registers).
         f"etc-cpu-gemm-regions{{{tile}}}",

@@ -203,6 +203,48 @@ def test_expanded_tanh_and_tanh_gelu_match_torch():
     assert tanh[-5] == 0.0 and np.signbit(tanh[-4])
 
 
+class SigmoidSilu(torch.nn.Module):
+    """sigmoid and SiLU on the input as it is (a loop LLVM vectorizes: the expansion's scalar form)
+    and after a 2x2/2 max pool of it (the window kernel's vector epilogue: the vector form)."""
+
+    def forward(self, x):
+        y = torch.nn.functional.max_pool2d(x, 2, 2)
+        return torch.sigmoid(x), torch.nn.functional.silu(x), torch.sigmoid(y), torch.nn.functional.silu(y)
+
+
+def test_expanded_sigmoid_and_silu_at_the_extremes():
+    """etc-cpu-expand-math's sigmoid: ~3e-7 relative over the whole range, the denormal sigmoids
+    below -87.3 rounded once (torch's own kernel flushes those to 0), exact 0.5 and 1, NaN kept, in
+    both the scalar (division) and the vector (reciprocal + correction) form."""
+    specials = [float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 17.0, 88.0, -87.0, -88.5, -103.9, -104.5]
+    values = torch.cat([torch.tensor(specials), torch.linspace(-110, 110, 4001), torch.logspace(-30, 2, 400),
+                        -torch.logspace(-30, 2, 400)])
+    values = torch.cat([values, torch.zeros(-len(values) % 16)])
+    x = values.reshape(1, 1, -1, 16).repeat_interleave(2, 2).repeat_interleave(2, 3)  # each value in a 2x2 block
+    program_ir, report = delegated(SigmoidSilu(), (x,))
+    lines = [line for ls in report.backend_lines.values() for line in ls]
+    assert "tuned      window -> window x1" in lines, lines  # the pool's vector epilogue
+    sig, silu, vsig, vsilu = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
+    for got, got_silu, at in ((sig, silu, x), (vsig, vsilu, values)):
+        got, got_silu, at = got.reshape(-1), got_silu.reshape(-1), at.reshape(-1)
+        xd = at.numpy().astype(np.float64)
+        with np.errstate(over="ignore"):
+            want = 1 / (1 + np.exp(-xd))
+        normal = np.isfinite(xd) & (want > 1.2e-38)
+        assert (np.abs(got[normal] - want[normal]) / want[normal]).max() < 4e-7
+        tiny = np.isfinite(xd) & (want <= 1.2e-38)  # denormal or zero: within the smallest denormal
+        assert tiny.sum() > 100 and np.abs(got[tiny] - want[tiny]).max() <= 2 ** -149
+        np.testing.assert_allclose(got_silu, torch.nn.functional.silu(at).numpy(), rtol=4e-7, atol=1e-35)  # torch: 0 below -88.7
+        first = {float(v): (g, s) for v, g, s in zip(at.numpy()[::-1], got[::-1], got_silu[::-1])}  # v -> its 1st
+        assert first[np.inf] == (1.0, np.inf) and first[-np.inf][0] == 0.0 and np.isnan(first[-np.inf][1])
+        nan = np.isnan(at.numpy())
+        assert np.isnan(got[nan]).all() and np.isnan(got_silu[nan]).all()
+        assert first[0.0][0] == 0.5 and first[17.0] == (1.0, 17.0) and first[88.0] == (1.0, 88.0)
+        assert first[-104.5] == (0.0, 0.0) and 0 < first[-88.5][0] < 1.2e-38 and 0 < -first[-87.0][1]
+        negative_zero = (at.numpy() == 0) & np.signbit(at.numpy())
+        assert negative_zero.any() and (got[negative_zero] == 0.5).all() and np.signbit(got_silu[negative_zero]).all()
+
+
 class CeilModePool(torch.nn.Module):
     """EfficientNet's pooler: a window far larger than the plane, ceil_mode (torch-mlir pads the
     7x7 input to 1287x1287 for it); and the same as a max pool."""

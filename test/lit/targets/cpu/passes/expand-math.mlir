@@ -47,3 +47,51 @@ func.func @tanhs(%v: vector<16xf32>, %d: f64) -> (vector<16xf32>, f64) {
   %b = math.tanh %d : f64
   return %a, %b : vector<16xf32>, f64
 }
+
+// sigmoid, as torch-mlir writes it (1 / (1 + exp(-x))), becomes one expression on exp(-|x|): no
+// overflow test, 2^k from the rounding fma's bits, the numerator picked by the sign of x. Scalar
+// (a loop LLVM vectorizes): a plain division. Vector (a kernel's epilogue, its 1 a splat or a
+// broadcast): a reciprocal LLVM may estimate (arcp), then one correction of the quotient.
+// CHECK-LABEL: func.func @sigmoids
+// CHECK-NOT: math.exp
+// CHECK: arith.maximumf
+// CHECK: %[[T:.*]] = math.fma %{{.*}}, %{{.*}}, %{{.*}} : f32
+// CHECK-COUNT-7: math.fma {{.*}} : f32
+// CHECK: %[[BITS:.*]] = arith.bitcast %[[T]] : f32 to i32
+// CHECK: arith.shli %[[BITS]]
+// CHECK: arith.cmpf ogt
+// CHECK: arith.select
+// CHECK: arith.divf %{{[^ ]*}}, %{{[^ ]*}} : f32
+// CHECK: arith.maximumf {{.*}} : vector<16xf32>
+// CHECK: arith.divf {{.*}} fastmath<ninf,arcp,contract> : vector<16xf32>
+// CHECK: arith.negf {{.*}} : vector<16xf32>
+// CHECK-COUNT-2: math.fma {{.*}} : vector<16xf32>
+// CHECK: arith.maximumf {{.*}} : vector<8xf32>
+// CHECK: arith.divf {{.*}} fastmath<ninf,arcp,contract> : vector<8xf32>
+// An exp whose value is also used elsewhere is no sigmoid's: expanded on its own.
+// CHECK: math.roundeven
+// CHECK: arith.divf
+// CHECK-NOT: math.exp
+// CHECK: return
+func.func @sigmoids(%x: f32, %v: vector<16xf32>, %w: vector<8xf32>, %y: f32) -> (f32, vector<16xf32>, vector<8xf32>, f32, f32) {
+  %one = arith.constant 1.0 : f32
+  %n = arith.negf %x : f32
+  %e = math.exp %n : f32
+  %d = arith.addf %e, %one : f32
+  %s = arith.divf %one, %d : f32
+  %ones = arith.constant dense<1.0> : vector<16xf32>
+  %nv = arith.negf %v : vector<16xf32>
+  %ev = math.exp %nv : vector<16xf32>
+  %dv = arith.addf %ones, %ev : vector<16xf32>
+  %sv = arith.divf %ones, %dv : vector<16xf32>
+  %one8 = vector.broadcast %one : f32 to vector<8xf32>
+  %nw = arith.negf %w : vector<8xf32>
+  %ew = math.exp %nw : vector<8xf32>
+  %dw = arith.addf %ew, %one8 : vector<8xf32>
+  %sw = arith.divf %one8, %dw : vector<8xf32>
+  %ny = arith.negf %y : f32
+  %ey = math.exp %ny : f32
+  %dy = arith.addf %ey, %one : f32
+  %sy = arith.divf %one, %dy : f32
+  return %s, %sv, %sw, %sy, %ey : f32, vector<16xf32>, vector<8xf32>, f32, f32
+}
