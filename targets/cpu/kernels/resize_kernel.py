@@ -53,35 +53,22 @@ class ResizeKernel:
             t.emit(f"{w0} = arith.constant {_vector_constant(b.w0, lanes)}")
             t.emit(f"{w1} = arith.constant {_vector_constant(b.w1, lanes)}")
             weights.append((w0, w1))
-        res = t.fresh("res")
-        t.emit(f"{res} = scf.for %nn = {t.index(0)} to {t.index(n)} step {t.index(1)} "
-               f"iter_args(%o0 = %empty) -> ({self.out_t}) {{")
-        with t.nested():
-            planes = t.fresh("pl")
-            t.emit(f"{planes} = scf.for %cc = {t.index(0)} to {t.index(c)} step {t.index(1)} "
-                   f"iter_args(%o1 = %o0) -> ({self.out_t}) {{")
-            with t.nested():
-                rows = t.fresh("rows")
-                t.emit(f"{rows} = scf.for %oy = {t.index(0)} to {t.index(oh)} step {t.index(1)} "
-                       f"iter_args(%o2 = %o1) -> ({self.out_t}) {{")
-                with t.nested():
-                    picked = {}
-                    for key, element in (("y0", "index"), ("y1", "index"), ("wy0", "f32"), ("wy1", "f32")):
-                        picked[key] = t.fresh(key)
-                        t.emit(f"{picked[key]} = tensor.extract {tables[key]}[%oy] : tensor<{oh}x{element}>")
-                    a, b_ = t.fresh("a"), t.fresh("b")
-                    t.emit(f"{a} = vector.broadcast {picked['wy0']} : f32 to {vec}")
-                    t.emit(f"{b_} = vector.broadcast {picked['wy1']} : f32 to {vec}")
-                    out = "%o2"
-                    for block, (w0, w1) in zip(r.blocks, weights):
-                        out = self.block(out, block, picked, a, b_, w0, w1)
-                    t.emit(f"scf.yield {out} : {self.out_t}")
-                t.emit("}")
-                t.emit(f"scf.yield {rows} : {self.out_t}")
-            t.emit(f"}} {{{THREAD_SPLIT}}}")  # planes are independent: threads take chunks of them
-            t.emit(f"scf.yield {planes} : {self.out_t}")
-        t.emit("}")
-        return t.function(name, [f"%x: {self.x_t}"], [self.out_t], [res])
+        # Planes are independent: threads take chunks of them.
+        with t.loop("%nn", 0, n, 1, "%o0", "%empty", self.out_t, "res") as batch, \
+                t.loop("%cc", 0, c, 1, "%o1", "%o0", self.out_t, "pl", THREAD_SPLIT) as planes, \
+                t.loop("%oy", 0, oh, 1, "%o2", "%o1", self.out_t, "rows") as rows:
+            picked = {}
+            for key, element in (("y0", "index"), ("y1", "index"), ("wy0", "f32"), ("wy1", "f32")):
+                picked[key] = t.fresh(key)
+                t.emit(f"{picked[key]} = tensor.extract {tables[key]}[%oy] : tensor<{oh}x{element}>")
+            a, b_ = t.broadcast(picked["wy0"], lanes), t.broadcast(picked["wy1"], lanes)
+            out = "%o2"
+            for block, (w0, w1) in zip(r.blocks, weights):
+                out = self.block(out, block, picked, a, b_, w0, w1)
+            rows.yields(out)
+            planes.yields(rows.result)
+            batch.yields(planes.result)
+        return t.function(name, [f"%x: {self.x_t}"], [self.out_t], [batch.result])
 
     def block(self, out: str, b, picked: dict, a: str, b_: str, w0: str, w1: str) -> str:
         """One block of output columns of the current row: loads, vertical blend, shuffles, store."""
@@ -91,13 +78,8 @@ class ResizeKernel:
         blended = []
         for k in range(b.loads):
             col = b.base + k * lanes
-            inside = "true" if col + lanes <= w else "false"
-            row_vectors = []
-            for y in ("y0", "y1"):
-                v = t.fresh("x")
-                t.emit(f"{v} = vector.transfer_read %x[%nn, %cc, {picked[y]}, {t.index(col)}], %zero "
-                       f"{{in_bounds = [{inside}]}} : {self.x_t}, {vec}")
-                row_vectors.append(v)
+            row_vectors = [t.read("%x", f"%nn, %cc, {picked[y]}, {t.index(col)}", "%zero", self.x_t, vec,
+                                  col + lanes <= w, "x") for y in ("y0", "y1")]
             top, mixed = t.fresh("top"), t.fresh("col")
             t.emit(f"{top} = arith.mulf {row_vectors[0]}, {a} : {vec}")
             t.emit(f"{mixed} = math.fma {row_vectors[1]}, {b_}, {top} : {vec}")
@@ -111,8 +93,4 @@ class ResizeKernel:
         left, value = t.fresh("l"), t.fresh("y")
         t.emit(f"{left} = arith.mulf {taps[0]}, {w0} : {vec}")
         t.emit(f"{value} = math.fma {taps[1]}, {w1}, {left} : {vec}")
-        done = t.fresh("o")
-        inside = "true" if b.width == lanes else "false"
-        t.emit(f"{done} = vector.transfer_write {value}, {out}[%nn, %cc, %oy, {t.index(b.start)}] "
-               f"{{in_bounds = [{inside}]}} : {vec}, {self.out_t}")
-        return done
+        return t.write(value, out, f"%nn, %cc, %oy, {t.index(b.start)}", vec, self.out_t, b.width == lanes)

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch_mlir import ir
-
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import walk
-from etc.targets.cpu.kernel_ir import splice
+from etc.targets.cpu.kernel_ir import replace_fused
 from etc.targets.cpu.kernels.resize_kernel import ResizeKernel
 from etc.targets.cpu.kernels.resize_match import analyze, describe
 from etc.targets.cpu.kernels.window_match import NotTaken
@@ -54,10 +52,7 @@ class ResizeKernels(Pass):
                 continue
             decisions.record(generic, "resize", "resize")
             try:
-                (result,) = splice(text, [plan.x], generic)
+                replace_fused(text, [plan.x], generic, [], [], {"etc.cpu.resize_kernel": describe(plan)})
             except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
                 raise self.error(f"{self.name}: building the resize kernel failed: {exc}", at=generic) from exc
-            result.owner.attributes["etc.cpu.resize_kernel"] = ir.StringAttr.get(describe(plan))
-            generic.results[0].replace_all_uses_with(result)
-            generic.erase()
             self.count("taken")
