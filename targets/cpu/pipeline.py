@@ -30,6 +30,7 @@ from etc.targets.cpu.isa import ISA_TABLE, CpuTarget, isa_for, resolve_target
 
 # Edge -> linalg on tensors: our passes onto torch-mlir's torch dialect, then its own pipelines.
 EDGE_TO_LINALG = (
+    "etc-cpu-conv1d-as-2d",  # 1-D convolutions as 2-D ones of height 1 (the 2-D kernels take them)
     "etc-cpu-drop-padding-taps",  # convolution taps that read only zero padding (dilated, small maps)
     "etc-cpu-edge-to-torch",  # edge ops -> torch ops of the same ATen name; constants -> arguments
     "etc-cpu-lower-quantized",  # the folded int8 ops -> linalg (the weights' data from the constant table)
