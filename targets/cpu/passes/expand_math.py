@@ -50,7 +50,9 @@ import math as pymath
 
 from torch_mlir import ir
 
+from etc.ir.ops import defining_op
 from etc.passes.pass_api import function_pass
+from etc.targets.cpu.ir_query import walk
 
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693145751953125  # ln(2) split so that k * LN2_HI is exact for |k| < 2^11
@@ -67,14 +69,7 @@ def expand_math(module, options=None) -> int:
     libm call per lane); returns how many."""
     expansions = {"math.exp": _exp_f32, "math.erf": _erf_f32, "math.tanh": _tanh_f32}
     replaced = _expand_sigmoids(module)
-    found = []
-
-    def collect(op):
-        if op.name in expansions and _is_f32(op.result.type):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(collect)
+    found = [op for op in walk(module, tuple(expansions)) if _is_f32(op.result.type)]
     with module.context:
         for op in found:
             with ir.InsertionPoint(op), op.location:
@@ -87,9 +82,9 @@ def expand_math(module, options=None) -> int:
 def _is_splat(value, number: float) -> bool:
     """`value` is the constant `number`: a scalar arith.constant, a splat vector constant, or a
     vector.broadcast of a scalar one (how the window kernels splat an epilogue's constants)."""
-    owner = _defining_op(value)
+    owner = defining_op(value)
     if owner is not None and owner.name == "vector.broadcast":
-        owner = _defining_op(owner.operands[0])
+        owner = defining_op(owner.operands[0])
     if owner is None or owner.name != "arith.constant":
         return False
     attr = owner.attributes["value"]
@@ -100,56 +95,36 @@ def _is_splat(value, number: float) -> bool:
     return False
 
 
-def _defining_op(value):
-    """The operation defining `value`, or None for a block argument."""
-    owner = value.owner
-    owner = getattr(owner, "operation", owner)
-    return owner if isinstance(owner, ir.Operation) else None
-
-
-def _producer(value, name: str):
-    """The op named `name` defining `value`, or None."""
-    owner = _defining_op(value)
-    return owner if owner is not None and owner.name == name else None
-
-
 def _sigmoid_input(div):
     """x when `div` is `1 / (1 + exp(-x))` (either order of the add), every link but the division
     used once, f32; else None."""
     if not _is_f32(div.result.type) or not _is_splat(div.operands[0], 1.0):
         return None
-    add = _producer(div.operands[1], "arith.addf")
+    add = defining_op(div.operands[1], "arith.addf")
     if add is None or len(list(add.result.uses)) != 1:
         return None
     one, other = add.operands[0], add.operands[1]
     if not _is_splat(one, 1.0):
         one, other = other, one
-    exp = _producer(other, "math.exp")
+    exp = defining_op(other, "math.exp")
     if exp is None or not _is_splat(one, 1.0) or len(list(exp.result.uses)) != 1:
         return None
-    neg = _producer(exp.operands[0], "arith.negf")
+    neg = defining_op(exp.operands[0], "arith.negf")
     return None if neg is None else neg.operands[0]
 
 
 def _expand_sigmoids(module) -> int:
     """Every f32 `1 / (1 + exp(-x))` -> `_sigmoid_f32(x)`; the dead chain erased. Returns how many."""
-    divisions = []
-
-    def collect(op):
-        if op.name == "arith.divf":
-            divisions.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(collect)
+    divisions = walk(module, ("arith.divf",))
     count = 0
     with module.context:
         for div in divisions:
             x = _sigmoid_input(div)
             if x is None:
                 continue
-            add = _producer(div.operands[1], "arith.addf")
-            exp = _producer(add.operands[0], "math.exp") or _producer(add.operands[1], "math.exp")
-            neg = _producer(exp.operands[0], "arith.negf")
+            add = defining_op(div.operands[1], "arith.addf")
+            exp = defining_op(add.operands[0], "math.exp") or defining_op(add.operands[1], "math.exp")
+            neg = defining_op(exp.operands[0], "arith.negf")
             with ir.InsertionPoint(div), div.location:
                 new = _sigmoid_f32(x)
             div.result.replace_all_uses_with(new)
