@@ -107,7 +107,9 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         # Elementwise ops reading an input transposed (permutes): blocked so the reads stay in L1.
         "etc-cpu-block-transposes",
         "etc-cpu-default-loops",
-        # Tensors -> the caller's buffers.
+        # Tensors -> the caller's buffers (an op never takes one tensor.empty twice: bufferization
+        # would alias the two).
+        "etc-cpu-distinct-inits",
         "one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map}",
         "etc-cpu-distinct-results",
         "buffer-results-to-out-params{hoist-static-allocs=true modify-public-functions=true}",
