@@ -2,7 +2,7 @@
 compiled through the cpu pipeline with the threshold lowered so small shapes take it (fast tests),
 and whole layers at real sizes through CpuPartitioner with the default rule: causal and not,
 float and bool masks broadcast over heads, rows and keys not a multiple of the tile, one token,
-head dims 32/48/64/80, batch > 1, an explicit scale, repeated K/V (GQA), a fully masked row, and
+head dims 32/48/64/80/128, batch > 1, an explicit scale, repeated K/V (GQA), a fully masked row, and
 the decisions (fused, or three-op with the reason)."""
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ VARIANTS = [
     (1, 2, 19, 53, 32, False, 0.3, None, None),    # an explicit scale, more keys than queries
     (2, 3, 29, 29, 32, False, None, (2, 1, 29, 29), None),  # a float mask broadcast over the heads
     (1, 6, 41, 41, 32, True, None, None, 2),       # K/V heads repeated for 3 query heads each (GQA)
+    (1, 2, 40, 130, 128, False, None, None, None),  # head dim 128: the block's scores and accumulators one
+                                                    # type (two tiles: etc-cpu-distinct-inits keeps them apart)
 ]
 
 

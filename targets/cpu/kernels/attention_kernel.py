@@ -1,25 +1,28 @@
 """The fused attention kernel: softmax(Q K^T (op) mask) V without the score matrix (flash attention).
 
     for each batch-head (split across threads)
-      for each block of `block` query rows (32; then the rows left)
-        m = -inf, l = 0, acc[Dv] = 0 for each row        (small buffers: the block's state, in L1)
-        for each tile of `key_vectors` x `lanes` keys j0  (32 on AVX-512; the keys left: a last tile)
-          for each group of `rows` query rows (then one at a time)
-            [skipped when the additive mask is -inf over the whole tile for the group: causal]
-            s[j]  = sum_d Q[i, d] K^T[d, j0 + j]          broadcast Q scalars x K^T vectors, FMA
-            s     = s (op) scale (op) mask[..., i, j0 + j] the elementwise score ops, vectorized
-            m'    = max(m, max_j s);  mu = m' unless -inf (then 0: a fully masked tile adds nothing)
-            p     = exp(s - mu);  alpha = exp(m - mu)
-            l     = l alpha + sum_j p;  acc = acc alpha + sum_j p[j] V[j0 + j, :]
-            m     = m'
+      for each block of `block` query rows (8 register tiles of rows; then the rows left)
+        m = -inf, l = 0, acc[Dv] = 0 for each row        (the block's state: small buffers, in L1)
+        for each tile of `key_tile` keys j0 (128; the keys left: a last tile, masked past its end)
+          [skipped when the additive mask is -inf over the whole tile for the block: causal]
+          1. S = Q K^T[:, tile] (op) scale (op) mask      a register-tiled GEMM (rows x vectors of keys,
+                                                          FMA over the head dim), the score ops applied
+                                                          as each vector is stored; S is [block, tile]
+          2. per row: m' = max(m, max_j S);  mu = m' unless -inf (then 0: a fully masked tile adds
+             nothing);  S = exp(S - mu);  alpha = exp(m - mu);  l = l alpha + sum_j S;
+             acc *= alpha;  m = m'
+          3. acc += S V[tile, :]                           the same register tile (rows x vectors of
+                                                          the value dim), FMA over the tile's keys
         O[i, :] = acc / l  (safe softmax: 0 where l == 0, a row with every key masked)
 
-Never more than a tile of scores exists; the K^T and V tiles (32 keys x the head dim) stay in L1
-while every group of the block uses them, which is what makes the kernel compute-bound (a group
-walking all keys alone reloads K and V from L2 and ran at half the speed of the three-op path).
-The value rows are `ceil(Dv / lanes)` vectors (the last masked when Dv is not a multiple); `rows`
-is sized by the register file (`rows_for`: the group's accumulators and score vectors). The
-probabilities go through a [rows, tile] buffer so that the P V step reads each as a broadcast load.
+Never more than a [block, tile] slab of scores exists (24 KiB for 48 rows x 128 keys: L1), and the
+two products are GEMMs with a register tile as wide as the GEMM kernel's: per step `rows` broadcast
+loads and `cols` vector loads feed rows x cols FMAs. The softmax's per-row work (a horizontal max
+and sum, the rescale of the accumulators) is paid once per row and tile, a few percent of the
+tile's FMAs at 128 keys. The first version of this kernel interleaved the three steps per 32
+keys with the scores in registers: every 32 keys paid the reductions and the rescale, and it ran
+at 1.8x torch's fused attention (Whisper's 1500 keys, ViT-384's 577); this schedule is torch's
+own (a GEMM per block, a vectorized softmax between).
 
 Numerics: the online softmax rescales partial sums, so results differ from the three-op path in
 the last bits (the sums are reassociated, as torch's own fused kernels do). A NaN score gives a NaN
@@ -32,22 +35,33 @@ from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type, vect
 from etc.targets.cpu.kernels.attention_match import Attention
 from etc.targets.cpu.parallel import THREAD_SPLIT
 
+
+def register_tile(registers: int) -> tuple[int, int]:
+    """(rows, vectors) of both products' register tile: as many accumulators as the register file
+    holds beside one broadcast and a row of loaded vectors (6 x 4 of 32 registers, 6 x 2 of 16)."""
+    cols = 4 if registers >= 32 else 2
+    return max(1, min(6, (registers - cols - 1) // cols)), cols
+
+
 class Kernel:
-    def __init__(self, a: Attention, lanes: int, rows: int, key_vectors: int = 2, block: int = 32):
-        self.a, self.lanes, self.rows, self.key_vectors, self.block = a, lanes, rows, key_vectors, block
+    def __init__(self, a: Attention, lanes: int, registers: int, key_tile: int = 128, block_tiles: int = 8):
+        self.a, self.lanes = a, lanes
+        self.rows, self.cols = register_tile(registers)
         self.w = KernelText()
         self.top = self.w.section()  # constants ahead of the loops
         self.splats, self.static_keys = {}, {}
-        self.pbt = tensor_type([rows, lanes * key_vectors])
         self.vt = vector_type(lanes)
         self.qt = tensor_type([a.batch, a.rows, a.head])
         self.ktt = tensor_type([a.batch, a.head, a.keys])
         self.vvt = tensor_type([a.batch, a.keys, a.value_dim])
         self.ot = tensor_type([a.batch, a.rows, a.value_dim])
         self.nv = -(-a.value_dim // lanes)
-        bq = min(block, a.rows)
-        self.acct = tensor_type([bq, self.nv * lanes])  # a block's accumulators (Dv padded to whole vectors)
-        self.mlt = tensor_type([2, bq])  # a block's running max (row 0) and sum (row 1)
+        self.block = min(self.rows * block_tiles, a.rows)
+        self.key_tile = min(key_tile, -(-a.keys // lanes) * lanes)
+        self.st = tensor_type([self.block, self.key_tile])  # a block's scores, then probabilities
+        self.acct = tensor_type([self.block, self.nv * lanes])  # its accumulators (Dv padded to whole vectors)
+        self.mlt = tensor_type([2, self.block])  # its running max (row 0) and sum (row 1)
+        self.buf_types = [self.st, self.acct, self.mlt]
 
     # ---------------------------------------------------------------- pieces
     def _side_value(self, k: int, row: str, j0: str, n: int) -> str:
@@ -58,7 +72,7 @@ class Kernel:
         idx = []
         for dim in side.dims:
             if dim is None:
-                idx.append(self.w.index(0))
+                idx.append(w.index(0))
             elif dim == rank - 1:
                 idx.append(j0)
             elif dim == rank - 2:
@@ -67,135 +81,10 @@ class Kernel:
                 idx.append(self.outer_ivs[dim])
         stype = str(side.value.type)
         if side.dims and side.dims[-1] == rank - 1:
-            name = w.fresh("mask")
-            w.emit(f"{name} = vector.transfer_read %side{k}[{', '.join(idx)}], {self.zero} "
-                   f"{{in_bounds = [{'true' if n == self.lanes else 'false'}]}} : {stype}, {self.vt}")
-            return name
+            return w.read(f"%side{k}", ", ".join(idx), self.zero, stype, self.vt, n == self.lanes, stem="mask")
         scalar = w.fresh("ms")
         w.emit(f"{scalar} = tensor.extract %side{k}[{', '.join(idx)}] : {stype}")
-        name = w.fresh("mask")
-        w.emit(f"{name} = vector.broadcast {scalar} : f32 to {self.vt}")
-        return name
-
-    def _tile(self, rows: list, j0: str, n: int, state: list, pbuf: str) -> tuple[list, str]:
-        """One tile of n keys at j0 (up to `keys` vectors) for the rows; state = [m..., l..., acc(r, c)...]
-        -> (the new state, the probability buffer [rows, keys * lanes] as written)."""
-        w, a, R, nv, vt, L = self.w, self.a, len(rows), self.nv, self.vt, self.lanes
-        m, l, acc = state[:R], state[R:2 * R], state[2 * R:]
-        chunks = [(c * L, min(L, n - c * L)) for c in range(-(-n // L))]  # (offset in the tile, keys)
-        offsets = [j0 if off == 0 else self._key(j0, off) for off, _ in chunks]
-        nc = len(chunks)
-        # scores: s[r][c] = sum_d Q[i_r, d] K^T[d, j0 + chunk c]  (R x nc independent FMA chains)
-        res, d = w.fresh("s"), w.fresh("d")
-        acc_names = [f"%sa{r}_{c}_{res[1:]}" for r in range(R) for c in range(nc)]
-        w.emit(f"{res}:{R * nc} = scf.for {d} = {w.index(0)} to {w.index(a.head)} step {w.index(1)} "
-               f"iter_args({', '.join(f'{x} = {self.zero_v}' for x in acc_names)}) -> ({', '.join([vt] * (R * nc))}) {{")
-        with w.nested():
-            kvs = []
-            for (off, keys), j in zip(chunks, offsets):
-                kv = w.fresh("k")
-                w.emit(f"{kv} = vector.transfer_read %kt[%bh, {d}, {j}], {self.zero} "
-                       f"{{in_bounds = [{'true' if keys == L else 'false'}]}} : {self.ktt}, {vt}")
-                kvs.append(kv)
-            new = self._broadcast_fma(w, len(rows), lambda r: f"%q[%bh, {rows[r]}, {d}] : {self.qt}", kvs,
-                                      acc_names, ("q", "qb", "sf"))
-            w.emit(f"scf.yield {', '.join(new)} : {', '.join([vt] * (R * nc))}")
-        w.emit("}")
-        scores = [[f"{res}#{r * nc + c}" for c in range(nc)] for r in range(R)]
-        # the elementwise score ops (scale, masks)
-        for op in a.chain:
-            for r, row in enumerate(rows):
-                for c, ((off, keys), j) in enumerate(zip(chunks, offsets)):
-                    if op.side is not None:
-                        other = self._side_value(op.side, row, j, keys)
-                    else:
-                        other = self._splat(op.constant)
-                    x, y = (scores[r][c], other) if op.scores_first else (other, scores[r][c])
-                    out = w.fresh("sc")
-                    w.emit(f"{out} = {op.op} {x}, {y} : {vt}")
-                    scores[r][c] = out
-        mt = vector_type(L, "i1")
-        for c, (off, keys) in enumerate(chunks):
-            if keys < L:
-                mask = w.fresh("km")
-                w.emit(f"{mask} = vector.constant_mask [{keys}] : {mt}")
-                for r in range(R):
-                    out = w.fresh("sc")
-                    w.emit(f"{out} = arith.select {mask}, {scores[r][c]}, {self.ninf_v} : {mt}, {vt}")
-                    scores[r][c] = out
-        # online softmax
-        new_m, new_l, new_acc = [], [], list(acc)
-        for r in range(R):
-            top = scores[r][0]
-            for c in range(1, nc):
-                t2 = w.fresh("mx")
-                w.emit(f"{t2} = arith.maxnumf {top}, {scores[r][c]} : {vt}")
-                top = t2
-            tmax, mn, isinf, mu, muv, mv, adiff, alpha_v, alpha, ln = (
-                w.fresh(x) for x in ("tmax", "mn", "inf", "mu", "muv", "mv", "ad", "av", "al", "l"))
-            w.emit(f"{tmax} = vector.reduction <maxnumf>, {top} : {vt} into f32")
-            w.emit(f"{mn} = arith.maxnumf {m[r]}, {tmax} : f32")
-            w.emit(f"{isinf} = arith.cmpf oeq, {mn}, {self.ninf} : f32")
-            w.emit(f"{mu} = arith.select {isinf}, {self.zero}, {mn} : f32")
-            w.emit(f"{muv} = vector.broadcast {mu} : f32 to {vt}")
-            psum = None
-            for c in range(nc):
-                diff, p = w.fresh("df"), w.fresh("p")
-                w.emit(f"{diff} = arith.subf {scores[r][c]}, {muv} : {vt}")
-                w.emit(f"{p} = math.exp {diff} : {vt}")
-                if psum is None:
-                    psum = p
-                else:
-                    t2 = w.fresh("pa")
-                    w.emit(f"{t2} = arith.addf {psum}, {p} : {vt}")
-                    psum = t2
-                nb = w.fresh("pbuf")
-                w.emit(f"{nb} = vector.transfer_write {p}, {pbuf}[{w.index(r)}, {w.index(c * L)}] "
-                       f"{{in_bounds = [true]}} : {vt}, {self.pbt}")
-                pbuf = nb
-            w.emit(f"{mv} = vector.broadcast {m[r]} : f32 to {vt}")
-            w.emit(f"{adiff} = arith.subf {mv}, {muv} : {vt}")
-            w.emit(f"{alpha_v} = math.exp {adiff} : {vt}")
-            w.emit(f"{alpha} = vector.extract {alpha_v}[0] : f32 from {vt}")
-            ps, lscaled = w.fresh("ps"), w.fresh("ls")
-            w.emit(f"{ps} = vector.reduction <add>, {psum} : {vt} into f32")
-            w.emit(f"{lscaled} = arith.mulf {l[r]}, {alpha} : f32")
-            w.emit(f"{ln} = arith.addf {lscaled}, {ps} : f32")
-            for c in range(nv):
-                out = w.fresh("acc")
-                w.emit(f"{out} = arith.mulf {acc[r * nv + c]}, {alpha_v} : {vt}")
-                new_acc[r * nv + c] = out
-            new_m.append(mn)
-            new_l.append(ln)
-        # acc += sum_j p[j] V[j0 + j, :]   (p[j] read back from the buffer: a broadcast load)
-        for j in range(n):
-            key = j0 if j == 0 else self._key(j0, j)
-            vrows = []
-            for c in range(nv):
-                vr = w.fresh("v")
-                full = "true" if (c + 1) * L <= a.value_dim else "false"
-                w.emit(f"{vr} = vector.transfer_read %v[%bh, {key}, {w.index(c * L)}], {self.zero} "
-                       f"{{in_bounds = [{full}]}} : {self.vvt}, {vt}")
-                vrows.append(vr)
-            new_acc = self._broadcast_fma(w, R, lambda r: f"{pbuf}[{w.index(r)}, {w.index(j)}] : {self.pbt}", vrows,
-                                          new_acc, ("pj", "pb", "acc"))
-        return new_m + new_l + new_acc, pbuf
-
-    def _broadcast_fma(self, w, nrows: int, element, vectors: list, accs: list, names: tuple) -> list:
-        """The outer-product step both matrix products of a tile take: for each row r, the scalar
-        `tensor.extract element(r)` broadcast and FMA'd into `accs[r * len(vectors) + c]` with
-        `vectors[c]`. Returns the new accumulators; `names` prefix the scalar, its broadcast and
-        the results."""
-        out = list(accs)
-        for r in range(nrows):
-            scalar, splat = w.fresh(names[0]), w.fresh(names[1])
-            w.emit(f"{scalar} = tensor.extract {element(r)}")
-            w.emit(f"{splat} = vector.broadcast {scalar} : f32 to {self.vt}")
-            for c, vector in enumerate(vectors):
-                result = w.fresh(names[2])
-                w.emit(f"{result} = vector.fma {splat}, {vector}, {out[r * len(vectors) + c]} : {self.vt}")
-                out[r * len(vectors) + c] = result
-        return out
+        return w.broadcast(scalar, self.lanes)
 
     def _key(self, j0: str, off: int) -> str:
         """j0 + off: a constant when j0 is one (the last, partial tile)."""
@@ -211,77 +100,14 @@ class Kernel:
             self.splats[value] = v
         return self.splats[value]
 
-    def _group(self, rows: list, local: list, j0: str, n: int, bufs: list) -> list:
-        """One key tile for a group of rows (`_update`), skipped when the additive mask is -inf over
-        the whole tile for these rows (a causal mask's tiles above the diagonal: no score of it
-        can count, so the state is unchanged)."""
+    def _loop(self, iv: str, lo, hi, step: int, carried: list, types: list, body) -> list:
+        """scf.for iv = lo to hi step `step` carrying `carried`; body(names) -> the yielded values.
+        Bounds are ints (index constants) or SSA names."""
         w = self.w
-        skip = self.a.skip_side if n == self.lanes * self.key_vectors else None
-        if skip is None:
-            return self._update(rows, local, j0, n, bufs)
-        top = None
-        for row in rows:
-            for c in range(self.key_vectors):
-                j = j0 if c == 0 else self._key(j0, c * self.lanes)
-                mv = self._side_value(skip, row, j, self.lanes)
-                if top is None:
-                    top = mv
-                else:
-                    t2 = w.fresh("mmx")
-                    w.emit(f"{t2} = arith.maximumf {top}, {mv} : {self.vt}")
-                    top = t2
-        red, cond = w.fresh("mred"), w.fresh("masked")
-        w.emit(f"{red} = vector.reduction <maximumf>, {top} : {self.vt} into f32")
-        w.emit(f"{cond} = arith.cmpf oeq, {red}, {self.ninf} : f32")
-        types = [self.acct, self.mlt, self.pbt]
-        res = w.fresh("tile")
-        w.emit(f"{res}:3 = scf.if {cond} -> ({', '.join(types)}) {{")
-        with w.nested():
-            w.emit(f"scf.yield {', '.join(bufs)} : {', '.join(types)}")
-        w.emit("} else {")
-        with w.nested():
-            new = self._update(rows, local, j0, n, bufs)
-            w.emit(f"scf.yield {', '.join(new)} : {', '.join(types)}")
-        w.emit("}")
-        return [f"{res}#{i}" for i in range(3)]
-
-    def _update(self, rows: list, local: list, j0: str, n: int, bufs: list) -> list:
-        """One key tile for a group of rows: their state read from the block's buffers (acc [Bq, nv
-        lanes], ml [2, Bq]: running max and sum), `_tile`, written back. bufs = [acc, ml, pbuf]."""
-        w, R, nv, vt, L = self.w, len(rows), self.nv, self.vt, self.lanes
-        acc, ml, pbuf = bufs
-        m, l, accs = [], [], []
-        for r in range(R):
-            mr, lr = w.fresh("m"), w.fresh("l")
-            w.emit(f"{mr} = tensor.extract {ml}[{w.index(0)}, {local[r]}] : {self.mlt}")
-            w.emit(f"{lr} = tensor.extract {ml}[{w.index(1)}, {local[r]}] : {self.mlt}")
-            m.append(mr)
-            l.append(lr)
-        for r in range(R):
-            for c in range(nv):
-                x = w.fresh("a")
-                w.emit(f"{x} = vector.transfer_read {acc}[{local[r]}, {w.index(c * L)}], {self.zero} "
-                       f"{{in_bounds = [true]}} : {self.acct}, {vt}")
-                accs.append(x)
-        state, pbuf = self._tile(rows, j0, n, m + l + accs, pbuf)
-        for r in range(R):
-            for k, value in ((0, state[r]), (1, state[R + r])):
-                new = w.fresh("ml")
-                w.emit(f"{new} = tensor.insert {value} into {ml}[{w.index(k)}, {local[r]}] : {self.mlt}")
-                ml = new
-            for c in range(nv):
-                new = w.fresh("acc")
-                w.emit(f"{new} = vector.transfer_write {state[2 * R + r * nv + c]}, {acc}[{local[r]}, {w.index(c * L)}] "
-                       f"{{in_bounds = [true]}} : {vt}, {self.acct}")
-                acc = new
-        return [acc, ml, pbuf]
-
-    def _loop(self, iv: str, lo: int, hi: int, step: int, carried: list, types: list, body) -> list:
-        """scf.for iv = lo to hi step `step` carrying `carried`; body(names) -> the yielded values."""
-        w = self.w
+        bound = (lambda b: w.index(b) if isinstance(b, int) else b)
         res = w.fresh("loop")
         names = [f"%c{i}_{res[1:]}" for i in range(len(carried))]
-        w.emit(f"{res}:{len(carried)} = scf.for {iv} = {w.index(lo)} to {w.index(hi)} step {w.index(step)} "
+        w.emit(f"{res}:{len(carried)} = scf.for {iv} = {bound(lo)} to {bound(hi)} step {w.index(step)} "
                f"iter_args({', '.join(f'{n} = {c}' for n, c in zip(names, carried))}) -> ({', '.join(types)}) {{")
         with w.nested():
             new = body(names)
@@ -289,88 +115,268 @@ class Kernel:
         w.emit("}")
         return [f"{res}#{i}" for i in range(len(carried))]
 
-    def _key_tile_over_rows(self, base, nrows: int, j0: str, n: int, bufs: list) -> list:
-        """One key tile for every row of the block, in groups of `rows` (then one at a time)."""
-        w, R = self.w, min(self.rows, nrows)
+    def _row_groups(self, base: str, nrows: int, value: str, vtype: str, group) -> str:
+        """`group(rows, local, value) -> value` over the block's rows in register tiles of `rows`
+        (a loop), then the rows left as one smaller tile; rows are query indices, local the block's."""
+        w, R = self.w, self.rows
         main = (nrows // R) * R
-        types = [self.acct, self.mlt, self.pbt]
         if main:
             g = w.fresh("g")
 
             def body(names):
                 local = [w.add(g, r) for r in range(R)]
-                rows = [w.addv(base, x) for x in local]
-                return self._group(rows, local, j0, n, names)
-            bufs = self._loop(g, 0, main, R, bufs, types, body)
-        if nrows - main == 1:
-            bufs = self._group([w.add(base, main)], [w.index(main)], j0, n, bufs)
-        elif nrows > main:  # the rows left over, one at a time (one copy of the tile's code)
-            i = w.fresh("i")
-            bufs = self._loop(i, main, nrows, 1, bufs, types,
-                              lambda names: self._group([w.addv(base, i)], [i], j0, n, names))
-        return bufs
+                return [group([w.addv(base, x) for x in local], local, names[0])]
+            (value,) = self._loop(g, 0, main, R, [value], [vtype], body)
+        if nrows > main:
+            local = [w.index(r) for r in range(main, nrows)]
+            value = group([w.addv(base, x) for x in local], local, value)
+        return value
+
+    def _fma_tile(self, scalars: list, vectors: list, accs: list) -> list:
+        """accs[r * len(vectors) + c] += scalars[r] (broadcast) * vectors[c]."""
+        w, out = self.w, list(accs)
+        for r, scalar in enumerate(scalars):
+            splat = w.broadcast(scalar, self.lanes)
+            for c, vector in enumerate(vectors):
+                result = w.fresh("f")
+                w.emit(f"{result} = vector.fma {splat}, {vector}, {out[r * len(vectors) + c]} : {self.vt}")
+                out[r * len(vectors) + c] = result
+        return out
+
+    def _chunks(self, count: int) -> list[tuple[int, int]]:
+        """(first vector, vectors) of `count` vectors in groups of the register tile's columns."""
+        return [(c, min(self.cols, count - c)) for c in range(0, count, self.cols)]
+
+    # ---------------------------------------------------------------- 1. scores
+    def _scores(self, base: str, nrows: int, j0: str, n: int, s: str) -> str:
+        """S[local, 0:n] = Q[rows] K^T[:, j0:j0+n] with the score ops; keys past n are -inf."""
+        w, a, L = self.w, self.a, self.lanes
+
+        def group(rows, local, s):
+            R = len(rows)
+            for c0, cc in self._chunks(-(-n // L)):
+                keys = [min(L, n - (c0 + c) * L) for c in range(cc)]
+                js = [self._key(j0, (c0 + c) * L) for c in range(cc)]
+                res, d = w.fresh("s"), w.fresh("d")
+                names = [f"%sa{i}_{res[1:]}" for i in range(R * cc)]
+                vts = ", ".join([self.vt] * (R * cc))
+                w.emit(f"{res}:{R * cc} = scf.for {d} = {w.index(0)} to {w.index(a.head)} step {w.index(1)} "
+                       f"iter_args({', '.join(f'{x} = {self.zero_v}' for x in names)}) -> ({vts}) {{")
+                with w.nested():
+                    kvs = [w.read("%kt", f"%bh, {d}, {j}", self.zero, self.ktt, self.vt, k == L, stem="k")
+                           for j, k in zip(js, keys)]
+                    qs = []
+                    for row in rows:
+                        q = w.fresh("q")
+                        w.emit(f"{q} = tensor.extract %q[%bh, {row}, {d}] : {self.qt}")
+                        qs.append(q)
+                    w.emit(f"scf.yield {', '.join(self._fma_tile(qs, kvs, names))} : {vts}")
+                w.emit("}")
+                for r, (row, lr) in enumerate(zip(rows, local)):
+                    for c, (j, k) in enumerate(zip(js, keys)):
+                        score = f"{res}#{r * cc + c}"
+                        for op in a.chain:
+                            other = self._side_value(op.side, row, j, k) if op.side is not None \
+                                else self._splat(op.constant)
+                            x, y = (score, other) if op.scores_first else (other, score)
+                            score = w.fresh("sc")
+                            w.emit(f"{score} = {op.op} {x}, {y} : {self.vt}")
+                        if k < L:  # keys past the end: -inf, nothing in the softmax
+                            mask, masked = w.fresh("km"), w.fresh("sc")
+                            w.emit(f"{mask} = vector.constant_mask [{k}] : {vector_type(L, 'i1')}")
+                            w.emit(f"{masked} = arith.select {mask}, {score}, {self.ninf_v} "
+                                   f": {vector_type(L, 'i1')}, {self.vt}")
+                            score = masked
+                        s = w.write(score, s, f"{lr}, {w.index((c0 + c) * L)}", self.vt, self.st, True, stem="st")
+            return s
+        return self._row_groups(base, nrows, s, self.st, group)
+
+    # ---------------------------------------------------------------- 2. softmax
+    def _softmax(self, nrows: int, n: int, bufs: list) -> list:
+        """Per row: the tile's max, S = exp(S - mu), the running max and sum, acc rescaled."""
+        w, L, nvec = self.w, self.lanes, -(-n // self.lanes)
+        r = w.fresh("r")
+
+        def body(names):
+            s, acc, ml = names
+            m, l = w.fresh("m"), w.fresh("l")
+            w.emit(f"{m} = tensor.extract {ml}[{w.index(0)}, {r}] : {self.mlt}")
+            w.emit(f"{l} = tensor.extract {ml}[{w.index(1)}, {r}] : {self.mlt}")
+            scores = [w.read(s, f"{r}, {w.index(c * L)}", self.zero, self.st, self.vt, True, stem="sv")
+                      for c in range(nvec)]
+            top = scores[0]
+            for x in scores[1:]:
+                t2 = w.fresh("mx")
+                w.emit(f"{t2} = arith.maxnumf {top}, {x} : {self.vt}")
+                top = t2
+            tmax, mn, isinf, mu = (w.fresh(x) for x in ("tmax", "mn", "inf", "mu"))
+            w.emit(f"{tmax} = vector.reduction <maxnumf>, {top} : {self.vt} into f32")
+            w.emit(f"{mn} = arith.maxnumf {m}, {tmax} : f32")
+            w.emit(f"{isinf} = arith.cmpf oeq, {mn}, {self.ninf} : f32")
+            w.emit(f"{mu} = arith.select {isinf}, {self.zero}, {mn} : f32")
+            muv = w.broadcast(mu, L)
+            psum = None
+            for c, x in enumerate(scores):
+                diff, p = w.fresh("df"), w.fresh("p")
+                w.emit(f"{diff} = arith.subf {x}, {muv} : {self.vt}")
+                w.emit(f"{p} = math.exp {diff} : {self.vt}")
+                if psum is None:
+                    psum = p
+                else:
+                    t2 = w.fresh("pa")
+                    w.emit(f"{t2} = arith.addf {psum}, {p} : {self.vt}")
+                    psum = t2
+                s = w.write(p, s, f"{r}, {w.index(c * L)}", self.vt, self.st, True, stem="st")
+            mv, adiff, alpha_v, alpha, ps, lscaled, ln = (
+                w.fresh(x) for x in ("mv", "ad", "av", "al", "ps", "ls", "ln"))
+            w.emit(f"{mv} = vector.broadcast {m} : f32 to {self.vt}")
+            w.emit(f"{adiff} = arith.subf {mv}, {muv} : {self.vt}")
+            w.emit(f"{alpha_v} = math.exp {adiff} : {self.vt}")
+            w.emit(f"{alpha} = vector.extract {alpha_v}[0] : f32 from {self.vt}")
+            w.emit(f"{ps} = vector.reduction <add>, {psum} : {self.vt} into f32")
+            w.emit(f"{lscaled} = arith.mulf {l}, {alpha} : f32")
+            w.emit(f"{ln} = arith.addf {lscaled}, {ps} : f32")
+            for c in range(self.nv):
+                idx = f"{r}, {w.index(c * L)}"
+                x, y = w.read(acc, idx, self.zero, self.acct, self.vt, True, stem="a"), w.fresh("acc")
+                w.emit(f"{y} = arith.mulf {x}, {alpha_v} : {self.vt}")
+                acc = w.write(y, acc, idx, self.vt, self.acct, True, stem="acc")
+            for k, value in ((0, mn), (1, ln)):
+                new = w.fresh("ml")
+                w.emit(f"{new} = tensor.insert {value} into {ml}[{w.index(k)}, {r}] : {self.mlt}")
+                ml = new
+            return [s, acc, ml]
+        return self._loop(r, 0, nrows, 1, bufs, self.buf_types, body)
+
+    # ---------------------------------------------------------------- 3. acc += P V
+    def _update(self, base: str, nrows: int, j0: str, n: int, s: str, acc: str) -> str:
+        w, a, L = self.w, self.a, self.lanes
+        unroll = 4
+
+        def group(rows, local, acc):
+            R = len(rows)
+            for c0, cc in self._chunks(self.nv):
+                full = [(c0 + c + 1) * L <= a.value_dim for c in range(cc)]
+                idx = [(lr, w.index((c0 + c) * L)) for lr in local for c in range(cc)]
+                accs = [w.read(acc, f"{lr}, {col}", self.zero, self.acct, self.vt, True, stem="a") for lr, col in idx]
+
+                def keys(j_at, accs):
+                    """The FMA steps of the keys j_at(0..) (index names of the tile's key offsets)."""
+                    for jj in j_at:
+                        key = jj if isinstance(jj, str) else w.index(jj)
+                        vk = self._key(j0, jj) if isinstance(jj, int) else w.addv(j0, jj)
+                        vrows = [w.read("%v", f"%bh, {vk}, {w.index((c0 + c) * L)}", self.zero, self.vvt, self.vt,
+                                        full[c], stem="v") for c in range(cc)]
+                        ps = []
+                        for lr in local:
+                            p = w.fresh("pj")
+                            w.emit(f"{p} = tensor.extract {s}[{lr}, {key}] : {self.st}")
+                            ps.append(p)
+                        accs = self._fma_tile(ps, vrows, accs)
+                    return accs
+                main = (n // unroll) * unroll
+                if main:
+                    j = w.fresh("j")
+                    accs = self._loop(j, 0, main, unroll, accs, [self.vt] * len(accs),
+                                      lambda names: keys([w.add(j, u) for u in range(unroll)], names))
+                accs = keys(list(range(main, n)), accs)
+                for (lr, col), x in zip(idx, accs):
+                    acc = w.write(x, acc, f"{lr}, {col}", self.vt, self.acct, True, stem="acc")
+            return acc
+        return self._row_groups(base, nrows, acc, self.acct, group)
+
+    # ---------------------------------------------------------------- a tile, a block
+    def _tile(self, base: str, nrows: int, j0: str, n: int, bufs: list) -> list:
+        """The three steps for keys j0..j0+n; skipped when the additive mask is -inf over the whole
+        tile for the block's rows (a causal mask's tiles above the diagonal: no score of it can
+        count, so the state is unchanged)."""
+        w = self.w
+
+        def steps(bufs):
+            s, acc, ml = bufs
+            s = self._scores(base, nrows, j0, n, s)
+            s, acc, ml = self._softmax(nrows, n, [s, acc, ml])
+            return [s, self._update(base, nrows, j0, n, s, acc), ml]
+        skip = self.a.skip_side if n == self.key_tile else None
+        if skip is None:
+            return steps(bufs)
+        r = w.fresh("r")
+
+        def row_max(names):
+            top = names[0]
+            for c in range(n // self.lanes):
+                mv = self._side_value(skip, w.addv(base, r), self._key(j0, c * self.lanes), self.lanes)
+                t2 = w.fresh("mmx")
+                w.emit(f"{t2} = arith.maximumf {top}, {mv} : {self.vt}")
+                top = t2
+            return [top]
+        (top,) = self._loop(r, 0, nrows, 1, [self.ninf_v], [self.vt], row_max)
+        red, cond = w.fresh("mred"), w.fresh("masked")
+        w.emit(f"{red} = vector.reduction <maximumf>, {top} : {self.vt} into f32")
+        w.emit(f"{cond} = arith.cmpf oeq, {red}, {self.ninf} : f32")
+        res = w.fresh("tile")
+        w.emit(f"{res}:3 = scf.if {cond} -> ({', '.join(self.buf_types)}) {{")
+        with w.nested():
+            w.emit(f"scf.yield {', '.join(bufs)} : {', '.join(self.buf_types)}")
+        w.emit("} else {")
+        with w.nested():
+            w.emit(f"scf.yield {', '.join(steps(bufs))} : {', '.join(self.buf_types)}")
+        w.emit("}")
+        return [f"{res}#{i}" for i in range(3)]
 
     def _block(self, base: str, nrows: int, carried: list) -> list:
-        """Rows base .. base + nrows of this head over every key; carried = [out, acc, ml, pbuf]."""
+        """Rows base .. base + nrows of this head over every key; carried = [out, s, acc, ml]."""
         w, a, nv, vt, L = self.w, self.a, self.nv, self.vt, self.lanes
-        out, acc, ml, pbuf = carried
+        out, s, acc, ml = carried
         r = w.fresh("r")
 
         def init(names):
             a_, m_ = names
             for c in range(nv):
-                x = w.fresh("acc")
-                w.emit(f"{x} = vector.transfer_write {self.zero_v}, {a_}[{r}, {w.index(c * L)}] {{in_bounds = [true]}} "
-                       f": {vt}, {self.acct}")
-                a_ = x
+                a_ = w.write(self.zero_v, a_, f"{r}, {w.index(c * L)}", vt, self.acct, True, stem="acc")
             for k, v in ((0, self.ninf), (1, self.zero)):
                 x = w.fresh("ml")
                 w.emit(f"{x} = tensor.insert {v} into {m_}[{w.index(k)}, {r}] : {self.mlt}")
                 m_ = x
             return [a_, m_]
         acc, ml = self._loop(r, 0, nrows, 1, [acc, ml], [self.acct, self.mlt], init)
-        tile = L * self.key_vectors
+        tile = self.key_tile
         full_tiles = a.keys // tile
-        bufs = [acc, ml, pbuf]
+        bufs = [s, acc, ml]
         if full_tiles:
             j0 = w.fresh("j")
-            bufs = self._loop(j0, 0, full_tiles * tile, tile, bufs, [self.acct, self.mlt, self.pbt],
-                              lambda names: self._key_tile_over_rows(base, nrows, j0, tile, names))
+            bufs = self._loop(j0, 0, full_tiles * tile, tile, bufs, self.buf_types,
+                              lambda names: self._tile(base, nrows, j0, tile, names))
         if a.keys % tile:
             j0 = w.index(full_tiles * tile)
             self.static_keys[j0] = full_tiles * tile
-            bufs = self._key_tile_over_rows(base, nrows, j0, a.keys % tile, bufs)
-        acc, ml, pbuf = bufs
+            bufs = self._tile(base, nrows, j0, a.keys % tile, bufs)
+        s, acc, ml = bufs
         r = w.fresh("r")
 
         def finish(names):
             (o_,) = names
             row = w.addv(base, r)
-            l, inv, invv = w.fresh("l"), w.fresh("inv"), w.fresh("invv")
+            l, inv = w.fresh("l"), w.fresh("inv")
             w.emit(f"{l} = tensor.extract {ml}[{w.index(1)}, {r}] : {self.mlt}")
             w.emit(f"{inv} = arith.divf {self.one}, {l} : f32")
-            w.emit(f"{invv} = vector.broadcast {inv} : f32 to {vt}")
+            invv = w.broadcast(inv, L)
             empty = None
             if a.safe:
                 empty = w.fresh("empty")
                 w.emit(f"{empty} = arith.cmpf oeq, {l}, {self.zero} : f32")
             for c in range(nv):
-                x, o = w.fresh("a"), w.fresh("o")
-                w.emit(f"{x} = vector.transfer_read {acc}[{r}, {w.index(c * L)}], {self.zero} {{in_bounds = [true]}} "
-                       f": {self.acct}, {vt}")
+                x, o = w.read(acc, f"{r}, {w.index(c * L)}", self.zero, self.acct, vt, True, stem="a"), w.fresh("o")
                 w.emit(f"{o} = arith.mulf {x}, {invv} : {vt}")
                 if empty is not None:
                     o2 = w.fresh("o")
                     w.emit(f"{o2} = arith.select {empty}, {self.zero_v}, {o} : {vt}")
                     o = o2
-                full = "true" if (c + 1) * L <= a.value_dim else "false"
-                new = w.fresh("out")
-                w.emit(f"{new} = vector.transfer_write {o}, {o_}[%bh, {row}, {w.index(c * L)}] "
-                       f"{{in_bounds = [{full}]}} : {vt}, {self.ot}")
-                o_ = new
+                o_ = w.write(o, o_, f"%bh, {row}, {w.index(c * L)}", vt, self.ot, (c + 1) * L <= a.value_dim,
+                             stem="out")
             return [o_]
         (out,) = self._loop(r, 0, nrows, 1, [out], [self.ot], finish)
-        return [out, acc, ml, pbuf]
+        return [out, s, acc, ml]
 
     # ---------------------------------------------------------------- the function
     def function(self, name: str = "__etc_attention") -> str:
@@ -378,17 +384,15 @@ class Kernel:
         self.zero = w.const(f32_literal(0.0), "f32")
         self.one = w.const(f32_literal(1.0), "f32")
         self.ninf = w.const(f32_literal(float("-inf")), "f32")
-        self.zero_v, self.ninf_v = w.fresh("zv"), w.fresh("niv")
-        w.emit(f"{self.zero_v} = vector.broadcast {self.zero} : f32 to {self.vt}")
-        w.emit(f"{self.ninf_v} = vector.broadcast {self.ninf} : f32 to {self.vt}")
+        self.zero_v, self.ninf_v = w.broadcast(self.zero, self.lanes), w.broadcast(self.ninf, self.lanes)
         # The output, and the buffers of one block of query rows (carried through the loops: one
-        # of each, not one per block or tile): the rows' accumulators and running max and sum, the
-        # tile's probabilities (read back as broadcast scalars by the P V step).
+        # of each, not one per block or tile): its scores/probabilities, accumulators, running max
+        # and sum.
         w.emit(f"%out0 = tensor.empty() : {self.ot}")
+        w.emit(f"%s0 = tensor.empty() : {self.st}")
         w.emit(f"%acc0 = tensor.empty() : {self.acct}")
         w.emit(f"%ml0 = tensor.empty() : {self.mlt}")
-        w.emit(f"%pbuf0 = tensor.empty() : {self.pbt}")
-        types = [self.ot, self.acct, self.mlt, self.pbt]
+        types = [self.ot, *self.buf_types]
 
         def head(names):
             # the score space's outer indices (what a mask broadcast over heads or batch reads)
@@ -404,7 +408,7 @@ class Kernel:
                     w.emit(f"{v} = arith.remui {q}, {w.index(size)} : index")
                 self.outer_ivs.insert(0, v)
                 inner *= size
-            bq = min(self.block, a.rows)
+            bq = self.block
             main = (a.rows // bq) * bq
             carried = names
             if main:
@@ -416,7 +420,7 @@ class Kernel:
         res = w.fresh("heads")
         names = [f"%h{i}" for i in range(4)]
         w.emit(f"{res}:4 = scf.for %bh = {w.index(0)} to {w.index(a.batch)} step {w.index(1)} "
-               f"iter_args({', '.join(f'{n} = {c}' for n, c in zip(names, ['%out0', '%acc0', '%ml0', '%pbuf0']))}) "
+               f"iter_args({', '.join(f'{n} = {c}' for n, c in zip(names, ['%out0', '%s0', '%acc0', '%ml0']))}) "
                f"-> ({', '.join(types)}) {{")
         with w.nested():
             new = head(names)
@@ -425,10 +429,3 @@ class Kernel:
         args = ([f"%q: {self.qt}", f"%kt: {self.ktt}", f"%v: {self.vvt}"]
                 + [f"%side{k}: {s.value.type}" for k, s in enumerate(a.sides)])
         return w.function(name, args, [self.ot], [f"{res}#0"], sections=[self.top, w])
-
-
-def rows_for(lanes: int, value_dim: int, registers: int, key_vectors: int = 2) -> int:
-    """Query rows per group: as many as the register file holds with each row's Dv accumulators and
-    its `key_vectors` score vectors, plus the value row being read (at most 4)."""
-    nv = -(-value_dim // lanes)
-    return max(1, min(4, (registers - nv - 2) // (nv + key_vectors)))

@@ -32,7 +32,7 @@ from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.entry_args import entry_function
 from etc.targets.cpu.kernel_ir import splice
-from etc.targets.cpu.kernels.attention_kernel import Kernel, rows_for
+from etc.targets.cpu.kernels.attention_kernel import Kernel
 from etc.targets.cpu.kernels.attention_match import NotTaken, match
 from etc.targets.cpu.kernels.row_match import RESHAPES
 
@@ -73,8 +73,7 @@ class AttentionKernels(Pass):
                                  f"{found.keys} keys < min-keys={self.options.min_keys}: the scores stay in cache")
                 self.count("small")
                 continue
-            rows = rows_for(lanes, found.value_dim, self.options.registers)
-            text = Kernel(found, lanes, rows).function()
+            text = Kernel(found, lanes, self.options.registers).function()
             decisions.record(o, "attention", "flash")
             try:
                 (new,) = splice(text, [found.q, found.kt, found.v] + [s.value for s in found.sides], o)

@@ -4,23 +4,26 @@
 // Attention as torch-mlir lowers sdpa with an additive mask (2 heads, 37 queries and keys, head
 // dim 16): QK^T, + mask[37, 37] broadcast over the heads, softmax (max with its unused argmax,
 // x - max, exp, sum, divide), times V. With min-keys=32 it is one flash kernel: a loop over the
-// heads (split across threads), blocks of 32 query rows (then the 5 left), a loop over key tiles
-// of 32 (two 16-lane vectors; the 5 keys left are a tile of their own, masked to -inf), QK^T by
-// FMA over the head dim, the mask read as vectors, the running max and sum, the accumulators
-// rescaled by exp(m - m') and updated by broadcast probabilities times V rows. Nothing [37, 37]
-// is left. Below min-keys (the default 512) the three ops stay, a decision with its reason.
+// heads (split across threads) carrying the output and a block's buffers (its scores [37, 48]: the
+// 37 keys padded to whole vectors, its accumulators, its running max and sum); per key tile
+// (here one, the 37 keys, the last 5 masked to -inf) the scores as a register-tiled GEMM (6 rows x
+// 3 vectors, FMA over the head dim) with the mask added as each vector is stored, then per row the
+// max, exp and sum, then the accumulators updated by broadcast probabilities times V rows. Nothing
+// [37, 37] is left. Below min-keys (the default 512) the three ops stay, a decision with its reason.
 // CHECK: etc.cpu.decisions = [{kind = "attention", op = "linalg.batch_matmul", path = "flash"{{.*}}}]
 // CHECK-LABEL: func.func @attention
 // CHECK-NOT: tensor<2x37x37xf32>
-// CHECK: scf.for %[[BH:.*]] = %{{.*}} to %{{.*}} step
-// CHECK: scf.for {{.*}} -> (tensor<32x16xf32>, tensor<2x32xf32>)
+// CHECK: scf.for %[[BH:.*]] = %{{.*}} to %{{.*}} step {{.*}} -> (tensor<2x37x16xf32>, tensor<37x48xf32>, tensor<37x16xf32>, tensor<2x37xf32>)
 // CHECK: vector.transfer_read %{{.*}}[%[[BH]], %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x16x37xf32>, vector<16xf32>
 // CHECK: vector.fma
 // CHECK: vector.transfer_read %{{.*}} : tensor<37x37xf32>, vector<16xf32>
+// CHECK: vector.constant_mask [5] : vector<16xi1>
+// CHECK: vector.transfer_write %{{.*}} : vector<16xf32>, tensor<37x48xf32>
 // CHECK: vector.reduction <maxnumf>
 // CHECK: math.exp %{{.*}} : vector<16xf32>
 // CHECK: vector.reduction <add>
-// CHECK: vector.constant_mask [5] : vector<16xi1>
+// CHECK: tensor.extract %{{.*}} : tensor<37x48xf32>
+// CHECK: vector.fma
 // CHECK: vector.transfer_write %{{.*}} : vector<16xf32>, tensor<2x37x16xf32>
 // CHECK: } {etc.thread_split}
 // CHECK-NOT: linalg.batch_matmul
