@@ -37,6 +37,12 @@ from torch_mlir import ir
 
 from etc.ir.ops import as_operation
 
+# A unit attribute on a math.exp a kernel emits: its argument is <= 0 (or NaN), as softmax's
+# x - max is, and results under the smallest normal f32 may be 0 (a softmax term that small cannot
+# change a sum holding the max's 1), so etc-cpu-expand-math expands it without the overflow test
+# and without subnormal arithmetic (half the operations).
+NONPOSITIVE = "etc.nonpositive"
+
 ANY_OP = "!transform.any_op"  # the handle type of the transform scripts
 
 

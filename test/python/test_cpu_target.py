@@ -167,6 +167,35 @@ def test_expanded_exp_accuracy_and_special_values():
     assert (got[x.numpy() < -87.5] == 0).all() and (got[x.numpy() > 88.73] == np.inf).all()
 
 
+def test_expanded_nonpositive_exp_the_attention_kernel_marks():
+    """A math.exp marked etc.nonpositive (the fused attention's exp(s - max)): the short expansion,
+    ~3e-7 relative down to the smallest normal float, 0 below it and for -inf (no subnormal is
+    computed: an x86 assist per masked lane), NaN kept."""
+    from etc.targets.cpu.pipeline import compile_linalg_text
+
+    n = 4096
+    text = f"""
+    func.func @f(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{
+      %e = tensor.empty() : tensor<{n}xf32>
+      %r = linalg.generic {{indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>],
+                           iterator_types = ["parallel"]}} ins(%x : tensor<{n}xf32>) outs(%e : tensor<{n}xf32>) {{
+      ^bb0(%a: f32, %o: f32):
+        %y = math.exp %a {{etc.nonpositive}} : f32
+        linalg.yield %y : f32
+      }} -> tensor<{n}xf32>
+      return %r : tensor<{n}xf32>
+    }}
+    """
+    specials = np.array([-np.inf, np.nan, 0.0, -0.0, -87.3, -87.4, -104.0, -1e-30], dtype=np.float32)
+    x = np.concatenate([specials, -np.logspace(-30, 2.1, n - len(specials) - 1000, dtype=np.float32),
+                        np.linspace(-120, 0, 1000, dtype=np.float32)]).astype(np.float32)
+    got = compile_linalg_text(text)(x)
+    want = np.exp(x.astype(np.float64))
+    normal = want >= 1.1755e-38
+    assert (np.abs(got[normal] - want[normal]) / want[normal]).max() < 4e-7
+    assert (got[~normal & ~np.isnan(x)] == 0).all() and np.isnan(got[1]) and got[2] == 1.0 and got[3] == 1.0
+
+
 class Gelu(torch.nn.Module):
     def forward(self, x):
         return torch.nn.functional.gelu(x), torch.erf(x)

@@ -31,7 +31,7 @@ row (the max ignores it, the sum does not).
 
 from __future__ import annotations
 
-from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type, vector_type
+from etc.targets.cpu.kernel_ir import NONPOSITIVE, KernelText, f32_literal, tensor_type, vector_type
 from etc.targets.cpu.kernels.attention_match import Attention
 from etc.targets.cpu.parallel import THREAD_SPLIT
 
@@ -219,7 +219,7 @@ class Kernel:
             for c, x in enumerate(scores):
                 diff, p = w.fresh("df"), w.fresh("p")
                 w.emit(f"{diff} = arith.subf {x}, {muv} : {self.vt}")
-                w.emit(f"{p} = math.exp {diff} : {self.vt}")
+                w.emit(f"{p} = math.exp {diff} {{{NONPOSITIVE}}} : {self.vt}")
                 if psum is None:
                     psum = p
                 else:
@@ -231,7 +231,7 @@ class Kernel:
                 w.fresh(x) for x in ("mv", "ad", "av", "al", "ps", "ls", "ln"))
             w.emit(f"{mv} = vector.broadcast {m} : f32 to {self.vt}")
             w.emit(f"{adiff} = arith.subf {mv}, {muv} : {self.vt}")
-            w.emit(f"{alpha_v} = math.exp {adiff} : {self.vt}")
+            w.emit(f"{alpha_v} = math.exp {adiff} {{{NONPOSITIVE}}} : {self.vt}")
             w.emit(f"{alpha} = vector.extract {alpha_v}[0] : f32 from {self.vt}")
             w.emit(f"{ps} = vector.reduction <add>, {psum} : {self.vt} into f32")
             w.emit(f"{lscaled} = arith.mulf {l}, {alpha} : f32")

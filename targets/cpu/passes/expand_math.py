@@ -30,7 +30,10 @@ activation, in every GEMM and window epilogue), becomes one expression on e = ex
 
     sigmoid(x) = (x > 0 ? 1 : e) / (1 + e)
 
-Its exp needs no overflow test (the argument is <= 0) and builds 2^k in one step: the argument
+Its exp needs no overflow test (the argument is <= 0) and builds 2^k in one step (as does any
+`math.exp` marked `etc.nonpositive` by the kernel that made it: the fused attention's exp(s - max),
+half the operations of the general expansion; the whole attention kernel 1.07-1.09x faster, same
+process, on Whisper's, ViT-384's and a causal 512-token shape): the argument
 clamped at -104 (below it sigmoid rounds to 0), k = round(z log2 e) comes out of one fma with a
 magic constant whose low bits also hold k + 191, so a shift gives 2^(k+64) and the degree-5
 minimax polynomial carries the 2^-64 (denormal sigmoids, from -87.3 down, round once, as torch's
@@ -46,6 +49,7 @@ sigmoid(0) = 0.5 and sigmoid(+inf) = 1 exactly, NaN propagates, -inf gives 0.
 
 from __future__ import annotations
 
+import functools
 import math as pymath
 
 from torch_mlir import ir
@@ -53,6 +57,7 @@ from torch_mlir import ir
 from etc.ir.ops import defining_op
 from etc.passes.pass_api import function_pass
 from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.kernel_ir import NONPOSITIVE
 
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693145751953125  # ln(2) split so that k * LN2_HI is exact for |k| < 2^11
@@ -72,8 +77,11 @@ def expand_math(module, options=None) -> int:
     found = [op for op in walk(module, tuple(expansions)) if _is_f32(op.result.type)]
     with module.context:
         for op in found:
+            expand = expansions[op.name]
+            if op.name == "math.exp" and NONPOSITIVE in op.attributes:
+                expand = functools.partial(_exp_nonpositive_f32, subnormal=False)
             with ir.InsertionPoint(op), op.location:
-                new = expansions[op.name](op.operands[0])
+                new = expand(op.operands[0])
             op.result.replace_all_uses_with(new)
             op.erase()
     return replaced + len(found)
@@ -252,22 +260,30 @@ def _tanh_f32(x):
 _EXP_MINIMAX5 = (0.9999997071857718, 0.49999149523355924, 0.16667636201990452, 0.041897930260840946,
                  0.00829031464218948)
 SIGMOID_ZERO = -104.0  # exp(-104) = 6.8e-46 rounds to 0 in f32, as does sigmoid below it
+SMALLEST_NORMAL_ARG = -87.33  # exp(-87.33) = 1.19e-38: the smallest normal f32 is 1.175e-38
 _SCALE_BIAS = 64  # 2^(k+64) stays a normal float for k >= -150; the polynomial carries 2^-64
 # 1.5 * 2^23 + 127 + 64: fma(z, log2 e, this) rounds z log2 e to an integer k (the ulp is 1 there)
 # and leaves k + 191 in the low bits, whose shift by 23 is the float 2^(k+64).
 _ROUND_MAGIC = 12582912.0 + 127 + _SCALE_BIAS
 
 
-def _sigmoid_f32(x):
+def _exp_nonpositive_f32(z, subnormal: bool = True):
+    """exp(z) for z <= 0 (or NaN): no overflow test, 2^k in one step (see the module docstring);
+    z at or below -104 (-inf included) gives 0, NaN gives NaN. `subnormal=False` flushes what
+    would be subnormal (z < -87.33) to 0 without computing it: an x86 multiply whose result is
+    subnormal or underflows takes a microcode assist of ~100 cycles, and a causal mask's -inf
+    scores hit it on every masked lane (measured: the fused attention 1.3x slower than with the
+    general exp); a softmax term under 1e-38 cannot change a sum that holds the max's 1."""
     from torch_mlir.dialects import arith, math
 
-    f32 = _like(x.type, ir.F32Type.get())
-    i32 = _like(x.type, ir.IntegerType.get_signless(32))
+    f32 = _like(z.type, ir.F32Type.get())
+    i32 = _like(z.type, ir.IntegerType.get_signless(32))
 
     def c(v):
         return _constant(f32, v)
 
-    z = arith.MaximumFOp(arith.NegFOp(math.AbsFOp(x).result).result, c(SIGMOID_ZERO)).result  # NaN kept
+    x = z
+    z = arith.MaximumFOp(z, c(SIGMOID_ZERO if subnormal else SMALLEST_NORMAL_ARG)).result  # NaN kept
     t = math.FmaOp(z, c(LOG2E), c(_ROUND_MAGIC)).result
     k = arith.SubFOp(t, c(_ROUND_MAGIC)).result
     r = math.FmaOp(k, c(-LN2_HI), z).result
@@ -277,7 +293,22 @@ def _sigmoid_f32(x):
     for coefficient in reversed((1.0,) + _EXP_MINIMAX5[:-1]):
         p = math.FmaOp(p, r, c(coefficient * unscale)).result
     scale = arith.BitcastOp(f32, arith.ShLIOp(arith.BitcastOp(i32, t).result, _constant(i32, 23)).result).result
-    e = arith.MulFOp(p, scale).result  # exp(-|x|), denormals rounded once
+    e = arith.MulFOp(p, scale).result  # subnormals rounded once
+    if subnormal:
+        return e
+    under = arith.CmpFOp(arith.CmpFPredicate.OLT, x, c(SMALLEST_NORMAL_ARG)).result
+    return arith.SelectOp(under, c(0.0), e).result
+
+
+def _sigmoid_f32(x):
+    from torch_mlir.dialects import arith, math
+
+    f32 = _like(x.type, ir.F32Type.get())
+
+    def c(v):
+        return _constant(f32, v)
+
+    e = _exp_nonpositive_f32(arith.NegFOp(math.AbsFOp(x).result).result)  # exp(-|x|)
     positive = arith.CmpFOp(arith.CmpFPredicate.OGT, x, c(0.0)).result
     numerator = arith.SelectOp(positive, c(1.0), e).result
     denominator = arith.AddFOp(e, c(1.0)).result

@@ -13,11 +13,23 @@
 // CHECK: math.roundeven %{{.*}} : vector<16xf32>
 // CHECK: arith.bitcast %{{.*}} : vector<16xi32> to vector<16xf32>
 // CHECK: math.exp %{{.*}} : f64
-func.func @exps(%x: f32, %v: vector<16xf32>, %d: f64) -> (f32, vector<16xf32>, f64) {
+// A vector exp its kernel marked etc.nonpositive (softmax's x - max): no overflow test, no
+// rounding op (2^k from one fma with a magic constant), no subnormal (flushed by one select).
+// CHECK-NOT: math.exp %{{.*}} : vector<16xf32>
+// CHECK: arith.maximumf %{{.*}} : vector<16xf32>
+// CHECK-NOT: math.roundeven
+// CHECK-COUNT-8: math.fma
+// CHECK: arith.shli
+// CHECK: arith.cmpf olt
+// CHECK: arith.select
+// CHECK-NOT: arith.cmpf ogt
+// CHECK: return
+func.func @exps(%x: f32, %v: vector<16xf32>, %d: f64) -> (f32, vector<16xf32>, f64, vector<16xf32>) {
   %a = math.exp %x : f32
   %b = math.exp %v : vector<16xf32>
   %c = math.exp %d : f64
-  return %a, %b, %c : f32, vector<16xf32>, f64
+  %n = math.exp %v {etc.nonpositive} : vector<16xf32>
+  return %a, %b, %c, %n : f32, vector<16xf32>, f64, vector<16xf32>
 }
 
 // CHECK-LABEL: func.func @erfs
