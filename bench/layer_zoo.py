@@ -417,7 +417,7 @@ def _layers() -> list[Layer]:
     add("attn_6x48_t32_causal", "Llama stories15M attention: 6 heads x 48, 32 tokens, causal mask",
         lambda: Attention(6, 48, 32, causal=True), lambda: tuple(torch.randn(1, 32, 288) for _ in range(3)),
         flops=_attn_flops(6, 48, 32))
-    # long attention: the fused (flash) kernel from 512 keys (etc-cpu-attention-kernels)
+    # long attention: the fused (flash) kernel from 256 keys (etc-cpu-attention-kernels)
     for h, d, t, causal, what in ((6, 64, 1500, False, "Whisper-tiny encoder"), (12, 64, 577, False, "ViT-B/16 at 384"),
                                   (6, 48, 512, True, "Llama stories15M, 512-token prefill")):
         add(f"attn_{h}x{d}_t{t}" + ("_causal" if causal else ""), f"{what} attention: {h} heads x {d}, {t} tokens"

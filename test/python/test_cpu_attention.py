@@ -170,7 +170,7 @@ class EncoderLayer(nn.Module):
     (96, 2, 512, True),    # Llama-like prefill at 512 tokens, causal
 ])
 def test_whole_layer_through_the_partitioner(dim, heads, tokens, causal):
-    """The default rule (fused from 512 keys) inside a whole model, delegated by CpuPartitioner."""
+    """The default rule (fused from 256 keys) inside a whole model, delegated by CpuPartitioner."""
     import etc
     from etc.runtime import Runtime
     from etc.targets.cpu import CpuPartitioner

@@ -8,14 +8,14 @@ elementwise ops on the scores) is one decision of kind `attention`:
 - `flash` when it has at least `min-keys` keys: the fused kernel (`kernels/attention_kernel.py`),
   which never holds more than one vector of scores per query row;
 - `three-op` otherwise, with the reason: below `min-keys` the scores of a head stay in cache and
-  the GEMM -> row softmax -> GEMM path is faster (measured on AVX-512: 1.3-1.8x faster at 128-256
-  keys); or the pattern is one the kernel does not take (dynamic sequence length, a score op other
+  the GEMM -> row softmax -> GEMM path is as fast or faster (measured on AVX-512, one thread, same
+  process: 0.95x the fused kernel's time at 128 keys, 0.99x at 197); or the pattern is one the kernel does not take (dynamic sequence length, a score op other
   than +, -, *, / with a float constant or tensor, the probabilities used elsewhere).
 
-From 512 keys (measured, one thread: Whisper's 1500 and ViT-384's 577 keys) the fused kernel takes
-1.0-1.4x the three-op path's time without a mask and half of it with a causal one (its masked tiles
-are skipped), and a twelfth of the scratch memory (Whisper-tiny's attention: 9 MB against 110 MB of
-scores): on an edge device the memory decides.
+From 256 keys the fused kernel is as fast or faster (same measurement: 0.98x the three-op path's
+time at 256 keys, 0.83x at 384, 0.84x causal at 256 and 0.56x causal at 512, its masked tiles
+skipped) and needs a fraction of the scratch memory (Whisper-tiny's attention: 9 MB against 110 MB
+of scores).
 
 The three ops it replaces, and the producers only they read, are erased; Q, K^T, V and the masks
 are the kernel's operands as the program computes them (the scaled Q, the transposed K).
@@ -49,7 +49,7 @@ class AttentionKernels(Pass):
     class Options:
         lanes: int = option(16, help="f32 vector lanes (16 AVX-512, 8 AVX2, 4 NEON/SSE)")
         registers: int = option(32, help="vector registers (what the query-row tile is sized by)")
-        min_keys: int = option(512, help="fuse when the attention has at least this many keys (measured: "
+        min_keys: int = option(256, help="fuse when the attention has at least this many keys (measured: "
                                               "bench/layers.py attn_* rows; below it the three-op path is faster)")
 
     def run(self, op) -> None:

@@ -9,7 +9,7 @@
 // (here one, the 37 keys, the last 5 masked to -inf) the scores as a register-tiled GEMM (6 rows x
 // 3 vectors, FMA over the head dim) with the mask added as each vector is stored, then per row the
 // max, exp and sum, then the accumulators updated by broadcast probabilities times V rows. Nothing
-// [37, 37] is left. Below min-keys (the default 512) the three ops stay, a decision with its reason.
+// [37, 37] is left. Below min-keys (the default 256) the three ops stay, a decision with its reason.
 // CHECK: etc.cpu.decisions = [{kind = "attention", op = "linalg.batch_matmul", path = "flash"{{.*}}}]
 // CHECK-LABEL: func.func @attention
 // CHECK-NOT: tensor<2x37x37xf32>
@@ -27,7 +27,7 @@
 // CHECK: vector.transfer_write %{{.*}} : vector<16xf32>, tensor<2x37x16xf32>
 // CHECK: } {etc.thread_split}
 // CHECK-NOT: linalg.batch_matmul
-// SMALL: etc.cpu.decisions = [{kind = "attention", op = "linalg.batch_matmul", path = "three-op", reason = "37 keys < min-keys=512: the scores stay in cache"{{.*}}}]
+// SMALL: etc.cpu.decisions = [{kind = "attention", op = "linalg.batch_matmul", path = "three-op", reason = "37 keys < min-keys=256: the scores stay in cache"{{.*}}}]
 // SMALL-COUNT-2: linalg.batch_matmul
 #id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #mask = affine_map<(d0, d1, d2) -> (d1, d2)>
