@@ -154,8 +154,9 @@ def render(rows: list[dict], with_executorch: bool, gemm_text: str, et_threads: 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m etc.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", default="zoo,int8,library,layers,models,llm,executorch,profiling",
+    parser.add_argument("--sections", default="zoo,int8,library,layers,models,threads,llm,executorch,profiling",
                         help="comma-separated parts to run: zoo, layers (layer sweep), models (real models), "
+                             "threads (the real models on one and two threads), "
                              "llm (prefill/decode tokens/s), executorch (etc's backend against XNNPACK inside "
                              "ExecuTorch's runtime), profiling (its cost and coverage)")
     parser.add_argument("--models", help="comma-separated zoo names (default: all)")
@@ -246,6 +247,16 @@ def _models_text(args) -> str:
     return intro + run(args.real_models.split(",") if args.real_models else None, max(3, args.runs // 2))
 
 
+def _threads_text(args) -> str:
+    from etc.bench.threads import run
+
+    intro = ("The real models above on one and two threads: etc (`CpuPartitioner(num_threads=1)` and `(2)`) and "
+             "torch eager (`torch.set_num_threads(1)` and `(2)`), each runtime timed in its own blocks of calls "
+             "(idle worker threads spin after a call and would take the second core from an interleaved "
+             "neighbour), wall time, each model in its own child process (`python -m etc.bench.threads`).\n\n")
+    return intro + run(args.real_models.split(",") if args.real_models else None, max(6, args.runs // 2))
+
+
 def _llm_text(args) -> str:
     from etc.bench.llm import run
 
@@ -275,6 +286,7 @@ _SECTIONS = (
     ("library", "Native libraries", _library_text),
     ("layers", "Layer sweep", _layers_text),
     ("models", "Real models", _models_text),
+    ("threads", "Two threads", _threads_text),
     ("llm", "LLM", _llm_text),
     ("executorch", "One runtime: etc's backend and XNNPACK inside ExecuTorch", _executorch_text),
     ("profiling", "Profiling", _profiling_text),

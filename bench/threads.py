@@ -1,0 +1,152 @@
+"""Two threads on the real models: what a second core buys etc and torch eager, each in its own blocks.
+
+    python -m etc.bench.threads [--only name1,name2] [--runs N] [--timeout S]
+
+For each real model of `bench/hf_models.py` (transformers architectures at their real sizes,
+random weights), in a child process with a timeout: etc's program for one thread
+(`CpuPartitioner(num_threads=1)`) and for two (`num_threads=2`: each delegate times one and two
+threads when it loads and keeps the faster), and torch eager at `torch.set_num_threads(1)` and
+`(2)`. The four are timed in blocks of calls, never interleaved call by call: a runtime's idle
+worker threads spin for a while after its call and would steal the second core from the next
+runtime's first call. Rounds of the four blocks repeat so that machine noise spreads over all;
+each figure is the median wall time of its calls (CPU time of the calling thread does not count
+the second thread's work). The speedup is one thread's time over two threads'.
+
+The question the table answers (issue 27): does etc gain at least what torch gains from a
+second core, on every model? Both outputs are checked against eager first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+from etc.bench.common import emit, error_text, measure_models, ratio, run_child
+from etc.bench.hf_models import MODELS, ms2
+
+RUNTIMES = ("etc_1t", "etc_2t", "torch_1t", "torch_2t")
+
+
+def _blocks(calls: dict, rounds: int, per_block: int) -> dict:
+    """{key: median wall seconds}: `rounds` rounds, each a block of `per_block` calls of every key
+    in turn (its first call of the block not counted: the other runtime's threads still spin)."""
+    times = {key: [] for key in calls}
+    for _ in range(rounds):
+        for key, (setup, fn) in calls.items():
+            setup()
+            fn()
+            for _ in range(per_block):
+                start = time.perf_counter()
+                fn()
+                times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(t) for key, t in times.items()}
+
+
+def measure(name: str, runs: int) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+
+    import etc
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.set_num_threads(1)
+    module, inputs = MODELS[name].build()
+    with torch.no_grad():
+        expected = module(*inputs)
+    emit(name=name, stage="etc compile")
+    ep = torch.export.export(module, inputs)
+    np_inputs = [t.numpy() for t in inputs]
+    calls = {}
+    for threads in (1, 2):
+        program = etc.to_edge(ep).to_backend(CpuPartitioner(num_threads=threads)).to_executorch()
+        method = Runtime.get().load_program(program.buffer).load_method("forward")
+        got = method.execute(np_inputs)[0]
+        emit(**{f"etc_{threads}t_maxdiff": float((torch.as_tensor(got) - expected).abs().max())})
+        calls[f"etc_{threads}t"] = (lambda: None, lambda m=method, p=program: p and m.execute(np_inputs))
+    for threads in (1, 2):
+        calls[f"torch_{threads}t"] = (lambda n=threads: torch.set_num_threads(n), lambda: module(*inputs))
+    emit(stage="timing")
+    start = time.perf_counter()
+    with torch.no_grad():
+        for _, fn in calls.values():
+            fn()
+        one_round = time.perf_counter() - start
+        # About `runs` calls per runtime, in 3-5 rounds; fewer calls per block for slow models.
+        rounds = 5 if one_round < 1.0 else 3
+        medians = _blocks(calls, rounds, max(2, -(-runs // rounds)))
+    torch.set_num_threads(1)
+    emit(**medians, stage="done")
+
+
+def _child(name: str, runs: int, timeout_s: float) -> dict:
+    row, failure = run_child([sys.executable, "-m", "etc.bench.threads", "--child", name, "--runs", str(runs)],
+                             timeout_s)
+    row["name"] = name
+    if failure:
+        row["error"] = failure
+    return row
+
+
+def speedup(row: dict, runtime: str) -> float | None:
+    one, two = row.get(f"{runtime}_1t"), row.get(f"{runtime}_2t")
+    return one / two if one and two else None
+
+
+def render(rows: list[dict]) -> str:
+    lines = ["| model | etc 1t ms | etc 2t ms | etc speedup | torch 1t ms | torch 2t ms | torch speedup "
+             "| etc 2t vs torch 2t | etc gains at least torch's |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        etc_s, torch_s = speedup(r, "etc"), speedup(r, "torch")
+        verdict = "n/a" if etc_s is None or torch_s is None else ("yes" if etc_s >= torch_s else "**no**")
+        lines.append(f"| {r['name']} | {ms2(r.get('etc_1t'))} | {ms2(r.get('etc_2t'))} | "
+                     f"{'n/a' if etc_s is None else f'{etc_s:.2f}x'} | {ms2(r.get('torch_1t'))} | "
+                     f"{ms2(r.get('torch_2t'))} | {'n/a' if torch_s is None else f'{torch_s:.2f}x'} | "
+                     f"{ratio(r.get('etc_2t'), r.get('torch_2t'))} | {verdict} |")
+    both = [(speedup(r, "etc"), speedup(r, "torch")) for r in rows]
+    both = [(e, t) for e, t in both if e and t]
+    if both:
+        geo = [math.exp(sum(math.log(x[i]) for x in both) / len(both)) for i in (0, 1)]
+        lines += ["", f"**Geomean speedup of a second thread over {len(both)} model(s): etc {geo[0]:.2f}x, torch "
+                  f"{geo[1]:.2f}x** (one thread's time over two threads'); etc gains at least torch's on "
+                  f"{sum(e >= t for e, t in both)} of {len(both)}."]
+    worst = max((r.get(f"etc_{t}t_maxdiff", 0.0) for r in rows for t in (1, 2)), default=0.0)
+    lines += ["", f"Largest |etc - eager| over the models and both thread counts: {worst:.2g}."]
+    problems = [(r["name"], r["error"]) for r in rows if r.get("error")]
+    if problems:
+        lines += ["", "Failures:", ""] + [f"- {name}: {msg}" for name, msg in problems]
+    return "\n".join(lines) + "\n"
+
+
+def run(only: list[str] | None = None, runs: int = 10, timeout_s: float = 1200.0, log=sys.stderr) -> str:
+    rows = measure_models(MODELS, only, lambda name: _child(name, runs, timeout_s), label="bench_threads", log=log,
+                          note=lambda row: f" {row['error']}" if row.get("error") else "")
+    return render(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated model names (default: all): " + ", ".join(MODELS))
+    parser.add_argument("--runs", type=int, default=10, help="calls per runtime (in 3-5 blocks)")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per model")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        try:
+            measure(args.child, args.runs)
+        except Exception as e:  # noqa: BLE001 - the parent reports it in the row
+            emit(error=error_text(e))
+            raise
+        return 0
+    print(run(args.only.split(",") if args.only else None, args.runs, args.timeout))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
