@@ -82,6 +82,23 @@ def test_softmax_is_stable_at_large_magnitudes():
     assert_close(got, want)
 
 
+def test_softmax_terms_from_one_down_to_nothing():
+    """Softmax's exp(x - max) takes etc-cpu-expand-math's short form (never positive): every term
+    from 1 down to the smallest normal float as torch's, those below it 0 (torch's are subnormal:
+    within 1.2e-38; a normal term over the row's sum may still be subnormal), -inf keys 0, a row of NaN NaN, a row of -inf NaN as in torch."""
+    x = torch.linspace(0, -120, 256).repeat(5, 1)
+    x[1, ::3] = -float("inf")
+    x[2, 7] = float("nan")
+    x[3, :] = -float("inf")
+    x[4] = x[4].flip(0)
+    (got,), (want,), lines = compile_and_run(Softmax(), (x,))
+    assert row_reductions(lines) >= 2
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=4e-7, atol=1.2e-38)
+    assert (got[1, ::3] == 0).all() and (got[0, -20:] == 0).all()  # exp(-110..-120): flushed
+
+
 def test_softmax_over_a_large_vocabulary_row():
     torch.manual_seed(0)
     x = torch.randn(2, 32000) * 4

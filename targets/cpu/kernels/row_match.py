@@ -17,7 +17,7 @@ from torch_mlir import ir
 
 from etc.ir.ops import as_operation, defining_op
 from etc.targets.cpu.ir_query import indexing_maps, input_count, iterator_types, static_shape
-from etc.targets.cpu.kernel_ir import scalar_literal
+from etc.targets.cpu.kernel_ir import NONPOSITIVE, scalar_literal
 
 RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
 # combiner -> (identity, how two partial results combine)
@@ -396,6 +396,8 @@ class Group:
                          level=args[1].level)
             return Node("op", "elem", result_type, operands=[args[0], recip], text="arith.mulf", attrs=attrs,
                         level=level, ops=ops, expensive=any(a.expensive for a in args if a.shape == "elem"))
+        if name == "math.exp" and _minus_its_row_max(args[0]):
+            attrs = ", ".join(filter(None, [attrs, NONPOSITIVE]))
         return Node("op", shape, result_type, operands=list(args), text=name, attrs=attrs, level=level, ops=ops,
                     expensive=expensive)
 
@@ -432,3 +434,14 @@ def components(members: list) -> list:
     for i, row in enumerate(members):
         groups.setdefault(find(i), []).append(row)
     return list(groups.values())
+
+
+def _minus_its_row_max(node: Node) -> bool:
+    """Whether `node` is x - max(x) with the max a row reduction of the same x (softmax's shift):
+    never positive (NaN aside), so its exp can be the short one (`kernel_ir.NONPOSITIVE`)."""
+    if node.kind != "op" or node.text != "arith.subf" or len(node.operands) != 2:
+        return False
+    x, top = node.operands
+    while top.kind == "op" and top.text == "broadcast":
+        top = top.operands[0]
+    return top.kind == "reduce" and top.combiner in ("arith.maximumf", "arith.maxnumf") and top.operands[0] is x
