@@ -214,22 +214,37 @@ def test_expanded_erf_and_exact_gelu_match_torch():
 
 
 class Tanh(torch.nn.Module):
+    """tanh and the tanh GELU on the input as it is (a loop LLVM vectorizes: the expansion's scalar
+    form) and after a 2x2/2 max pool of it (the window kernel's vector epilogue: the vector form)."""
+
     def forward(self, x):
-        return torch.tanh(x), torch.nn.functional.gelu(x, approximate="tanh")
+        y = torch.nn.functional.max_pool2d(x, 2, 2)
+        return (torch.tanh(x), torch.nn.functional.gelu(x, approximate="tanh"), torch.tanh(y),
+                torch.nn.functional.gelu(y, approximate="tanh"))
 
 
 def test_expanded_tanh_and_tanh_gelu_match_torch():
-    """tanh (GPT-2's GELU) runs as etc-cpu-expand-math's series / exp form, not one tanhf per element."""
-    x = torch.cat([torch.linspace(-12, 12, 6001), torch.linspace(-0.5, 0.5, 2001), torch.logspace(-30, 0, 61),
-                   torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 0.4, -0.4, 9.5])])
+    """tanh (GPT-2's GELU) runs as etc-cpu-expand-math's series / exp form, not one tanhf per element,
+    in both the scalar (division) and the vector (reciprocal + correction) form."""
+    values = torch.cat([torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 0.4, -0.4, 9.5]),
+                        torch.linspace(-12, 12, 6001), torch.linspace(-0.5, 0.5, 2001), torch.logspace(-30, 0, 61)])
+    values = torch.cat([values, torch.zeros(-len(values) % 16)])
+    x = values.reshape(1, 1, -1, 16).repeat_interleave(2, 2).repeat_interleave(2, 3)  # each value in a 2x2 block
     program_ir, report = delegated(Tanh(), (x,))
-    tanh, gelu = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
-    want = np.tanh(x.numpy().astype(np.float64))
-    finite = np.isfinite(want) & (want != 0)
-    assert (np.abs(tanh[finite] - want[finite]) / np.abs(want[finite])).max() < 5e-7
-    assert np.nanmax(np.abs(gelu - torch.nn.functional.gelu(x, approximate="tanh").numpy())) <= 2e-6
-    assert tanh[-8] == 1.0 and tanh[-7] == -1.0 and np.isnan(tanh[-6]) and np.isnan(gelu[-6])
-    assert tanh[-5] == 0.0 and np.signbit(tanh[-4])
+    lines = [line for ls in report.backend_lines.values() for line in ls]
+    assert "tuned      window -> window x1" in lines, lines  # the pool's vector epilogue
+    outs = CompiledFunction(program_ir.delegate_blobs[0])(x.numpy())
+    for tanh, gelu, at in ((outs[0], outs[1], x), (outs[2], outs[3], values)):
+        tanh, gelu, at = tanh.reshape(-1), gelu.reshape(-1), at.reshape(-1)
+        want = np.tanh(at.numpy().astype(np.float64))
+        finite = np.isfinite(want) & (want != 0)
+        assert (np.abs(tanh[finite] - want[finite]) / np.abs(want[finite])).max() < 5e-7
+        assert np.nanmax(np.abs(gelu - torch.nn.functional.gelu(at, approximate="tanh").numpy())) <= 2e-6
+        first = {float(v): (t, g) for v, t, g in zip(at.numpy()[::-1], tanh[::-1], gelu[::-1])}  # v -> its 1st
+        assert first[np.inf][0] == 1.0 and first[-np.inf][0] == -1.0 and first[9.5][0] == 1.0
+        assert np.isnan(tanh[np.isnan(at.numpy())]).all() and np.isnan(gelu[np.isnan(at.numpy())]).all()
+        zeros = at.numpy() == 0
+        assert (tanh[zeros] == 0).all() and np.signbit(tanh[zeros & np.signbit(at.numpy())]).all()
 
 
 class SigmoidSilu(torch.nn.Module):

@@ -20,10 +20,10 @@ and f32 `math.tanh` (GPT-2's GELU, `gelu(approximate="tanh")`, which ran 2.5x sl
 erf GELU as one tanhf call per element) becomes
 
     tanh(x) = x (1 + x^2 (c3 + x^2 (c5 + ... + x^2 c13)))   |x| < 0.4 (Taylor; next term < 2e-9)
-            = copysign(1 - 2 / (exp(2 min(|x|, 10)) + 1), x) otherwise (no cancellation past 0.4)
+            = copysign((1 - e) / (1 + e), x) otherwise, e = exp(-2 min(|x|, 10))
 
-with the exp above: relative error ~2e-7, +-1 past 10 (f32 tanh rounds to +-1 from 9.01), -0.0 and
-NaN kept;
+(no cancellation past 0.4; e is the sigmoid's short exp below, the quotient its division): relative
+error ~2e-7, +-1 past 10 (f32 tanh rounds to +-1 from 9.01), -0.0 and NaN kept;
 
 and the sigmoid torch-mlir writes, `1 / (1 + exp(-x))` (SiLU is x times it: EfficientNet's
 activation, in every GEMM and window epilogue), becomes one expression on e = exp(-|x|) in (0, 1]:
@@ -249,10 +249,29 @@ def _tanh_f32(x):
         p = math.FmaOp(p, x2, c(coefficient)).result
     small = arith.MulFOp(x, math.FmaOp(x2, p, c(1.0)).result).result  # x (1 + x^2 p): keeps -0.0
     a = math.AbsFOp(x).result
-    e = _exp_f32(arith.MulFOp(arith.MinimumFOp(a, c(TANH_ONE)).result, c(2.0)).result)
-    large = arith.SubFOp(c(1.0), arith.DivFOp(c(2.0), arith.AddFOp(e, c(1.0)).result).result).result
+    # tanh(a) = (1 - e) / (1 + e), e = exp(-2 min(a, 10)) in [2e-9, 0.45]: no cancellation, a
+    # denominator in [1, 2]
+    e = _exp_nonpositive_f32(arith.MulFOp(arith.MinimumFOp(a, c(TANH_ONE)).result, c(-2.0)).result)
+    large = _divide_in_1_2(arith.SubFOp(c(1.0), e).result, arith.AddFOp(e, c(1.0)).result)
     is_small = arith.CmpFOp(arith.CmpFPredicate.OLT, a, c(TANH_SMALL)).result
     return arith.SelectOp(is_small, small, math.CopySignOp(large, x).result).result
+
+
+def _divide_in_1_2(numerator, denominator):
+    """numerator / denominator for a denominator in [1, 2] (never inf, 0 or subnormal): a division
+    in a scalar loop (LLVM vectorizes it: its 256-bit divide is the faster there); in a kernel's
+    vector epilogue a reciprocal estimate LLVM refines once (`arcp`), then one correction of the
+    quotient (q + (n - q d) / d), which makes the 12-bit estimates (vrcpps) as exact as a division."""
+    from torch_mlir.dialects import arith, math
+
+    if not isinstance(numerator.type, ir.VectorType):
+        return arith.DivFOp(numerator, denominator).result
+    f32 = _like(numerator.type, ir.F32Type.get())
+    estimate = ir.Attribute.parse("#arith.fastmath<arcp,ninf,contract>")
+    reciprocal = arith.DivFOp(_constant(f32, 1.0), denominator, fastmath=estimate).result
+    quotient = arith.MulFOp(numerator, reciprocal).result
+    residual = math.FmaOp(arith.NegFOp(quotient).result, denominator, numerator).result
+    return math.FmaOp(residual, reciprocal, quotient).result
 
 
 # exp(r) ~ 1 + r (c1 + r (c2 + r (c3 + r (c4 + r c5)))) on |r| <= ln2/2: a minimax fit of the
@@ -311,14 +330,4 @@ def _sigmoid_f32(x):
     e = _exp_nonpositive_f32(arith.NegFOp(math.AbsFOp(x).result).result)  # exp(-|x|)
     positive = arith.CmpFOp(arith.CmpFPredicate.OGT, x, c(0.0)).result
     numerator = arith.SelectOp(positive, c(1.0), e).result
-    denominator = arith.AddFOp(e, c(1.0)).result
-    if not isinstance(x.type, ir.VectorType):  # a loop LLVM vectorizes: its 256-bit divide is the faster
-        return arith.DivFOp(numerator, denominator).result
-    # A kernel's vector epilogue: 1/d as a reciprocal estimate LLVM refines once (arcp: d is in
-    # [1, 2], never inf or 0), then one correction of the quotient (q + (n - q d) / d), which makes
-    # the 12-bit estimates (vrcpps) as exact as a division: sigmoid(0) = 0.5, sigmoid(inf) = 1.
-    estimate = ir.Attribute.parse("#arith.fastmath<arcp,ninf,contract>")
-    reciprocal = arith.DivFOp(c(1.0), denominator, fastmath=estimate).result
-    quotient = arith.MulFOp(numerator, reciprocal).result
-    residual = math.FmaOp(arith.NegFOp(quotient).result, denominator, numerator).result
-    return math.FmaOp(residual, reciprocal, quotient).result
+    return _divide_in_1_2(numerator, arith.AddFOp(e, c(1.0)).result)

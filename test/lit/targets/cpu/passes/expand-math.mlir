@@ -44,13 +44,14 @@ func.func @erfs(%x: f32, %d: f64) -> (f32, f64) {
   return %a, %b : f32, f64
 }
 
-// tanh: the odd Taylor series near 0, else 1 - 2 / (exp(2|x|) + 1) with the expanded exp and the
-// sign of x; f64 left alone.
+// tanh: the odd Taylor series near 0, else (1 - e) / (1 + e), e = exp(-2|x|) by the short exp (no
+// rounding op), the quotient a refined reciprocal estimate in vector form; the sign of x; f64 left alone.
 // CHECK-LABEL: func.func @tanhs
 // CHECK-NOT: math.tanh %{{.*}} : vector<16xf32>
 // CHECK-COUNT-6: math.fma {{.*}} : vector<16xf32>
-// CHECK: math.roundeven %{{.*}} : vector<16xf32>
-// CHECK: arith.divf
+// CHECK-NOT: math.roundeven
+// CHECK: arith.shli
+// CHECK: arith.divf {{.*}} fastmath<ninf,arcp,contract>
 // CHECK: math.copysign
 // CHECK: arith.select
 // CHECK: math.tanh %{{.*}} : f64
