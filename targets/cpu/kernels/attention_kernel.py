@@ -18,8 +18,9 @@
 Never more than a [block, tile] slab of scores exists (24 KiB for 48 rows x 128 keys: L1), and the
 two products are GEMMs with a register tile as wide as the GEMM kernel's: per step `rows` broadcast
 loads and `cols` vector loads feed rows x cols FMAs. The softmax's per-row work (a horizontal max
-and sum, the rescale of the accumulators) is paid once per row and tile, a few percent of the
-tile's FMAs at 128 keys. The first version of this kernel interleaved the three steps per 32
+and sum, the rescale of the accumulators) is paid once per row and tile; its horizontal max and
+sum combine lanes by halving (`KernelText.combine_lanes`: `vector.reduction` of floats lowers to
+a chain of 16 dependent scalar ops, which made the softmax step a third of the kernel's time). The first version of this kernel interleaved the three steps per 32
 keys with the scores in registers: every 32 keys paid the reductions and the rescale, and it ran
 at 1.8x torch's fused attention (Whisper's 1500 keys, ViT-384's 577); this schedule is torch's
 own (a GEMM per block, a vectorized softmax between).
@@ -143,6 +144,11 @@ class Kernel:
                 out[r * len(vectors) + c] = result
         return out
 
+    def _op(self, name: str, a: str, b: str, type_: str) -> str:
+        out = self.w.fresh("h")
+        self.w.emit(f"{out} = {name} {a}, {b} : {type_}")
+        return out
+
     def _chunks(self, count: int) -> list[tuple[int, int]]:
         """(first vector, vectors) of `count` vectors in groups of the register tile's columns."""
         return [(c, min(self.cols, count - c)) for c in range(0, count, self.cols)]
@@ -209,8 +215,8 @@ class Kernel:
                 t2 = w.fresh("mx")
                 w.emit(f"{t2} = arith.maxnumf {top}, {x} : {self.vt}")
                 top = t2
-            tmax, mn, isinf, mu = (w.fresh(x) for x in ("tmax", "mn", "inf", "mu"))
-            w.emit(f"{tmax} = vector.reduction <maxnumf>, {top} : {self.vt} into f32")
+            mn, isinf, mu = (w.fresh(x) for x in ("mn", "inf", "mu"))
+            tmax = w.combine_lanes(top, L, lambda a, b, t: self._op("arith.maxnumf", a, b, t))
             w.emit(f"{mn} = arith.maxnumf {m}, {tmax} : f32")
             w.emit(f"{isinf} = arith.cmpf oeq, {mn}, {self.ninf} : f32")
             w.emit(f"{mu} = arith.select {isinf}, {self.zero}, {mn} : f32")
@@ -227,13 +233,12 @@ class Kernel:
                     w.emit(f"{t2} = arith.addf {psum}, {p} : {self.vt}")
                     psum = t2
                 s = w.write(p, s, f"{r}, {w.index(c * L)}", self.vt, self.st, True, stem="st")
-            mv, adiff, alpha_v, alpha, ps, lscaled, ln = (
-                w.fresh(x) for x in ("mv", "ad", "av", "al", "ps", "ls", "ln"))
+            mv, adiff, alpha_v, alpha, lscaled, ln = (w.fresh(x) for x in ("mv", "ad", "av", "al", "ls", "ln"))
             w.emit(f"{mv} = vector.broadcast {m} : f32 to {self.vt}")
             w.emit(f"{adiff} = arith.subf {mv}, {muv} : {self.vt}")
             w.emit(f"{alpha_v} = math.exp {adiff} {{{NONPOSITIVE}}} : {self.vt}")
             w.emit(f"{alpha} = vector.extract {alpha_v}[0] : f32 from {self.vt}")
-            w.emit(f"{ps} = vector.reduction <add>, {psum} : {self.vt} into f32")
+            ps = w.combine_lanes(psum, L, lambda a, b, t: self._op("arith.addf", a, b, t))
             w.emit(f"{lscaled} = arith.mulf {l}, {alpha} : f32")
             w.emit(f"{ln} = arith.addf {lscaled}, {ps} : f32")
             for c in range(self.nv):
@@ -311,8 +316,7 @@ class Kernel:
                 top = t2
             return [top]
         (top,) = self._loop(r, 0, nrows, 1, [self.ninf_v], [self.vt], row_max)
-        red, cond = w.fresh("mred"), w.fresh("masked")
-        w.emit(f"{red} = vector.reduction <maximumf>, {top} : {self.vt} into f32")
+        red, cond = w.combine_lanes(top, self.lanes, lambda a, b, t: self._op("arith.maximumf", a, b, t)), w.fresh("masked")
         w.emit(f"{cond} = arith.cmpf oeq, {red}, {self.ninf} : f32")
         res = w.fresh("tile")
         w.emit(f"{res}:3 = scf.if {cond} -> ({', '.join(self.buf_types)}) {{")

@@ -340,17 +340,7 @@ class Kernel:
                 if len(parts) % 2:
                     nxt.append(parts[-1])
                 parts = nxt
-            v, width = parts[0], lanes
-            while width > 1:
-                half = width // 2
-                lo, hi = w.fresh("lo"), w.fresh("hi")
-                w.emit(f"{lo} = vector.extract_strided_slice {v} {{offsets = [0], sizes = [{half}], strides = [1]}} : "
-                       f"{vector_type(width, r.type)} to {vector_type(half, r.type)}")
-                w.emit(f"{hi} = vector.extract_strided_slice {v} {{offsets = [{half}], sizes = [{half}], strides = [1]}} : "
-                       f"{vector_type(width, r.type)} to {vector_type(half, r.type)}")
-                v, width = _combine(w, r.combiner, lo, hi, vector_type(half, r.type)), half
-            s = w.fresh("red")
-            w.emit(f"{s} = vector.extract {v}[0] : {r.type} from {vector_type(1, r.type)}")
+            s = w.combine_lanes(parts[0], lanes, lambda a, b, t, r=r: _combine(w, r.combiner, a, b, t), r.type)
             if r.combiner in NAN_TRACKED:  # a NaN anywhere in the row is the result
                 flags = [accs[(r, u, "nan")] for u in range(unroll) if (r, u, "nan") in accs]
                 while len(flags) > 1:

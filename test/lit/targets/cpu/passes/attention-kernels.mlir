@@ -8,7 +8,7 @@
 // 37 keys padded to whole vectors, its accumulators, its running max and sum); per key tile
 // (here one, the 37 keys, the last 5 masked to -inf) the scores as a register-tiled GEMM (6 rows x
 // 3 vectors, FMA over the head dim) with the mask added as each vector is stored, then per row the
-// max, exp and sum, then the accumulators updated by broadcast probabilities times V rows. Nothing
+// max (its lanes combined by halving), the exp (marked: its argument is never positive) and sum, then the accumulators updated by broadcast probabilities times V rows. Nothing
 // [37, 37] is left. Below min-keys (the default 256) the three ops stay, a decision with its reason.
 // CHECK: etc.cpu.decisions = [{kind = "attention", op = "linalg.batch_matmul", path = "flash"{{.*}}}]
 // CHECK-LABEL: func.func @attention
@@ -19,9 +19,10 @@
 // CHECK: vector.transfer_read %{{.*}} : tensor<37x37xf32>, vector<16xf32>
 // CHECK: vector.constant_mask [5] : vector<16xi1>
 // CHECK: vector.transfer_write %{{.*}} : vector<16xf32>, tensor<37x48xf32>
-// CHECK: vector.reduction <maxnumf>
-// CHECK: math.exp %{{.*}} : vector<16xf32>
-// CHECK: vector.reduction <add>
+// CHECK: vector.extract_strided_slice {{.*}} {offsets = [8], sizes = [8], strides = [1]}
+// CHECK: arith.maxnumf %{{.*}} : vector<8xf32>
+// CHECK: math.exp %{{.*}} {etc.nonpositive} : vector<16xf32>
+// CHECK: arith.addf %{{.*}} : vector<8xf32>
 // CHECK: tensor.extract %{{.*}} : tensor<37x48xf32>
 // CHECK: vector.fma
 // CHECK: vector.transfer_write %{{.*}} : vector<16xf32>, tensor<2x37x16xf32>
