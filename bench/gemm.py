@@ -4,7 +4,7 @@
 
 For matmuls of every size from 256 to 2048 (square and not; B an activation, as attention's
 and a user's matmul read it), the transformer layers' Linear shapes (B a weight, packed when
-the blob is built: ViT-B 197x768x3072 and 197x3072x768, BERT-base at 128 tokens 128x768x768,
+the blob is built: ViT-B 197x768x3072 and 197x3072x768 (577 rows at 384x384), BERT-base at 128 tokens 128x768x768,
 Whisper-tiny's encoder 1500x384x1536), a ResNet 3x3 64->64 convolution at 56x56 and a
 MobileNet 1x1 32->64 convolution at 48x48: median GFLOP/s of the code the cpu pipeline
 generates (the GEMM kernel; the matmuls also with a bias + ReLU epilogue fused into it; plain
@@ -229,6 +229,7 @@ def conv_text(c: int, hw: int, f: int, k: int, pad: int) -> tuple[str, tuple]:
 MATMULS = [(256, 256, 256), (384, 384, 384), (512, 512, 512), (768, 768, 768), (1024, 1024, 1024),
            (2048, 2048, 2048), (256, 2048, 256), (2048, 256, 2048), (512, 1024, 2048), (1024, 384, 768)]
 LINEARS = [("ViT-B MLP up", 197, 768, 3072), ("ViT-B MLP down", 197, 3072, 768),
+           ("ViT-B/16 @384 MLP up", 577, 768, 3072), ("ViT-B/16 @384 MLP down", 577, 3072, 768),
            ("BERT-base proj", 128, 768, 768), ("Whisper-tiny enc MLP up", 1500, 384, 1536)]
 
 

@@ -371,7 +371,8 @@ def in_place_k_block(K: int, row_bytes: "int | None", cfg: KernelConfig) -> int:
 # never slower; an A of 1.5 MB (1024x384x768 in blocks of 258) -1..+1%: left whole. Fewer rows
 # per block lose more to B's re-reads than they save (5 calls of 300 rows with A and C hot
 # against one of 1500 suggested +10%; 4 x 128 rows of 512x1024x2048 0.9x, 2 x 98 of ViT-B's
-# 197x768x3072 0.9x), hence MIN_ROW_BLOCK.
+# 197x768x3072 0.9x; ViT-B/16 at 384x384, 577 rows: 577x768x3072 in blocks of 288 0.94x, of
+# 198 0.97x; 577x3072x768 in blocks of 288 0.92x), hence MIN_ROW_BLOCK.
 MIN_ROW_BLOCK = 256
 
 
