@@ -1,10 +1,10 @@
 """GEMM/convolution throughput of the cpu target's GEMM kernels (etc-cpu-gemm-kernels, targets/cpu/kernels/gemm_*.py).
 
-    python -m etc.bench.gemm [--runs N] [--quick]
+    python -m etc.bench.gemm [--runs N] [--quick] [--only TEXT]
 
 For matmuls of every size from 256 to 2048 (square and not; B an activation, as attention's
 and a user's matmul read it), the transformer layers' Linear shapes (B a weight, packed when
-the blob is built: ViT-B 197x768x3072 and 197x3072x768, BERT-base at 128 tokens 128x768x768,
+the blob is built: ViT-B 197x768x3072 and 197x3072x768 (577 rows at 384x384), BERT-base at 128 tokens 128x768x768,
 Whisper-tiny's encoder 1500x384x1536), a ResNet 3x3 64->64 convolution at 56x56 and a
 MobileNet 1x1 32->64 convolution at 48x48: median GFLOP/s of the code the cpu pipeline
 generates (the GEMM kernel; the matmuls also with a bias + ReLU epilogue fused into it; plain
@@ -32,6 +32,8 @@ import statistics
 import time
 
 import numpy as np
+
+from etc.bench.common import interleaved
 
 FMA_UNITS = 2  # 512-bit FMA pipes per core assumed on AVX-512 x86 (Zen 4/5, Skylake-SP Gold/Platinum)
 
@@ -91,8 +93,9 @@ def peak_loop_ir(width: int, chains: int = 24) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measured_peak_gflops(width: int, chains: int = 24, iterations: int = 1 << 20) -> float:
-    """Best of a few runs of the FMA-chain loop (the best run is the least disturbed by neighbours)."""
+def peak_loop(width: int, chains: int = 24, iterations: int = 1 << 20):
+    """The FMA-chain loop (`peak_loop_ir`) compiled for the host: a call running `iterations`
+    steps, its `.flops` the flops one call does."""
     import llvmlite.binding as llvm
 
     from etc.targets.cpu.isa import init_llvm, resolve_target
@@ -109,12 +112,24 @@ def measured_peak_gflops(width: int, chains: int = 24, iterations: int = 1 << 20
     fn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)(engine.get_function_address("peak"))
     buf = np.full(2 * width, 0.5, np.float32)
     buf[width:] = 0.25
+
+    def call():
+        fn(iterations, buf.ctypes.data)
+
+    call.engine = engine  # keeps the code alive
+    call.flops = chains * width * 2 * iterations
+    return call
+
+
+def measured_peak_gflops(width: int, chains: int = 24, iterations: int = 1 << 20) -> float:
+    """Best of a few runs of the FMA-chain loop (the best run is the least disturbed by neighbours)."""
+    call = peak_loop(width, chains, iterations)
     best = float("inf")
     for _ in range(7):
         start = time.thread_time()
-        fn(iterations, buf.ctypes.data)
+        call()
         best = min(best, time.thread_time() - start)
-    return chains * width * 2 * iterations / best / 1e9
+    return call.flops / best / 1e9
 
 
 class _OpenBlasThreads:
@@ -214,15 +229,17 @@ def conv_text(c: int, hw: int, f: int, k: int, pad: int) -> tuple[str, tuple]:
 MATMULS = [(256, 256, 256), (384, 384, 384), (512, 512, 512), (768, 768, 768), (1024, 1024, 1024),
            (2048, 2048, 2048), (256, 2048, 256), (2048, 256, 2048), (512, 1024, 2048), (1024, 384, 768)]
 LINEARS = [("ViT-B MLP up", 197, 768, 3072), ("ViT-B MLP down", 197, 3072, 768),
+           ("ViT-B/16 @384 MLP up", 577, 768, 3072), ("ViT-B/16 @384 MLP down", 577, 3072, 768),
            ("BERT-base proj", 128, 768, 768), ("Whisper-tiny enc MLP up", 1500, 384, 1536)]
 
 
-def cases(quick: bool = False) -> list[dict]:
+def cases(quick: bool = False, only: str = "") -> list[dict]:
+    """The bench's cases; `only`: those whose name contains it (case-insensitive)."""
     rng = np.random.default_rng(0)
     out = []
     linears = [(f"linear {m}x{k}x{n} ({name})", m, k, n, True) for name, m, k, n in LINEARS]
     for name, m, k, n, weight in [(f"matmul {m}x{k}x{n}", m, k, n, False) for m, k, n in MATMULS] + linears:
-        if quick and m * k * n > 1 << 30:
+        if (quick and m * k * n > 1 << 30) or only.lower() not in name.lower():
             continue
         a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
         bias = rng.standard_normal((n,), np.float32)
@@ -231,6 +248,8 @@ def cases(quick: bool = False) -> list[dict]:
                         default=m * k * n <= 1 << 24))
     for name, (c, hw, f, k, pad) in (("conv 3x3 64->64 @56x56 (ResNet)", (64, 56, 64, 3, 1)),
                                      ("conv 1x1 32->64 @48x48 (MobileNet)", (32, 48, 64, 1, 0))):
+        if only.lower() not in name.lower():
+            continue
         text, oshape = conv_text(c, hw, f, k, pad)
         x = rng.standard_normal((1, c, hw, hw), np.float32)
         w = rng.standard_normal((f, c, k, k), np.float32)
@@ -247,7 +266,7 @@ def _check(got, expected, name: str) -> None:
     assert float(np.abs(got - expected).max()) / scale < 1e-4, f"{name}: results differ"
 
 
-def run(runs: int = 10, quick: bool = False) -> str:
+def run(runs: int = 10, quick: bool = False, only: str = "") -> str:
     from etc.targets.cpu.isa import isa_for, resolve_target
     from etc.targets.cpu.pipeline import compile_linalg_text
 
@@ -257,25 +276,31 @@ def run(runs: int = 10, quick: bool = False) -> str:
     mhz = cpu_mhz()
     nominal = width * FMA_UNITS * 2 * mhz / 1e3 if mhz else None
     measured = measured_peak_gflops(width)
+    peak = peak_loop(width, iterations=1 << 17)  # ~1 ms: called in turn with each row's kernels
     blas = _OpenBlasThreads()
     default_threads = blas.get()
     blas.set(1)
     threads = blas.get() or default_threads
     rows = []
     try:
-        for case in cases(quick):
+        for case in cases(quick, only):
             compiled, inputs = compile_case(case["text"], case["weight"], list(case["inputs"]), target)
             outs = [np.empty(o["shape"], np.float32) for o in compiled.outputs]
-            t_s = _median_seconds(lambda: compiled.run(inputs, outs), runs)
-            got = outs[0].copy()
-            t_e = None
+            a, b = case["gemm"]
+            calls = {"kernel": lambda: compiled.run(inputs, outs), "numpy": lambda: a @ b, "peak": peak}
             if case["epilogue"] is not None:  # a matmul: its GEMM operands are A and B themselves
-                a, b = case["gemm"]
-                _check(got, a.astype(np.float64) @ b, case["name"])
                 text, values = case["epilogue"]
                 fused, e_inputs = compile_case(text, case["weight"], list(values), target)
                 outs_e = [np.empty(o["shape"], np.float32) for o in fused.outputs]
-                t_e = _median_seconds(lambda: fused.run(e_inputs, outs_e), runs)
+                calls["epilogue"] = lambda: fused.run(e_inputs, outs_e)
+            # In turn, round after round: a neighbour's burst slows all three alike, so the
+            # ratios within a row hold even when the machine is busy.
+            cpu, wall = interleaved(calls, runs, budget_s=3.0)
+            t_s, t_np = (wall["kernel"], cpu["kernel"]), (wall["numpy"], cpu["numpy"])
+            t_e = (wall["epilogue"], cpu["epilogue"]) if "epilogue" in calls else None
+            got = outs[0].copy()
+            if case["epilogue"] is not None:
+                _check(got, a.astype(np.float64) @ b, case["name"])
                 _check(outs_e[0], np.maximum(a.astype(np.float64) @ b + values[2], 0), case["name"] + " + epilogue")
             t_d = None
             if case["default"]:
@@ -283,9 +308,7 @@ def run(runs: int = 10, quick: bool = False) -> str:
                 outs_d = [np.empty(o["shape"], np.float32) for o in plain.outputs]
                 t_d = _median_seconds(lambda: plain.run(list(case["inputs"]), outs_d), max(3, runs // 3))
                 _check(got, outs_d[0], case["name"])
-            a, b = case["gemm"]
-            t_np = _median_seconds(lambda: a @ b, runs)
-            rows.append((case, t_s, t_e, t_d, t_np))
+            rows.append((case, t_s, t_e, t_d, t_np, peak.flops / cpu["peak"] / 1e9))
     finally:
         if default_threads:
             blas.set(default_threads)
@@ -300,20 +323,25 @@ def run(runs: int = 10, quick: bool = False) -> str:
         + ".",
         f"numpy: OpenBLAS matmul at {threads} thread(s) on the same GEMM shape"
         + (f" (its default is {default_threads})" if default_threads and default_threads != threads else "")
-        + "; for convolutions the filter x im2col GEMM without the im2col. Median of up to "
-        f"{runs}..{3 * runs} runs. GFLOP/s from the calling thread's CPU time (the machine is shared and "
+        + "; for convolutions the filter x im2col GEMM without the im2col. Median of "
+        f"{runs}..{5 * runs} rounds, each calling the kernel, the kernel with the epilogue and numpy in turn. "
+        "GFLOP/s from the calling thread's CPU time (the machine is shared and "
         "oversubscribed: calls longer than a time slice get preempted, which inflates wall time; the wall-clock "
-        "figure is shown too). Compare ratios within this table. matmul: B an activation (an input); linear: B "
+        "figure is shown too). Each round also runs about 1 ms of the peak loop: the kernel's share of it in the "
+        "same rounds (median against median) holds when the machine's load changes during the run, which "
+        "moves every figure measured at another time. Compare ratios within this table. matmul: B an activation (an input); linear: B "
         "a weight (a constant, packed when the blob is built). Epilogue: + bias and ReLU, fused into the kernel.",
         "",
-        "| shape | etc GEMM kernel GFLOP/s (wall) | % of measured peak | % of nominal peak | with epilogue GFLOP/s "
+        "| shape | etc GEMM kernel GFLOP/s (wall) | % of measured peak | % of the peak loop in the same rounds "
+        "(with epilogue) | % of nominal peak | with epilogue GFLOP/s "
         "| with epilogue % of measured peak | plain loops GFLOP/s | numpy GFLOP/s (wall) | kernel / numpy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for case, t_s, t_e, t_d, t_np in rows:
+    for case, t_s, t_e, t_d, t_np, row_peak in rows:
         s = gf(case, t_s)
         e = gf(case, t_e) if t_e else None
-        lines.append(f"| {case['name']} | {s:.1f} ({gw(case, t_s):.1f}) | {100 * s / measured:.0f}% | "
+        same = f"{100 * s / row_peak:.0f}%" + (f" ({100 * e / row_peak:.0f}%)" if e else "")
+        lines.append(f"| {case['name']} | {s:.1f} ({gw(case, t_s):.1f}) | {100 * s / measured:.0f}% | {same} | "
                      f"{(f'{100 * s / nominal:.0f}%' if nominal else 'n/a')} | "
                      f"{(f'{e:.1f}' if e else 'n/a')} | {(f'{100 * e / measured:.0f}%' if e else 'n/a')} | "
                      f"{(f'{gf(case, t_d):.1f}' if t_d else 'n/a')} | {gf(case, t_np):.1f} ({gw(case, t_np):.1f}) | "
@@ -325,8 +353,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m etc.bench.gemm", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="skip the shapes above 2^30 multiply-adds")
+    parser.add_argument("--only", default="", metavar="TEXT",
+                        help="only the shapes whose name contains TEXT (e.g. 'linear', '384x384', 'conv')")
     args = parser.parse_args(argv)
-    print(run(runs=args.runs, quick=args.quick))
+    print(run(runs=args.runs, quick=args.quick, only=args.only))
     return 0
 
 

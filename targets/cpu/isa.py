@@ -10,9 +10,12 @@ The tiles were chosen by measurement (bench/gemm.py; BENCHMARKS.md "Generated GE
 on AVX-512 a 6 x 64 f32 accumulator (24 of the 32 zmm registers) with B in contiguous 64-wide
 column panels (a weight packed when the blob is built, an activation copied per panel:
 gemm_match.gather_per_panel) runs at or above OpenBLAS from 256 to 2048; an 8 x 32 tile (16
-accumulators) measured 10-25% slower on the same shapes and is gone. Blocking the rows of A
-for the L2 (mc of 128-512 at 1024^3, 1500x384x1536, 2048^3) and K blocks of 256-512 over
-packed panels measured no faster than whole K with the panel streamed from L2: not used.
+accumulators) measured 10-25% slower on the same shapes and is gone. K blocks of 256-512 over
+packed panels measured no faster than whole K with the panel streamed from L2: not used. The
+rows of A are blocked for the L2 only when A is at least the L2's size (`l2_kib`; blocks of
+about a quarter of it, at least 256 rows: gemm_match.row_block, where the measurement is):
+2048x256x2048 +5-8%, Whisper-tiny's 1500x384x1536 +0-4%; smaller A or shorter blocks measured
+no faster or slower.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class Isa:
     blocks of about kc (the kc x nr block of B stays in cache); `gemm_kc_strided` the shortest K
     block of a B read in place, whose panel's rows, a row of B apart, may alias in the cache
     (gemm.in_place_k_block); `l2_kib` the per-core L2 those rows may fill half of (the same
-    rule: the longest K block whose rows fit); `vector_registers` how many vector registers the
+    rule: the longest K block whose rows fit), and that a block of A's rows fills a quarter of
+    when A is larger (gemm.row_block); `vector_registers` how many vector registers the
     ISA names (the attention kernel sizes its row group by them); `window_width` is how many
     output columns one step of a depthwise/pooling kernel computes. `lanes == 1` means no SIMD
     unit worth tiling for: contractions and windows then run as plain loops (a decision the

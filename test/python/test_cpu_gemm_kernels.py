@@ -645,3 +645,65 @@ def test_activation_b_copied_per_panel_on_two_threads():
     out = out[0] if isinstance(out, (list, tuple)) else out
     assert "B copied per column panel" in fn.decisions[0].reason
     assert rel_error(out, np.maximum(a.astype(np.float64) @ b + bias, 0)) < 1e-5
+
+
+def test_row_block_rule():
+    """Rows of A in blocks only when A is at least the L2 (2 MiB here) and a quarter of the L2
+    holds at least MIN_ROW_BLOCK of its rows; equal blocks of whole mr-row tiles; never over K
+    blocks (the accumulator lives in memory there)."""
+    cfg = strategy.KernelConfig(16, 6, 64, 2048, kc_strided=128, l2_bytes=2 << 20)
+    block = strategy.row_block
+    assert block(1500, 384, 384, cfg) == 300  # Whisper-tiny's MLP up: five blocks of 300
+    assert block(2048, 256, 256, cfg) == 516  # four blocks, the last of 500 rows
+    assert block(1024, 384, 384, cfg) == 0  # 1.5 MB of A: whole
+    assert block(1366, 384, 384, cfg) == 276  # just over 2 MiB of A: five blocks
+    assert block(197, 768, 768, cfg) == 0  # A of 605 KB stays in L2 whole
+    assert block(512, 1024, 1024, cfg) == 0  # a quarter of the L2 holds only 128 of its rows
+    assert block(768, 768, 768, cfg) == 0
+    assert block(4096, 256, 128, cfg) == 0  # K in blocks
+    assert block(-1, 256, 256, cfg) == 0  # dynamic rows
+
+
+def linear_text(m, k, n) -> str:
+    """x @ W^T with no epilogue, W [n, k] an input packed per call into column panels."""
+    return f"""
+func.func @linear(%x: {t([m, k])}, %w: {t([n, k])}) -> {t([m, n])} {{
+  %z = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : {t([k, n])}
+  %wt = linalg.transpose ins(%w : {t([n, k])}) outs(%e0 : {t([k, n])}) permutation = [1, 0]
+  %e = tensor.empty() : {t([m, n])}
+  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}
+  %mm = linalg.matmul ins(%x, %wt : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}
+  return %mm : {t([m, n])}
+}}"""
+
+
+@needs_simd
+@pytest.mark.parametrize("kind,m,k,n,threads", [
+    ("matmul+epilogue", 2100, 256, 100, 1),  # B copied per panel; five blocks of 420 rows;
+                                             # a partial panel of 36 split into vectors
+    ("matmul", 2051, 256, 130, 1),           # no epilogue: the contraction is the root; a last
+                                             # block of 395 rows (a partial mr block)
+    ("linear+epilogue", 2100, 256, 70, 1),   # packed panels, equal blocks
+    ("linear", 2051, 256, 70, 1),            # packed, no epilogue, a shorter last block
+    ("matmul+epilogue", 2051, 256, 200, 2),  # two threads share each block's panels
+])
+def test_rows_in_blocks(kind, m, k, n, threads):
+    """A larger than half the L2: the row blocks (`gemm_match.row_block`) around the column
+    panels, on every root the kernel can have, with static and shorter last blocks."""
+    assert strategy.row_block(m, k, k, strategy.KernelConfig(16, 6, 64, 2048, l2_bytes=ISA.l2_kib << 10)) > 0
+    text = {"matmul+epilogue": matmul_bias_relu_text, "matmul": matmul_text, "linear+epilogue": linear_relu_text,
+            "linear": linear_text}[kind](m, k, n)
+    fn = compile_linalg_text(text, threads=threads)
+    x = rand(m, k)
+    w = rand(n, k) if kind.startswith("linear") else rand(k, n)
+    bias = rand(n)
+    args = [x, w] + ([bias] if "epilogue" in kind else [])
+    out = fn(*args)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    expected = x.astype(np.float64) @ (w.T if kind.startswith("linear") else w)
+    if "epilogue" in kind:
+        expected = np.maximum(expected + bias, 0)
+    assert rel_error(out, expected) < 1e-5
+    if kind.startswith("matmul"):
+        assert "rows in blocks of" in [d for d in fn.decisions if d.kind == "contraction"][0].reason

@@ -362,6 +362,36 @@ def in_place_k_block(K: int, row_bytes: "int | None", cfg: KernelConfig) -> int:
     return max(divisors) if divisors else longest
 
 
+# The row block of A (`row_block`), measured on this Emerald Rapids VM (2 MiB L2 per core), one
+# thread, the kernel with and without it compiled in one process and called in turn (medians of
+# 3 x 15 rounds on a busy machine): an A at least as large as the L2 is re-read from L3 for every
+# column panel; in blocks of about a quarter of the L2, each block stays in L2 while every panel
+# of B passes over it (B re-read once per block instead): 2048x256x2048 (B copied per panel)
+# +5-8% (blocks of 516 rows), Whisper-tiny's 1500x384x1536 (B a packed weight) +0-4% (300 rows),
+# never slower; an A of 1.5 MB (1024x384x768 in blocks of 258) -1..+1%: left whole. Fewer rows
+# per block lose more to B's re-reads than they save (5 calls of 300 rows with A and C hot
+# against one of 1500 suggested +10%; 4 x 128 rows of 512x1024x2048 0.9x, 2 x 98 of ViT-B's
+# 197x768x3072 0.9x; ViT-B/16 at 384x384, 577 rows: 577x768x3072 in blocks of 288 0.94x, of
+# 198 0.97x; 577x3072x768 in blocks of 288 0.92x), hence MIN_ROW_BLOCK.
+MIN_ROW_BLOCK = 256
+
+
+def row_block(rows: int, K: int, kc: int, cfg: KernelConfig) -> int:
+    """The rows of A one block of the kernel's loops covers (0: all of them): the loop over row
+    blocks outside the loop over column panels, so a block of A stays in the L2 while every
+    panel of B passes over it. Only for a kernel whose tile accumulates the whole K (`kc` >= K)
+    over static rows. Equal blocks of a multiple of mr rows, the last one maybe shorter."""
+    a_bytes = 4 * rows * K
+    if rows <= 0 or kc < K or a_bytes < cfg.l2_bytes:
+        return 0
+    budget = cfg.l2_bytes // 4 // (4 * K)
+    if budget < MIN_ROW_BLOCK:
+        return 0
+    blocks = -(-rows // budget)
+    mc = -(-rows // blocks)
+    return -(-mc // cfg.mr) * cfg.mr
+
+
 def kernel_kc(g: Gemm, cfg: KernelConfig) -> int:
     """The K block `g`'s kernel is built with (`in_place_k_block`): B read in place has its
     panel's rows N f32 apart, unless its im2col is gathered per panel."""
@@ -379,6 +409,8 @@ def blocking(g: Gemm, cfg: KernelConfig) -> str:
         return ""
     kb = kernel_kc(g, cfg)
     blocks = f", K in blocks of {kb}" if kb < g.K else ""
+    mc = row_block(g.M, g.K, kb, cfg)
+    blocks += f", rows in blocks of {mc}" if mc else ""
     if gather_per_panel(g, cfg):
         return f"B copied per column panel ({PANEL_COPY_ROW_BLOCKS}+ row blocks share each copy){blocks}"
     if g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr:

@@ -20,6 +20,10 @@ from etc.targets.cpu.kernel_ir import ANY_OP
 from etc.targets.cpu.kernels.gemm_match import KernelConfig
 from etc.targets.cpu.parallel import THREAD_SPLIT  # marks the loop over column panels
 
+# Marks the loop over k of each register tile (its accumulators the loop's vector results):
+# etc-cpu-prefetch-gemm-tiles finds the tiles' stores after it.
+GEMM_K_LOOP = "etc.cpu.gemm_k_loop"
+
 
 def _second_level(emit, fuse_into, sfx: str, panel: str, tag: str, rows: int, epilogue: bool, init: bool, kc: int,
                   K: int, cfg: KernelConfig, vector_ops: str, wide: bool = True) -> None:
@@ -157,17 +161,21 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
             loop = f"%{name}c{m}"
         return loop
 
-    for n, (tag, rows, epilogue, init, kc, K, split, cols, col) in enumerate(kernels):
+    for n, (tag, rows, epilogue, init, kc, K, split, cols, col, mc) in enumerate(kernels):
         # Batch and column panels: the epilogue's (b, i, jb, j) or (b, i, n), or the contraction's
-        # (b, jb, i, j, k): loops b, then panels.
+        # (b, jb, i, j, k): loops b, then panels; with a row block (`gemm_match.row_block`) loops
+        # b, blocks of mc rows, then panels.
         match(f"%e{n}", f"{tag}_epi" if epilogue else tag)
         tn = min(cfg.nr, cols)
         if not split:
-            sizes = f"[1, 0, {tn}] interchange = [0, 2, 1]"
+            sizes = f"[1, {mc}, {tn}]" if mc else f"[1, 0, {tn}] interchange = [0, 2, 1]"
+        elif epilogue:
+            sizes = f"[1, {mc}, 1, 0]" if mc else "[1, 0, 1, 0] interchange = [0, 2, 1, 3]"
         else:
-            sizes = "[1, 0, 1, 0] interchange = [0, 2, 1, 3]" if epilogue else "[1, 1, 0, 0, 0]"
-        emit(f"%t{n}, %lb{n}, %lj{n} = transform.structured.tile_using_for %e{n} tile_sizes {sizes} "
-             f": ({ANY_OP}) -> ({ANY_OP}, {ANY_OP}, {ANY_OP})")
+            sizes = f"[1, 1, {mc}, 0, 0] interchange = [0, 2, 1, 3, 4]" if mc else "[1, 1, 0, 0, 0]"
+        blocks = f"%lm{n}, " if mc else ""
+        emit(f"%t{n}, %lb{n}, {blocks}%lj{n} = transform.structured.tile_using_for %e{n} tile_sizes {sizes} "
+             f": ({ANY_OP}) -> ({ANY_OP}, {ANY_OP}, {ANY_OP}{', ' + ANY_OP if mc else ''})")
         producers = []
         if epilogue:
             match(f"%gm{n}", tag)
@@ -194,7 +202,9 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
         # gives each thread a chunk of them (parallel.py).
         emit(f"transform.annotate {panel} \"{THREAD_SPLIT}\" : {ANY_OP}")
         panels.append(panel)
-    for n, (tag, rows, epilogue, init, kc, K, split, cols, col) in enumerate(kernels):
+    # The rows the column-panel loop covers: a row block's (dynamic when the last one is shorter).
+    kernels = [k[:1] + ((k[9] if not k[1] % k[9] else -1) if k[9] else k[1],) + k[2:] for k in kernels]
+    for n, (tag, rows, epilogue, init, kc, K, split, cols, col, mc) in enumerate(kernels):
         # Unit dimensions folded inside this panel loop only: the rest of the function (a
         # depthwise convolution's tensor.pad, its consumers) stays as the next passes match it.
         # A partial panel's width is dynamic until peeling: the slices folding unit dimensions
@@ -221,7 +231,7 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
     emit(f"transform.apply_patterns to %f {{ transform.apply_patterns.canonicalization "
          f"transform.apply_patterns.linalg.tiling_canonicalization "
          f"transform.apply_patterns.scf.for_loop_canonicalization }} : {ANY_OP}")
-    for n, (tag, rows, epilogue, init, kc, K, split, cols, col) in enumerate(kernels):
+    for n, (tag, rows, epilogue, init, kc, K, split, cols, col, mc) in enumerate(kernels):
         width = 0 if split else cols % min(cfg.nr, cols)
         if _split_partial_panel(width, cfg):
             # Its contraction is split into whole vectors and the rest, each accumulated over K on its own.
@@ -235,6 +245,7 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
         match(f"%s{n}", f"{tag}_g")
         lead = "0, " * (int(rows > 1 or rows < 0) + int(split or cols > 1))
         emit(f"%k{n}, %lk{n} = transform.structured.tile_using_for %s{n} tile_sizes [{lead}1] : {tile}",
+             f"transform.annotate %lk{n} \"{GEMM_K_LOOP}\" : {ANY_OP}",
              f"transform.structured.vectorize %k{n} : {ANY_OP}")
         match(f"%o{n}", f"{tag}_v", ops=vector_ops)
         emit(f"transform.structured.vectorize %o{n} : {ANY_OP}")

@@ -3,10 +3,11 @@
 After `etc-cpu-gemm-regions` has defined every kernel with its init and epilogue, each is
 inlined and tiled by the transform script of `kernels/gemm_schedule.py`: the epilogue (tagged
 `<kernel>_epi`) is tiled into batch, nr-wide column panels (the loop the threaded entry
-shares, `etc.thread_split`) and mr-row blocks (the partial one peeled), with the contraction
+shares, `etc.thread_split`) and mr-row blocks (the partial one peeled), an A at least the L2's
+size in row blocks around the panels (`gemm_match.row_block`), with the contraction
 and the init fused into each tile; the contraction runs single k steps over the whole K,
 vectorized into mr broadcast-FMAs of nr-wide vectors with the accumulator hoisted into
-registers, then the epilogue is applied to the accumulator and the tile stored once. A
+registers (that k loop marked `gemm_schedule.GEMM_K_LOOP` for etc-cpu-prefetch-gemm-tiles), then the epilogue is applied to the accumulator and the tile stored once. A
 convolution's im2col is gathered per column panel (`gemm_match.gather_per_panel`), its rows then
 turned into masked contiguous loads where the stride allows (`gemm_schedule.contiguous_row_loads`).
 A failure is an error naming the pass.
@@ -53,9 +54,11 @@ class TileGemmKernels(Pass):
         # The K block (gemm_match.in_place_k_block, as gemm_match.kernel_kc chose it building the kernel): the
         # B panel is contiguous when packed or gathered per panel, else B is read in place, its
         # rows the tile's columns (f32) apart.
-        kernels = [(tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e,
-                    gemm_match.in_place_k_block(e["K"], None if e["split"] or "_col" in e else 4 * e["cols"], cfg),
-                    e["K"], e["split"], e["cols"], "_col" in e) for tag, e in found.items()]
+        kernels = []
+        for tag, e in found.items():
+            kc = gemm_match.in_place_k_block(e["K"], None if e["split"] or "_col" in e else 4 * e["cols"], cfg)
+            kernels.append((tag, e["rows"], "_epi" in e, "_init" in e and "_epi" in e, kc, e["K"], e["split"],
+                            e["cols"], "_col" in e, gemm_match.row_block(e["rows"], e["K"], kc, cfg)))
         for op in walk(module_op, ("func.call",)):
             if gemm_match.GEMM_ATTR in op.attributes:
                 raise self.error(f"{self.name}: a GEMM kernel call without its kernel (run etc-cpu-gemm-regions "
