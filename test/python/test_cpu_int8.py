@@ -142,6 +142,14 @@ def test_int8_conv_packs_its_im2col_from_the_image(c, f, k, stride, padding, hw,
     _check_layer(_Conv(c, f, k, stride, padding, dilation=dilation), (1, c, hw, hw), 0, expect=("gemm",))
 
 
+@pytest.mark.parametrize("padding,k,groups,path", [("same", 1, 1, "gemm"), ("valid", 3, 1, "gemm"),
+                                                    ("valid", 3, 6, "window")])
+def test_int8_conv_with_padding_by_name(padding, k, groups, path):
+    """`padding="valid"` (transformers' EfficientNet) exports ATen's padding of one value, which
+    stands for both dims."""
+    _check_layer(_Conv(6, 6, k, 1, padding, groups=groups), (1, 6, 9, 9), 0, expect=(path,))
+
+
 def test_int8_conv_without_relu_and_batch_two():
     _check_layer(_Conv(6, 10, 3, 1, 1, relu=False), (2, 6, 7, 7), 0)
 
