@@ -1,13 +1,16 @@
 """Int8 models: etc cpu on a CpuQuantizer program against ExecuTorch + XNNPACK on an XNNPACKQuantizer one.
 
-For each zoo CNN (static int8) and each transformer layer at its real size (`DYNAMIC`: the dynamic
-config, int8 activations quantized on every call, the transformers flow), in one child process (a
+For each zoo CNN (static int8), each real vision model at 224 (`REAL`: transformers' MobileNetV2,
+ResNet-50 and EfficientNet-lite0, random weights, batch norm calibrated) and each transformer layer
+at its real size (`DYNAMIC`: the dynamic config, int8 activations quantized on every call, the
+transformers flow), in one child process (a
 crash of a compiler under test is a row): the model quantized with PT2E twice, calibrated on the
 same inputs (`etc.models.quantized.quantize`), once with etc's `CpuQuantizer` (compiled by etc's
 cpu target) and once with ExecuTorch's `XNNPACKQuantizer` (lowered to XNNPACK), with the same
 config; the fp32 model on both too. One thread each, the four calls interleaved
 (`layers.interleaved`: CPU time of the calling thread), plus etc's SQNR against the eager
-quantized model and how many ops stayed on portable kernels.
+quantized model, XNNPACK's against its own (deep random-weight networks lose ~20 dB to int8
+rounding flips alone: the yardstick for etc's) and how many ops stayed on portable kernels.
 
     python -m etc.bench.int8 [--only small_cnn,resnet8] [--runs N]
 """
