@@ -11,7 +11,8 @@ rewrites each into one op carrying its scales and zero points (dialects/quantize
 `FUSED_OPS`): what an int8 back end implements and what the numerics report measures.
 
 Folded (weights must be constants, symmetric: zero points 0):
-- ops that keep their input's scale (view/permute/squeeze/slice, max pooling, concat) between a
+- ops that keep their input's scale (view/permute/squeeze/slice, max pooling, concat, zero
+  padding: on int8 it fills with the zero point) between a
   dequantize and a quantize with the same parameters: the op itself, on the int8 values;
 - static conv2d (incl. depthwise/grouped) and linear (`addmm`/`mm` of a transposed weight), with
   an optional ReLU / hardtanh / clamp between the op and the quantize;
@@ -418,6 +419,11 @@ class _Folder:
         qa = self.args(q)
         if (qa["scale"], qa["zero_point"], qa["quant_min"], qa["quant_max"], qa["dtype"]) != params.pop():
             return False
+        if op.name == "edge.constant_pad_nd":  # zero padding on int8 fills with the zero point (0 exactly)
+            if float(self.args(op).get("value") or 0.0) != 0.0:
+                return False
+            with op.location:
+                op.attributes["value"] = ir.FloatAttr.get(ir.F64Type.get(), float(qa["zero_point"]))
         for index, operand in enumerate(op.operands):
             if isinstance(operand.type, ir.RankedTensorType):
                 op.operands[index] = self.args(defining_op(operand))["input"]
@@ -431,7 +437,8 @@ class _Folder:
     PATTERNS = {"edge.convolution": conv, "edge.addmm": linear, "edge.mm": linear, "edge.add_tensor": add,
                 **dict.fromkeys([f"edge.{name}" for name in (
                     "view", "p_unsafe_view", "permute", "squeeze_dims", "squeeze_dim", "squeeze", "unsqueeze",
-                    "max_pool2d_with_indices", "cat", "slice_tensor", "select_int", "clone", "transpose_int", "t")],
+                    "max_pool2d_with_indices", "cat", "slice_tensor", "select_int", "clone", "transpose_int", "t",
+                    "constant_pad_nd")],
                     same_scale)}
 
     def run(self) -> dict:

@@ -21,9 +21,9 @@ it into the int32 accumulator with scale input*weight).
 
 What is annotated is data (`_PATTERNS` and `_SHARED_SCALE_OPS` below): a contraction
 (conv incl. depthwise, linear, matmul) or binary op (add, mul) and the ReLU-family op that
-follows it alone, quantized as one (the clamp becomes the output range); pooling, concat
-and shape ops (view, permute, flatten, ...) share their input's scale, so no requantization
-happens around them. Anything else stays float between a dequantize and a quantize.
+follows it alone, quantized as one (the clamp becomes the output range); pooling, concat,
+zero padding and shape ops (view, permute, flatten, ...) share their input's scale, so no
+requantization happens around them. Anything else stays float between a dequantize and a quantize.
 """
 
 from __future__ import annotations
@@ -142,6 +142,20 @@ _SHARED_SCALE_OPS = {
     _aten.clone.default, _aten.dropout.default,
 }
 _CAT = (_aten.cat.default, _aten.concat.default)
+# Zero padding shares its input's scale too: 0 is the zero point, exactly (PT2E's ranges include 0),
+# so the int8 pad fills with it. transformers' MobileNetV2 pads before every strided conv (TF's
+# "same"): unannotated, each pad was a float round trip (dequantize, pad, quantize).
+_CONSTANT_PADS = (_aten.constant_pad_nd.default, _aten.pad.default)
+
+
+def _zero_pad(node: Node) -> bool:
+    """A constant pad whose value is 0 (`aten.pad`'s mode "constant", its value None meaning 0)."""
+    if node.target == _aten.constant_pad_nd.default:
+        value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+        return value == 0
+    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+    value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value")
+    return mode == "constant" and value in (None, 0)
 
 
 @dataclass(frozen=True)
@@ -269,7 +283,7 @@ class CpuQuantizer(Quantizer):
                     continue
                 if node.target in _CAT:
                     self._annotate_cat(node, config)
-                elif node.target in _SHARED_SCALE_OPS:
+                elif node.target in _SHARED_SCALE_OPS or (node.target in _CONSTANT_PADS and _zero_pad(node)):
                     self._annotate_shared(node, config)
         return model
 

@@ -72,11 +72,14 @@ def _method(program):
 @pytest.mark.parametrize("target", list(TARGETS.values()), ids=list(TARGETS))
 @pytest.mark.parametrize("bits, k, n, group, bias", [
     (4, 64, 72, 32, True), (4, 96, 101, 32, False), (4, 48, 37, 16, True), (4, 128, 33, 64, True),
-    (4, 288, 130, 32, False), (8, 70, 37, None, True), (8, 96, 101, 32, False)])
+    (4, 288, 130, 32, False), (8, 70, 37, None, True), (8, 96, 101, 32, False),
+    (8, 200, 40, None, False), (4, 256, 40, 128, True)])
 def test_dynamic_linear_matches_eager_and_portable_for_one_and_several_rows(target, bits, k, n, group, bias):
     """Odd column counts (a partial 16-column panel, several panel groups), K in an odd number of
     groups, group sizes 16, 32, 64, int8 weights per channel with K = 70 (not a whole number of
-    4-byte dot-product groups); one row (decode), a few (a partial row tile) and the bound."""
+    4-byte dot-product groups); one row (decode), a few (a partial row tile) and the bound. Groups
+    of more than 4 byte rows run a K loop (K_UNROLL rows per step): K = 70 and 200 (int8, a
+    remainder of 2 rows after it), 128 (int4, 16 rows: no remainder)."""
     from torchao.quantization import quantize_
 
     torch.manual_seed(0)

@@ -142,6 +142,42 @@ def test_int8_conv_packs_its_im2col_from_the_image(c, f, k, stride, padding, hw,
     _check_layer(_Conv(c, f, k, stride, padding, dilation=dilation), (1, c, hw, hw), 0, expect=("gemm",))
 
 
+@pytest.mark.parametrize("padding,k,groups,path", [("same", 1, 1, "gemm"), ("valid", 3, 1, "gemm"),
+                                                    ("valid", 3, 6, "window")])
+def test_int8_conv_with_padding_by_name(padding, k, groups, path):
+    """`padding="valid"` (transformers' EfficientNet) exports ATen's padding of one value, which
+    stands for both dims."""
+    _check_layer(_Conv(6, 6, k, 1, padding, groups=groups), (1, 6, 9, 9), 0, expect=(path,))
+
+
+class _PaddedConvs(nn.Module):
+    """transformers' MobileNetV2 (TF's "same" padding): conv -> ReLU6 -> zero pad -> strided conv."""
+
+    def __init__(self, c, groups, value=0.0):
+        super().__init__()
+        self.first = nn.Conv2d(c, c, 1)
+        self.second = nn.Conv2d(c, c, 3, stride=2, groups=groups)
+        self.value = value
+
+    def forward(self, x):
+        y = nn.functional.hardtanh(self.first(x), 0.0, 6.0)
+        return self.second(nn.functional.pad(y, (0, 1, 0, 1), value=self.value))  # 8 -> 9: the last window reads it
+
+
+@pytest.mark.parametrize("groups", [1, 8])
+def test_zero_padding_runs_on_int8_filled_with_the_zero_point(groups):
+    """Zero padding shares its input's scale (CpuQuantizer) and runs on the int8 values, filled
+    with the zero point (-128 after a ReLU6: a fill of 0 would be wrong): no float round trip."""
+    report = _check_layer(_PaddedConvs(8, groups), (1, 8, 8, 8), 0, expect=("window" if groups > 1 else "gemm",))
+    assert "quantize_per_tensor x1" in report and "dequantize_per_tensor x1" in report, report
+    assert "constant_pad_nd x1" in report, report
+
+
+def test_nonzero_padding_stays_a_float_round_trip():
+    report = _check_layer(_PaddedConvs(8, 1, value=0.5), (1, 8, 8, 8), 0)
+    assert "quantize_per_tensor x2" in report, report
+
+
 def test_int8_conv_without_relu_and_batch_two():
     _check_layer(_Conv(6, 10, 3, 1, 1, relu=False), (2, 6, 7, 7), 0)
 

@@ -95,10 +95,17 @@ def _requantize(t: KernelText, acc: str, shape: list, dims: str, channel: str, p
     return out
 
 
+def _pair(values) -> tuple:
+    """A conv's stride / padding / dilation as (h, w): ATen's one value stands for both (a
+    `padding="same"` 1x1 conv exports padding [0])."""
+    values = tuple(values)
+    return values * 2 if len(values) == 1 else values
+
+
 def _conv_geometry(a: dict, result_type) -> tuple:
     """(input shape, output shape, (sh, sw), (ph, pw), (dh, dw), input zero point) of a folded conv."""
     return (list(ir.RankedTensorType(a["input"].type).shape), list(result_type.shape),
-            tuple(a["stride"]), tuple(a["padding"]), tuple(a["dilation"]), int(a["input_zero_point"]))
+            _pair(a["stride"]), _pair(a["padding"]), _pair(a["dilation"]), int(a["input_zero_point"]))
 
 
 def _conv_qgemm(q: QuantizedOp, weight: np.ndarray) -> ir.Value:

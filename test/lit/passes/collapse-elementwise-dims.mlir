@@ -132,3 +132,24 @@ func.func @buffers(%x: memref<2x4x8xf32>, %y: memref<2x4x8xf32>, %big: memref<2x
   }
   return
 }
+
+// -----
+
+// In place on memrefs (bufferization writes an elementwise op into a buffer it reads): the buffer
+// read and written is one view, so the loop reads and writes through one pointer (two views of it
+// would be two pointers LLVM cannot prove apart: its vector loop then never runs).
+// CHECK-LABEL: func.func @in_place
+// CHECK: %[[A:.*]] = memref.collapse_shape %arg0 {{\[}}[0, 1, 2, 3]] : memref<1x8x4x4xi8> into memref<128xi8>
+// CHECK: %[[B:.*]] = memref.collapse_shape %arg1 {{\[}}[0, 1, 2, 3]] : memref<1x8x4x4xi8> into memref<128xi8>
+// CHECK-NOT: memref.collapse_shape
+// CHECK: linalg.generic {{.*}} ins(%[[A]], %[[B]] : memref<128xi8>, memref<128xi8>) outs(%[[B]] : memref<128xi8>)
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @in_place(%a: memref<1x8x4x4xi8>, %b: memref<1x8x4x4xi8>) {
+  linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%a, %b : memref<1x8x4x4xi8>, memref<1x8x4x4xi8>) outs(%b : memref<1x8x4x4xi8>) {
+  ^bb0(%x: i8, %y: i8, %o: i8):
+    %s = arith.addi %x, %y : i8
+    linalg.yield %s : i8
+  }
+  return
+}

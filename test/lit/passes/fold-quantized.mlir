@@ -146,6 +146,25 @@ func.func @same_scale(%arg0: tensor<1x2x4x4xi8>) -> (tensor<1x8xi8>, tensor<1x8x
 
 // -----
 
+// Zero padding keeps its input's scale: on int8 it fills with the zero point; another value would
+// need a fill the scale may not hold, so it stays a float round trip.
+// CHECK-LABEL: func.func @zero_pad
+func.func @zero_pad(%arg0: tensor<1x2x4x4xi8>) -> (tensor<1x2x5x5xi8>, tensor<1x2x5x5xi8>) {
+  %0 = "edge.quantized_decomposed_dequantize_per_tensor"(%arg0) {dtype = i8, out_dtype, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.5 : f64, zero_point = -128 : i64} : (tensor<1x2x4x4xi8>) -> tensor<1x2x4x4xf32>
+  %1 = "edge.constant_pad_nd"(%0) {operandSegmentSizes = array<i32: 1, 0, 0>, pad = array<i64: 0, 1, 0, 1>, value = 0.000000e+00 : f64} : (tensor<1x2x4x4xf32>) -> tensor<1x2x5x5xf32>
+  %2 = "edge.quantized_decomposed_quantize_per_tensor"(%1) {dtype = i8, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.5 : f64, zero_point = -128 : i64} : (tensor<1x2x5x5xf32>) -> tensor<1x2x5x5xi8>
+  %3 = "edge.constant_pad_nd"(%0) {operandSegmentSizes = array<i32: 1, 0, 0>, pad = array<i64: 0, 1, 0, 1>, value = 1.000000e+00 : f64} : (tensor<1x2x4x4xf32>) -> tensor<1x2x5x5xf32>
+  %4 = "edge.quantized_decomposed_quantize_per_tensor"(%3) {dtype = i8, quant_max = 127 : i64, quant_min = -128 : i64, scale = 0.5 : f64, zero_point = -128 : i64} : (tensor<1x2x5x5xf32>) -> tensor<1x2x5x5xi8>
+  // CHECK: %[[DQ:.+]] = "edge.quantized_decomposed_dequantize_per_tensor"(%arg0)
+  // CHECK: %[[PAD:.+]] = "edge.constant_pad_nd"(%arg0) {{.*}}value = -1.280000e+02 : f64} : (tensor<1x2x4x4xi8>) -> tensor<1x2x5x5xi8>
+  // CHECK: %[[F:.+]] = "edge.constant_pad_nd"(%[[DQ]]) {{.*}}value = 1.000000e+00 : f64} : (tensor<1x2x4x4xf32>) -> tensor<1x2x5x5xf32>
+  // CHECK: %[[Q:.+]] = "edge.quantized_decomposed_quantize_per_tensor"(%[[F]])
+  // CHECK: return %[[PAD]], %[[Q]]
+  return %2, %4 : tensor<1x2x5x5xi8>, tensor<1x2x5x5xi8>
+}
+
+// -----
+
 // A static linear on [1, T, K] (view -> addmm -> view): both views keep rows, so they move onto
 // the int8 values and the linear between them is folded.
 ml_program.global private @w(dense<[[-127, 88], [-3, 127]]> : tensor<2x2xi8>) : tensor<2x2xi8>
