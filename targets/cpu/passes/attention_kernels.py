@@ -6,11 +6,12 @@ the keys between them, the scale and additive masks -- what a bool or causal mas
 elementwise ops on the scores) is one decision of kind `attention`:
 
 - `flash` when it has at least `min-keys` keys: the fused kernel (`kernels/attention_kernel.py`),
-  which never holds more than one vector of scores per query row;
+  which never holds more than a [48, 128] slab of scores (one block of rows, one tile of keys);
 - `three-op` otherwise, with the reason: below `min-keys` the scores of a head stay in cache and
   the GEMM -> row softmax -> GEMM path is as fast or faster (measured on AVX-512, one thread, same
-  process: 0.95x the fused kernel's time at 128 keys, 0.99x at 197); or the pattern is one the kernel does not take (dynamic sequence length, a score op other
-  than +, -, *, / with a float constant or tensor, the probabilities used elsewhere).
+  process: 0.95x the fused kernel's time at 128 keys, 0.99x at 197); or the pattern is one the
+  kernel does not take (dynamic sequence length, a score op other than +, -, *, / with a float
+  constant or tensor, the probabilities used elsewhere).
 
 From 256 keys the fused kernel is as fast or faster (same measurement: 0.98x the three-op path's
 time at 256 keys, 0.83x at 384, 0.84x causal at 256 and 0.56x causal at 512, its masked tiles
