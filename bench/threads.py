@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from etc.bench.common import emit, error_text, measure_models, ratio, run_child
+from etc.bench.common import emit, measure_models, ratio, run_child
 from etc.bench.hf_models import MODELS, ms2
 
 RUNTIMES = ("etc_1t", "etc_2t", "torch_1t", "torch_2t")
@@ -137,12 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per model")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        try:
-            measure(args.child, args.runs)
-        except Exception as e:  # noqa: BLE001 - the parent reports it in the row
-            emit(error=error_text(e))
-            raise
+    if args.child:  # a failure exits nonzero: run_child reports its stage and last stderr line in the row
+        measure(args.child, args.runs)
         return 0
     print(run(args.only.split(",") if args.only else None, args.runs, args.timeout))
     return 0

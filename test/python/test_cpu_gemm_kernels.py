@@ -9,6 +9,7 @@ bench/gemm.py, never here.
 """
 
 import re
+from functools import partial
 
 import numpy as np
 import pytest
@@ -83,19 +84,24 @@ func.func @bmm(%a: {t([bt, m, k])}, %b: {t([bt, k, n])}) -> {t([bt, m, n])} {{
 }}"""
 
 
-def linear_relu_text(m, k, n) -> str:
-    """torch.nn.Linear + relu as torch-mlir lowers it: a transpose of the weight, matmul, bias+relu generic."""
-    return f"""
+def linear_relu_text(m, k, n, epilogue: bool = True) -> str:
+    """torch.nn.Linear + relu as torch-mlir lowers it: a transpose of the weight, matmul, bias+relu
+    generic; `epilogue=False`: x @ W^T alone (no bias argument)."""
+    bias = f", %bias: {t([n])}" if epilogue else ""
+    head = f"""
 #bias = affine_map<(d0, d1) -> (d1)>
 #id = affine_map<(d0, d1) -> (d0, d1)>
-func.func @linear(%x: {t([m, k])}, %w: {t([n, k])}, %bias: {t([n])}) -> {t([m, n])} {{
+func.func @linear(%x: {t([m, k])}, %w: {t([n, k])}{bias}) -> {t([m, n])} {{
   %z = arith.constant 0.0 : f32
   %e0 = tensor.empty() : {t([k, n])}
   %wt = linalg.transpose ins(%w : {t([n, k])}) outs(%e0 : {t([k, n])}) permutation = [1, 0]
   %e = tensor.empty() : {t([m, n])}
   %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}
   %mm = linalg.matmul ins(%x, %wt : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}
-  %r = linalg.generic {{indexing_maps = [#bias, #id, #id], iterator_types = ["parallel", "parallel"]}}
+"""
+    if not epilogue:
+        return head + f"  return %mm : {t([m, n])}\n}}"
+    return head + f"""  %r = linalg.generic {{indexing_maps = [#bias, #id, #id], iterator_types = ["parallel", "parallel"]}}
       ins(%bias, %mm : {t([n])}, {t([m, n])}) outs(%e : {t([m, n])}) {{
   ^bb0(%bi: f32, %v: f32, %o: f32):
     %s = arith.addf %bi, %v : f32
@@ -664,20 +670,6 @@ def test_row_block_rule():
     assert block(-1, 256, 256, cfg) == 0  # dynamic rows
 
 
-def linear_text(m, k, n) -> str:
-    """x @ W^T with no epilogue, W [n, k] an input packed per call into column panels."""
-    return f"""
-func.func @linear(%x: {t([m, k])}, %w: {t([n, k])}) -> {t([m, n])} {{
-  %z = arith.constant 0.0 : f32
-  %e0 = tensor.empty() : {t([k, n])}
-  %wt = linalg.transpose ins(%w : {t([n, k])}) outs(%e0 : {t([k, n])}) permutation = [1, 0]
-  %e = tensor.empty() : {t([m, n])}
-  %c = linalg.fill ins(%z : f32) outs(%e : {t([m, n])}) -> {t([m, n])}
-  %mm = linalg.matmul ins(%x, %wt : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}
-  return %mm : {t([m, n])}
-}}"""
-
-
 @needs_simd
 @pytest.mark.parametrize("kind,m,k,n,threads", [
     ("matmul+epilogue", 2100, 256, 100, 1),  # B copied per panel; five blocks of 420 rows;
@@ -693,7 +685,7 @@ def test_rows_in_blocks(kind, m, k, n, threads):
     panels, on every root the kernel can have, with static and shorter last blocks."""
     assert strategy.row_block(m, k, k, strategy.KernelConfig(16, 6, 64, 2048, l2_bytes=ISA.l2_kib << 10)) > 0
     text = {"matmul+epilogue": matmul_bias_relu_text, "matmul": matmul_text, "linear+epilogue": linear_relu_text,
-            "linear": linear_text}[kind](m, k, n)
+            "linear": partial(linear_relu_text, epilogue=False)}[kind](m, k, n)
     fn = compile_linalg_text(text, threads=threads)
     x = rand(m, k)
     w = rand(n, k) if kind.startswith("linear") else rand(k, n)

@@ -21,7 +21,12 @@ from etc.passes.pass_api import function_pass
                "Before one-shot-bufferize: an op taking one tensor.empty twice gets a tensor.empty per operand")
 def distinct_inits(module, options=None) -> int:
     ops = []
-    module.walk(lambda o: (ops.append(o) if len(o.operands) > 1 else None, ir.WalkResult.ADVANCE)[1])
+
+    def visit(op):
+        if len(op.operands) > 1:  # an op can repeat an operand only if it has two
+            ops.append(op)
+        return ir.WalkResult.ADVANCE
+    module.walk(visit)
     split = 0
     for op in ops:
         seen = set()
