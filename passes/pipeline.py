@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from typing import Any, TextIO
 
 from etc.errors import EtcError, PassError, VerificationError
@@ -267,17 +268,40 @@ class Pipeline:
         self._verify, self._print = verify, print_ir_after_all
         self._stream = print_stream if print_stream is not None else sys.stderr
         self._print_options = dict(print_options or {})
+        self._seconds = [0.0] * len(self.steps)
+        self._verifier_seconds = 0.0
         i = 0
         while i < len(self.steps):
             if self.steps[i].python_pass is not None:
-                self._run_python(op, self.steps[i])
+                self._run_python(op, i)
                 i += 1
                 continue
             j = i
             while j < len(self.steps) and self.steps[j].python_pass is None:
                 j += 1
-            self._run_upstream(op, self.steps[i:j])
+            self._run_upstream(op, i, j)
             i = j
+
+    def timings(self) -> list[tuple[str, float]]:
+        """(pass label, wall seconds) of every pass of the last run, in pipeline order, then
+        ("(verifier)", seconds) for the verification and printing between passes. Upstream passes
+        that run back to back in one pass manager are told apart by the markers between them."""
+        seconds = getattr(self, "_seconds", None)
+        if seconds is None:
+            return []
+        return [(step.label, t) for step, t in zip(self.steps, seconds)] + [("(verifier)", self._verifier_seconds)]
+
+    def timing_report(self) -> str:
+        """`timings()` as mlir-opt's `--mlir-timing` prints its execution time report."""
+        rows = self.timings()
+        total = sum(t for _, t in rows)
+        rule = "===" + "-" * 73 + "==="
+        lines = [rule, "... Execution time report ...".center(79).rstrip(), rule,
+                 f"  Total Execution Time: {total:.4f} seconds", "", "  ----Wall Time----  ----Name----"]
+        for label, t in rows + [("Total", total)]:
+            share = 100.0 * t / total if total else 0.0
+            lines.append(f"  {t:8.4f} ({share:5.1f}%)  {label}")
+        return "\n".join(lines) + "\n"
 
     def statistics(self) -> list[tuple[str, dict]]:
         """(pass name, statistics) of each Python pass that counted something, in pipeline order."""
@@ -295,9 +319,11 @@ class Pipeline:
                         found += self._anchored(child.operation, path[1:])
         return found
 
-    def _run_python(self, op, step: Step) -> None:
+    def _run_python(self, op, index: int) -> None:
         from etc.errors import EtcError, InternalError
 
+        step = self.steps[index]
+        start = time.perf_counter()
         for target in self._anchored(op, step.path):
             try:
                 step.python_pass.run(target)
@@ -315,9 +341,17 @@ class Pipeline:
                     location=str(target.location),
                     notes=["this is a bug in etc, not in your program: please report it with the input IR "
                            "(etc-opt --mlir-print-ir-after-all shows the IR each pass received)"]) from exc
+        self._seconds[index] += time.perf_counter() - start
         self._after(op, step)
 
     def _after(self, op, step: Step) -> None:
+        start = time.perf_counter()
+        try:
+            self._verify_and_print(op, step)
+        finally:
+            self._verifier_seconds += time.perf_counter() - start
+
+    def _verify_and_print(self, op, step: Step) -> None:
         from torch_mlir import ir
 
         if self._verify:
@@ -333,20 +367,26 @@ class Pipeline:
             self._stream.write("\n")
             self._stream.flush()
 
-    def _run_upstream(self, op, steps: list[Step]) -> None:
+    def _run_upstream(self, op, first: int, end: int) -> None:
+        """Steps first..end-1 (all upstream) in one pass manager, a marker after each."""
         from torch_mlir import ir, passmanager
 
+        steps = self.steps[first:end]
         pm = passmanager.PassManager(self.root.anchor, context=op.context)
         pm.enable_verifier(False)  # the markers verify, so that a failure names its pass
         done = []
+        clock = [time.perf_counter()]  # when the pass after the last marker started
         for step in steps:
             pm.add(step.nested_text())
 
             def marker(target, _pass=None, step=step):
+                self._seconds[first + len(done)] += time.perf_counter() - clock[0]
                 done.append(step)
                 self._after(target, step)
+                clock[0] = time.perf_counter()
 
             pm.add(marker, f"after-{step.element.name}")
+        clock[0] = time.perf_counter()
         try:
             pm.run(op)
         except ir.MLIRError as exc:

@@ -5,6 +5,7 @@
     etc-opt - --pass-pipeline='builtin.module(func.func(etc-dce, canonicalize), cse)'
     etc-opt input.mlir --split-input-file --verify-diagnostics --etc-convert-aten-to-edge
     etc-opt input.mlir --etc-dce --mlir-pass-statistics      # what each pass counted
+    etc-opt input.mlir --etc-dce --mlir-timing               # where the time went, pass by pass
     etc-opt --list-passes
     etc-opt input.mlir --load-pass-plugin=my_passes.py --my-pass   # a user's passes
 
@@ -41,8 +42,8 @@ _LOCATION_RE = re.compile(r"^(?P<file>.*):(?P<line>\d+):(?P<col>\d+)$")
 
 _OWN_FLAGS = ("o", "pass-pipeline", "split-input-file", "mlir-print-ir-after-all", "list-passes",
               "verify-diagnostics", "mlir-print-debuginfo", "allow-unregistered-dialect",
-              "mlir-print-op-generic", "mlir-pass-statistics", "dump-pass-pipeline", "verify-each", "help", "h",
-              "load-pass-plugin")
+              "mlir-print-op-generic", "mlir-pass-statistics", "mlir-timing", "dump-pass-pipeline", "verify-each",
+              "help", "h", "load-pass-plugin")
 
 
 # ------------------------------------------------------------- diagnostics
@@ -285,6 +286,8 @@ def _parser(pass_classes) -> argparse.ArgumentParser:
                         help="print the pipeline, with every option of etc's passes, to stderr")
     parser.add_argument("--mlir-pass-statistics", action="store_true",
                         help="print what each etc pass counted (to stderr)")
+    parser.add_argument("--mlir-timing", action="store_true",
+                        help="print each pass's wall time and the verifier's after the run (to stderr)")
     parser.add_argument("--allow-unregistered-dialect", action="store_true",
                         help="accept ops of dialects that are not registered")
     parser.add_argument("--verify-each", default="true", choices=("true", "false", "1", "0"),
@@ -391,6 +394,8 @@ class _Run:
                     for name, counts in pipeline.statistics():
                         items = ", ".join(f"{key} = {value}" for key, value in counts.items())
                         sys.stderr.write(f"// pass statistics: {name}: {items}\n")
+                if args.mlir_timing:
+                    sys.stderr.write(pipeline.timing_report())
                 buffer = io.StringIO()
                 module.print(file=buffer, assume_verified=True, **print_options)
         except ir.MLIRError as exc:
