@@ -179,6 +179,8 @@ def main(argv=None) -> int:
     with_executorch = executorch_available()
     et_threads = executorch_threads(1) if with_executorch else None
     parts = []
+    minutes = []  # (section, wall minutes): so a whole run can be planned on a quiet machine
+    started = time.monotonic()
     if "zoo" in sections:
         from etc.models.zoo import BENCH_ONLY, ZOO
 
@@ -196,12 +198,19 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 gemm_text = f"GEMM benchmark failed: {type(e).__name__}: {e}"
         parts.append(render(rows, with_executorch, gemm_text, et_threads, header=False))
+        minutes.append(("zoo", (time.monotonic() - started) / 60))
     for key, title, body in _SECTIONS:
         if key in sections:
+            section_start = time.monotonic()
             parts.append(_section(title, body, args))
+            minutes.append((key, (time.monotonic() - section_start) / 60))
+            print(f"[bench] {key} took {minutes[-1][1]:.1f} min", file=sys.stderr, flush=True)
+    took = (f"This run took {(time.monotonic() - started) / 60:.0f} min: "
+            + ", ".join(f"{key} {m:.1f}" for key, m in minutes) + ".\n")
     summary = [(part.splitlines()[0].removeprefix("## "), line) for part in parts for line in part.splitlines()
                if line.startswith("**Geomean")]
-    text = "\n".join(_header() + [f"{line} See {title}.\n" for title, line in summary]) + "\n" + "\n".join(parts)
+    text = "\n".join(_header() + [took] + [f"{line} See {title}.\n" for title, line in summary]) + "\n" + \
+        "\n".join(parts)
     with open(args.output, "w") as f:
         f.write(text)
     print(text)
