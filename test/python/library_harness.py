@@ -259,6 +259,29 @@ def siren_mlp():
     return SirenMLP().eval(), (torch.randn(4, 16),)
 
 
+def long_attention():
+    """Causal self-attention over 256 tokens, two heads of 16: long enough that the cpu target takes
+    its flash kernel (scores in tiles, never materialized; key tiles above the diagonal skipped, the
+    diagonal's masked), where it has one."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class LongAttention(nn.Module):
+        def __init__(self, width=32, heads=2):
+            super().__init__()
+            self.qkv, self.out, self.heads = nn.Linear(width, 3 * width), nn.Linear(width, width), heads
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+    torch.manual_seed(0)
+    return LongAttention().eval(), (torch.randn(1, 256, 32),)
+
+
 def running_cache():
     """A KV-cache-like stateful model: each call writes a projected row into a buffer (index_copy_, in
     place in the delegate) and counts calls in another (written by copy)."""

@@ -12,7 +12,9 @@ in one program: their symbols must not clash), run, and each output compared wit
 
 The models: a CNN, an MLP calling libm (sinf, cosf, logf, atanf), an int8 CNN (PT2E with
 CpuQuantizer), a dynamic batch (sizes 1..32, and sizes outside it refused), a program of two
-methods, and a stateful model (a cache updated in place, a counter by copy). A missing toolchain
+methods, and a stateful model (a cache updated in place, a counter by copy); on x86-64 and AArch64
+also causal attention over 256 tokens through the flash kernel (the boards' RAM would
+not hold what the other attention lowerings materialize). A missing toolchain
 is a failure that says to run `make toolchains`, never a skip.
 """
 
@@ -31,10 +33,12 @@ import etc
 from etc.targets.cpu import CpuPartitioner
 from etc.targets.cpu import firmware
 
-from library_harness import Case, harness_source, run, running_cache, siren_mlp  # noqa: E402
+from library_harness import Case, harness_source, long_attention, run, running_cache, siren_mlp  # noqa: E402
 from etc.models.zoo import ZOO  # noqa: E402
 
 MODELS = ("small_cnn", "siren_mlp", "small_cnn_int8", "dynamic_batch", "two_methods", "running_cache")
+LINUX_MODELS = MODELS + ("long_attention",)  # the targets with the flash attention kernel
+_BUILDERS = {"siren_mlp": siren_mlp, "running_cache": running_cache, "long_attention": long_attention}
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,8 +49,8 @@ def _model(name: str):
 
         zoo, converted, ep = quantized_zoo("small_cnn")
         return {"forward": ep}, {"forward": converted}, zoo.example_inputs
-    if name in ("siren_mlp", "running_cache"):
-        module, inputs = siren_mlp() if name == "siren_mlp" else running_cache()
+    if name in _BUILDERS:
+        module, inputs = _BUILDERS[name]()
         return {"forward": torch.export.export(module, inputs)}, {"forward": module}, inputs
     zoo = ZOO[name]()
     eager = {"forward": zoo.module, **{m: module for m, (module, _) in zoo.methods.items()}}
@@ -56,6 +60,8 @@ def _model(name: str):
 def _library(name: str, target: str, directory):
     programs, _, _ = _model(name)
     edge = etc.to_edge(programs).to_backend(CpuPartitioner(target=target))
+    if name == "long_attention":
+        assert "attention -> flash" in edge.delegation_info(), edge.delegation_info()
     return edge.to_library(directory / name, name, verbose=False)
 
 
@@ -98,10 +104,11 @@ def _cases(name: str, library) -> list:
         return cases
 
 
-def _build_all(target: str, directory) -> tuple[list, list]:
-    libraries = [_library(name, target, directory) for name in MODELS]
-    cases = [case for name, library in zip(MODELS, libraries) for case in _cases(name, library)]
+def _build_all(target: str, directory, models=MODELS) -> tuple[list, list]:
+    libraries = [_library(name, target, directory) for name in models]
+    cases = [case for name, library in zip(models, libraries) for case in _cases(name, library)]
     return libraries, cases
+
 
 
 def _check(done: subprocess.CompletedProcess, what: str) -> str:
@@ -112,7 +119,7 @@ def _check(done: subprocess.CompletedProcess, what: str) -> str:
 
 def test_host_libraries_match_eager_natively_and_under_address_sanitizer(tmp_path):
     cc = firmware.require_tool("gcc")
-    libraries, cases = _build_all("host", tmp_path)
+    libraries, cases = _build_all("host", tmp_path, LINUX_MODELS)
     source = tmp_path / "harness.c"
     source.write_text(harness_source(cases, mode="guard"))
     includes = [f"-I{lib.directory}" for lib in libraries]
@@ -130,7 +137,7 @@ def test_host_libraries_match_eager_natively_and_under_address_sanitizer(tmp_pat
 def test_aarch64_libraries_match_eager_under_qemu(tmp_path):
     cc = firmware.require_tool("aarch64-linux-gnu-gcc")
     qemu = firmware.require_tool("qemu-aarch64")
-    libraries, cases = _build_all("aarch64-linux-gnu", tmp_path)
+    libraries, cases = _build_all("aarch64-linux-gnu", tmp_path, LINUX_MODELS)
     source = tmp_path / "harness.c"
     source.write_text(harness_source(cases, mode="static"))
     binary = tmp_path / "harness"

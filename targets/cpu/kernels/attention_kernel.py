@@ -3,7 +3,7 @@
     for each batch-head (split across threads)
       for each block of `block` query rows (8 register tiles of rows; then the rows left)
         m = -inf, l = 0, acc[Dv] = 0 for each row        (the block's state: small buffers, in L1)
-        for each tile of `key_tile` keys j0 (128; the keys left: a last tile, masked past its end)
+        for each tile of `key_tile` keys j0 (128, 64 on NEON; the keys left: a last tile, masked past its end)
           [skipped when the additive mask is -inf over the whole tile for the block: causal]
           1. S = Q K^T[:, tile] (op) scale (op) mask      a register-tiled GEMM (rows x vectors of keys,
                                                           FMA over the head dim), the score ops applied
@@ -45,7 +45,11 @@ def register_tile(registers: int) -> tuple[int, int]:
 
 
 class Kernel:
-    def __init__(self, a: Attention, lanes: int, registers: int, key_tile: int = 128, block_tiles: int = 8):
+    # A key tile is 128 keys, at most 16 vectors of them (64 keys on 4-lane NEON): the kernel's text
+    # unrolls a tile's vectors, and one-shot-bufferize's time grows faster than the text (Q K^T's
+    # tile of 32 NEON vectors took 3.5 s to bufferize, 16 take 0.6 s; x86 keeps 128).
+    def __init__(self, a: Attention, lanes: int, registers: int, key_tile: int = 128, key_vectors: int = 16,
+                 block_tiles: int = 8):
         self.a, self.lanes = a, lanes
         self.rows, self.cols = register_tile(registers)
         self.w = KernelText()
@@ -58,7 +62,7 @@ class Kernel:
         self.ot = tensor_type([a.batch, a.rows, a.value_dim])
         self.nv = -(-a.value_dim // lanes)
         self.block = min(self.rows * block_tiles, a.rows)
-        self.key_tile = min(key_tile, -(-a.keys // lanes) * lanes)
+        self.key_tile = min(key_tile, key_vectors * lanes, -(-a.keys // lanes) * lanes)
         self.st = tensor_type([self.block, self.key_tile])  # a block's scores, then probabilities
         self.acct = tensor_type([self.block, self.nv * lanes])  # its accumulators (Dv padded to whole vectors)
         self.mlt = tensor_type([2, self.block])  # its running max (row 0) and sum (row 1)

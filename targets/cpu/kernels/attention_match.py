@@ -416,4 +416,5 @@ def _check_private(a: Attention) -> None:
         for r in o.results:
             for u in users(r, []):
                 if u not in members:
-                    raise NotTaken("the scores or probabilities are read elsewhere (the model returns them)")
+                    reader = "the model returns them" if u.name == "func.return" else f"{u.name} reads them"
+                    raise NotTaken(f"the scores or probabilities are read elsewhere ({reader})")
