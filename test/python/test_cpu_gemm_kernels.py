@@ -699,3 +699,39 @@ def test_rows_in_blocks(kind, m, k, n, threads):
     assert rel_error(out, expected) < 1e-5
     if kind.startswith("matmul"):
         assert "rows in blocks of" in [d for d in fn.decisions if d.kind == "contraction"][0].reason
+
+
+class _PackedWeights(torch.nn.Module):
+    """A Linear over K split into blocks (7000 = 4 x 1750) and a transposed 3x3 convolution (36
+    pixels as rows, its filters a packed weight), each read by several row blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.long_k = torch.nn.Linear(7000, 130)
+        self.conv = torch.nn.Conv2d(40, 192, 3, padding=1)
+
+    def forward(self, x, image):
+        return torch.relu(self.long_k(x)), self.conv(image)
+
+
+@needs_simd
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_weights_prefetched_a_panel_ahead(threads):
+    """Weights packed when the blob is built (constants of the program, not inputs): their k loops
+    prefetch the next panel or K block (etc-cpu-prefetch-gemm-tiles), past the last one beyond
+    the weight's end; the results are torch's, with the panels shared by two threads too."""
+    import etc
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    model = _PackedWeights().eval()
+    inputs = (torch.randn(37, 7000), torch.randn(1, 40, 6, 6))
+    partitioner = CpuPartitioner(num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    program = etc.to_edge(torch.export.export(model, inputs)).to_backend(partitioner).to_executorch()
+    method = Runtime.get().load_program(program.buffer).load_method("forward")
+    with torch.no_grad():
+        want = model(*inputs)
+    for got, w in zip(method.execute([x.numpy() for x in inputs]), want):
+        assert rel_error(got, w.numpy()) < 1e-5

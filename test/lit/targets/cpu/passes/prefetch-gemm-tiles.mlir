@@ -64,3 +64,68 @@ func.func @tile(%a: memref<2x8xf32>, %b: memref<8x32xf32>, %c: memref<4x64xf32>,
   vector.transfer_write %acc3, %c[%i, %j] {in_bounds = [true, true]} : vector<2x32xf32>, memref<4x64xf32>
   return
 }
+
+// A packed weight (a function argument [panels, K, nr], contiguous) read by the k loops of two
+// row blocks of 6 rows (the loop around reads A at its variable): besides the rows 16 ahead (into
+// L1), each k step prefetches (into L2, locality 2) one line of the next panel, 8 k rows further
+// (the loop's length): row block r at step s the line r*8 + s (S = 2 lines x 8 rows / 2 blocks),
+// its column the line times 16 f32. A K block's k loop (the row read at kb + k) gets the same
+// prefetches, its rows moved back to the block's start before moving on.
+// CHECK-LABEL: func.func @packed_panels(
+// CHECK-SAME: %[[A:[a-z0-9]+]]: memref<12x8xf32>, %[[B:[a-z0-9]+]]: memref<2x8x32xf32>, %[[JB:[a-z0-9]+]]: index
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[AHEAD:.*]] = arith.addi %[[K]], %{{.*}}
+// CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD]], %{{.*}}], read, locality<3>, data
+// CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD]], %{{.*}}], read, locality<3>, data
+// CHECK: %[[BLOCK:.*]] = arith.divui %{{.*}}, %c6
+// CHECK: %[[STEP:.*]] = arith.subi %[[K]], %{{.*}}
+// CHECK: %[[R8:.*]] = arith.muli %[[BLOCK]], %c8
+// CHECK: %[[S1:.*]] = arith.muli %[[STEP]], %c1
+// CHECK: %[[LINE:.*]] = arith.addi %[[R8]], %[[S1]]
+// CHECK: %[[BACK:.*]] = arith.subi %[[K]], %[[STEP]]
+// CHECK: %[[ROW:.*]] = arith.addi %[[BACK]], %c8
+// CHECK: %[[COL:.*]] = arith.muli %[[LINE]], %c16
+// CHECK: memref.prefetch %[[B]][%[[JB]], %[[ROW]], %[[COL]]], read, locality<2>, data
+// CHECK-NOT: memref.prefetch
+// CHECK: vector.transfer_read %[[B]]
+// CHECK: {etc.cpu.gemm_k_loop}
+// CHECK: scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[KK:.*]] = affine.apply #{{.*}}()[%{{.*}}, %[[KB]]]
+// CHECK: %[[AHEAD2:.*]] = arith.addi %[[KK]], %{{.*}}
+// CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD2]], %{{.*}}], read, locality<3>, data
+// CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD2]], %{{.*}}], read, locality<3>, data
+// CHECK: memref.prefetch %[[B]][%[[JB]], %{{.*}}, %{{.*}}], read, locality<2>, data
+// CHECK-NOT: memref.prefetch
+// CHECK: {etc.cpu.gemm_k_loop}
+func.func @packed_panels(%a: memref<12x8xf32>, %b: memref<2x8x32xf32>, %jb: index, %c: memref<12x32xf32>,
+                         %kb: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c6 = arith.constant 6 : index
+  %c8 = arith.constant 8 : index
+  %c12 = arith.constant 12 : index
+  %z = arith.constant dense<0.0> : vector<6x32xf32>
+  %f = arith.constant 0.0 : f32
+  scf.for %i = %c0 to %c12 step %c6 {
+    %acc = scf.for %k = %c0 to %c8 step %c1 iter_args(%v = %z) -> (vector<6x32xf32>) {
+      %col = vector.transfer_read %a[%i, %k], %f {in_bounds = [true, true]} : memref<12x8xf32>, vector<6x1xf32>
+      %row = vector.transfer_read %b[%jb, %k, %c0], %f {in_bounds = [true, true]} : memref<2x8x32xf32>, vector<1x32xf32>
+      %y = vector.broadcast %row : vector<1x32xf32> to vector<6x32xf32>
+      %s = arith.addf %v, %y : vector<6x32xf32>
+      scf.yield %s : vector<6x32xf32>
+    } {etc.cpu.gemm_k_loop}
+    vector.transfer_write %acc, %c[%i, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<12x32xf32>
+    %acc2 = scf.for %k = %c0 to %c4 step %c1 iter_args(%v = %z) -> (vector<6x32xf32>) {
+      %kk = affine.apply affine_map<()[s0, s1] -> (s0 + s1)>()[%kb, %k]
+      %col = vector.transfer_read %a[%i, %kk], %f {in_bounds = [true, true]} : memref<12x8xf32>, vector<6x1xf32>
+      %row = vector.transfer_read %b[%jb, %kk, %c0], %f {in_bounds = [true, true]} : memref<2x8x32xf32>, vector<1x32xf32>
+      %y = vector.broadcast %row : vector<1x32xf32> to vector<6x32xf32>
+      %s = arith.addf %v, %y : vector<6x32xf32>
+      scf.yield %s : vector<6x32xf32>
+    } {etc.cpu.gemm_k_loop}
+    vector.transfer_write %acc2, %c[%i, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<12x32xf32>
+  }
+  return
+}
