@@ -176,6 +176,9 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
         blocks = f"%lm{n}, " if mc else ""
         emit(f"%t{n}, %lb{n}, {blocks}%lj{n} = transform.structured.tile_using_for %e{n} tile_sizes {sizes} "
              f": ({ANY_OP}) -> ({ANY_OP}, {ANY_OP}, {ANY_OP}{', ' + ANY_OP if mc else ''})")
+        # Batches are independent too (attention's heads): the threaded entry may share them
+        # instead of the panels (parallel.choose_split; a batch of one folds away).
+        emit(f"transform.annotate %lb{n} \"{THREAD_SPLIT}\" : {ANY_OP}")
         producers = []
         if epilogue:
             match(f"%gm{n}", tag)
