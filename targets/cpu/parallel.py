@@ -274,11 +274,36 @@ def partition_top_level_loops(fn, threads: int = 2) -> int:
                 continue
             # Anything else (a reduction loop, the straight-line tail of a tile, a store) runs on
             # thread 0, with the ops around it that use its results, under one guard and barrier.
+            # A loop nest among them is a visible decision (the report says why).
+            if name in ("scf.for", "scf.parallel"):
+                _record_one_thread(op)
             run.append(op)
             depends.update(op.results)
         if run:
             run_on_thread_zero(run)
     return barriers
+
+
+def _record_one_thread(nest) -> None:
+    """Record that top-level loop nest `nest` runs on thread 0 only, and why (`etc.cpu.decisions`)."""
+    from etc.targets.cpu import decisions
+
+    marked = []
+
+    def visit(inner):
+        if inner.name == "scf.for" and THREAD_SPLIT in inner.attributes:
+            marked.append(inner)
+        return ir.WalkResult.ADVANCE
+
+    nest.walk(visit)
+    if marked:
+        why = ("its loops marked etc.thread_split are not reachable through perfectly nested loops (other "
+               "work with effects sits beside them)")
+    elif nest.name == "scf.for" and len(nest.results):
+        why = "a loop carrying values from one iteration to the next"
+    else:
+        why = "no loop of the nest is marked etc.thread_split (independent iterations)"
+    decisions.record(nest, "threads", "one-thread", f"a loop nest runs on thread 0: {why}")
 
 
 def _top_level_ancestor(op, block):
