@@ -267,6 +267,9 @@ def partition_top_level_loops(fn, threads: int = 2) -> int:
                     run_on_thread_zero(run)
                     run, depends = [], set()
                 if split is not None:
+                    split, rests = split
+                    for rest in rests:
+                        _run_rest_once(rest, tid, nthreads)
                     _split_for(split, tid, nthreads)
                 else:
                     _split_parallel(op, tid, nthreads)
@@ -440,26 +443,164 @@ def choose_split(trips: list, threads: int) -> "int | None":
 
 
 def _thread_split_loop(op, threads: int):
-    """The `etc.thread_split` scf.for at or under top-level loop `op` the threads share, or None.
+    """(the `etc.thread_split` scf.for at or under top-level loop `op` the threads share, the
+    rests to run on one thread: lists of ops beside a loop on the way), or None.
 
     Loops are followed down while every loop on the way holds only pure ops besides the next
-    loop (all threads may run those loops, each doing its chunk of the one marked); of the
-    marked loops met on the way (a GEMM's batch and column panels, a row kernel's every row
-    dimension, a blocked transpose's block loops), `choose_split` picks by balance."""
-    marked = []
+    loop (all threads may run those loops, each doing its chunk of the one marked), or besides
+    it a rest proved independent of it (`_independent_rest`: a GEMM panel's peeled partial row
+    block, which writes rows the loop never touches); of the marked loops met on the way (a
+    GEMM's batch, column panels and row tiles, a row kernel's every row dimension, a blocked
+    transpose's block loops), `choose_split` picks by balance. A rest inside the loop chosen
+    (or above it) is every thread's own work; beside the chosen loop or below, it must run once."""
+    marked, rests = [], []  # rests[i]: (the ops beside the i-th loop of the chain, number of marked loops above)
     current = op
     while current.name == "scf.for" and not len(current.results):
         if THREAD_SPLIT in current.attributes:
             marked.append(current)
-        inner = [o.operation for o in current.regions[0].blocks[0].operations
-                 if o.operation.name != "scf.yield" and not o.operation.name.startswith(PURE_PREFIXES)]
-        if len(inner) != 1:
+        body = [o.operation for o in current.regions[0].blocks[0].operations if o.operation.name != "scf.yield"]
+        inner = [o for o in body if not o.name.startswith(PURE_PREFIXES)]
+        if len(inner) == 1:
+            current = inner[0]
+            continue
+        loops = [o for o in inner if o.name == "scf.for" and not len(o.results) and _has_mark(o)]
+        rest = _independent_rest(loops[0], body) if len(loops) == 1 else None
+        if rest is None:
             break
-        current = inner[0]
+        rests.append((rest, len(marked)))
+        current = loops[0]
     if not marked:
         return None
     chosen = choose_split([_static_trips(loop) for loop in marked], threads)
-    return marked[0] if chosen is None else marked[chosen]
+    chosen = 0 if chosen is None else chosen
+    # a rest in the body of a loop at or below the chosen one (`above`: marked loops at or above
+    # it, so more than `chosen`) is in every thread's chunk; one above it runs on one thread
+    return marked[chosen], [rest for rest, above in rests if above <= chosen]
+
+
+def _has_mark(loop) -> bool:
+    found = []
+
+    def visit(inner):
+        if inner.name == "scf.for" and THREAD_SPLIT in inner.attributes:
+            found.append(inner)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    loop.walk(visit)
+    return bool(found)
+
+
+_ROW_WRITES = ("vector.transfer_write", "memref.store")
+_ROW_READS = ("vector.transfer_read", "memref.load", "vector.load")
+
+
+def _independent_rest(loop, body: list) -> "list | None":
+    """The ops of `body` (a loop's) besides `loop` and what it uses, when they are independent
+    of `loop`'s iterations, else None. Proved for the shape of a GEMM panel's peeled row block:
+    `loop` (static bounds) writes only through `vector.transfer_write`/`memref.store` at
+    [iv, ...] (vectors no taller than its step) into views defined outside it; the rest writes
+    only into those views at constant rows past the last row `loop` writes; neither reads the
+    buffers those views are of; the rest's results are used only by the rest."""
+    lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
+    if None in (lb, ub, step) or step <= 0 or ub <= lb:
+        return None
+    iv = loop.regions[0].blocks[0].arguments[0]
+    position = {o: i for i, o in enumerate(body)}
+    needed, stack = set(), [loop]
+    while stack:  # the ops of the body `loop` uses, directly or through the ops nested in it
+        current = stack.pop()
+        operands = []
+
+        def collect(inner):
+            operands.extend(inner.operands)
+            return ir.WalkResult.ADVANCE
+
+        current.walk(collect)
+        for v in operands:
+            owner = v.owner
+            if isinstance(owner, ir.Block):
+                continue
+            owner = as_operation(owner)
+            if owner in position and owner not in needed and owner != loop:
+                if not owner.name.startswith(PURE_PREFIXES):
+                    return None
+                needed.add(owner)
+                stack.append(owner)
+    rest = [o for o in body if o != loop and o not in needed]
+    if not rest:
+        return None
+    rest_set = set(rest)
+    for o in rest:
+        for result in o.results:
+            for use in result.uses:
+                user = as_operation(use.owner)
+                while user not in position and user.parent is not None:
+                    user = user.parent
+                if user not in rest_set:
+                    return None
+    views, bad, rows_end = set(), [False], [lb]
+    last = lb + ((ub - lb - 1) // step) * step
+
+    def loop_write(inner):
+        name = inner.name
+        if name in _ROW_WRITES:
+            view = inner.operands[1]
+            first = list(inner.operands)[2] if len(inner.operands) > 2 else None
+            height = ir.VectorType(inner.operands[0].type).shape[0] if name == "vector.transfer_write" else 1
+            if first != iv or height > step or not isinstance(view.owner, ir.Block) and as_operation(view.owner) in position \
+                    and as_operation(view.owner) not in needed:
+                bad[0] = True
+            views.add(view)
+            rows_end[0] = max(rows_end[0], last + height)
+        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
+            bad[0] = True
+        return ir.WalkResult.ADVANCE
+
+    loop.walk(loop_write)
+    if bad[0] or not views:
+        return None
+    bases = {_base(v) for v in views}
+
+    def rest_ok(inner):
+        name = inner.name
+        if name in _ROW_WRITES:
+            row = _const_index(list(inner.operands)[2]) if len(inner.operands) > 2 else None
+            if inner.operands[1] not in views or row is None or row < rows_end[0]:
+                bad[0] = True
+        elif name in _ROW_READS and _base(inner.operands[0]) in bases:
+            bad[0] = True
+        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
+            bad[0] = True
+        return ir.WalkResult.ADVANCE
+
+    for o in rest:
+        o.walk(rest_ok)
+
+    def loop_reads(inner):
+        if inner.name in _ROW_READS and _base(inner.operands[0]) in bases:
+            bad[0] = True
+        return ir.WalkResult.ADVANCE
+
+    loop.walk(loop_reads)
+    return None if bad[0] else rest
+
+
+def _run_rest_once(rest: list, tid, nthreads) -> None:
+    """Move `rest` (ops of one loop body, in order) under `if tid == nthreads - 1` at the end of
+    that body: the last thread, whose chunk (ceil-sized chunks) is the smallest."""
+    from torch_mlir.dialects import arith, scf
+
+    block_ops = [o.operation for o in rest[0].block.operations]
+    terminator = block_ops[-1]
+    with ir.InsertionPoint(terminator), rest[0].location:
+        one = arith.ConstantOp(ir.IndexType.get(), 1).result
+        last = arith.SubIOp(nthreads, one).result
+        guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, tid, last).result)
+    with ir.InsertionPoint(guard.then_block):
+        end = scf.YieldOp([])
+    for o in rest:
+        o.move_before(end)
 
 
 def _chunk(lb, ub, step, tid, nthreads):

@@ -185,3 +185,63 @@ func.func @unmarked(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, 
   }
   return
 }
+
+// -----
+
+// A GEMM panel's peeled partial row block beside its row loop (rows 0..155 in tiles of 6, then
+// rows 156..159): the rest writes only rows the loop never writes and reads nothing either
+// writes, so the threads share the row tiles (3 panels would leave one thread idle a quarter of
+// the time) and the last thread alone runs the rest, in each panel, with no barrier in between.
+// CHECK-LABEL: func.func @row_rest
+// CHECK: scf.for %{{.*}} = %c0 to %c192 step %c64 {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c6 {
+// CHECK: } {etc.thread_split}
+// CHECK: %[[LAST:.*]] = arith.subi %arg4, %{{.*}} : index
+// CHECK: %[[IS:.*]] = arith.cmpi eq, %arg3, %[[LAST]] : index
+// CHECK: scf.if %[[IS]] {
+// CHECK-NEXT: memref.load %arg0[%c156, %{{.*}}]
+// CHECK-NEXT: memref.store %{{.*}}, %{{.*}}[%c156, %{{.*}}]
+// CHECK: } {etc.thread_split}
+// CHECK-NEXT: call @etc_cpu_barrier
+func.func @row_rest(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<160x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c6 = arith.constant 6 : index
+  %c64 = arith.constant 64 : index
+  %c156 = arith.constant 156 : index
+  %c192 = arith.constant 192 : index
+  scf.for %p = %c0 to %c192 step %c64 {
+    %view = memref.subview %out[0, %p] [160, 64] [1, 1] : memref<160x196xf32> to memref<160x64xf32, strided<[196, 1], offset: ?>>
+    scf.for %r = %c0 to %c156 step %c6 {
+      %v = memref.load %x[%r, %p] : memref<160x196xf32>
+      memref.store %v, %view[%r, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+    } {etc.thread_split}
+    %t = memref.load %x[%c156, %p] : memref<160x196xf32>
+    memref.store %t, %view[%c156, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+  } {etc.thread_split}
+  return
+}
+
+// -----
+
+// Not a rest: it reads the rows the loop writes (row 0), so the nest stays split by panels.
+// CHECK-LABEL: func.func @dependent_rest
+// CHECK-NOT: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c64 {
+// CHECK: scf.for %{{.*}} = %c0 to %c156 step %c6 {
+func.func @dependent_rest(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<160x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c6 = arith.constant 6 : index
+  %c64 = arith.constant 64 : index
+  %c156 = arith.constant 156 : index
+  %c192 = arith.constant 192 : index
+  scf.for %p = %c0 to %c192 step %c64 {
+    %view = memref.subview %out[0, %p] [160, 64] [1, 1] : memref<160x196xf32> to memref<160x64xf32, strided<[196, 1], offset: ?>>
+    scf.for %r = %c0 to %c156 step %c6 {
+      %v = memref.load %x[%r, %p] : memref<160x196xf32>
+      memref.store %v, %view[%r, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+    } {etc.thread_split}
+    %t = memref.load %view[%c0, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+    memref.store %t, %view[%c156, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+  } {etc.thread_split}
+  return
+}
