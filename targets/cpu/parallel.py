@@ -136,8 +136,9 @@ def _const_index(value):
     return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
 
 
-def partition_top_level_loops(fn) -> int:
-    """Rewrite `fn` (memref form, top-level loop nests already `scf.parallel`) for the threaded ABI.
+def partition_top_level_loops(fn, threads: int = 2) -> int:
+    """Rewrite `fn` (memref form, top-level loop nests already `scf.parallel`) for the threaded ABI,
+    each nest's shared loop chosen for `threads` threads (`choose_split`).
 
     Appends arguments (barrier: memref<2xi32>, tid: index, nthreads: index); returns the number
     of barriers inserted.
@@ -260,12 +261,15 @@ def partition_top_level_loops(fn) -> int:
                 break
             if pure and not any(v in depends for v in op.operands):
                 continue  # every thread computes views, constants and index math
-            split = _thread_split_loop(op) if name == "scf.for" else None
+            split = _thread_split_loop(op, threads) if name == "scf.for" else None
             if name == "scf.parallel" or split is not None:
                 if run:
                     run_on_thread_zero(run)
                     run, depends = [], set()
                 if split is not None:
+                    split, rests = split
+                    for rest in rests:
+                        _run_rest_once(rest, tid, nthreads)
                     _split_for(split, tid, nthreads)
                 else:
                     _split_parallel(op, tid, nthreads)
@@ -273,11 +277,36 @@ def partition_top_level_loops(fn) -> int:
                 continue
             # Anything else (a reduction loop, the straight-line tail of a tile, a store) runs on
             # thread 0, with the ops around it that use its results, under one guard and barrier.
+            # A loop nest among them is a visible decision (the report says why).
+            if name in ("scf.for", "scf.parallel"):
+                _record_one_thread(op)
             run.append(op)
             depends.update(op.results)
         if run:
             run_on_thread_zero(run)
     return barriers
+
+
+def _record_one_thread(nest) -> None:
+    """Record that top-level loop nest `nest` runs on thread 0 only, and why (`etc.cpu.decisions`)."""
+    from etc.targets.cpu import decisions
+
+    marked = []
+
+    def visit(inner):
+        if inner.name == "scf.for" and THREAD_SPLIT in inner.attributes:
+            marked.append(inner)
+        return ir.WalkResult.ADVANCE
+
+    nest.walk(visit)
+    if marked:
+        why = ("its loops marked etc.thread_split are not reachable through perfectly nested loops (other "
+               "work with effects sits beside them)")
+    elif nest.name == "scf.for" and len(nest.results):
+        why = "a loop carrying values from one iteration to the next"
+    else:
+        why = "no loop of the nest is marked etc.thread_split (independent iterations)"
+    decisions.record(nest, "threads", "one-thread", f"a loop nest runs on thread 0: {why}")
 
 
 def _top_level_ancestor(op, block):
@@ -298,10 +327,10 @@ def insertion_after(op):
     return ir.InsertionPoint(ops[i + 1])
 
 
-def lower_with_thread_splits(module, fn) -> int:
+def lower_with_thread_splits(module, fn, threads: int = 2) -> int:
     """Lower `fn`'s top-level linalg ops (memref form) to scf.for nests in their own loop order,
-    marking in each the loop the threads share: the first of its leading parallel loops with at
-    least 4 iterations (else the longest of them). Returns how many nests were marked.
+    marking in each the loop the threads share: of its leading parallel loops, the one
+    `choose_split` picks for `threads` threads. Returns how many nests were marked.
 
     (`convert-linalg-to-parallel-loops` would put every parallel loop outside the reductions,
     undoing the default strategy's interchange: a convolution's innermost unit-stride column
@@ -330,9 +359,8 @@ def lower_with_thread_splits(module, fn) -> int:
                 if "parallel" not in it:
                     break
                 leading.append(d)
-            long_enough = [d for d in leading if trips[d] >= 4]
-            candidates = long_enough[:1] or sorted((d for d in leading if trips[d] >= 2), key=lambda d: -trips[d])[:1]
-            if not candidates:
+            chosen = choose_split([trips[d] for d in leading], threads)
+            if chosen is None:
                 continue
             op.attributes["etc.split_id"] = ir.IntegerAttr.get(i64, tagged)
             n = len(iterators)
@@ -345,7 +373,7 @@ def lower_with_thread_splits(module, fn) -> int:
                 lines.append(f"    transform.annotate %l{tagged} \"{THREAD_SPLIT}\" : !transform.any_op")
             else:
                 lines += [f"    %s{tagged}:{n} = transform.split_handle %l{tagged} : (!transform.any_op) -> ({handles})",
-                          f"    transform.annotate %s{tagged}#{candidates[0]} \"{THREAD_SPLIT}\" : !transform.any_op"]
+                          f"    transform.annotate %s{tagged}#{leading[chosen]} \"{THREAD_SPLIT}\" : !transform.any_op"]
             tagged += 1
     if lines:
         from torch_mlir.dialects.transform import interpreter
@@ -378,21 +406,201 @@ def _loop_trips(op, n: int) -> list | None:
     return None if any(t is None for t in trips) else trips
 
 
-def _thread_split_loop(op):
-    """The `etc.thread_split` scf.for at or under top-level loop `op`, when every loop on the way
-    holds only pure ops besides the next loop (so all threads may run those loops, each doing its
-    chunk of the marked one), else None."""
+def _static_trips(loop) -> "int | None":
+    """The trip count of scf.for `loop` when its bounds and step are constants."""
+    lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
+    return -(-(ub - lb) // step) if None not in (lb, ub, step) and step > 0 else None
+
+
+def idle_share(trips: "int | None", threads: int) -> float:
+    """The share of the threads' time lost waiting when `trips` equal iterations are cut into
+    `threads` contiguous chunks (ceil-sized, as `_chunk` cuts them): 0 when they divide evenly;
+    a run-time trip count counts as even (it is long, or it is not known)."""
+    if trips is None:
+        return 0.0
+    if trips <= 0:
+        return 1.0
+    return 1.0 - trips / (threads * -(-trips // threads))
+
+
+# The most time a split may leave idle before a better-balanced loop (inner, or longer) is
+# preferred: 3 iterations over 2 threads lose 25%, 7 lose 12.5%, 197 lose 0.25%.
+MAX_IDLE_SHARE = 0.1
+
+
+def choose_split(trips: list, threads: int) -> "int | None":
+    """Which of the candidate loops (outermost first, their trip counts or None when dynamic) the
+    threads share: the outermost one whose chunks leave at most `MAX_IDLE_SHARE` of the time
+    idle (`idle_share`), else the best balanced (the outermost of equals); None when every
+    candidate runs once or never (nothing to share)."""
+    useful = [i for i, t in enumerate(trips) if t is None or t >= 2]
+    if not useful:
+        return None
+    for i in useful:
+        if idle_share(trips[i], threads) <= MAX_IDLE_SHARE:
+            return i
+    return min(useful, key=lambda i: (idle_share(trips[i], threads), i))
+
+
+def _thread_split_loop(op, threads: int):
+    """(the `etc.thread_split` scf.for at or under top-level loop `op` the threads share, the
+    rests to run on one thread: lists of ops beside a loop on the way), or None.
+
+    Loops are followed down while every loop on the way holds only pure ops besides the next
+    loop (all threads may run those loops, each doing its chunk of the one marked), or besides
+    it a rest proved independent of it (`_independent_rest`: a GEMM panel's peeled partial row
+    block, which writes rows the loop never touches); of the marked loops met on the way (a
+    GEMM's batch, column panels and row tiles, a row kernel's every row dimension, a blocked
+    transpose's block loops), `choose_split` picks by balance. A rest inside the loop chosen
+    (or above it) is every thread's own work; beside the chosen loop or below, it must run once."""
+    marked, rests = [], []  # rests[i]: (the ops beside the i-th loop of the chain, number of marked loops above)
     current = op
-    while True:
-        if current.name != "scf.for" or len(current.results):
-            return None
+    while current.name == "scf.for" and not len(current.results):
         if THREAD_SPLIT in current.attributes:
-            return current
-        inner = [o.operation for o in current.regions[0].blocks[0].operations
-                 if o.operation.name != "scf.yield" and not o.operation.name.startswith(PURE_PREFIXES)]
-        if len(inner) != 1:
-            return None
-        current = inner[0]
+            marked.append(current)
+        body = [o.operation for o in current.regions[0].blocks[0].operations if o.operation.name != "scf.yield"]
+        inner = [o for o in body if not o.name.startswith(PURE_PREFIXES)]
+        if len(inner) == 1:
+            current = inner[0]
+            continue
+        loops = [o for o in inner if o.name == "scf.for" and not len(o.results) and _has_mark(o)]
+        rest = _independent_rest(loops[0], body) if len(loops) == 1 else None
+        if rest is None:
+            break
+        rests.append((rest, len(marked)))
+        current = loops[0]
+    if not marked:
+        return None
+    chosen = choose_split([_static_trips(loop) for loop in marked], threads)
+    chosen = 0 if chosen is None else chosen
+    # a rest in the body of a loop at or below the chosen one (`above`: marked loops at or above
+    # it, so more than `chosen`) is in every thread's chunk; one above it runs on one thread
+    return marked[chosen], [rest for rest, above in rests if above <= chosen]
+
+
+def _has_mark(loop) -> bool:
+    found = []
+
+    def visit(inner):
+        if inner.name == "scf.for" and THREAD_SPLIT in inner.attributes:
+            found.append(inner)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    loop.walk(visit)
+    return bool(found)
+
+
+_ROW_WRITES = ("vector.transfer_write", "memref.store")
+_ROW_READS = ("vector.transfer_read", "memref.load", "vector.load")
+
+
+def _independent_rest(loop, body: list) -> "list | None":
+    """The ops of `body` (a loop's) besides `loop` and what it uses, when they are independent
+    of `loop`'s iterations, else None. Proved for the shape of a GEMM panel's peeled row block:
+    `loop` (static bounds) writes only through `vector.transfer_write`/`memref.store` at
+    [iv, ...] (vectors no taller than its step) into views defined outside it; the rest writes
+    only into those views at constant rows past the last row `loop` writes; neither reads the
+    buffers those views are of; the rest's results are used only by the rest."""
+    lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
+    if None in (lb, ub, step) or step <= 0 or ub <= lb:
+        return None
+    iv = loop.regions[0].blocks[0].arguments[0]
+    position = {o: i for i, o in enumerate(body)}
+    needed, stack = set(), [loop]
+    while stack:  # the ops of the body `loop` uses, directly or through the ops nested in it
+        current = stack.pop()
+        operands = []
+
+        def collect(inner):
+            operands.extend(inner.operands)
+            return ir.WalkResult.ADVANCE
+
+        current.walk(collect)
+        for v in operands:
+            owner = v.owner
+            if isinstance(owner, ir.Block):
+                continue
+            owner = as_operation(owner)
+            if owner in position and owner not in needed and owner != loop:
+                if not owner.name.startswith(PURE_PREFIXES):
+                    return None
+                needed.add(owner)
+                stack.append(owner)
+    rest = [o for o in body if o != loop and o not in needed]
+    if not rest:
+        return None
+    rest_set = set(rest)
+    for o in rest:
+        for result in o.results:
+            for use in result.uses:
+                user = as_operation(use.owner)
+                while user not in position and user.parent is not None:
+                    user = user.parent
+                if user not in rest_set:
+                    return None
+    views, bad, rows_end = set(), [False], [lb]
+    last = lb + ((ub - lb - 1) // step) * step
+
+    def loop_write(inner):
+        name = inner.name
+        if name in _ROW_WRITES:
+            view = inner.operands[1]
+            first = list(inner.operands)[2] if len(inner.operands) > 2 else None
+            height = ir.VectorType(inner.operands[0].type).shape[0] if name == "vector.transfer_write" else 1
+            if first != iv or height > step or not isinstance(view.owner, ir.Block) and as_operation(view.owner) in position \
+                    and as_operation(view.owner) not in needed:
+                bad[0] = True
+            views.add(view)
+            rows_end[0] = max(rows_end[0], last + height)
+        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
+            bad[0] = True
+        return ir.WalkResult.ADVANCE
+
+    loop.walk(loop_write)
+    if bad[0] or not views:
+        return None
+    bases = {_base(v) for v in views}
+
+    def rest_ok(inner):
+        name = inner.name
+        if name in _ROW_WRITES:
+            row = _const_index(list(inner.operands)[2]) if len(inner.operands) > 2 else None
+            if inner.operands[1] not in views or row is None or row < rows_end[0]:
+                bad[0] = True
+        elif name in _ROW_READS and _base(inner.operands[0]) in bases:
+            bad[0] = True
+        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
+            bad[0] = True
+        return ir.WalkResult.ADVANCE
+
+    for o in rest:
+        o.walk(rest_ok)
+
+    def loop_reads(inner):
+        if inner.name in _ROW_READS and _base(inner.operands[0]) in bases:
+            bad[0] = True
+        return ir.WalkResult.ADVANCE
+
+    loop.walk(loop_reads)
+    return None if bad[0] else rest
+
+
+def _run_rest_once(rest: list, tid, nthreads) -> None:
+    """Move `rest` (ops of one loop body, in order) under `if tid == nthreads - 1` at the end of
+    that body: the last thread, whose chunk (ceil-sized chunks) is the smallest."""
+    from torch_mlir.dialects import arith, scf
+
+    block_ops = [o.operation for o in rest[0].block.operations]
+    terminator = block_ops[-1]
+    with ir.InsertionPoint(terminator), rest[0].location:
+        one = arith.ConstantOp(ir.IndexType.get(), 1).result
+        last = arith.SubIOp(nthreads, one).result
+        guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, tid, last).result)
+    with ir.InsertionPoint(guard.then_block):
+        end = scf.YieldOp([])
+    for o in rest:
+        o.move_before(end)
 
 
 def _chunk(lb, ub, step, tid, nthreads):

@@ -64,7 +64,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
                             f"{target.triple} has none")
     isa = isa_for(target) if tuned else ISA_TABLE["scalar"]
     ib = f"index-bitwidth={target.index_bits}"
-    loops = "etc-cpu-split-threads" if threads > 1 else "func.func(convert-linalg-to-loops)"
+    loops = f"etc-cpu-split-threads{{threads={threads}}}" if threads > 1 else "func.func(convert-linalg-to-loops)"
     # A target without a vector unit (Cortex-M) records every contraction as plain loops and has
     # no window or row kernels (they are vector code).
     windows = ([f"etc-cpu-window-kernels{{lanes={isa.lanes}}}", f"etc-cpu-grouped-kernels{{lanes={isa.lanes}}}"]

@@ -205,6 +205,64 @@ def test_threads_share_the_gemm_panels_and_match_one_thread():
     fn.close()
 
 
+class FewPanels(torch.nn.Module):
+    """What used to run on thread 0 or split 2:1: attention's batched GEMMs over 4 heads (a
+    single 16-wide panel; a partial panel beside 3 whole ones) and its softmax over [1, heads,
+    q, k], a 1x1 convolution over 14x14 pixels (3 column panels and a partial one, 96 row
+    tiles), a 3x3 one (its partial panel's im2col gather), a blocked NHWC -> NCHW permute."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(16, 576, 1)
+        self.conv = torch.nn.Conv2d(16, 24, 3, padding=1)
+
+    def forward(self, x, q, k, v):
+        a = torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v
+        y = torch.relu(self.expand(x)).mean((2, 3)) + self.conv(x).amax((2, 3)).sum()
+        return a, y, (x.permute(0, 2, 3, 1) * 2.0).permute(0, 3, 1, 2).contiguous() + x
+
+
+def test_threads_share_heads_rows_and_blocks_where_panels_are_few():
+    import etc
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 16, 14, 14), *(torch.randn(1, 4, 200, 16) for _ in range(3)))
+    model = FewPanels().eval()
+    # calibrate_threads=0: both threads run every call, even where one would be faster
+    partitioner = CpuPartitioner(num_threads=2, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    edge = etc.to_edge(torch.export.export(model, inputs)).to_backend(partitioner)
+    report = str(edge.delegation_info())
+    assert "threads -> one-thread" not in report, report  # every loop nest is shared
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    with torch.no_grad():
+        want = model(*inputs)
+    for _ in range(10):  # a race between the threads would show as a wrong row now and then
+        for g, w in zip(method.execute([t.numpy() for t in inputs]), want):
+            assert rel_error(g, w.numpy()) <= 1e-4
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_threads_share_the_fused_attentions_heads_each_with_its_own_score_buffers():
+    """The fused (flash) attention's heads split over two threads: each thread's block of scores,
+    accumulators and running max/sum are its own (they were one shared buffer: Whisper's encoder
+    on two threads computed wrong heads, 0.28 off)."""
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(1, 4, 600, 32) for _ in range(3))  # 600 keys: the fused kernel
+    program_ir, report = delegated(Attention(), inputs, num_threads=2)
+    assert "attention -> flash" in str(report), str(report)
+    want = Attention()(*inputs).numpy()
+    fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": "2", "calibrate_threads": "0"})
+    for _ in range(10):
+        assert rel_error(fn(*(t.numpy() for t in inputs)), want) <= 1e-4
+    fn.close()
+
+
 @pytest.mark.parametrize("name", ["transformer_encoder", "decoder_lm"])
 def test_threaded_transformers_reread_values_thread_zero_loaded(name):
     """A GEMM tile's straight-line tail runs on thread 0 (a single column panel has no loop to

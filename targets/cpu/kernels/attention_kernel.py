@@ -393,13 +393,13 @@ class Kernel:
         self.one = w.const(f32_literal(1.0), "f32")
         self.ninf = w.const(f32_literal(float("-inf")), "f32")
         self.zero_v, self.ninf_v = w.broadcast(self.zero, self.lanes), w.broadcast(self.ninf, self.lanes)
-        # The output, and the buffers of one block of query rows (carried through the loops: one
-        # of each, not one per block or tile): its scores/probabilities, accumulators, running max
-        # and sum.
+        # The output, and the buffers of one block of query rows (carried through the loops of a
+        # head: one of each, not one per block or tile): its scores/probabilities, accumulators,
+        # running max and sum. Those are made inside the loop over batch-heads, which the threads
+        # of a threaded entry share: each thread gets its own (an allocation inside a shared loop
+        # is a per-thread stack buffer, etc-cpu-plan-scratch); made outside and carried through
+        # it, the threads shared one and overwrote each other's scores (wrong heads on 2 threads).
         w.emit(f"%out0 = tensor.empty() : {self.ot}")
-        w.emit(f"%s0 = tensor.empty() : {self.st}")
-        w.emit(f"%acc0 = tensor.empty() : {self.acct}")
-        w.emit(f"%ml0 = tensor.empty() : {self.mlt}")
         types = [self.ot, *self.buf_types]
 
         def head(names):
@@ -426,14 +426,15 @@ class Kernel:
                 carried = self._block(w.index(main), a.rows % bq, carried)
             return carried
         res = w.fresh("heads")
-        names = [f"%h{i}" for i in range(4)]
-        w.emit(f"{res}:4 = scf.for %bh = {w.index(0)} to {w.index(a.batch)} step {w.index(1)} "
-               f"iter_args({', '.join(f'{n} = {c}' for n, c in zip(names, ['%out0', '%s0', '%acc0', '%ml0']))}) "
-               f"-> ({', '.join(types)}) {{")
+        w.emit(f"{res} = scf.for %bh = {w.index(0)} to {w.index(a.batch)} step {w.index(1)} "
+               f"iter_args(%h0 = %out0) -> ({self.ot}) {{")
         with w.nested():
-            new = head(names)
-            w.emit(f"scf.yield {', '.join(new)} : {', '.join(types)}")
+            w.emit(f"%s0 = tensor.empty() : {self.st}")
+            w.emit(f"%acc0 = tensor.empty() : {self.acct}")
+            w.emit(f"%ml0 = tensor.empty() : {self.mlt}")
+            new = head(["%h0", "%s0", "%acc0", "%ml0"])
+            w.emit(f"scf.yield {new[0]} : {self.ot}")
         w.emit(f"}} {{{THREAD_SPLIT}}}")
         args = ([f"%q: {self.qt}", f"%kt: {self.ktt}", f"%v: {self.vvt}"]
                 + [f"%side{k}: {s.value.type}" for k, s in enumerate(a.sides)])
-        return w.function(name, args, [self.ot], [f"{res}#0"], sections=[self.top, w])
+        return w.function(name, args, [self.ot], [res], sections=[self.top, w])

@@ -89,6 +89,9 @@ def _second_level(emit, fuse_into, sfx: str, panel: str, tag: str, rows: int, ep
         emit(f"%u{sfx}, %li{sfx} = transform.structured.tile_using_for {root} tile_sizes "
              f"[{tr}{cols}{'' if ep else ', 0'}] : {tile}")
         loop = fuse_into(([f"%g{sfx}"] if ep else []) + ([ini] if ini else []), f"%li{sfx}", f"rf{sfx}_")
+        # Row tiles are independent as well: with few column panels (a convolution over 14x14
+        # pixels: 3 and a partial one) the threaded entry shares the rows (parallel.choose_split).
+        emit(f"transform.annotate {loop} \"{THREAD_SPLIT}\" : {ANY_OP}")
         peel(loop, f"r{sfx}_", ("ep", "g") + (("in",) if ini else ()) if ep else ("g",) + (("in",) if ini else ()))
         return
     # K blocks of kc (the kc x nr block of B stays in L1 across the row blocks): the panel's
@@ -176,6 +179,9 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
         blocks = f"%lm{n}, " if mc else ""
         emit(f"%t{n}, %lb{n}, {blocks}%lj{n} = transform.structured.tile_using_for %e{n} tile_sizes {sizes} "
              f": ({ANY_OP}) -> ({ANY_OP}, {ANY_OP}, {ANY_OP}{', ' + ANY_OP if mc else ''})")
+        # Batches are independent too (attention's heads): the threaded entry may share them
+        # instead of the panels (parallel.choose_split; a batch of one folds away).
+        emit(f"transform.annotate %lb{n} \"{THREAD_SPLIT}\" : {ANY_OP}")
         producers = []
         if epilogue:
             match(f"%gm{n}", tag)
@@ -190,6 +196,9 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
             match(f"%cm{n}", f"{tag}_col")
             emit(f"%cf{n}, %cp{n} = transform.structured.fuse_into_containing_op %cm{n} into {panel} : {fuse}",
                  f"%ct{n}, %cl{n} = transform.structured.tile_using_for %cf{n} tile_sizes [0, 1, 0] : {tile}",
+                 # its k rows are independent (the partial panel's gather, peeled out of the panel
+                 # loop, is a loop of its own the threads may share)
+                 f"transform.annotate %cl{n} \"{THREAD_SPLIT}\" : {ANY_OP}",
                  f"transform.structured.vectorize %ct{n} vector_sizes [1, 1, {tn}] {{vectorize_nd_extract}} "
                  f": {ANY_OP}",
                  # its buffer: the panel's slice of a whole-size tensor.empty, made panel-sized; the

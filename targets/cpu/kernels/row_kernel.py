@@ -252,8 +252,9 @@ class Kernel:
         for d in reversed(range(len(g.sizes))):
             w.emit(f"scf.yield {', '.join(self.tensors[k] for k in carried)} : "
                    f"{', '.join(self.out_view_type(k) for k in carried)}")
-            attrs = f" {{{THREAD_SPLIT}}}" if d == 0 else ""
-            w.emit("}" + attrs)
+            # Rows are independent: every row loop may be the one the threads share (a unit one
+            # folds away; parallel.choose_split picks among the rest by balance).
+            w.emit("}" + f" {{{THREAD_SPLIT}}}")
             for k in carried:
                 self.tensors[k] = f"{loop_results[d]}#{k}"
         post = self.w.section()

@@ -18,7 +18,8 @@ Ops whose inner loops touch at most `lines` lines per pass are left as they are.
 192@28 191 -> 49 us. The bound is low because the lines of a large stride share few cache
 sets: 384@14's 196 lines (1.5 KB apart, 8 of L1's 64 sets) thrash unblocked. It costs one
 case: NCHW -> NHWC 96@56 (96 lines per pass, 4 KB apart or more) takes 137 us blocked, 111
-unblocked.
+unblocked. Every block loop carries `etc.thread_split` (the blocks write disjoint parts of the
+output): a threaded entry shares the best balanced one among its threads.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch_mlir import ir
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import ANY_OP, apply_transform_script
+from etc.targets.cpu.parallel import THREAD_SPLIT
 
 _TAG = "etc.block_transpose"
 _OPS = ("linalg.generic", "linalg.transpose")
@@ -106,6 +108,9 @@ class BlockTransposes(Pass):
                       f"attributes {{{_TAG}_{i}}} in %root : ({ANY_OP}) -> {ANY_OP}",
                       f"    %t{i}:{1 + loops} = transform.structured.tile_using_for %m{i} tile_sizes {sizes} "
                       f": ({ANY_OP}) -> ({types})"]
+            # The blocks write disjoint parts of the output: a threaded entry may share any block
+            # loop among its threads (parallel.choose_split picks the best balanced).
+            lines += [f"    transform.annotate %t{i}#{1 + j} \"{THREAD_SPLIT}\" : {ANY_OP}" for j in range(loops)]
         lines += ["    transform.yield", "  }", "}"]
         with module_op.context, ir.Location.unknown():
             try:

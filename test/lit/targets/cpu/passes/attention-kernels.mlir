@@ -4,8 +4,9 @@
 // Attention as torch-mlir lowers sdpa with an additive mask (2 heads, 37 queries and keys, head
 // dim 16): QK^T, + mask[37, 37] broadcast over the heads, softmax (max with its unused argmax,
 // x - max, exp, sum, divide), times V. With min-keys=32 it is one flash kernel: a loop over the
-// heads (split across threads) carrying the output and a block's buffers (its scores [37, 48]: the
-// 37 keys padded to whole vectors, its accumulators, its running max and sum); per key tile
+// heads (split across threads) carrying the output, each head making a block's buffers (its own
+// on each thread: its scores [37, 48]: the 37 keys padded to whole vectors, its accumulators, its
+// running max and sum); per key tile
 // (here one, the 37 keys, the last 5 masked to -inf) the scores as a register-tiled GEMM (6 rows x
 // 3 vectors, FMA over the head dim) with the mask added as each vector is stored, then per row the
 // max (its lanes combined by halving), the exp (marked: its argument is never positive) and sum, then the accumulators updated by broadcast probabilities times V rows. Nothing
@@ -13,7 +14,10 @@
 // CHECK: etc.cpu.decisions = [{kind = "attention", op = "linalg.batch_matmul", path = "flash"{{.*}}}]
 // CHECK-LABEL: func.func @attention
 // CHECK-NOT: tensor<2x37x37xf32>
-// CHECK: scf.for %[[BH:.*]] = %{{.*}} to %{{.*}} step {{.*}} -> (tensor<2x37x16xf32>, tensor<37x48xf32>, tensor<37x16xf32>, tensor<2x37xf32>)
+// CHECK: scf.for %[[BH:.*]] = %{{.*}} to %{{.*}} step {{.*}} -> (tensor<2x37x16xf32>) {
+// CHECK-NEXT: tensor.empty() : tensor<37x48xf32>
+// CHECK-NEXT: tensor.empty() : tensor<37x16xf32>
+// CHECK-NEXT: tensor.empty() : tensor<2x37xf32>
 // CHECK: vector.transfer_read %{{.*}}[%[[BH]], %{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x16x37xf32>, vector<16xf32>
 // CHECK: vector.fma
 // CHECK: vector.transfer_read %{{.*}} : tensor<37x37xf32>, vector<16xf32>

@@ -2,11 +2,14 @@
 
 // NHWC -> NCHW (ConvNeXt after a block): the input's contiguous dimension is the output's
 // channel loop; the loops inside it (h, w: 196 lines a pass) are blocked: h by 1, w by 14
-// (shorter than a tile), inside them the channel loop and the block.
+// (shorter than a tile), inside them the channel loop and the block. Both block loops carry
+// etc.thread_split (blocks write disjoint parts of the output: a threaded entry may share either).
 // CHECK-LABEL: func.func @nhwc_to_nchw
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c14 step %c1 iter_args
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c14{{.*}} step %c14
 // CHECK: linalg.transpose ins(%{{.*}} : tensor<1x1x14x384xf32>) outs(%{{.*}} : tensor<1x384x1x14xf32>) permutation = [0, 3, 1, 2]
+// CHECK: } {etc.thread_split}
+// CHECK: } {etc.thread_split}
 func.func @nhwc_to_nchw(%x: tensor<1x14x14x384xf32>) -> tensor<1x384x14x14xf32> {
   %e = tensor.empty() : tensor<1x384x14x14xf32>
   %t = linalg.transpose ins(%x : tensor<1x14x14x384xf32>) outs(%e : tensor<1x384x14x14xf32>) permutation = [0, 3, 1, 2]

@@ -126,3 +126,122 @@ func.func @cond_result(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias
   }
   return
 }
+
+// -----
+
+// Of the marked loops of a perfect nest, the threads share the outermost that divides evenly
+// enough (at most 10% of the time idle): a GEMM over 14x14 pixels has 3 column panels (2 and 1
+// on two threads: 25% idle) and 96 row tiles, so every thread runs the 3 panels and takes its
+// chunk of the rows. Its batch of 12 heads (the attention's) divides evenly: the heads are shared.
+// CHECK-LABEL: func.func @few_panels
+// CHECK: scf.for %{{.*}} = %c0 to %c192 step %c64 {
+// CHECK: arith.ceildivsi %{{.*}}, %arg4 : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c6 {
+// CHECK: } {etc.thread_split}
+// CHECK-NEXT: } {etc.thread_split}
+// CHECK-NEXT: call @etc_cpu_barrier
+// CHECK: arith.ceildivsi %{{.*}}, %arg4 : index
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c1 {
+// CHECK-NEXT: scf.for %{{.*}} = %c0 to %c192 step %c64 {
+// CHECK: call @etc_cpu_barrier
+func.func @few_panels(%x: memref<576x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<12x576x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c6 = arith.constant 6 : index
+  %c12 = arith.constant 12 : index
+  %c64 = arith.constant 64 : index
+  %c192 = arith.constant 192 : index
+  %c576 = arith.constant 576 : index
+  scf.for %p = %c0 to %c192 step %c64 {
+    scf.for %r = %c0 to %c576 step %c6 {
+      %v = memref.load %x[%r, %p] : memref<576x196xf32>
+      memref.store %v, %out[%c0, %r, %p] : memref<12x576x196xf32>
+    } {etc.thread_split}
+  } {etc.thread_split}
+  scf.for %b = %c0 to %c12 step %c1 {
+    scf.for %p = %c0 to %c192 step %c64 {
+      %v = memref.load %x[%c0, %p] : memref<576x196xf32>
+      memref.store %v, %out[%b, %c0, %p] : memref<12x576x196xf32>
+    } {etc.thread_split}
+  } {etc.thread_split}
+  return
+}
+
+// -----
+
+// A loop nest with no loop its threads may share runs on thread 0, and the report says so.
+// CHECK: etc.cpu.decisions = [{kind = "threads", op = "scf.for", path = "one-thread", reason = "a loop nest runs on thread 0: no loop of the nest is marked etc.thread_split (independent iterations)"{{.*}}}]
+// CHECK-LABEL: func.func @unmarked
+// CHECK: scf.if
+// CHECK-NEXT: scf.for
+func.func @unmarked(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<64xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c63 = arith.constant 63 : index
+  scf.for %i = %c0 to %c63 step %c1 {
+    %n = arith.addi %i, %c1 : index
+    %v = memref.load %out[%i] : memref<64xf32>
+    memref.store %v, %out[%n] : memref<64xf32>
+  }
+  return
+}
+
+// -----
+
+// A GEMM panel's peeled partial row block beside its row loop (rows 0..155 in tiles of 6, then
+// rows 156..159): the rest writes only rows the loop never writes and reads nothing either
+// writes, so the threads share the row tiles (3 panels would leave one thread idle a quarter of
+// the time) and the last thread alone runs the rest, in each panel, with no barrier in between.
+// CHECK-LABEL: func.func @row_rest
+// CHECK: scf.for %{{.*}} = %c0 to %c192 step %c64 {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c6 {
+// CHECK: } {etc.thread_split}
+// CHECK: %[[LAST:.*]] = arith.subi %arg4, %{{.*}} : index
+// CHECK: %[[IS:.*]] = arith.cmpi eq, %arg3, %[[LAST]] : index
+// CHECK: scf.if %[[IS]] {
+// CHECK-NEXT: memref.load %arg0[%c156, %{{.*}}]
+// CHECK-NEXT: memref.store %{{.*}}, %{{.*}}[%c156, %{{.*}}]
+// CHECK: } {etc.thread_split}
+// CHECK-NEXT: call @etc_cpu_barrier
+func.func @row_rest(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<160x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c6 = arith.constant 6 : index
+  %c64 = arith.constant 64 : index
+  %c156 = arith.constant 156 : index
+  %c192 = arith.constant 192 : index
+  scf.for %p = %c0 to %c192 step %c64 {
+    %view = memref.subview %out[0, %p] [160, 64] [1, 1] : memref<160x196xf32> to memref<160x64xf32, strided<[196, 1], offset: ?>>
+    scf.for %r = %c0 to %c156 step %c6 {
+      %v = memref.load %x[%r, %p] : memref<160x196xf32>
+      memref.store %v, %view[%r, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+    } {etc.thread_split}
+    %t = memref.load %x[%c156, %p] : memref<160x196xf32>
+    memref.store %t, %view[%c156, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+  } {etc.thread_split}
+  return
+}
+
+// -----
+
+// Not a rest: it reads the rows the loop writes (row 0), so the nest stays split by panels.
+// CHECK-LABEL: func.func @dependent_rest
+// CHECK-NOT: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c64 {
+// CHECK: scf.for %{{.*}} = %c0 to %c156 step %c6 {
+func.func @dependent_rest(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<160x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c6 = arith.constant 6 : index
+  %c64 = arith.constant 64 : index
+  %c156 = arith.constant 156 : index
+  %c192 = arith.constant 192 : index
+  scf.for %p = %c0 to %c192 step %c64 {
+    %view = memref.subview %out[0, %p] [160, 64] [1, 1] : memref<160x196xf32> to memref<160x64xf32, strided<[196, 1], offset: ?>>
+    scf.for %r = %c0 to %c156 step %c6 {
+      %v = memref.load %x[%r, %p] : memref<160x196xf32>
+      memref.store %v, %view[%r, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+    } {etc.thread_split}
+    %t = memref.load %view[%c0, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+    memref.store %t, %view[%c156, %c0] : memref<160x64xf32, strided<[196, 1], offset: ?>>
+  } {etc.thread_split}
+  return
+}
