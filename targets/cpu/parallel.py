@@ -291,15 +291,7 @@ def _record_one_thread(nest) -> None:
     """Record that top-level loop nest `nest` runs on thread 0 only, and why (`etc.cpu.decisions`)."""
     from etc.targets.cpu import decisions
 
-    marked = []
-
-    def visit(inner):
-        if inner.name == "scf.for" and THREAD_SPLIT in inner.attributes:
-            marked.append(inner)
-        return ir.WalkResult.ADVANCE
-
-    nest.walk(visit)
-    if marked:
+    if _has_mark(nest):
         why = ("its loops marked etc.thread_split are not reachable through perfectly nested loops (other "
                "work with effects sits beside them)")
     elif nest.name == "scf.for" and len(nest.results):
@@ -479,6 +471,7 @@ def _thread_split_loop(op, threads: int):
 
 
 def _has_mark(loop) -> bool:
+    """Is `loop`, or a loop inside it, marked etc.thread_split?"""
     found = []
 
     def visit(inner):
