@@ -134,7 +134,10 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         "convert-math-to-llvm", "convert-math-to-libm",
         f"finalize-memref-to-llvm{{{ib}}}", f"convert-arith-to-llvm{{{ib}}}", f"convert-cf-to-llvm{{{ib}}}",
         f"convert-func-to-llvm{{{ib} use-bare-ptr-memref-call-conv=1}}", "convert-ub-to-llvm",
-        "reconcile-unrealized-casts", "canonicalize",
+        "reconcile-unrealized-casts",
+        # LLVM packs a vector of i1 into bits; a bool tensor is one byte per element.
+        "etc-cpu-bool-vectors-as-bytes",
+        "canonicalize",
     ]
     return "builtin.module(" + ", ".join(steps) + ")"
 

@@ -48,7 +48,9 @@ def op_mlp(s: Scope, v: Value):
 def op_attention(s: Scope, v: Value):
     """Multi-head self-attention over [..., T, C]: heads split by a reshape, scores between
     activations (a contraction over the head width, then over T, which may be dynamic), an
-    optional causal mask made at run-time size, softmax, heads merged back."""
+    optional causal mask made at run-time size, softmax, heads merged back; or the same as one
+    `F.scaled_dot_product_attention`. A static T is sometimes stretched to a long sequence first
+    (`_long_sequence`), so the fused flash-attention kernel gets random models too."""
     c = static_last(v)
     if v.dtype != "float" or c is None or v.rank < 2 or s.nested:
         return None
@@ -56,6 +58,9 @@ def op_attention(s: Scope, v: Value):
     d = c // heads
     t = v.shape[-2]
     lead = v.shape[:-2]
+    if t.static and s.draw(st.booleans()):
+        v = _long_sequence(s, v, c)
+        t = v.shape[-2]
     qkv = s.model.attr("qkv", f"nn.Linear({c}, {3 * c})")
     proj = s.model.attr("proj", f"nn.Linear({c}, {c})")
     causal = s.draw(st.booleans())
@@ -67,6 +72,13 @@ def op_attention(s: Scope, v: Value):
     for i, name in enumerate("qkv"):
         parts.append(s.emit(name, f"{q.name}[..., {i * c}:{(i + 1) * c}].reshape({split}).permute({perm})",
                             lead + (Size(heads), t, Size(d)), err=q.err))
+    t_max = t.bounds(s.model.dims)[1]
+    merge = f".permute({perm}).reshape({s.shape_args(lead + (t, Size(c)))})"
+    if s.draw(st.booleans()):  # the form transformers' models export: one fused torch op
+        att = s.emit("att", f"F.scaled_dot_product_attention({parts[0].name}, {parts[1].name}, {parts[2].name}, "
+                            f"is_causal={causal})" + merge, lead + (t, Size(c)),
+                     err=(2 * (2 * q.err * d + 2 * d) + 8) * 4 + q.err + 2 * t_max)
+        return s.emit("h", f"{proj}({att.name})", att.shape, err=att.err * math.sqrt(c) + 2 * c)
     scores_shape = lead + (Size(heads), t, t)
     scores = s.emit("scores", f"({parts[0].name} @ {parts[1].name}.transpose(-2, -1)) * {d ** -0.5!r}",
                     scores_shape, err=2 * q.err * d + 2 * d)
@@ -76,10 +88,20 @@ def op_attention(s: Scope, v: Value):
         scores = s.emit("scores", f"{scores.name}.masked_fill({mask.name}, float('-inf'))", scores_shape,
                         err=scores.err)
     probs = s.emit("probs", f"torch.softmax({scores.name}, dim=-1)", scores_shape, err=2 * scores.err + 8)
-    t_max = t.bounds(s.model.dims)[1]
-    out = s.emit("att", f"({probs.name} @ {parts[2].name}).permute({perm}).reshape({s.shape_args(lead + (t, Size(c)))})",
+    out = s.emit("att", f"({probs.name} @ {parts[2].name})" + merge,
                  lead + (t, Size(c)), err=probs.err * 4 + q.err + 2 * t_max)
     return s.emit("h", f"{proj}({out.name})", out.shape, err=out.err * math.sqrt(c) + 2 * c)
+
+
+def _long_sequence(s: Scope, v: Value, c: int) -> Value:
+    """[..., T, C] stretched to a sequence of 256 keys or more (each token repeated, then a learned
+    position added so no two rows are equal): what etc-cpu-attention-kernels fuses into its flash
+    kernel. Lengths off the key tile (128) and the query-row block check the partial tiles."""
+    length = s.draw(st.sampled_from([256, 300, 389]))
+    repeat = -(-length // v.shape[-2].const)
+    pos = s.model.attr("pos", f"nn.Parameter(torch.randn({length}, {c}) * 0.5)")
+    return s.emit("long", f"{v.name}.repeat_interleave({repeat}, dim=-2)[..., :{length}, :] + {pos}",
+                  v.shape[:-2] + (Size(length), Size(c)), err=inexact(v.err))
 
 
 def _conv_geometry(s: Scope, spatial):
