@@ -20,9 +20,13 @@ def op_reshape(s: Scope, v: Value):
     merge = s.draw(st.booleans()) and v.rank >= 2
     if merge:
         i = s.draw(st.integers(0, v.rank - 2))
+        if _shared_dim(shape, (i, i + 1)):
+            return None
         shape[i:i + 2] = [shape[i] * shape[i + 1]]
     else:
         i = s.draw(st.integers(0, v.rank - 1))
+        if _shared_dim(shape, (i,)):
+            return None
         size = shape[i]
         splits = [(Size(f), Size(size.const // f, size.names)) for f in (2, 3, 4) if size.const % f == 0]
         splits += [(Size(1, (n,)), Size(size.const, tuple(m for j, m in enumerate(size.names) if j != k)))
@@ -40,6 +44,14 @@ def op_reshape(s: Scope, v: Value):
     if fn == "view":
         v = s.emit("c", f"{v.name}.contiguous()", v.shape, v.dtype, v.err)
     return s.emit("h", f"{v.name}.{fn}({', '.join(sizes)})", shape, v.dtype, v.err)
+
+
+def _shared_dim(shape, reshaped) -> bool:
+    """Whether a Dim sizing one of the `reshaped` dims also sizes another dim. torch.export cannot
+    prove such a reshape of a permuted tensor valid at every size: [b, t, 3, t] -> [b*t, 3, t]
+    fails with a guard min(3*t, 3*t*t) == 3*t (torch 2.13), so the model would be `invalid`."""
+    inside = {n for i in reshaped for n in shape[i].names}
+    return any(n in inside for j, x in enumerate(shape) if j not in reshaped for n in x.names)
 
 
 def op_flatten(s: Scope, v: Value):
