@@ -34,7 +34,7 @@ from torch_mlir import ir
 from etc.errors import LoweringError
 from etc.ir.ops import as_operation, replace_operands
 from etc.targets.cpu.loop_effects import PURE_PREFIXES, THREAD_SPLIT, base, const_index, written_bases
-from etc.targets.cpu.thread_split_choice import choose_split, has_mark, loop_trips, thread_split_loop
+from etc.targets.cpu.thread_split_choice import choose_split, has_mark, independent_rest, loop_trips, thread_split_loop
 
 BARRIER_FN = "etc_cpu_barrier"
 
@@ -205,8 +205,11 @@ def partition_top_level_loops(fn, threads: int = 2) -> int:
 
         run: list = []
         depends: set = set()  # values computed by the current run
-        for op in ops:
+        beside: set = set()  # top-level ops already moved beside a shared loop (`_beside_split`)
+        for at, op in enumerate(ops):
             name = op.name
+            if op in beside:
+                continue
             pure = name.startswith(PURE_PREFIXES)
             if name == "func.return":
                 break
@@ -217,14 +220,19 @@ def partition_top_level_loops(fn, threads: int = 2) -> int:
                 if run:
                     run_on_thread_zero(run)
                     run, depends = [], set()
+                last = op
                 if split is not None:
                     split, rests = split
+                    tail = _beside_split(op, ops[at + 1:], threads) if split == op else None
                     for rest in rests:
                         _run_rest_once(rest, tid, nthreads)
                     _split_for(split, tid, nthreads)
+                    if tail:
+                        last = _run_tail_once(tail, tid, nthreads)
+                        beside.update(tail)
                 else:
                     _split_parallel(op, tid, nthreads)
-                barrier_after(op)
+                barrier_after(last)
                 continue
             # Anything else (a reduction loop, the straight-line tail of a tile, a store) runs on
             # thread 0, with the ops around it that use its results, under one guard and barrier.
@@ -329,6 +337,47 @@ def lower_with_thread_splits(module, fn, threads: int = 2) -> int:
             interpreter.apply_named_sequence(module, library.body.operations[0], library)
     run_passes(module, "builtin.module(func.func(convert-linalg-to-loops))")
     return tagged
+
+
+def _beside_split(loop, following: list, threads: int) -> "list | None":
+    """The top-level ops after shared loop `loop` (up to the next nest the threads share) that may run
+    on one thread beside it, before its barrier, or None. Proved as for a rest inside a loop body
+    (`independent_rest`): a GEMM panel whose row tiles are the top-level loop leaves its peeled
+    partial row block (the corner of a partial panel) after it at the top level; that block writes
+    rows the loop never writes and reads nothing the loop writes, so it needs no barrier of its own
+    (it used to run on thread 0 between two barriers, the other thread waiting). Pure ops that no
+    such op feeds stay where they are (every thread computes them)."""
+    tail, defined = [], set()
+    for op in following:
+        name = op.name
+        if name == "func.return" or name == "scf.parallel":
+            break
+        if name.startswith(PURE_PREFIXES) and not any(v in defined for v in op.operands):
+            continue
+        if name == "scf.for" and thread_split_loop(op, threads) is not None:
+            break
+        tail.append(op)
+        defined.update(op.results)
+    if not tail or independent_rest(loop, [loop] + tail) is None:
+        return None
+    return tail
+
+
+def _run_tail_once(tail: list, tid, nthreads):
+    """Move `tail` (top-level ops, in order) under one `if tid == nthreads - 1` where its last op is
+    (pure ops left between them stay above it): the last thread, whose chunk is the smallest.
+    Returns the guard."""
+    from torch_mlir.dialects import arith, scf
+
+    with ir.InsertionPoint(tail[-1]), tail[0].location:
+        one = arith.ConstantOp(ir.IndexType.get(), 1).result
+        last = arith.SubIOp(nthreads, one).result
+        guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, tid, last).result)
+    with ir.InsertionPoint(guard.then_block):
+        end = scf.YieldOp([])
+    for op in tail:
+        op.move_before(end)
+    return guard.operation
 
 
 def _run_rest_once(rest: list, tid, nthreads) -> None:

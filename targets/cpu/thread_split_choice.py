@@ -125,6 +125,9 @@ def has_mark(loop) -> bool:
 
 _ROW_WRITES = ("vector.transfer_write", "memref.store")
 _ROW_READS = ("vector.transfer_read", "memref.load", "vector.load")
+# Writes (or what may write) the proof of `independent_rest` cannot place: any of them refutes it.
+_OTHER_WRITES = ("vector.store", "vector.maskedstore", "vector.scatter", "memref.copy", "func.call", "llvm.call",
+                 "memref.alloc")
 
 
 def independent_rest(loop, body: list) -> "list | None":
@@ -185,7 +188,7 @@ def independent_rest(loop, body: list) -> "list | None":
                 bad[0] = True
             views.add(view)
             rows_end[0] = max(rows_end[0], last + height)
-        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
+        elif name in _OTHER_WRITES or name.startswith("linalg."):
             bad[0] = True
         return ir.WalkResult.ADVANCE
 
@@ -202,7 +205,7 @@ def independent_rest(loop, body: list) -> "list | None":
                 bad[0] = True
         elif name in _ROW_READS and base(inner.operands[0]) in bases:
             bad[0] = True
-        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
+        elif name in _OTHER_WRITES or name.startswith("linalg."):
             bad[0] = True
         return ir.WalkResult.ADVANCE
 
