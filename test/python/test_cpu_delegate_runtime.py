@@ -261,6 +261,25 @@ def test_a_partial_panels_corner_runs_beside_its_shared_row_tiles():
         fn.close()
 
 
+def test_threads_share_the_row_blocks_of_a_gemm_gathering_per_panel():
+    """ResNet-50's strided 1x1 downsample (512 -> 1024 channels, 28x28 -> 14x14): A is too big for
+    the L2, so the kernel loops over blocks of rows, each gathering the strided pixels per column
+    panel beside its row tiles. No loop below the row blocks is shared by perfectly nested loops,
+    so the whole convolution ran on thread 0; the row blocks are independent (each thread its own
+    gather buffer) and the threads now share them."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Conv2d(512, 1024, 1, stride=2).eval(), torch.randn(1, 512, 28, 28)
+    program_ir, report = delegated(model, (x,), num_threads=2)
+    assert "threads -> one-thread" not in str(report), str(report)
+    with torch.no_grad():
+        want = model(x)
+    for threads in ("2", "3"):
+        fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads, "calibrate_threads": "0"})
+        for _ in range(5):  # a race would show as a wrong row block now and then
+            assert rel_error(fn(x.numpy())[0], want.numpy()) <= 1e-4, threads
+        fn.close()
+
+
 class Attention(torch.nn.Module):
     def forward(self, q, k, v):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v)
