@@ -33,53 +33,13 @@ from torch_mlir import ir
 
 from etc.errors import LoweringError
 from etc.ir.ops import as_operation, replace_operands
+from etc.targets.cpu.loop_effects import PURE_PREFIXES, THREAD_SPLIT, base, const_index, written_bases
+from etc.targets.cpu.thread_split_choice import choose_split, has_mark, independent_rest, loop_trips, thread_split_loop
 
 BARRIER_FN = "etc_cpu_barrier"
-THREAD_SPLIT = "etc.thread_split"  # the GEMM kernels mark their loop over independent column panels
-
-# Top-level ops that are pure (views, constants, index math): every thread runs them. So it does a
-# stack allocation (a GEMM kernel's panel buffer, etc-cpu-plan-scratch): each thread gets its own.
-PURE_PREFIXES = ("arith.", "affine.apply", "memref.get_global", "memref.alloca", "memref.expand_shape",
-                  "memref.collapse_shape",
-                  "memref.subview", "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.extract_strided_metadata",
-                  "ub.poison")
 
 # Top-level reads of memory: when used after the thread-0 run they sit in, every thread reads again.
 _READS = ("memref.load", "vector.load", "vector.transfer_read")
-
-
-_VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.subview", "memref.reinterpret_cast",
-          "memref.cast", "memref.view")
-_STORES = ("memref.store", "vector.store", "vector.transfer_write", "vector.maskedstore", "memref.copy")
-
-
-def _base(value):
-    """The buffer a memref value views (an argument, an allocation)."""
-    while not isinstance(value.owner, ir.Block) and value.owner.name in _VIEWS:
-        value = value.owner.operands[0]
-    return value
-
-
-def _written_bases(op):
-    """The buffers `op` (and what it nests) may write, or None when it cannot tell (a call)."""
-    bases, unknown = set(), [False]
-
-    def visit(inner):
-        name = inner.name
-        if name in _STORES:
-            bases.add(_base(inner.operands[1]))
-        elif name.startswith("linalg."):
-            if "operandSegmentSizes" in inner.attributes:  # destination-style: its inits are written
-                sizes = list(ir.DenseI32ArrayAttr(inner.attributes["operandSegmentSizes"]))
-                bases.update(_base(v) for v in list(inner.operands)[sizes[0]:sizes[0] + sizes[1]])
-            else:
-                unknown[0] = True
-        elif name in ("func.call", "llvm.call"):
-            unknown[0] = True
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return None if unknown[0] else bases
 
 
 def _yield_chains(if_op):
@@ -125,15 +85,6 @@ def _selection_only(if_op) -> None:
         for o in reversed(ops[:-1]):
             if o not in keep:
                 o.erase()
-
-
-def _const_index(value):
-    owner = value.owner
-    op = as_operation(owner)
-    if isinstance(owner, ir.Block) or op.name != "arith.constant":
-        return None
-    attr = op.attributes["value"]
-    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
 
 
 def partition_top_level_loops(fn, threads: int = 2) -> int:
@@ -189,7 +140,7 @@ def partition_top_level_loops(fn, threads: int = 2) -> int:
             producer = {v: op for op in run for v in op.results}
 
             position = {op: i for i, op in enumerate(run)}
-            written = [_written_bases(op) for op in run]  # per op: the buffers it may write (None: any)
+            written = [written_bases(op) for op in run]  # per op: the buffers it may write (None: any)
 
             def repeatable(op, seen=()) -> bool:
                 """A read no later op of the run may overwrite, or a view/size/index op, or an
@@ -197,8 +148,8 @@ def partition_top_level_loops(fn, threads: int = 2) -> int:
                 thread selects the same buffer again), whose inputs are repeatable or from before
                 the run: after the barrier it gives what it gave."""
                 if op.name in _READS:
-                    base = _base(op.operands[0])
-                    if any(w is None or base in w for w in written[position[op] + 1:]):
+                    buffer = base(op.operands[0])
+                    if any(w is None or buffer in w for w in written[position[op] + 1:]):
                         return False
                 elif op.name == "scf.if":
                     if _yield_chains(op) is None:
@@ -254,26 +205,34 @@ def partition_top_level_loops(fn, threads: int = 2) -> int:
 
         run: list = []
         depends: set = set()  # values computed by the current run
-        for op in ops:
+        beside: set = set()  # top-level ops already moved beside a shared loop (`_beside_split`)
+        for at, op in enumerate(ops):
             name = op.name
+            if op in beside:
+                continue
             pure = name.startswith(PURE_PREFIXES)
             if name == "func.return":
                 break
             if pure and not any(v in depends for v in op.operands):
                 continue  # every thread computes views, constants and index math
-            split = _thread_split_loop(op, threads) if name == "scf.for" else None
+            split = thread_split_loop(op, threads) if name == "scf.for" else None
             if name == "scf.parallel" or split is not None:
                 if run:
                     run_on_thread_zero(run)
                     run, depends = [], set()
+                last = op
                 if split is not None:
                     split, rests = split
+                    tail = _beside_split(op, ops[at + 1:], threads) if split == op else None
                     for rest in rests:
                         _run_rest_once(rest, tid, nthreads)
                     _split_for(split, tid, nthreads)
+                    if tail:
+                        last = _run_tail_once(tail, tid, nthreads)
+                        beside.update(tail)
                 else:
                     _split_parallel(op, tid, nthreads)
-                barrier_after(op)
+                barrier_after(last)
                 continue
             # Anything else (a reduction loop, the straight-line tail of a tile, a store) runs on
             # thread 0, with the ops around it that use its results, under one guard and barrier.
@@ -291,7 +250,7 @@ def _record_one_thread(nest) -> None:
     """Record that top-level loop nest `nest` runs on thread 0 only, and why (`etc.cpu.decisions`)."""
     from etc.targets.cpu import decisions
 
-    if _has_mark(nest):
+    if has_mark(nest):
         why = ("its loops marked etc.thread_split are not reachable through perfectly nested loops (other "
                "work with effects sits beside them)")
     elif nest.name == "scf.for" and len(nest.results):
@@ -343,7 +302,7 @@ def lower_with_thread_splits(module, fn, threads: int = 2) -> int:
             if op.name != "linalg.generic":
                 continue
             iterators = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-            trips = _loop_trips(op, len(iterators))
+            trips = loop_trips(op, len(iterators))
             if not iterators or trips is None:
                 continue
             leading = []
@@ -380,203 +339,45 @@ def lower_with_thread_splits(module, fn, threads: int = 2) -> int:
     return tagged
 
 
-def _loop_trips(op, n: int) -> list | None:
-    """Static trip count of each loop of a linalg.generic on static buffers, from its maps."""
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    trips = [None] * n
-    for amap, value in zip(maps, op.operands):
-        t = value.type
-        if not isinstance(t, (ir.MemRefType, ir.RankedTensorType)) or not t.has_static_shape:
-            continue
-        for size, expr in zip(t.shape, amap.results):
-            try:
-                d = ir.AffineDimExpr(expr).position
-            except ValueError:
-                continue  # d0 * 2 + d1 and such: the loop's size comes from another operand
-            if trips[d] is None:
-                trips[d] = size
-    return None if any(t is None for t in trips) else trips
-
-
-def _static_trips(loop) -> "int | None":
-    """The trip count of scf.for `loop` when its bounds and step are constants."""
-    lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
-    return -(-(ub - lb) // step) if None not in (lb, ub, step) and step > 0 else None
-
-
-def idle_share(trips: "int | None", threads: int) -> float:
-    """The share of the threads' time lost waiting when `trips` equal iterations are cut into
-    `threads` contiguous chunks (ceil-sized, as `_chunk` cuts them): 0 when they divide evenly;
-    a run-time trip count counts as even (it is long, or it is not known)."""
-    if trips is None:
-        return 0.0
-    if trips <= 0:
-        return 1.0
-    return 1.0 - trips / (threads * -(-trips // threads))
-
-
-# The most time a split may leave idle before a better-balanced loop (inner, or longer) is
-# preferred: 3 iterations over 2 threads lose 25%, 7 lose 12.5%, 197 lose 0.25%.
-MAX_IDLE_SHARE = 0.1
-
-
-def choose_split(trips: list, threads: int) -> "int | None":
-    """Which of the candidate loops (outermost first, their trip counts or None when dynamic) the
-    threads share: the outermost one whose chunks leave at most `MAX_IDLE_SHARE` of the time
-    idle (`idle_share`), else the best balanced (the outermost of equals); None when every
-    candidate runs once or never (nothing to share)."""
-    useful = [i for i, t in enumerate(trips) if t is None or t >= 2]
-    if not useful:
-        return None
-    for i in useful:
-        if idle_share(trips[i], threads) <= MAX_IDLE_SHARE:
-            return i
-    return min(useful, key=lambda i: (idle_share(trips[i], threads), i))
-
-
-def _thread_split_loop(op, threads: int):
-    """(the `etc.thread_split` scf.for at or under top-level loop `op` the threads share, the
-    rests to run on one thread: lists of ops beside a loop on the way), or None.
-
-    Loops are followed down while every loop on the way holds only pure ops besides the next
-    loop (all threads may run those loops, each doing its chunk of the one marked), or besides
-    it a rest proved independent of it (`_independent_rest`: a GEMM panel's peeled partial row
-    block, which writes rows the loop never touches); of the marked loops met on the way (a
-    GEMM's batch, column panels and row tiles, a row kernel's every row dimension, a blocked
-    transpose's block loops), `choose_split` picks by balance. A rest inside the loop chosen
-    (or above it) is every thread's own work; beside the chosen loop or below, it must run once."""
-    marked, rests = [], []  # rests[i]: (the ops beside the i-th loop of the chain, number of marked loops above)
-    current = op
-    while current.name == "scf.for" and not len(current.results):
-        if THREAD_SPLIT in current.attributes:
-            marked.append(current)
-        body = [o.operation for o in current.regions[0].blocks[0].operations if o.operation.name != "scf.yield"]
-        inner = [o for o in body if not o.name.startswith(PURE_PREFIXES)]
-        if len(inner) == 1:
-            current = inner[0]
-            continue
-        loops = [o for o in inner if o.name == "scf.for" and not len(o.results) and _has_mark(o)]
-        rest = _independent_rest(loops[0], body) if len(loops) == 1 else None
-        if rest is None:
+def _beside_split(loop, following: list, threads: int) -> "list | None":
+    """The top-level ops after shared loop `loop` (up to the next nest the threads share) that may run
+    on one thread beside it, before its barrier, or None. Proved as for a rest inside a loop body
+    (`independent_rest`): a GEMM panel whose row tiles are the top-level loop leaves its peeled
+    partial row block (the corner of a partial panel) after it at the top level; that block writes
+    rows the loop never writes and reads nothing the loop writes, so it needs no barrier of its own
+    (it used to run on thread 0 between two barriers, the other thread waiting). Pure ops that no
+    such op feeds stay where they are (every thread computes them)."""
+    tail, defined = [], set()
+    for op in following:
+        name = op.name
+        if name == "func.return" or name == "scf.parallel":
             break
-        rests.append((rest, len(marked)))
-        current = loops[0]
-    if not marked:
+        if name.startswith(PURE_PREFIXES) and not any(v in defined for v in op.operands):
+            continue
+        if name == "scf.for" and thread_split_loop(op, threads) is not None:
+            break
+        tail.append(op)
+        defined.update(op.results)
+    if not tail or independent_rest(loop, [loop] + tail) is None:
         return None
-    chosen = choose_split([_static_trips(loop) for loop in marked], threads)
-    chosen = 0 if chosen is None else chosen
-    # a rest in the body of a loop at or below the chosen one (`above`: marked loops at or above
-    # it, so more than `chosen`) is in every thread's chunk; one above it runs on one thread
-    return marked[chosen], [rest for rest, above in rests if above <= chosen]
+    return tail
 
 
-def _has_mark(loop) -> bool:
-    """Is `loop`, or a loop inside it, marked etc.thread_split?"""
-    found = []
+def _run_tail_once(tail: list, tid, nthreads):
+    """Move `tail` (top-level ops, in order) under one `if tid == nthreads - 1` where its last op is
+    (pure ops left between them stay above it): the last thread, whose chunk is the smallest.
+    Returns the guard."""
+    from torch_mlir.dialects import arith, scf
 
-    def visit(inner):
-        if inner.name == "scf.for" and THREAD_SPLIT in inner.attributes:
-            found.append(inner)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    loop.walk(visit)
-    return bool(found)
-
-
-_ROW_WRITES = ("vector.transfer_write", "memref.store")
-_ROW_READS = ("vector.transfer_read", "memref.load", "vector.load")
-
-
-def _independent_rest(loop, body: list) -> "list | None":
-    """The ops of `body` (a loop's) besides `loop` and what it uses, when they are independent
-    of `loop`'s iterations, else None. Proved for the shape of a GEMM panel's peeled row block:
-    `loop` (static bounds) writes only through `vector.transfer_write`/`memref.store` at
-    [iv, ...] (vectors no taller than its step) into views defined outside it; the rest writes
-    only into those views at constant rows past the last row `loop` writes; neither reads the
-    buffers those views are of; the rest's results are used only by the rest."""
-    lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
-    if None in (lb, ub, step) or step <= 0 or ub <= lb:
-        return None
-    iv = loop.regions[0].blocks[0].arguments[0]
-    position = {o: i for i, o in enumerate(body)}
-    needed, stack = set(), [loop]
-    while stack:  # the ops of the body `loop` uses, directly or through the ops nested in it
-        current = stack.pop()
-        operands = []
-
-        def collect(inner):
-            operands.extend(inner.operands)
-            return ir.WalkResult.ADVANCE
-
-        current.walk(collect)
-        for v in operands:
-            owner = v.owner
-            if isinstance(owner, ir.Block):
-                continue
-            owner = as_operation(owner)
-            if owner in position and owner not in needed and owner != loop:
-                if not owner.name.startswith(PURE_PREFIXES):
-                    return None
-                needed.add(owner)
-                stack.append(owner)
-    rest = [o for o in body if o != loop and o not in needed]
-    if not rest:
-        return None
-    rest_set = set(rest)
-    for o in rest:
-        for result in o.results:
-            for use in result.uses:
-                user = as_operation(use.owner)
-                while user not in position and user.parent is not None:
-                    user = user.parent
-                if user not in rest_set:
-                    return None
-    views, bad, rows_end = set(), [False], [lb]
-    last = lb + ((ub - lb - 1) // step) * step
-
-    def loop_write(inner):
-        name = inner.name
-        if name in _ROW_WRITES:
-            view = inner.operands[1]
-            first = list(inner.operands)[2] if len(inner.operands) > 2 else None
-            height = ir.VectorType(inner.operands[0].type).shape[0] if name == "vector.transfer_write" else 1
-            if first != iv or height > step or not isinstance(view.owner, ir.Block) and as_operation(view.owner) in position \
-                    and as_operation(view.owner) not in needed:
-                bad[0] = True
-            views.add(view)
-            rows_end[0] = max(rows_end[0], last + height)
-        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
-            bad[0] = True
-        return ir.WalkResult.ADVANCE
-
-    loop.walk(loop_write)
-    if bad[0] or not views:
-        return None
-    bases = {_base(v) for v in views}
-
-    def rest_ok(inner):
-        name = inner.name
-        if name in _ROW_WRITES:
-            row = _const_index(list(inner.operands)[2]) if len(inner.operands) > 2 else None
-            if inner.operands[1] not in views or row is None or row < rows_end[0]:
-                bad[0] = True
-        elif name in _ROW_READS and _base(inner.operands[0]) in bases:
-            bad[0] = True
-        elif name in ("memref.copy", "func.call", "llvm.call", "memref.alloc") or name.startswith("linalg."):
-            bad[0] = True
-        return ir.WalkResult.ADVANCE
-
-    for o in rest:
-        o.walk(rest_ok)
-
-    def loop_reads(inner):
-        if inner.name in _ROW_READS and _base(inner.operands[0]) in bases:
-            bad[0] = True
-        return ir.WalkResult.ADVANCE
-
-    loop.walk(loop_reads)
-    return None if bad[0] else rest
+    with ir.InsertionPoint(tail[-1]), tail[0].location:
+        one = arith.ConstantOp(ir.IndexType.get(), 1).result
+        last = arith.SubIOp(nthreads, one).result
+        guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, tid, last).result)
+    with ir.InsertionPoint(guard.then_block):
+        end = scf.YieldOp([])
+    for op in tail:
+        op.move_before(end)
+    return guard.operation
 
 
 def _run_rest_once(rest: list, tid, nthreads) -> None:
@@ -625,7 +426,7 @@ def _split_parallel(op, tid, nthreads) -> None:
     lbs, ubs, steps = operands[:n], operands[n:2 * n], operands[2 * n:3 * n]
     trips = []
     for lb, ub, step in zip(lbs, ubs, steps):
-        lo, hi, st = _const_index(lb), _const_index(ub), _const_index(step)
+        lo, hi, st = const_index(lb), const_index(ub), const_index(step)
         trips.append((hi - lo + st - 1) // st if None not in (lo, hi, st) and st > 0 else -1)
     # Chosen dim: the first long enough for typical thread counts (4), else the longest known.
     dim = next((d for d, t in enumerate(trips) if t >= 4), max(range(n), key=lambda d: trips[d]))

@@ -243,6 +243,43 @@ def test_threads_share_heads_rows_and_blocks_where_panels_are_few():
             assert rel_error(g, w.numpy()) <= 1e-4
 
 
+def test_a_partial_panels_corner_runs_beside_its_shared_row_tiles():
+    """A 3x3 convolution with 20 output channels (row tiles of 6 and a partial block of 2) over 14x14
+    pixels (3 column panels and a partial one of 4): the partial panel's row tiles are shared, and
+    its corner (2 rows x 4 columns, a k loop carrying its sums) runs on the last thread beside them
+    instead of on thread 0 between two barriers."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Conv2d(16, 20, 3, padding=1), torch.nn.ReLU()).eval(), torch.randn(1, 16, 14, 14)
+    program_ir, report = delegated(model, (x,), num_threads=2)
+    assert "threads -> one-thread" not in str(report), str(report)
+    with torch.no_grad():
+        want = model(x)
+    for threads in ("2", "3"):
+        fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads, "calibrate_threads": "0"})
+        for _ in range(10):  # a race would show as a wrong corner now and then
+            assert rel_error(fn(x.numpy())[0], want.numpy()) <= 1e-4, threads
+        fn.close()
+
+
+def test_threads_share_the_row_blocks_of_a_gemm_gathering_per_panel():
+    """ResNet-50's strided 1x1 downsample (512 -> 1024 channels, 28x28 -> 14x14): A is too big for
+    the L2, so the kernel loops over blocks of rows, each gathering the strided pixels per column
+    panel beside its row tiles. No loop below the row blocks is shared by perfectly nested loops,
+    so the whole convolution ran on thread 0; the row blocks are independent (each thread its own
+    gather buffer) and the threads now share them."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Conv2d(512, 1024, 1, stride=2).eval(), torch.randn(1, 512, 28, 28)
+    program_ir, report = delegated(model, (x,), num_threads=2)
+    assert "threads -> one-thread" not in str(report), str(report)
+    with torch.no_grad():
+        want = model(x)
+    for threads in ("2", "3"):
+        fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads, "calibrate_threads": "0"})
+        for _ in range(5):  # a race would show as a wrong row block now and then
+            assert rel_error(fn(x.numpy())[0], want.numpy()) <= 1e-4, threads
+        fn.close()
+
+
 class Attention(torch.nn.Module):
     def forward(self, q, k, v):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v)

@@ -182,6 +182,8 @@ def transform_script(kernels: list, cfg: KernelConfig) -> str:
         # Batches are independent too (attention's heads): the threaded entry may share them
         # instead of the panels (parallel.choose_split; a batch of one folds away).
         emit(f"transform.annotate %lb{n} \"{THREAD_SPLIT}\" : {ANY_OP}")
+        if mc:  # so are the blocks of rows (each writes its own rows; a per-panel gather is per thread)
+            emit(f"transform.annotate %lm{n} \"{THREAD_SPLIT}\" : {ANY_OP}")
         producers = []
         if epilogue:
             match(f"%gm{n}", tag)

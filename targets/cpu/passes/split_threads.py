@@ -6,7 +6,7 @@ entry from `nthreads` threads, each with its index, and the code splits the work
 order with one loop marked `etc.thread_split` (the kernels mark the loops whose iterations are
 independent: a GEMM's batch and column panels, every row dimension of a row kernel, a
 blocked transpose's block loops), each thread runs a chunk of one marked loop (of those a
-nest offers, the best balanced for `threads` threads: `parallel.choose_split`; a GEMM panel's
+nest offers, the best balanced for `threads` threads: `thread_split_choice.choose_split`; a GEMM panel's
 peeled partial row block beside a shared row loop runs on the last thread), single-thread
 work runs under `tid == 0`, and a barrier follows each nest. Adds the arguments (barrier, tid,
 nthreads) the entry wrapper passes. Replaces `convert-linalg-to-loops` in a threaded pipeline.

@@ -245,3 +245,76 @@ func.func @dependent_rest(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm
   } {etc.thread_split}
   return
 }
+
+// -----
+
+// A partial panel's row tiles as the top-level loop, its peeled corner (rows 156..159, a k loop
+// carrying its sum) after it at the top level: the corner writes rows the loop never writes and
+// reads nothing it writes, so the last thread runs it beside the shared row tiles, before the
+// nest's one barrier (not on thread 0 between two barriers, the other thread waiting).
+// CHECK-LABEL: func.func @corner_beside
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c6 {
+// CHECK: } {etc.thread_split}
+// CHECK-NOT: call @etc_cpu_barrier
+// CHECK: %[[LAST:.*]] = arith.subi %arg4, %{{.*}} : index
+// CHECK: %[[IS:.*]] = arith.cmpi eq, %arg3, %[[LAST]] : index
+// CHECK: scf.if %[[IS]] {
+// CHECK-NEXT: scf.for
+// CHECK: memref.store %{{.*}}, %{{.*}}[%c156, %c0]
+// CHECK-NEXT: }
+// CHECK-NEXT: call @etc_cpu_barrier
+// CHECK-NOT: call @etc_cpu_barrier
+// CHECK: return
+func.func @corner_beside(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<160x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c6 = arith.constant 6 : index
+  %c156 = arith.constant 156 : index
+  %c196 = arith.constant 196 : index
+  %zero = arith.constant 0.0 : f32
+  %view = memref.subview %out[0, 192] [160, 4] [1, 1] : memref<160x196xf32> to memref<160x4xf32, strided<[196, 1], offset: 192>>
+  scf.for %r = %c0 to %c156 step %c6 {
+    %v = memref.load %x[%r, %c0] : memref<160x196xf32>
+    memref.store %v, %view[%r, %c0] : memref<160x4xf32, strided<[196, 1], offset: 192>>
+  } {etc.thread_split}
+  %sum = scf.for %k = %c0 to %c196 step %c1 iter_args(%acc = %zero) -> (f32) {
+    %t = memref.load %x[%c156, %k] : memref<160x196xf32>
+    %s = arith.addf %acc, %t : f32
+    scf.yield %s : f32
+  }
+  memref.store %sum, %view[%c156, %c0] : memref<160x4xf32, strided<[196, 1], offset: 192>>
+  return
+}
+
+// -----
+
+// Not beside: the corner reads a row the loop writes (row 0 of the view), so it waits for the
+// loop's barrier and runs on thread 0, with its own barrier after it.
+// CHECK-LABEL: func.func @corner_dependent
+// CHECK: } {etc.thread_split}
+// CHECK-NEXT: call @etc_cpu_barrier
+// CHECK-NEXT: %[[ZERO:.*]] = arith.constant 0 : index
+// CHECK-NEXT: %[[IS:.*]] = arith.cmpi eq, %arg3, %[[ZERO]] : index
+// CHECK-NEXT: scf.if %[[IS]] {
+// CHECK-NEXT: scf.for {{.*}} iter_args
+// CHECK: call @etc_cpu_barrier
+func.func @corner_dependent(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<160x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c6 = arith.constant 6 : index
+  %c156 = arith.constant 156 : index
+  %c196 = arith.constant 196 : index
+  %zero = arith.constant 0.0 : f32
+  %view = memref.subview %out[0, 192] [160, 4] [1, 1] : memref<160x196xf32> to memref<160x4xf32, strided<[196, 1], offset: 192>>
+  scf.for %r = %c0 to %c156 step %c6 {
+    %v = memref.load %x[%r, %c0] : memref<160x196xf32>
+    memref.store %v, %view[%r, %c0] : memref<160x4xf32, strided<[196, 1], offset: 192>>
+  } {etc.thread_split}
+  %sum = scf.for %k = %c0 to %c196 step %c1 iter_args(%acc = %zero) -> (f32) {
+    %t = memref.load %view[%c0, %c0] : memref<160x4xf32, strided<[196, 1], offset: 192>>
+    %s = arith.addf %acc, %t : f32
+    scf.yield %s : f32
+  }
+  memref.store %sum, %view[%c156, %c0] : memref<160x4xf32, strided<[196, 1], offset: 192>>
+  return
+}
