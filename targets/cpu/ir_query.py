@@ -62,3 +62,15 @@ def static_f32_shape(value) -> list | None:
     shape = static_shape(value)
     return shape if shape is not None and isinstance(ir.RankedTensorType(value.type).element_type, ir.F32Type) \
         else None
+
+
+def constant_index(value) -> int | None:
+    """The value of `value` when an `arith.constant` of integer (or index) type defines it, else None."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    op = owner.operation
+    if op.name != "arith.constant":
+        return None
+    attr = op.attributes["value"]
+    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None

@@ -42,7 +42,7 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
-from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.ir_query import constant_index, walk
 from etc.targets.cpu.kernels.gemm_schedule import GEMM_K_LOOP
 
 LINE_BYTES = 64  # the cache line: one prefetch per line of a stored row
@@ -133,8 +133,8 @@ def _prefetch_lines(store, loop) -> int:
 def _prefetch_ahead(loop) -> int:
     """In the body of k loop `loop`: for each read of a row of the B panel (a vector.transfer_read
     at row k, the loop's variable, or k plus a K block's start, of a vector wider than one
-    element), a prefetch of the same lines B_AHEAD rows further (past the panel's end, a prefetch
-    of memory the code never reads: it does not fault). Returns how many."""
+    element), a prefetch of the same lines B_AHEAD rows further, clamped to the memref's last row (an
+    index past it is out of bounds, though a prefetch would not fault). Returns how many."""
     from torch_mlir.dialects import arith, memref
 
     body = loop.regions[0].blocks[0]
@@ -162,8 +162,11 @@ def _prefetch_ahead(loop) -> int:
             def constant(value):
                 return arith.ConstantOp(index, ir.IntegerAttr.get(index, value)).result
 
+            # clamped to the last row: past it the index would leave the memref's bounds
+            last = constant(mtype.shape[-2] - 1) if mtype.shape[-2] != ir.ShapedType.get_dynamic_size() else \
+                arith.SubIOp(memref.DimOp(mem, constant(mtype.rank - 2)).result, constant(1)).result
             at = list(indices)
-            at[-2] = arith.AddIOp(indices[-2], constant(B_AHEAD)).result
+            at[-2] = arith.MinUIOp(arith.AddIOp(indices[-2], constant(B_AHEAD)).result, last).result
             for c in range(0, vtype.shape[-1], per_line):
                 line = list(at)
                 if c:
@@ -171,13 +174,6 @@ def _prefetch_ahead(loop) -> int:
                 memref.PrefetchOp(mem, line, False, 3, True)
                 count += 1
     return count
-
-
-def _constant_index(value) -> "int | None":
-    owner = value.owner
-    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
-        return None
-    return ir.IntegerAttr(owner.operation.attributes["value"]).value
 
 
 def _identity_layout(mtype) -> bool:
@@ -204,67 +200,140 @@ def _k_row_offset(index, k) -> bool:
     return False
 
 
-def _prefetch_next_block(loop) -> int:
-    """In the body of k loop `loop` over a packed weight (B a function argument whose rows are
-    one nr-wide panel row each, the k loop reading T of them): prefetches (into L2) of the T
-    rows the kernel reads after these, the next panel (or K block), spread over the row blocks
-    of the loop around it: row block r of R fetches lines [r, r + 1) * 4T/R of the next block,
-    one line (or ceil(lines per row / R)) per k step. Returns how many prefetch ops it made."""
-    from torch_mlir.dialects import arith, memref
-
-    rows_loop = loop.parent
-    if rows_loop is None or rows_loop.name != "scf.for":
-        return 0
-    bounds = [_constant_index(v) for v in list(loop.operands)[:3]]
-    row_bounds = [_constant_index(v) for v in list(rows_loop.operands)[:3]]
-    if None in bounds or None in row_bounds or bounds[2] != 1 or row_bounds[2] <= 0:
-        return 0
-    k_lo, k_hi, _ = bounds
-    r_lo, r_hi, r_step = row_bounds
-    trip, blocks = k_hi - k_lo, -(-(r_hi - r_lo) // r_step)
+def _packed_weight_reads(loop) -> list:
+    """The reads, in k loop `loop`, of a row of a packed weight: a function argument [..., K, nr]
+    (contiguous, statically shaped) read as one whole nr-wide row at row k (or k plus a K block's start)."""
     body = loop.regions[0].blocks[0]
     k = body.arguments[0]
-    row = rows_loop.regions[0].blocks[0].arguments[0]
-    reads = [op.operation for op in body.operations if op.operation.name == "vector.transfer_read"]
-    # the loop around is the row blocks': A's reads (a column of the tile's rows) start at its variable
-    if trip <= 0 or blocks < 2 or not any(len(op.operands) >= 4 and op.operands[-3] == row for op in reads):
-        return 0
-    count = 0
-    for op in reads:
+    found = []
+    for op in body.operations:
+        op = op.operation
+        if op.name != "vector.transfer_read":
+            continue
         operands = list(op.operands)
         mem = operands[0]
         if not isinstance(mem, ir.BlockArgument) or not isinstance(mem.type, ir.MemRefType):
             continue
         mtype = ir.MemRefType(mem.type)
-        vtype = ir.VectorType(op.results[0].type)
-        indices = operands[1:1 + mtype.rank]
-        if mtype.rank < 3 or not _k_row_offset(indices[-2], k) or _constant_index(indices[-1]) != 0 or \
-                list(vtype.shape) != [1, mtype.shape[-1]] or not _identity_layout(mtype):
+        if mtype.rank < 3 or not mtype.has_static_shape or not _identity_layout(mtype):
             continue
+        owner = mem.owner.owner
+        if owner is None or owner.operation.name != "func.func":
+            continue
+        indices = operands[1:1 + mtype.rank]
+        vtype = ir.VectorType(op.results[0].type)
+        if _k_row_offset(indices[-2], k) and constant_index(indices[-1]) == 0 and \
+                list(vtype.shape) == [1, mtype.shape[-1]]:
+            found.append(op)
+    return found
+
+
+def _why_no_next_block(loop, reads) -> "str | None":
+    """Why the next-block prefetch cannot be placed around k loop `loop` (None: it can)."""
+    rows_loop = loop.parent
+    if rows_loop is None or rows_loop.name != "scf.for":
+        return f"the k loop's parent is {rows_loop.name if rows_loop is not None else 'nothing'}, not the " \
+               "row blocks' scf.for"
+    bounds = [constant_index(v) for v in list(loop.operands)[:3]]
+    row_bounds = [constant_index(v) for v in list(rows_loop.operands)[:3]]
+    if None in bounds or bounds[2] != 1 or bounds[1] <= bounds[0]:
+        return "the k loop's bounds are not constants with step 1"
+    if None in row_bounds or row_bounds[2] <= 0:
+        return "the row blocks' loop bounds are not constants"
+    row = rows_loop.regions[0].blocks[0].arguments[0]
+    body_reads = [op.operation for op in loop.regions[0].blocks[0].operations
+                  if op.operation.name == "vector.transfer_read"]
+    # the loop around is the row blocks': A's reads (a column of the tile's rows) start at its variable
+    if not any(len(op.operands) >= 4 and op.operands[-3] == row for op in body_reads):
+        return "the loop around the k loop is not the row blocks' (A is not read at its variable)"
+    if -(-(row_bounds[1] - row_bounds[0]) // row_bounds[2]) < 2:
+        return "one row block: no other row block's tiles to spread the next panel's lines over"
+    return None
+
+
+def _flat_view(mem):
+    """`mem` (a function argument: contiguous, statically shaped) as a 1-D memref, made once at the
+    function's entry."""
+    from torch_mlir.dialects import memref
+
+    block = mem.owner
+    for op in block.operations:
+        op = op.operation
+        if op.name == "memref.collapse_shape" and op.operands[0] == mem:
+            return op.results[0]
+    mtype = ir.MemRefType(mem.type)
+    size = 1
+    for d in mtype.shape:
+        size *= d
+    flat = ir.MemRefType.get([size], mtype.element_type, memory_space=mtype.memory_space)
+    i64 = ir.IntegerType.get_signless(64)
+    groups = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in range(mtype.rank)])])
+    with ir.InsertionPoint.at_block_begin(block), mem.owner.owner.operation.location:
+        return memref.CollapseShapeOp(flat, mem, groups).result
+
+
+def _prefetch_next_block(loop) -> int:
+    """In the body of k loop `loop` over a packed weight (B a function argument whose rows are
+    one nr-wide panel row each, the k loop reading T of them): prefetches (into L2) of the T
+    rows the kernel reads after these, the next panel (or K block), spread over the row blocks
+    of the loop around it: row block r of R fetches lines [r, r + 1) * 4T/R of the next block,
+    one line (or ceil(lines per row / R)) per k step. A k loop over a packed weight where that
+    cannot be placed records why (`etc.cpu.decisions`). Returns how many prefetch ops it made."""
+    from torch_mlir.dialects import arith, memref
+
+    from etc.targets.cpu import decisions
+
+    reads = _packed_weight_reads(loop)
+    if not reads:
+        return 0
+    why = _why_no_next_block(loop, reads)
+    if why is not None:
+        decisions.record(loop, "prefetch", "no-next-panel", f"a packed weight's next panel is not prefetched: {why}")
+        return 0
+    rows_loop = loop.parent
+    k_lo, k_hi, _ = [constant_index(v) for v in list(loop.operands)[:3]]
+    r_lo, r_hi, r_step = [constant_index(v) for v in list(rows_loop.operands)[:3]]
+    trip, blocks = k_hi - k_lo, -(-(r_hi - r_lo) // r_step)
+    k = loop.regions[0].blocks[0].arguments[0]
+    row = rows_loop.regions[0].blocks[0].arguments[0]
+    count = 0
+    for op in reads:
+        operands = list(op.operands)
+        mem = operands[0]
+        mtype = ir.MemRefType(mem.type)
+        indices = operands[1:1 + mtype.rank]
         per_line = LINE_BYTES // (mtype.element_type.width // 8)
-        lines = -(-vtype.shape[-1] // per_line)  # per panel row
+        nr = mtype.shape[-1]
+        lines = -(-nr // per_line)  # per panel row
         per_step = -(-lines // blocks)
+        strides, size = [], 1
+        for d in reversed(mtype.shape):
+            strides.insert(0, size)
+            size *= d
+        flat = _flat_view(mem)
         index = ir.IndexType.get()
         with ir.InsertionPoint(op), op.location:
             def constant(value):
                 return arith.ConstantOp(index, ir.IntegerAttr.get(index, value)).result
 
             # Line `first + j` of the next block at k step s of row block r: first = r*S + s*p
-            # (S = ceil(lines*T/R) lines per row block, p = ceil(lines/R) per step); the line's
-            # column past the panel's width is the next row's (the memref is contiguous), so the
-            # address stays linear in k (no division in the loop).
+            # (S = ceil(lines*T/R) lines per row block, p = ceil(lines/R) per step), as an offset
+            # into the weight seen flat (1-D: the next block's lines follow the row this k step
+            # reads, moved back to the block's first and on by T rows), so the address stays
+            # linear in k (no division in the loop); clamped to the weight's last element, past
+            # which the last block's next one would be.
             block = arith.DivUIOp(arith.SubIOp(row, constant(r_lo)).result, constant(r_step)).result
             step = arith.SubIOp(k, constant(k_lo)).result
             first = arith.AddIOp(arith.MulIOp(block, constant(-(-lines * trip // blocks))).result,
                                  arith.MulIOp(step, constant(per_step)).result).result
-            # the row this k step reads, moved back to the block's first and on to the next block's
             at_row = arith.AddIOp(arith.SubIOp(indices[-2], step).result, constant(trip)).result
+            base = arith.MulIOp(at_row, constant(strides[-2])).result
+            for i in range(mtype.rank - 2):
+                base = arith.AddIOp(base, arith.MulIOp(indices[i], constant(strides[i])).result).result
             for j in range(per_step):
                 line = arith.AddIOp(first, constant(j)).result if j else first
-                at = list(indices)
-                at[-2] = at_row
-                at[-1] = arith.MulIOp(line, constant(per_line)).result
-                memref.PrefetchOp(mem, at, False, 2, True)
+                at = arith.AddIOp(base, arith.MulIOp(line, constant(per_line)).result).result
+                memref.PrefetchOp(flat, [arith.MinUIOp(at, constant(size - 1)).result], False, 2, True)
                 count += 1
     return count
 

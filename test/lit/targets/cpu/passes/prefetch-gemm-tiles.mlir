@@ -1,5 +1,8 @@
 // RUN: etc-opt %s --etc-cpu-prefetch-gemm-tiles | filecheck %s
 
+// The one decision recorded (by @no_row_blocks at the end), on the module:
+// CHECK: module attributes {etc.cpu.decisions = [{kind = "prefetch", op = "scf.for", path = "no-next-panel", reason = "a packed weight's next panel is not prefetched: the k loop's parent is func.func, not the row blocks' scf.for", where = "{{.*}}prefetch-gemm-tiles.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
+
 // A 2 x 32 f32 register tile (as the GEMM tiling leaves it, bufferized): each of its rows is two
 // 64-byte lines of C, prefetched for writing (into L1) before the k loop; inside it, the B panel
 // row the k step reads (32 f32: two lines) is prefetched 16 rows ahead, the A column it reads
@@ -16,8 +19,10 @@
 // CHECK: memref.prefetch %[[C]][%{{.*}}, %{{.*}}], write, locality<3>, data
 // CHECK-NOT: memref.prefetch
 // CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[LAST:.*]] = arith.constant 7 : index
 // CHECK: %[[C16:.*]] = arith.constant 16 : index
-// CHECK: %[[AHEAD:.*]] = arith.addi %[[K]], %[[C16]]
+// CHECK: %[[PAST:.*]] = arith.addi %[[K]], %[[C16]]
+// CHECK: %[[AHEAD:.*]] = arith.minui %[[PAST]], %[[LAST]]
 // CHECK: memref.prefetch %[[B]][%[[AHEAD]], %{{.*}}], read, locality<3>, data
 // CHECK: memref.prefetch %[[B]][%[[AHEAD]], %{{.*}}], read, locality<3>, data
 // CHECK-NOT: memref.prefetch
@@ -67,15 +72,19 @@ func.func @tile(%a: memref<2x8xf32>, %b: memref<8x32xf32>, %c: memref<4x64xf32>,
 
 // A packed weight (a function argument [panels, K, nr], contiguous) read by the k loops of two
 // row blocks of 6 rows (the loop around reads A at its variable): besides the rows 16 ahead (into
-// L1), each k step prefetches (into L2, locality 2) one line of the next panel, 8 k rows further
-// (the loop's length): row block r at step s the line r*8 + s (S = 2 lines x 8 rows / 2 blocks),
-// its column the line times 16 f32. A K block's k loop (the row read at kb + k) gets the same
-// prefetches, its rows moved back to the block's start before moving on.
+// L1, clamped to the last row, 7), each k step prefetches (into L2, locality 2) one line of the
+// next panel, 8 k rows further (the loop's length): row block r at step s the line r*8 + s
+// (S = 2 lines x 8 rows / 2 blocks), at offset row*32 + panel*256 + line*16 of the weight seen
+// flat (a collapse_shape at the function's entry), clamped to its last element (511: the last
+// panel's next one is past the weight's end). A K block's k loop (the row read at kb + k) gets
+// the same prefetches, its rows moved back to the block's start before moving on.
 // CHECK-LABEL: func.func @packed_panels(
 // CHECK-SAME: %[[A:[a-z0-9]+]]: memref<12x8xf32>, %[[B:[a-z0-9]+]]: memref<2x8x32xf32>, %[[JB:[a-z0-9]+]]: index
+// CHECK: %[[FLAT:.*]] = memref.collapse_shape %[[B]] {{\[}}[0, 1, 2]] : memref<2x8x32xf32> into memref<512xf32>
 // CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
 // CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
-// CHECK: %[[AHEAD:.*]] = arith.addi %[[K]], %{{.*}}
+// CHECK: %[[PAST:.*]] = arith.addi %[[K]], %{{.*}}
+// CHECK: %[[AHEAD:.*]] = arith.minui %[[PAST]], %c7
 // CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD]], %{{.*}}], read, locality<3>, data
 // CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD]], %{{.*}}], read, locality<3>, data
 // CHECK: %[[BLOCK:.*]] = arith.divui %{{.*}}, %c6
@@ -85,17 +94,23 @@ func.func @tile(%a: memref<2x8xf32>, %b: memref<8x32xf32>, %c: memref<4x64xf32>,
 // CHECK: %[[LINE:.*]] = arith.addi %[[R8]], %[[S1]]
 // CHECK: %[[BACK:.*]] = arith.subi %[[K]], %[[STEP]]
 // CHECK: %[[ROW:.*]] = arith.addi %[[BACK]], %c8
+// CHECK: %[[ROWAT:.*]] = arith.muli %[[ROW]], %c32
+// CHECK: %[[PANELAT:.*]] = arith.muli %[[JB]], %c256
+// CHECK: %[[BASE:.*]] = arith.addi %[[ROWAT]], %[[PANELAT]]
 // CHECK: %[[COL:.*]] = arith.muli %[[LINE]], %c16
-// CHECK: memref.prefetch %[[B]][%[[JB]], %[[ROW]], %[[COL]]], read, locality<2>, data
+// CHECK: %[[AT:.*]] = arith.addi %[[BASE]], %[[COL]]
+// CHECK: %[[IN:.*]] = arith.minui %[[AT]], %c511
+// CHECK: memref.prefetch %[[FLAT]][%[[IN]]], read, locality<2>, data
 // CHECK-NOT: memref.prefetch
 // CHECK: vector.transfer_read %[[B]]
 // CHECK: {etc.cpu.gemm_k_loop}
 // CHECK: scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
 // CHECK: %[[KK:.*]] = affine.apply #{{.*}}()[%{{.*}}, %[[KB]]]
-// CHECK: %[[AHEAD2:.*]] = arith.addi %[[KK]], %{{.*}}
+// CHECK: %[[PAST2:.*]] = arith.addi %[[KK]], %{{.*}}
+// CHECK: %[[AHEAD2:.*]] = arith.minui %[[PAST2]], %c7
 // CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD2]], %{{.*}}], read, locality<3>, data
 // CHECK: memref.prefetch %[[B]][%[[JB]], %[[AHEAD2]], %{{.*}}], read, locality<3>, data
-// CHECK: memref.prefetch %[[B]][%[[JB]], %{{.*}}, %{{.*}}], read, locality<2>, data
+// CHECK: memref.prefetch %[[FLAT]][%{{.*}}], read, locality<2>, data
 // CHECK-NOT: memref.prefetch
 // CHECK: {etc.cpu.gemm_k_loop}
 func.func @packed_panels(%a: memref<12x8xf32>, %b: memref<2x8x32xf32>, %jb: index, %c: memref<12x32xf32>,
@@ -127,5 +142,31 @@ func.func @packed_panels(%a: memref<12x8xf32>, %b: memref<2x8x32xf32>, %jb: inde
     } {etc.cpu.gemm_k_loop}
     vector.transfer_write %acc2, %c[%i, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<12x32xf32>
   }
+  return
+}
+
+// A k loop over a packed weight with no row-block loop around it (here the function's body: one
+// row block's worth of rows): the next panel is not prefetched, and the module records why
+// (`etc.cpu.decisions`, a NOT TUNED line of the delegation report: checked at the top, the
+// module's attributes print first); the rows ahead still are.
+// CHECK-LABEL: func.func @no_row_blocks(
+// CHECK: scf.for
+// CHECK: memref.prefetch %{{.*}}, read, locality<3>, data
+// CHECK-NOT: locality<2>
+// CHECK: {etc.cpu.gemm_k_loop}
+func.func @no_row_blocks(%a: memref<6x8xf32>, %b: memref<2x8x32xf32>, %jb: index, %c: memref<6x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c8 = arith.constant 8 : index
+  %z = arith.constant dense<0.0> : vector<6x32xf32>
+  %f = arith.constant 0.0 : f32
+  %acc = scf.for %k = %c0 to %c8 step %c1 iter_args(%v = %z) -> (vector<6x32xf32>) {
+    %col = vector.transfer_read %a[%c0, %k], %f {in_bounds = [true, true]} : memref<6x8xf32>, vector<6x1xf32>
+    %row = vector.transfer_read %b[%jb, %k, %c0], %f {in_bounds = [true, true]} : memref<2x8x32xf32>, vector<1x32xf32>
+    %y = vector.broadcast %row : vector<1x32xf32> to vector<6x32xf32>
+    %s = arith.addf %v, %y : vector<6x32xf32>
+    scf.yield %s : vector<6x32xf32>
+  } {etc.cpu.gemm_k_loop}
+  vector.transfer_write %acc, %c[%c0, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<6x32xf32>
   return
 }
