@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
-from etc.ir.ops import as_operation
 
 THREAD_SPLIT = "etc.thread_split"  # the kernels mark their loops whose iterations are independent
 
@@ -53,13 +52,3 @@ def written_bases(op):
 
     op.walk(visit)
     return None if unknown[0] else bases
-
-
-def const_index(value):
-    """The value of an `arith.constant` integer, else None."""
-    owner = value.owner
-    op = as_operation(owner)
-    if isinstance(owner, ir.Block) or op.name != "arith.constant":
-        return None
-    attr = op.attributes["value"]
-    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None

@@ -33,7 +33,8 @@ from torch_mlir import ir
 
 from etc.errors import LoweringError
 from etc.ir.ops import as_operation, replace_operands
-from etc.targets.cpu.loop_effects import PURE_PREFIXES, THREAD_SPLIT, base, const_index, written_bases
+from etc.targets.cpu.ir_query import constant_index
+from etc.targets.cpu.loop_effects import PURE_PREFIXES, THREAD_SPLIT, base, written_bases
 from etc.targets.cpu.thread_split_choice import choose_split, has_mark, independent_rest, loop_trips, thread_split_loop
 
 BARRIER_FN = "etc_cpu_barrier"
@@ -426,7 +427,7 @@ def _split_parallel(op, tid, nthreads) -> None:
     lbs, ubs, steps = operands[:n], operands[n:2 * n], operands[2 * n:3 * n]
     trips = []
     for lb, ub, step in zip(lbs, ubs, steps):
-        lo, hi, st = const_index(lb), const_index(ub), const_index(step)
+        lo, hi, st = constant_index(lb), constant_index(ub), constant_index(step)
         trips.append((hi - lo + st - 1) // st if None not in (lo, hi, st) and st > 0 else -1)
     # Chosen dim: the first long enough for typical thread counts (4), else the longest known.
     dim = next((d for d, t in enumerate(trips) if t >= 4), max(range(n), key=lambda d: trips[d]))

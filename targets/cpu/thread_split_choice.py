@@ -15,7 +15,8 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.ir.ops import as_operation
-from etc.targets.cpu.loop_effects import PURE_PREFIXES, THREAD_SPLIT, base, const_index
+from etc.targets.cpu.ir_query import constant_index
+from etc.targets.cpu.loop_effects import PURE_PREFIXES, THREAD_SPLIT, base
 
 
 def loop_trips(op, n: int) -> list | None:
@@ -38,7 +39,7 @@ def loop_trips(op, n: int) -> list | None:
 
 def static_trips(loop) -> "int | None":
     """The trip count of scf.for `loop` when its bounds and step are constants."""
-    lb, ub, step = (const_index(v) for v in list(loop.operands)[:3])
+    lb, ub, step = (constant_index(v) for v in list(loop.operands)[:3])
     return -(-(ub - lb) // step) if None not in (lb, ub, step) and step > 0 else None
 
 
@@ -137,7 +138,7 @@ def independent_rest(loop, body: list) -> "list | None":
     [iv, ...] (vectors no taller than its step) into views defined outside it; the rest writes
     only into those views at constant rows past the last row `loop` writes; neither reads the
     buffers those views are of; the rest's results are used only by the rest."""
-    lb, ub, step = (const_index(v) for v in list(loop.operands)[:3])
+    lb, ub, step = (constant_index(v) for v in list(loop.operands)[:3])
     if None in (lb, ub, step) or step <= 0 or ub <= lb:
         return None
     iv = loop.regions[0].blocks[0].arguments[0]
@@ -200,7 +201,7 @@ def independent_rest(loop, body: list) -> "list | None":
     def rest_ok(inner):
         name = inner.name
         if name in _ROW_WRITES:
-            row = const_index(list(inner.operands)[2]) if len(inner.operands) > 2 else None
+            row = constant_index(list(inner.operands)[2]) if len(inner.operands) > 2 else None
             if inner.operands[1] not in views or row is None or row < rows_end[0]:
                 bad[0] = True
         elif name in _ROW_READS and base(inner.operands[0]) in bases:
