@@ -229,25 +229,27 @@ def _packed_weight_reads(loop) -> list:
 
 
 def _why_no_next_block(loop, reads) -> "str | None":
-    """Why the next-block prefetch cannot be placed around k loop `loop` (None: it can)."""
+    """Why the next-block prefetch cannot be placed around k loop `loop`: None when it can, "" when
+    it does not apply (no loop of two or more row blocks around the k loop: the prefetch spreads a
+    panel's lines over the row blocks, so a GEMM of one row block has none to spread them over),
+    else the reason, which the caller records."""
     rows_loop = loop.parent
     if rows_loop is None or rows_loop.name != "scf.for":
-        return f"the k loop's parent is {rows_loop.name if rows_loop is not None else 'nothing'}, not the " \
-               "row blocks' scf.for"
+        return ""
+    row = rows_loop.regions[0].blocks[0].arguments[0]
+    body_reads = [op.operation for op in loop.regions[0].blocks[0].operations
+                  if op.operation.name == "vector.transfer_read"]
+    # the loop around is the row blocks': A's reads (a column of the tile's rows) start at its variable
+    if not any(len(op.operands) >= 4 and op.operands[-3] == row for op in body_reads):
+        return ""
     bounds = [constant_index(v) for v in list(loop.operands)[:3]]
     row_bounds = [constant_index(v) for v in list(rows_loop.operands)[:3]]
     if None in bounds or bounds[2] != 1 or bounds[1] <= bounds[0]:
         return "the k loop's bounds are not constants with step 1"
     if None in row_bounds or row_bounds[2] <= 0:
         return "the row blocks' loop bounds are not constants"
-    row = rows_loop.regions[0].blocks[0].arguments[0]
-    body_reads = [op.operation for op in loop.regions[0].blocks[0].operations
-                  if op.operation.name == "vector.transfer_read"]
-    # the loop around is the row blocks': A's reads (a column of the tile's rows) start at its variable
-    if not any(len(op.operands) >= 4 and op.operands[-3] == row for op in body_reads):
-        return "the loop around the k loop is not the row blocks' (A is not read at its variable)"
     if -(-(row_bounds[1] - row_bounds[0]) // row_bounds[2]) < 2:
-        return "one row block: no other row block's tiles to spread the next panel's lines over"
+        return ""
     return None
 
 
@@ -287,8 +289,9 @@ def _prefetch_next_block(loop) -> int:
     if not reads:
         return 0
     why = _why_no_next_block(loop, reads)
-    if why is not None:
+    if why:
         decisions.record(loop, "prefetch", "no-next-panel", f"a packed weight's next panel is not prefetched: {why}")
+    if why is not None:
         return 0
     rows_loop = loop.parent
     k_lo, k_hi, _ = [constant_index(v) for v in list(loop.operands)[:3]]

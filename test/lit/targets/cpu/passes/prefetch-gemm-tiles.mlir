@@ -1,7 +1,7 @@
 // RUN: etc-opt %s --etc-cpu-prefetch-gemm-tiles | filecheck %s
 
-// The one decision recorded (by @no_row_blocks at the end), on the module:
-// CHECK: module attributes {etc.cpu.decisions = [{kind = "prefetch", op = "scf.for", path = "no-next-panel", reason = "a packed weight's next panel is not prefetched: the k loop's parent is func.func, not the row blocks' scf.for", where = "{{.*}}prefetch-gemm-tiles.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
+// The one decision recorded (by @dynamic_row_blocks at the end), on the module:
+// CHECK: module attributes {etc.cpu.decisions = [{kind = "prefetch", op = "scf.for", path = "no-next-panel", reason = "a packed weight's next panel is not prefetched: the row blocks' loop bounds are not constants", where = "{{.*}}prefetch-gemm-tiles.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
 
 // A 2 x 32 f32 register tile (as the GEMM tiling leaves it, bufferized): each of its rows is two
 // 64-byte lines of C, prefetched for writing (into L1) before the k loop; inside it, the B panel
@@ -146,9 +146,8 @@ func.func @packed_panels(%a: memref<12x8xf32>, %b: memref<2x8x32xf32>, %jb: inde
 }
 
 // A k loop over a packed weight with no row-block loop around it (here the function's body: one
-// row block's worth of rows): the next panel is not prefetched, and the module records why
-// (`etc.cpu.decisions`, a NOT TUNED line of the delegation report: checked at the top, the
-// module's attributes print first); the rows ahead still are.
+// row block's worth of rows): the next-panel prefetch does not apply (it spreads a panel's lines
+// over the row blocks) and nothing is recorded; the rows ahead are still prefetched.
 // CHECK-LABEL: func.func @no_row_blocks(
 // CHECK: scf.for
 // CHECK: memref.prefetch %{{.*}}, read, locality<3>, data
@@ -168,5 +167,33 @@ func.func @no_row_blocks(%a: memref<6x8xf32>, %b: memref<2x8x32xf32>, %jb: index
     scf.yield %s : vector<6x32xf32>
   } {etc.cpu.gemm_k_loop}
   vector.transfer_write %acc, %c[%c0, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<6x32xf32>
+  return
+}
+
+// Row blocks over a dynamic row count: the next panel's lines cannot be spread over a number of
+// row blocks known only at run time, so the prefetch is not placed and the module records why
+// (`etc.cpu.decisions`, a NOT TUNED line of the delegation report: checked at the top, the
+// module's attributes print first).
+// CHECK-LABEL: func.func @dynamic_row_blocks(
+// CHECK-NOT: locality<2>
+// CHECK: {etc.cpu.gemm_k_loop}
+func.func @dynamic_row_blocks(%a: memref<?x8xf32>, %b: memref<2x8x32xf32>, %jb: index, %n: index,
+                              %c: memref<?x32xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c6 = arith.constant 6 : index
+  %c8 = arith.constant 8 : index
+  %z = arith.constant dense<0.0> : vector<6x32xf32>
+  %f = arith.constant 0.0 : f32
+  scf.for %r = %c0 to %n step %c6 {
+    %acc = scf.for %k = %c0 to %c8 step %c1 iter_args(%v = %z) -> (vector<6x32xf32>) {
+      %col = vector.transfer_read %a[%r, %k], %f {in_bounds = [true, true]} : memref<?x8xf32>, vector<6x1xf32>
+      %row = vector.transfer_read %b[%jb, %k, %c0], %f {in_bounds = [true, true]} : memref<2x8x32xf32>, vector<1x32xf32>
+      %y = vector.broadcast %row : vector<1x32xf32> to vector<6x32xf32>
+      %s = arith.addf %v, %y : vector<6x32xf32>
+      scf.yield %s : vector<6x32xf32>
+    } {etc.cpu.gemm_k_loop}
+    vector.transfer_write %acc, %c[%r, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<?x32xf32>
+  }
   return
 }
