@@ -366,36 +366,30 @@ def _beside_split(loop, following: list, threads: int) -> "list | None":
 
 def _run_tail_once(tail: list, tid, nthreads):
     """Move `tail` (top-level ops, in order) under one `if tid == nthreads - 1` where its last op is
-    (pure ops left between them stay above it): the last thread, whose chunk is the smallest.
-    Returns the guard."""
-    from torch_mlir.dialects import arith, scf
-
-    with ir.InsertionPoint(tail[-1]), tail[0].location:
-        one = arith.ConstantOp(ir.IndexType.get(), 1).result
-        last = arith.SubIOp(nthreads, one).result
-        guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, tid, last).result)
-    with ir.InsertionPoint(guard.then_block):
-        end = scf.YieldOp([])
-    for op in tail:
-        op.move_before(end)
-    return guard.operation
+    (pure ops left between them stay above it). Returns the guard."""
+    return _on_last_thread(tail, tail[-1], tid, nthreads)
 
 
 def _run_rest_once(rest: list, tid, nthreads) -> None:
     """Move `rest` (ops of one loop body, in order) under `if tid == nthreads - 1` at the end of
-    that body: the last thread, whose chunk (ceil-sized chunks) is the smallest."""
+    that body."""
+    _on_last_thread(rest, [o.operation for o in rest[0].block.operations][-1], tid, nthreads)
+
+
+def _on_last_thread(ops: list, before, tid, nthreads):
+    """Move `ops` into one `if tid == nthreads - 1` placed before `before`: the last thread, whose
+    chunk (ceil-sized chunks) is the smallest. Returns the guard."""
     from torch_mlir.dialects import arith, scf
 
-    block_ops = [o.operation for o in rest[0].block.operations]
-    terminator = block_ops[-1]
-    with ir.InsertionPoint(terminator), rest[0].location:
+    with ir.InsertionPoint(before), ops[0].location:
         one = arith.ConstantOp(ir.IndexType.get(), 1).result
         last = arith.SubIOp(nthreads, one).result
         guard = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.eq, tid, last).result)
     with ir.InsertionPoint(guard.then_block):
         end = scf.YieldOp([])
-    for o in rest:
-        o.move_before(end)
+    for op in ops:
+        op.move_before(end)
+    return guard.operation
 
 
 def _chunk(lb, ub, step, tid, nthreads):

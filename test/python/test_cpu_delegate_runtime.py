@@ -250,15 +250,7 @@ def test_a_partial_panels_corner_runs_beside_its_shared_row_tiles():
     instead of on thread 0 between two barriers."""
     torch.manual_seed(0)
     model, x = torch.nn.Sequential(torch.nn.Conv2d(16, 20, 3, padding=1), torch.nn.ReLU()).eval(), torch.randn(1, 16, 14, 14)
-    program_ir, report = delegated(model, (x,), num_threads=2)
-    assert "threads -> one-thread" not in str(report), str(report)
-    with torch.no_grad():
-        want = model(x)
-    for threads in ("2", "3"):
-        fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads, "calibrate_threads": "0"})
-        for _ in range(10):  # a race would show as a wrong corner now and then
-            assert rel_error(fn(x.numpy())[0], want.numpy()) <= 1e-4, threads
-        fn.close()
+    _every_nest_shared_and_right(model, x, calls=10)  # a race would show as a wrong corner now and then
 
 
 def test_threads_share_the_row_blocks_of_a_gemm_gathering_per_panel():
@@ -269,13 +261,19 @@ def test_threads_share_the_row_blocks_of_a_gemm_gathering_per_panel():
     gather buffer) and the threads now share them."""
     torch.manual_seed(0)
     model, x = torch.nn.Conv2d(512, 1024, 1, stride=2).eval(), torch.randn(1, 512, 28, 28)
+    _every_nest_shared_and_right(model, x, calls=5)  # a race would show as a wrong row block now and then
+
+
+def _every_nest_shared_and_right(model, x, calls: int) -> None:
+    """`model` compiled for two threads leaves no nest on one thread, and on 2 and 3 threads
+    (calibration off: every thread runs) matches eager on each of `calls` calls."""
     program_ir, report = delegated(model, (x,), num_threads=2)
     assert "threads -> one-thread" not in str(report), str(report)
     with torch.no_grad():
         want = model(x)
     for threads in ("2", "3"):
         fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": threads, "calibrate_threads": "0"})
-        for _ in range(5):  # a race would show as a wrong row block now and then
+        for _ in range(calls):
             assert rel_error(fn(x.numpy())[0], want.numpy()) <= 1e-4, threads
         fn.close()
 
