@@ -73,23 +73,25 @@ def op_attention(s: Scope, v: Value):
         parts.append(s.emit(name, f"{q.name}[..., {i * c}:{(i + 1) * c}].reshape({split}).permute({perm})",
                             lead + (Size(heads), t, Size(d)), err=q.err))
     t_max = t.bounds(s.model.dims)[1]
+    # Error bounds of the three steps, whichever form computes them: scores, softmax, probs @ v.
+    scores_err = 2 * q.err * d + 2 * d
+    probs_err = 2 * scores_err + 8
+    out_err = probs_err * 4 + q.err + 2 * t_max
     merge = f".permute({perm}).reshape({s.shape_args(lead + (t, Size(c)))})"
     if s.draw(st.booleans()):  # the form transformers' models export: one fused torch op
         att = s.emit("att", f"F.scaled_dot_product_attention({parts[0].name}, {parts[1].name}, {parts[2].name}, "
-                            f"is_causal={causal})" + merge, lead + (t, Size(c)),
-                     err=(2 * (2 * q.err * d + 2 * d) + 8) * 4 + q.err + 2 * t_max)
+                            f"is_causal={causal})" + merge, lead + (t, Size(c)), err=out_err)
         return s.emit("h", f"{proj}({att.name})", att.shape, err=att.err * math.sqrt(c) + 2 * c)
     scores_shape = lead + (Size(heads), t, t)
     scores = s.emit("scores", f"({parts[0].name} @ {parts[1].name}.transpose(-2, -1)) * {d ** -0.5!r}",
-                    scores_shape, err=2 * q.err * d + 2 * d)
+                    scores_shape, err=scores_err)
     if causal:
         mask = s.emit("mask", f"torch.ones({s.size_expr(t)}, {s.size_expr(t)}, dtype=torch.bool).triu(1)", (t, t),
                       dtype="bool")
         scores = s.emit("scores", f"{scores.name}.masked_fill({mask.name}, float('-inf'))", scores_shape,
                         err=scores.err)
-    probs = s.emit("probs", f"torch.softmax({scores.name}, dim=-1)", scores_shape, err=2 * scores.err + 8)
-    out = s.emit("att", f"({probs.name} @ {parts[2].name})" + merge,
-                 lead + (t, Size(c)), err=probs.err * 4 + q.err + 2 * t_max)
+    probs = s.emit("probs", f"torch.softmax({scores.name}, dim=-1)", scores_shape, err=probs_err)
+    out = s.emit("att", f"({probs.name} @ {parts[2].name})" + merge, lead + (t, Size(c)), err=out_err)
     return s.emit("h", f"{proj}({out.name})", out.shape, err=out.err * math.sqrt(c) + 2 * c)
 
 

@@ -41,16 +41,22 @@ class BoolVectorsAsBytes(Pass):
     summary = "Vector loads and stores of i1 data (LLVM dialect) -> of i8 bytes, as bool tensors are stored"
 
     def run(self, module) -> None:
-        for alloca in walk(module, ("llvm.alloca",)):
-            if "xi1>" in str(alloca.attributes["elem_type"]):
-                raise self.error(f"{self.name}: a stack slot of a bool vector type "
-                                 f"({alloca.attributes['elem_type']}) holds packed bits, not bool bytes", at=alloca)
-        self.count("changed", _rewrite(module))
+        loads, stores = [], []
+        for op in walk(module, ("llvm.alloca", *_LOADS, *_STORES)):
+            if op.name == "llvm.alloca":
+                if "xi1>" in str(op.attributes["elem_type"]):
+                    raise self.error(f"{self.name}: a stack slot of a bool vector type "
+                                     f"({op.attributes['elem_type']}) holds packed bits, not bool bytes", at=op)
+            elif op.name in _LOADS:
+                if _bool_vector(op.results[0].type):
+                    loads.append(op)
+            elif _bool_vector(op.operands[0].type):
+                stores.append(op)
+        _rewrite(module, loads, stores)
+        self.count("changed", len(loads) + len(stores))
 
 
-def _rewrite(module) -> int:
-    loads = [op for op in walk(module, _LOADS) if _bool_vector(op.results[0].type)]
-    stores = [op for op in walk(module, _STORES) if _bool_vector(op.operands[0].type)]
+def _rewrite(module, loads: list, stores: list) -> None:
     with module.context:
         for op in loads:
             with ir.InsertionPoint(op), op.location:
@@ -78,4 +84,3 @@ def _rewrite(module) -> int:
                     llvm.MaskedStoreOp(data, address, rest[0], alignment,
                                        nontemporal="nontemporal" in op.attributes)
             op.erase()
-    return len(loads) + len(stores)
