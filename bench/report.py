@@ -104,10 +104,40 @@ def bench_model(name: str, runs: int, with_executorch: bool) -> dict:
     return row
 
 
+def _cpu_name() -> str:
+    """The CPU's model name and LLVM's name for it: the tables move with the microarchitecture (an
+    AMD Zen 5 and an Intel Emerald Rapids VM rank the same kernels differently), so a run names it."""
+    import llvmlite.binding as llvm
+
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, LLVM {llvm.get_host_cpu_name()}"
+
+
+def _commit() -> str:
+    """The commit measured (`+ changes` when the tree differs from it), or "" outside a git checkout."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return f" at {head}{' + changes' if dirty else ''}"
+
+
 def _header() -> list[str]:
     return ["# Benchmarks", "",
-            "Produced by `make bench` (`python -m etc.bench`), every figure measured in the same run on",
-            f"this machine ({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
+            f"Produced by `make bench` (`python -m etc.bench`){_commit()}, every figure measured in the same run on",
+            f"this machine ({platform.machine()}, {_cpu_name()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}).",
             "Latencies are medians in milliseconds after warm-up; the machine is shared and noisy, so compare",
             "ratios within this table only.", ""]
 
