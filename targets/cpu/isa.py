@@ -31,6 +31,9 @@ class CpuTarget:
     cpu: str = "generic"
     features: str = ""  # "+avx2,+fma" (LLVM syntax)
     name: str = ""
+    # The per-core L2 in KiB when known (the host's, read from the OS by `host_target`); 0: the
+    # ISA row's `l2_kib`, a typical core of that ISA. The GEMM's row and K blocks are sized by it.
+    l2_kib: int = 0
 
     @property
     def arch(self) -> str:
@@ -94,8 +97,8 @@ ISA_TABLE = {
     # A B read in place keeps whole K unless its rows alias (gemm.in_place_k_block): rows 4 KiB
     # apart (N = 1024, 2048, 3072) share cache sets, and whole K took a 1024^3 activation matmul
     # from 118 to 76 GFLOP/s, 2048^3 109 -> 57; cut to blocks of 256 there (1.12x blocks of 128).
-    # L2: 2 MiB per core on Sapphire/Emerald Rapids and Zen 4/5 (1 MiB); the K-block rule was
-    # measured on the 2 MiB one.
+    # L2: 2 MiB per core on Sapphire/Emerald Rapids, 1 MiB on Zen 4/5; the K-block rule was
+    # measured on the 2 MiB one. A host target uses the host's own L2 (`host_l2_kib`).
     "avx512": Isa("avx512", lanes=16, gemm_mr=6, gemm_nr=64, gemm_kc=2048, gemm_kc_strided=128, l2_kib=2048,
                   vector_registers=32, window_width=32),
     # kc=2048 against 256, measured as the x86-64-v3 preset on this AVX-512 host: 1024^3 68 -> 81
@@ -110,6 +113,12 @@ ISA_TABLE = {
 
 
 def isa_for(target: CpuTarget) -> Isa:
+    """The ISA row of the widest vector unit `target` has, with the target's own L2 size if known."""
+    row = _isa_row(target)
+    return replace(row, l2_kib=target.l2_kib) if target.l2_kib and row.l2_kib else row
+
+
+def _isa_row(target: CpuTarget) -> Isa:
     features = {f[1:] for f in target.features.split(",") if f.startswith("+")}
     if target.arch in ("x86_64", "amd64"):
         if "avx512f" in features:
@@ -129,7 +138,45 @@ def host_target() -> CpuTarget:
 
     init_llvm()
     features = llvm.get_host_cpu_features().flatten()
-    return CpuTarget(triple=llvm.get_process_triple(), cpu=llvm.get_host_cpu_name(), features=features, name="host")
+    return CpuTarget(triple=llvm.get_process_triple(), cpu=llvm.get_host_cpu_name(), features=features, name="host",
+                     l2_kib=host_l2_kib())
+
+
+def host_l2_kib(cpu_dir: str = "/sys/devices/system/cpu/cpu0") -> int:
+    """This machine's per-core L2 in KiB, from Linux's cache description (0 if the OS does not say).
+
+    The ISA rows assume a typical core, and cores of one ISA differ: the table's 2 MiB (Intel
+    Sapphire/Emerald Rapids) is twice an AMD Zen 5's 1 MiB. On a Zen 5 host the row blocks
+    sized for 2 MiB left ResNet-50's 1x1 256->1024 convolutions at 14x14 (a 1 MiB weight read
+    once per column panel) streaming from L3: 1 MiB blocks measured 0.80x their time with cold
+    caches and ResNet-50 0.97x (BENCHMARKS.md's run on that host)."""
+    import glob
+    import os
+
+    for index in sorted(glob.glob(os.path.join(cpu_dir, "cache", "index*"))):
+        try:
+            with open(os.path.join(index, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(index, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(index, "size")) as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if level == "2" and kind in ("Unified", "Data"):
+            return _kib(size)
+    return 0
+
+
+def _kib(size: str) -> int:
+    """"1024K" / "2M" / "524288" (bytes) -> KiB (0 if unreadable)."""
+    units = {"K": 1, "M": 1024, "G": 1024 * 1024}
+    try:
+        if size[-1:].upper() in units:
+            return int(size[:-1]) * units[size[-1:].upper()]
+        return int(size) // 1024
+    except ValueError:
+        return 0
 
 
 # Triples are LLVM's normalized four-part form (arch-vendor-os-environment): LLVM reads a
@@ -203,8 +250,9 @@ def resolve_target(spec: "str | CpuTarget | None" = None, *, cpu: str | None = N
     if cpu == "generic" and features is None:
         features = generic_baseline(target.arch)[1]
     if cpu is not None or features is not None:
-        target = CpuTarget(target.triple, cpu or target.cpu, target.features if features is None else features,
-                           target.name)
+        # Another CPU than the host's is not the host's cache either: its L2 is the ISA row's.
+        target = replace(target, cpu=cpu or target.cpu, features=target.features if features is None else features,
+                         l2_kib=target.l2_kib if cpu in (None, target.cpu) else 0)
     if float_abi is not None:
         target = with_float_abi(target, float_abi)
     return target

@@ -676,6 +676,8 @@ def test_row_block_rule():
                                              # a partial panel of 36 split into vectors
     ("matmul", 2051, 256, 130, 1),           # no epilogue: the contraction is the root; a last
                                              # block of 395 rows (a partial mr block)
+    ("matmul+epilogue", 2051, 256, 100, 1),  # a shorter last block and a partial panel: its
+                                             # tile's buffer sized by the block (a compile error once)
     ("linear+epilogue", 2100, 256, 70, 1),   # packed panels, equal blocks
     ("linear", 2051, 256, 70, 1),            # packed, no epilogue, a shorter last block
     ("matmul+epilogue", 2051, 256, 200, 2),  # two threads share each block's panels

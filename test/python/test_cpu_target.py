@@ -411,6 +411,40 @@ def test_generic_cpu_means_the_architecture_baseline():
     assert resolve_target("x86-64-v3").required_features == ["avx2", "fma", "f16c"]  # no cpu=: unchanged
 
 
+def test_the_host_target_sizes_gemm_blocks_by_its_own_l2(tmp_path):
+    """The ISA rows assume a typical core's L2 (2 MiB on AVX-512); a host target reads its own
+    from the OS, a preset or another CPU keeps the row's, and the GEMM's row blocks follow it."""
+    from etc.targets.cpu.isa import CpuTarget, host_l2_kib, isa_for, resolve_target
+    from etc.targets.cpu.kernels.gemm_match import KernelConfig, row_block
+
+    cpu0 = tmp_path / "cpu0"
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "1024K"), ("3", "Unified", "32768K")]):
+        d = cpu0 / "cache" / f"index{index}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(level + "\n")
+        (d / "type").write_text(kind + "\n")
+        (d / "size").write_text(size + "\n")
+    assert host_l2_kib(str(cpu0)) == 1024
+    (cpu0 / "cache" / "index2" / "size").write_text("2M\n")
+    assert host_l2_kib(str(cpu0)) == 2048
+    assert host_l2_kib(str(tmp_path / "no-such-cpu")) == 0  # the OS does not say: the row's
+
+    avx512 = CpuTarget("x86_64-unknown-linux-gnu", "sapphirerapids", "+avx512f,+avx2,+fma")
+    assert isa_for(avx512).l2_kib == 2048
+    assert isa_for(CpuTarget(avx512.triple, "znver5", avx512.features, l2_kib=1024)).l2_kib == 1024
+    host = resolve_target("host")
+    assert host.l2_kib == host_l2_kib()
+    assert resolve_target("host", cpu="generic").l2_kib == 0  # another CPU: not the host's cache
+    assert resolve_target("host", features=host.features).l2_kib == host.l2_kib
+    assert resolve_target("x86-64-v3").l2_kib == 0
+    # ResNet-50's 1x1 256->1024 at 14x14 as a GEMM (A the 1 MiB weight): whole on a 2 MiB L2,
+    # in row blocks on a 1 MiB one
+    rows, k = 1024, 256
+    assert row_block(rows, k, k, KernelConfig(16, 6, 64, 2048, l2_bytes=2048 << 10)) == 0
+    assert row_block(rows, k, k, KernelConfig(16, 6, 64, 2048, l2_bytes=1024 << 10)) == 258
+
+
 def test_generic_blob_needs_no_avx_and_matches_torch():
     """A conv + linear model with CpuPartitioner(cpu='generic'): the blob asks for no AVX feature,
     loads past the runtime's feature check and computes what eager torch does."""

@@ -21,7 +21,8 @@ keyword-spotting DS-CNN's int8 scratch was 540 KB, more than a Cortex-M33 has. A
 is planned at its upper bound (`index_range` of its sizes, from the bounded run-time dims) and
 viewed at its run-time sizes. An alloc inside a loop the threads share (`THREAD_SPLIT`: a GEMM
 kernel's column panels, each with its im2col panel buffer) becomes a stack allocation of each
-thread instead (`_per_thread`).
+thread instead (`_per_thread`), a dynamic one (a partial panel's tile in a shorter last row
+block) at its upper bound.
 """
 
 from __future__ import annotations
@@ -109,14 +110,23 @@ class PlanScratch(Pass):
         if not any(a.name == "scf.for" and THREAD_SPLIT in a.attributes for a in _ancestors(op)):
             return False
         t = ir.MemRefType(op.result.type)
-        if not t.has_static_shape:
-            raise self.error(f"an intermediate buffer {t} with dynamic dims inside a loop the threads share", at=op)
         top = op
         while top.parent.name != "func.func":
             top = top.parent
-        with ir.InsertionPoint(top):
-            alloca = memref.AllocaOp(t, [], [], alignment=64)
-        op.result.replace_all_uses_with(alloca.result)
+        if t.has_static_shape:
+            with ir.InsertionPoint(top):
+                alloca = memref.AllocaOp(t, [], [], alignment=64)
+            op.result.replace_all_uses_with(alloca.result)
+        else:  # sized by the loop (a row block's last, shorter block): its upper bound, viewed where it was
+            from etc.targets.cpu.passes.dynamic_shapes import view_flat
+
+            upper = int(np.prod(self._upper_shape(op, t), dtype=np.int64))
+            with ir.InsertionPoint(top):
+                alloca = memref.AllocaOp(ir.MemRefType.get([upper], t.element_type), [], [], alignment=64)
+            operands = iter(op.operands)
+            dims = [next(operands) if t.is_dynamic_dim(d) else t.shape[d] for d in range(t.rank)]
+            with ir.InsertionPoint(op):
+                op.result.replace_all_uses_with(view_flat(alloca.result, t, dims))
         op.erase()
         self.count("per-thread buffers", 1)
         return True

@@ -71,6 +71,41 @@ func.func @per_thread(%out: memref<72x64xf32> {etc.cpu.arg = "output:0"}) {
 
 // -----
 
+// A buffer the shared loop sizes (the partial panel of a row block whose last block is shorter:
+// affine.min of the block and the rows left) is a stack allocation at its upper bound, viewed at
+// its run-time rows where the alloc was.
+// CHECK-LABEL: func.func @per_thread_dynamic
+// CHECK-SAME: etc.cpu.scratch_bytes = 0 : i64
+// CHECK: %[[BUF:.*]] = memref.alloca() {alignment = 64 : i64} : memref<8424xf32>
+// CHECK-NEXT: scf.for
+// CHECK-NEXT: affine.min
+// CHECK-NEXT: scf.for
+// CHECK: %[[VIEW:.*]] = memref.reinterpret_cast %[[BUF]]
+// CHECK-SAME: to memref<?x36xf32>
+// CHECK-NEXT: linalg.fill ins(%{{.*}} : f32) outs(%[[VIEW]] : memref<?x36xf32>)
+// CHECK: } {etc.thread_split}
+// expected-error@+1 {{etc-cpu-plan-scratch: alignment must be a power of two, got 3}}
+func.func @per_thread_dynamic(%out: memref<2051x36xf32> {etc.cpu.arg = "output:0"}) {
+  %z = arith.constant 0.0 : f32
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c234 = arith.constant 234 : index
+  %c2051 = arith.constant 2051 : index
+  scf.for %i = %c0 to %c2051 step %c234 {
+    %rows = affine.min affine_map<(d0) -> (234, -d0 + 2051)>(%i)
+    scf.for %j = %c0 to %c4 step %c1 {
+      %a = memref.alloc(%rows) : memref<?x36xf32>
+      linalg.fill ins(%z : f32) outs(%a : memref<?x36xf32>)
+      %o = memref.subview %out[%i, 0] [%rows, 36] [1, 1] : memref<2051x36xf32> to memref<?x36xf32, strided<[36, 1], offset: ?>>
+      memref.copy %a, %o : memref<?x36xf32> to memref<?x36xf32, strided<[36, 1], offset: ?>>
+    } {etc.thread_split}
+  }
+  return
+}
+
+// -----
+
 // A torch.cond branch's result: %r is filled inside the scf.if and yielded, so it lives until the
 // copy after the if reads it; %i, written between the two, must not share its bytes (it did: the
 // indices of an index_put overwrote the branch's result).
