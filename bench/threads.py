@@ -52,8 +52,9 @@ def measure(name: str, runs: int) -> None:
     import torch
 
     import etc
-    from etc.runtime import Runtime
+    from etc.runtime import Runtime, log
     from etc.targets.cpu import CpuPartitioner
+    from etc.targets.cpu.runtime import LOG_SOURCE
 
     torch.set_num_threads(1)
     module, inputs = MODELS[name].build()
@@ -63,9 +64,14 @@ def measure(name: str, runs: int) -> None:
     ep = torch.export.export(module, inputs)
     np_inputs = [t.numpy() for t in inputs]
     calls = {}
+    kept_one = []  # the delegates of the two-thread program that measured one thread faster at load
+    previous = log.set_pal(log_sink=lambda r: kept_one.append(r.message) if r.source == LOG_SOURCE else None)
     for threads in (1, 2):
         program = etc.to_edge(ep).to_backend(CpuPartitioner(num_threads=threads)).to_executorch()
         method = Runtime.get().load_program(program.buffer).load_method("forward")
+        if threads == 2:
+            log.reset_pal(previous)
+            emit(etc_2t_kept_one="; ".join(m.removeprefix("cpu delegate: ") for m in kept_one))
         got = method.execute(np_inputs)[0]
         emit(**{f"etc_{threads}t_maxdiff": float((torch.as_tensor(got) - expected).abs().max())})
         calls[f"etc_{threads}t"] = (lambda: None, lambda m=method, p=program: p and m.execute(np_inputs))
@@ -116,6 +122,10 @@ def render(rows: list[dict]) -> str:
         lines += ["", f"**Geomean speedup of a second thread over {len(both)} model(s): etc {geo[0]:.2f}x, torch "
                   f"{geo[1]:.2f}x** (one thread's time over two threads'); etc gains at least torch's on "
                   f"{sum(e >= t for e, t in both)} of {len(both)}."]
+    kept = [(r["name"], r["etc_2t_kept_one"]) for r in rows if r.get("etc_2t_kept_one")]
+    if kept:
+        lines += ["", "Delegates of the two-thread program that kept one thread (each times both at load and "
+                  "keeps the faster):", ""] + [f"- {name}: {what}" for name, what in kept]
     worst = max((r.get(f"etc_{t}t_maxdiff", 0.0) for r in rows for t in (1, 2)), default=0.0)
     lines += ["", f"Largest |etc - eager| over the models and both thread counts: {worst:.2g}."]
     problems = [(r["name"], r["error"]) for r in rows if r.get("error")]

@@ -65,7 +65,11 @@ from etc.errors import BackendError
 from etc.targets.cpu import blob as cpu_blob
 from etc.targets.cpu import image as image_format
 
+# The source of the log records this backend writes (etc.runtime.log).
+LOG_SOURCE = "etc.targets.cpu"
+
 BACKEND_ID = "cpu"
+
 
 def llvm_binding():
     # Self-contained: the runtime needs no compiler module (nor MLIR) to link and run a blob.
@@ -329,11 +333,19 @@ class CompiledFunction:
                 self.run(inputs, outputs)
                 elapsed = time.perf_counter() - start
                 best[threads] = min(best.get(threads, elapsed), elapsed)
+        from etc.runtime import log
+
         chosen = min(best, key=best.get)
         self._threads_now = chosen
+        measured = f"measured at load: {best[1] * 1e6:.0f} us on one, {best[self.num_threads] * 1e6:.0f} us on " \
+                   f"{self.num_threads}"
         if chosen != self.num_threads:
-            self.notes.append(f"threads: 1 of {self.num_threads} (measured at load: {best[1] * 1e6:.0f} us "
-                              f"on one, {best[self.num_threads] * 1e6:.0f} us on {self.num_threads})")
+            # A visible decision: the program asked for more threads than this delegate will use.
+            note = f"threads: 1 of {self.num_threads} ({measured})"
+            self.notes.append(note)
+            log.info(f"cpu delegate: {note}", source=LOG_SOURCE)
+        else:
+            log.debug(f"cpu delegate: threads: {chosen} ({measured})", source=LOG_SOURCE)
 
     def _slots(self):
         """Per-thread pointer array, scratch buffer and dims buffers (allocated once per thread), and

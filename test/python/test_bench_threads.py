@@ -6,7 +6,8 @@ from etc.bench.threads import _blocks, render
 def _rows():
     return [{"name": "scales", "etc_1t": 10e-3, "etc_2t": 5e-3, "torch_1t": 20e-3, "torch_2t": 12.5e-3,
              "etc_1t_maxdiff": 1e-6, "etc_2t_maxdiff": 2e-6},
-            {"name": "stuck", "etc_1t": 4e-3, "etc_2t": 4e-3, "torch_1t": 8e-3, "torch_2t": 5e-3},
+            {"name": "stuck", "etc_1t": 4e-3, "etc_2t": 4e-3, "torch_1t": 8e-3, "torch_2t": 5e-3,
+             "etc_2t_kept_one": "threads: 1 of 2 (measured at load: 3900 us on one, 4100 us on 2)"},
             {"name": "broken", "error": "timed out after 9 s in etc compile"}]
 
 
@@ -32,3 +33,10 @@ def test_blocks_run_each_runtime_in_its_own_block_after_its_setup():
     assert set(medians) == {"a", "b"} and all(t >= 0 for t in medians.values())
     block = ["setup a", "a", "a", "a", "a", "setup b", "b", "b", "b", "b"]  # first call of a block: not timed
     assert order == block * 2
+
+
+def test_delegates_that_kept_one_thread_are_listed():
+    text = render(_rows())
+    assert ("Delegates of the two-thread program that kept one thread (each times both at load and keeps the "
+            "faster):\n\n- stuck: threads: 1 of 2 (measured at load: 3900 us on one, 4100 us on 2)") in text
+    assert "- scales:" not in text

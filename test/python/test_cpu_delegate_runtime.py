@@ -177,6 +177,49 @@ def test_threaded_entry_matches_and_stays_self_contained():
         fn.close()
 
 
+def test_a_delegate_that_keeps_one_thread_says_so(monkeypatch):
+    """Each delegate of a two-thread program times one and two threads at load and keeps the
+    faster; keeping fewer threads than asked is a visible decision (an INFO log line and a note),
+    keeping all of them a DEBUG line. The clock is faked: two threads cost 5x, then 0.5x."""
+    import time
+
+    from etc.runtime import log
+    from etc.targets.cpu.runtime import LOG_SOURCE
+
+    model, x = ConvNormSum().eval(), torch.randn(1, 8, 10, 10)
+    program_ir, _ = delegated(model, (x,), num_threads=2)
+    for cost_of_two, kept in ((5.0, 1), (0.5, 2)):
+        clock = [0.0]
+        run = CompiledFunction.run
+
+        def timed_run(self, inputs, outputs, cost=cost_of_two):
+            clock[0] += cost if self._threads_now == 2 else 1.0
+            return run(self, inputs, outputs)
+
+        monkeypatch.setattr(CompiledFunction, "run", timed_run)
+        monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+        records = []
+        previous = log.set_pal(log_sink=records.append)
+        level = log.set_log_level("debug")
+        try:
+            fn = CompiledFunction(program_ir.delegate_blobs[0], {"num_threads": "2"})
+        finally:
+            log.reset_pal(previous)
+            log.set_log_level(level)
+            monkeypatch.undo()
+        assert fn._threads_now == kept
+        ours = [r for r in records if r.source == LOG_SOURCE]
+        assert len(ours) == 1
+        if kept == 1:
+            assert ours[0].level == log.LogLevel.INFO
+            assert ours[0].message == ("cpu delegate: threads: 1 of 2 (measured at load: 1000000 us on one, "
+                                       "5000000 us on 2)")
+            assert fn.notes == [ours[0].message.removeprefix("cpu delegate: ")]
+        else:
+            assert ours[0].level == log.LogLevel.DEBUG and fn.notes == []
+        fn.close()
+
+
 class WideConvs(torch.nn.Module):
     """Contractions with several column panels and K blocks (the GEMM loops the threads share),
     a reduction, and an elementwise tail."""

@@ -27,6 +27,7 @@ import etc  # noqa: E402
 from etc.runtime import Runtime, executorch_backend  # noqa: E402
 from etc.targets.cpu import CpuPartitioner  # noqa: E402
 from etc.targets.cpu import blob as cpu_blob  # noqa: E402
+from etc.targets.cpu.runtime import llvm_binding  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -287,8 +288,11 @@ def test_a_blob_this_machine_cannot_run_is_an_executorch_error(capfd):
     arm = etc.to_edge(torch.export.export(ConvNet().eval(), (torch.randn(2, 3, 16, 16),))).to_backend(
         CpuPartitioner(target="aarch64-linux-gnu")).to_executorch()
     assert "cpu delegate was compiled for aarch64" in _refused(arm.buffer, capfd)
-    amd_only = _with_blob(program.buffer, lambda b: _remade(b, required_features=["sse4a"]))  # no Intel CPU has it
-    assert "needs CPU feature(s) +sse4a" in _refused(amd_only, capfd)
+    # A feature only the other vendor's CPUs have: sse4a is AMD's alone, amx-tile Intel's.
+    host = llvm_binding().get_host_cpu_features()
+    lacking = next(f for f in ("sse4a", "amx-tile") if not host.get(f, False))
+    other_vendor = _with_blob(program.buffer, lambda b: _remade(b, required_features=[lacking]))
+    assert f"needs CPU feature(s) +{lacking}" in _refused(other_vendor, capfd)
     unknown = _with_blob(program.buffer, lambda b: _remade(b, required_features=["etc-nonexistent"]))
     assert "+etc-nonexistent (no probe this backend can check)" in _refused(unknown, capfd)
 
