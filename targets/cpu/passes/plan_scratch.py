@@ -81,14 +81,9 @@ class PlanScratch(Pass):
                     arg = block.add_argument(op.result.type, ir.Location.unknown())
                     op.result.replace_all_uses_with(arg)
                 else:  # planned at its upper bound, viewed at its run-time sizes
-                    from etc.targets.cpu.passes.dynamic_shapes import view_flat
-
                     arg = block.add_argument(ir.MemRefType.get([int(np.prod(upper, dtype=np.int64))], t.element_type),
                                              ir.Location.unknown())
-                    operands = iter(op.operands)
-                    dims = [next(operands) if t.is_dynamic_dim(d) else t.shape[d] for d in range(t.rank)]
-                    with ir.InsertionPoint(op):
-                        op.result.replace_all_uses_with(view_flat(arg, t, dims))
+                    _view_in_place_of(op, arg, t)
                 op.erase()
                 total = max(total, offset + max(nbytes, 1))
             for op in walk(fn, ("memref.dealloc",)):
@@ -118,15 +113,10 @@ class PlanScratch(Pass):
                 alloca = memref.AllocaOp(t, [], [], alignment=64)
             op.result.replace_all_uses_with(alloca.result)
         else:  # sized by the loop (a row block's last, shorter block): its upper bound, viewed where it was
-            from etc.targets.cpu.passes.dynamic_shapes import view_flat
-
             upper = int(np.prod(self._upper_shape(op, t), dtype=np.int64))
             with ir.InsertionPoint(top):
                 alloca = memref.AllocaOp(ir.MemRefType.get([upper], t.element_type), [], [], alignment=64)
-            operands = iter(op.operands)
-            dims = [next(operands) if t.is_dynamic_dim(d) else t.shape[d] for d in range(t.rank)]
-            with ir.InsertionPoint(op):
-                op.result.replace_all_uses_with(view_flat(alloca.result, t, dims))
+            _view_in_place_of(op, alloca.result, t)
         op.erase()
         self.count("per-thread buffers", 1)
         return True
@@ -221,3 +211,14 @@ def element_bytes(element_type) -> int:
     width = element_type.width if isinstance(element_type, ir.IntegerType) else \
         {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}[text]
     return max(1, width // 8)
+
+
+def _view_in_place_of(alloc, flat, t) -> None:
+    """Every use of the dynamically shaped `alloc` (type `t`) reads `flat`, a buffer at its upper
+    bound, viewed at the alloc's run-time sizes where the alloc was."""
+    from etc.targets.cpu.passes.dynamic_shapes import view_flat
+
+    operands = iter(alloc.operands)
+    dims = [next(operands) if t.is_dynamic_dim(d) else t.shape[d] for d in range(t.rank)]
+    with ir.InsertionPoint(alloc):
+        alloc.result.replace_all_uses_with(view_flat(flat, t, dims))
