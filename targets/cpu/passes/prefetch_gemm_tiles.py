@@ -1,5 +1,6 @@
 """etc-cpu-prefetch-gemm-tiles: a GEMM register tile's output lines prefetched for writing before
-its k loop, its B panel rows prefetched ahead inside it, and a packed weight's next panel into L2.
+its k loop, its B panel rows prefetched ahead inside it, a packed weight's next panel into L2,
+and a weight A's next row tile into L1.
 
 A tile (`kernels/gemm_schedule.py`) accumulates over K in registers and then stores its mr x nr
 block of C once: mr rows, each nr f32 (4 cache lines at 6 x 64), a row of C apart. C is written
@@ -32,6 +33,16 @@ blocks so that every tile of the current panel fetches its share while it comput
 1x1 512->2048 and 2048->512 +6-9%, ViT-B's 197x768x3072 +3-4%, 197x3072x768 +3%, BERT's
 128x768x768 +2%, 577 and 1500 rows +-1%; ResNet-50 as a whole 3% faster.
 
+A weight read as A (a convolution's filter [F, C*KH*KW]: each tile's rows are mr filters, read
+one column per k step as mr broadcasts) streams from memory too: ResNet-50's 1x1 convolutions
+at 14x14 ran 123-132 GFLOP/s with the filter cold against 217-224 warm. The mr rows of the next
+row tile follow the current tile's in memory (mr * K contiguous f32), so each k step prefetches,
+into L1, one element mr further along them (`_prefetch_next_rows`): the whole next tile by the
+end of the k loop, one line every 16 / mr steps, after the last tile the first (the next column
+panel's). Measured on Zen 5 (one thread, the models compiled with and without in one process,
+called in turn): ResNet-50 0.93x the time, EfficientNet-B0 0.95x; into L1 rather than L2 0.99x,
+two tiles ahead instead of one 1.01x.
+
 Runs after bufferization (the tile's destination and the panel are memrefs there); a store
 under a mask (a partial column panel) is not prefetched: the lines past its columns may be
 another thread's.
@@ -59,7 +70,7 @@ def _defined_before(value, loop) -> bool:
         defining = owner.operation
         block = defining.block
     current = loop
-    while current is not None:
+    while current is not None and current.name != "func.func":  # (a module has no block to ask)
         if current.block == block:
             if defining is None:
                 return True
@@ -341,9 +352,82 @@ def _prefetch_next_block(loop) -> int:
     return count
 
 
+def _next_rows_reads(loop) -> list:
+    """The reads, in k loop `loop`, of A's column for the tile's rows: a vector<r x 1> read at
+    [row, k] of a function argument [..., M, K] (contiguous, statically shaped) whose k loop
+    runs over the whole row (0 to K, step 1: the tile accumulates the whole K), with `row`
+    defined outside the loop."""
+    body = loop.regions[0].blocks[0]
+    k = body.arguments[0]
+    bounds = [constant_index(v) for v in list(loop.operands)[:3]]
+    found = []
+    for op in body.operations:
+        op = op.operation
+        if op.name != "vector.transfer_read":
+            continue
+        operands = list(op.operands)
+        mem = operands[0]
+        if not isinstance(mem, ir.BlockArgument) or not isinstance(mem.type, ir.MemRefType):
+            continue
+        mtype = ir.MemRefType(mem.type)
+        if mtype.rank < 2 or not mtype.has_static_shape or not _identity_layout(mtype):
+            continue
+        owner = mem.owner.owner
+        if owner is None or owner.operation.name != "func.func":
+            continue
+        vtype = ir.VectorType(op.results[0].type)
+        indices = operands[1:1 + mtype.rank]
+        if vtype.rank != 2 or vtype.shape[1] != 1 or indices[-1] != k or \
+                bounds != [0, mtype.shape[-1], 1] or not _defined_before(indices[-2], loop):
+            continue
+        found.append(op)
+    return found
+
+
+def _prefetch_next_rows(loop) -> int:
+    """In the body of k loop `loop` reading A's column for r rows (`_next_rows_reads`: a weight
+    such as a convolution's filter [F, C], the tile's rows one filter each): prefetches (into L1)
+    of the r rows the next row tile reads, one line every 16 / r k steps. The next tile's rows
+    follow these in memory (r * K contiguous f32), so k step s prefetches the element at
+    ((row + r) mod M) * K + s * r: linear in s, the whole next tile by the loop's end; after the
+    last tile the rows wrap to the first (the next column panel starts there again). Returns how
+    many prefetch ops it made."""
+    from torch_mlir.dialects import arith, memref
+
+    count = 0
+    k = loop.regions[0].blocks[0].arguments[0]
+    for op in _next_rows_reads(loop):
+        operands = list(op.operands)
+        mem = operands[0]
+        mtype = ir.MemRefType(mem.type)
+        indices = operands[1:1 + mtype.rank]
+        rows = ir.VectorType(op.results[0].type).shape[0]
+        M, K = mtype.shape[-2], mtype.shape[-1]
+        size = 1
+        for d in mtype.shape:
+            size *= d
+        flat = _flat_view(mem)
+        index = ir.IndexType.get()
+
+        def constant(value):
+            return arith.ConstantOp(index, ir.IntegerAttr.get(index, value)).result
+
+        with ir.InsertionPoint(loop), loop.location:  # the tile's invariant start, before its k loop
+            next_row = arith.RemUIOp(arith.AddIOp(indices[-2], constant(rows)).result, constant(M)).result
+            start, stride = arith.MulIOp(next_row, constant(K)).result, M * K
+            for i in reversed(range(mtype.rank - 2)):  # leading (batch) dims
+                start = arith.AddIOp(start, arith.MulIOp(indices[i], constant(stride)).result).result
+                stride *= mtype.shape[i]
+        with ir.InsertionPoint(op), op.location:
+            at = arith.AddIOp(start, arith.MulIOp(k, constant(rows)).result).result
+            memref.PrefetchOp(flat, [arith.MinUIOp(at, constant(size - 1)).result], False, 3, True)
+            count += 1
+    return count
+
+
 @function_pass("etc-cpu-prefetch-gemm-tiles",
-               "Prefetch each GEMM register tile's output lines before its k loop, its B rows ahead in it "
-               "and a packed weight's next panel")
+               "Prefetch each GEMM register tile's output lines before its k loop, its B rows ahead in it, "
+               "a packed weight's next panel and a weight A's next row tile")
 def prefetch_gemm_tiles(module, options=None) -> int:
     """See the module docstring; returns the number of prefetches made."""
     done = 0
@@ -355,4 +439,5 @@ def prefetch_gemm_tiles(module, options=None) -> int:
                 done += _prefetch_lines(store, loop)
             done += _prefetch_ahead(loop)
             done += _prefetch_next_block(loop)
+            done += _prefetch_next_rows(loop)
     return done

@@ -197,3 +197,63 @@ func.func @dynamic_row_blocks(%a: memref<?x8xf32>, %b: memref<2x8x32xf32>, %jb: 
   }
   return
 }
+
+// A weight as A (a convolution's filter [F, C]: 12 filters, K = 8) read one column of the tile's
+// 6 rows per k step, the k loop over the whole row: each k step prefetches (into L1) the element
+// 6 further along the next tile's rows, which follow these in memory: ((i + 6) mod 12) * 8 + 6k
+// of the weight seen flat, clamped to its last element (95). After the last tile the rows wrap to
+// the first (the next column panel's). A K block's k loop (a part of the row) and a loop that
+// reads the column of an operand that is not a function argument are left alone.
+// CHECK-LABEL: func.func @weight_rows(
+// CHECK-SAME: %[[W:[a-z0-9]+]]: memref<12x8xf32>
+// CHECK: %[[FLAT:.*]] = memref.collapse_shape %[[W]] {{\[}}[0, 1]] : memref<12x8xf32> into memref<96xf32>
+// CHECK: scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK: %[[PAST:.*]] = arith.addi %[[I]], %c6
+// CHECK: %[[NEXT:.*]] = arith.remui %[[PAST]], %c12
+// CHECK: %[[START:.*]] = arith.muli %[[NEXT]], %c8
+// CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[ALONG:.*]] = arith.muli %[[K]], %c6
+// CHECK: %[[AT:.*]] = arith.addi %[[START]], %[[ALONG]]
+// CHECK: %[[IN:.*]] = arith.minui %[[AT]], %c95
+// CHECK: memref.prefetch %[[FLAT]][%[[IN]]], read, locality<3>, data
+// CHECK-NEXT: vector.transfer_read %[[W]][%[[I]], %[[K]]]
+// CHECK: {etc.cpu.gemm_k_loop}
+// CHECK: scf.for
+// CHECK-NOT: memref.prefetch %[[FLAT]]
+// CHECK: {etc.cpu.gemm_k_loop}
+// CHECK: scf.for
+// CHECK-NOT: memref.prefetch
+// CHECK: {etc.cpu.gemm_k_loop}
+func.func @weight_rows(%w: memref<12x8xf32>, %b: memref<8x32xf32>, %c: memref<12x32xf32>, %kb: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c6 = arith.constant 6 : index
+  %c8 = arith.constant 8 : index
+  %c12 = arith.constant 12 : index
+  %z = arith.constant dense<0.0> : vector<6x32xf32>
+  %f = arith.constant 0.0 : f32
+  scf.for %i = %c0 to %c12 step %c6 {
+    %acc = scf.for %k = %c0 to %c8 step %c1 iter_args(%v = %z) -> (vector<6x32xf32>) {
+      %col = vector.transfer_read %w[%i, %k], %f {in_bounds = [true, true]} : memref<12x8xf32>, vector<6x1xf32>
+      %y = vector.broadcast %col : vector<6x1xf32> to vector<32x6x1xf32>
+      scf.yield %v : vector<6x32xf32>
+    } {etc.cpu.gemm_k_loop}
+    vector.transfer_write %acc, %c[%i, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<12x32xf32>
+    %acc2 = scf.for %k = %c0 to %c4 step %c1 iter_args(%v = %z) -> (vector<6x32xf32>) {
+      %kk = affine.apply affine_map<()[s0, s1] -> (s0 + s1)>()[%kb, %k]
+      %col = vector.transfer_read %w[%i, %kk], %f {in_bounds = [true, true]} : memref<12x8xf32>, vector<6x1xf32>
+      %y = vector.broadcast %col : vector<6x1xf32> to vector<32x6x1xf32>
+      scf.yield %v : vector<6x32xf32>
+    } {etc.cpu.gemm_k_loop}
+    vector.transfer_write %acc2, %c[%i, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<12x32xf32>
+    %t = memref.alloca() : memref<12x8xf32>
+    %acc3 = scf.for %k = %c0 to %c8 step %c1 iter_args(%v = %z) -> (vector<6x32xf32>) {
+      %col = vector.transfer_read %t[%i, %k], %f {in_bounds = [true, true]} : memref<12x8xf32>, vector<6x1xf32>
+      %y = vector.broadcast %col : vector<6x1xf32> to vector<32x6x1xf32>
+      scf.yield %v : vector<6x32xf32>
+    } {etc.cpu.gemm_k_loop}
+    vector.transfer_write %acc3, %c[%i, %c0] {in_bounds = [true, true]} : vector<6x32xf32>, memref<12x32xf32>
+  }
+  return
+}
