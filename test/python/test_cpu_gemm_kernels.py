@@ -324,12 +324,16 @@ def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
     (1, 64, 6, 6, 128, 3, 1, 1, "gemm-transposed"),   # 3x3 through the transposed im2col
     (2, 16, 3, 3, 120, 1, 1, 0, "gemm-transposed"),   # batch 2, filters not a whole panel (padded, sliced back)
     (1, 24, 9, 9, 100, 1, 2, 0, "gemm-transposed"),   # 1x1 stride 2: 25 pixels
+    (1, 480, 1, 1, 120, 1, 1, 0, "gemm-transposed"),  # squeeze-excitation on the pooled channels: one
+    (2, 48, 1, 1, 1152, 1, 1, 0, "gemm-transposed"),  # pixel times the packed filter (was scalar loops)
+    (1, 300, 1, 1, 150, 1, 1, 0, "gemm-transposed"),  # filters in two panels and a partial one
     (1, 32, 7, 7, 40, 1, 1, 0, "gemm"),    # 49 pixels, too few filters to transpose: the input packed
     (2, 8, 6, 6, 24, 3, 1, 1, "gemm"),     # into one padded panel (1x1 input and im2col reshaped first)
 ])
 def test_conv2d_with_few_pixels(n, c, h, w, f, k, stride, pad, path):
     """Fewer output pixels than one column panel. Many filters: C^T = im2col^T x filter^T keeps the
-    vector lanes full. Few: the input is packed into one padded panel, not read in place."""
+    vector lanes full, down to a single pixel (a squeeze-excitation's 1x1 convolutions). Few: the
+    input is packed into one padded panel, not read in place."""
     text, shape = conv_text(n, c, h, w, f, k, stride, pad)
     fn = compile_standalone(text, min_flops=None if path == "gemm-transposed" else 0)
     assert [d.path for d in fn.decisions if d.kind == "convolution"] == [path]
