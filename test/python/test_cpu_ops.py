@@ -526,3 +526,35 @@ def test_index_put_accumulate_then_elementwise_compiles_for_one_and_two_threads(
         x = torch.randn(16)
         with torch.no_grad():
             torch.testing.assert_close(method.execute([x])[0], module(x), rtol=1e-6, atol=1e-6)
+
+
+class _EmbedThenAccumulate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 8)
+        self.p = torch.nn.Parameter(torch.randn(1, 5, 8))
+
+    def forward(self, x):
+        return self.emb(x).index_put((torch.tensor([0]),), self.p, accumulate=True)
+
+
+def test_index_read_back_at_the_top_level_keeps_its_bytes_on_two_threads():
+    """Found by the compiler fuzzer (a silent wrong result, sometimes a corrupted heap): the index
+    of the index_put, normalized into a scratch buffer and read back at the top level to slice the
+    output, shared its bytes with the sum the next nest writes (etc-cpu-plan-scratch saw their
+    lifetimes end and start in turn). On two threads each runs that read after the barrier, and one
+    thread's sum overwrote the index the other had yet to read: the slice landed anywhere. Each
+    load starts the worker thread afresh, the way the race showed (in about half the first calls)."""
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+
+    torch.manual_seed(0)
+    module = _EmbedThenAccumulate().eval()
+    x = torch.randint(0, 10, [2, 5], generator=torch.Generator().manual_seed(0))
+    partitioner = CpuPartitioner(num_threads=2, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    buffer = etc.to_edge(torch.export.export(module, (x,))).to_backend(partitioner).to_executorch().buffer
+    with torch.no_grad():
+        want = module(x)
+    for _ in range(60):
+        method = Runtime.get().load_program(buffer).load_method("forward")
+        torch.testing.assert_close(method.execute([x])[0], want, rtol=1e-6, atol=1e-6)

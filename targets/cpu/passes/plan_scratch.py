@@ -142,8 +142,16 @@ def lifetime(buffer, block) -> tuple | None:
     """(first, last) position in `block` of the top-level ops that use `buffer` or a value derived
     from it (a view, a region's argument it was passed as, an op result of memref type, the result
     of the op whose region yields it), or None
-    when nothing uses it. A dealloc is no use."""
-    position = {o.operation: i for i, o in enumerate(block.operations)}
+    when nothing uses it. A dealloc is no use.
+
+    A last use outside any nest (a scalar `memref.load` at the top level: an index read back to
+    slice another buffer) lasts up to the next nest. etc-cpu-split-threads runs such an op on every
+    thread after the barrier that ends the nest before it, with no barrier until the next nest ends:
+    a buffer sharing these bytes and written by that nest could be overwritten by one thread while
+    another still reads (an index_put's normalized index read as garbage, a slice of the output
+    written out of bounds)."""
+    operations = [o.operation for o in block.operations]
+    position = {o: i for i, o in enumerate(operations)}
     seen, todo, span = set(), [buffer], []
     while todo:
         value = todo.pop()
@@ -168,7 +176,18 @@ def lifetime(buffer, block) -> tuple | None:
             for region in user.regions:  # a loop's iteration arguments, a branch's values
                 for inner in region.blocks:
                     todo += [a for a in inner.arguments if isinstance(a.type, ir.MemRefType)]
-    return (min(span), max(span)) if span else None
+    if not span:
+        return None
+    last = max(span)
+    while last + 1 < len(operations) and not _is_nest(operations[last]):
+        last += 1
+    return min(span), last
+
+
+def _is_nest(op) -> bool:
+    """A top-level op that becomes a loop nest (etc-cpu-split-threads shares it or runs it on one
+    thread, a barrier after it): an op with regions, or a memref.copy (a linalg.copy by then)."""
+    return len(op.regions) > 0 or op.name == "memref.copy"
 
 
 def _is_terminator(op) -> bool:

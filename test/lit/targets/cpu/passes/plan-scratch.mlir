@@ -131,3 +131,40 @@ func.func @branch_result(%p: i1, %out: memref<8xf32> {etc.cpu.arg = "output:0"},
   memref.copy %y, %out : memref<8xf32> to memref<8xf32>
   return
 }
+
+// -----
+
+// An index read back at the top level (a memref.load outside any nest, as an index_put's
+// normalized index is) lasts until the next nest ends: etc-cpu-split-threads runs the load on
+// every thread, unsynchronized with that nest, so %sum, which the nest writes, must not share
+// %index's bytes (it did: one thread wrote the sum over the index another had yet to read, and
+// the slice it chose wrote out of bounds). %late, first used after that nest, shares %sum's.
+// CHECK-LABEL: func.func @index_read_at_top_level
+// CHECK-SAME: %{{[a-z0-9]+}}: memref<1xi64> {etc.cpu.arg = "scratch:192"}
+// CHECK-SAME: %{{[a-z0-9]+}}: memref<40xf32> {etc.cpu.arg = "scratch:0"}
+// CHECK-SAME: %{{[a-z0-9]+}}: memref<2xi64> {etc.cpu.arg = "scratch:0"}
+// CHECK-SAME: etc.cpu.scratch_bytes = 256 : i64
+// expected-error@+1 {{etc-cpu-plan-scratch: alignment must be a power of two, got 3}}
+func.func @index_read_at_top_level(%src: memref<2x40xf32> {etc.cpu.arg = "input:0"},
+                                   %out: memref<40xf32> {etc.cpu.arg = "output:0"},
+                                   %idx: memref<2xi64> {etc.cpu.arg = "output:1"}) {
+  %c0 = arith.constant 0 : index
+  %one = arith.constant 1 : i64
+  %index = memref.alloc() : memref<1xi64>
+  %sum = memref.alloc() : memref<40xf32>
+  %late = memref.alloc() : memref<2xi64>
+  linalg.fill ins(%one : i64) outs(%index : memref<1xi64>)
+  %i = memref.load %index[%c0] : memref<1xi64>
+  %row = arith.index_cast %i : i64 to index
+  %slice = memref.subview %src[%row, 0] [1, 40] [1, 1] : memref<2x40xf32> to memref<40xf32, strided<[1], offset: ?>>
+  linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%slice : memref<40xf32, strided<[1], offset: ?>>) outs(%sum : memref<40xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %d = arith.addf %x, %x : f32
+    linalg.yield %d : f32
+  }
+  memref.copy %sum, %out : memref<40xf32> to memref<40xf32>
+  linalg.fill ins(%one : i64) outs(%late : memref<2xi64>)
+  memref.copy %late, %idx : memref<2xi64> to memref<2xi64>
+  return
+}
