@@ -15,10 +15,13 @@ THREAD_SPLIT = "etc.thread_split"  # the kernels mark their loops whose iteratio
 
 # Top-level ops that are pure (views, constants, index math): every thread runs them. So it does a
 # stack allocation (a GEMM kernel's panel buffer, etc-cpu-plan-scratch): each thread gets its own.
+# Vector values made from constants or sizes (a row kernel's tail mask, which canonicalization
+# hoists out of its loops to the top level) are such constants too.
 PURE_PREFIXES = ("arith.", "affine.apply", "memref.get_global", "memref.alloca", "memref.expand_shape",
                   "memref.collapse_shape",
                   "memref.subview", "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.extract_strided_metadata",
-                  "ub.poison")
+                  "ub.poison", "vector.constant_mask", "vector.create_mask", "vector.broadcast", "vector.splat",
+                  "vector.step")
 
 VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.subview", "memref.reinterpret_cast",
          "memref.cast", "memref.view")

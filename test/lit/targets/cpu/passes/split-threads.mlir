@@ -52,6 +52,40 @@ func.func @reread(%x: memref<64xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %s
 
 // -----
 
+// A vector made from constants (a row kernel's tail mask, hoisted by canonicalization to the top
+// level between effectful work and the nest that uses it) is a constant every thread computes, as
+// index math is: not work for thread 0 (found by the compiler fuzzer: "'vector.constant_mask' runs
+// on one thread but its result is used after it", a compile error for an int8 LayerNorm on two threads).
+// CHECK-LABEL: func.func @hoisted_mask
+// CHECK: scf.if
+// CHECK-NEXT: memref.load %arg1[]
+// CHECK-NEXT: memref.store
+// CHECK-NEXT: }
+// CHECK-NEXT: call @etc_cpu_barrier
+// CHECK-NEXT: %[[MASK:.*]] = vector.constant_mask [5] : vector<8xi1>
+// CHECK: scf.for
+// CHECK: arith.select %[[MASK]]
+// CHECK: } {etc.thread_split}
+func.func @hoisted_mask(%x: memref<4x8xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %s: memref<f32> {etc.cpu.arg = "input:1", llvm.noalias},
+                        %acc: memref<f32> {etc.cpu.arg = "output:0", llvm.noalias}, %out: memref<4x8xf32> {etc.cpu.arg = "output:1", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %f = arith.constant 0.0 : f32
+  %z = arith.constant dense<0.0> : vector<8xf32>
+  %v = memref.load %s[] : memref<f32>
+  memref.store %v, %acc[] : memref<f32>
+  %mask = vector.constant_mask [5] : vector<8xi1>
+  scf.for %i = %c0 to %c4 step %c1 {
+    %r = vector.transfer_read %x[%i, %c0], %f {in_bounds = [true]} : memref<4x8xf32>, vector<8xf32>
+    %y = arith.select %mask, %r, %z : vector<8xi1>, vector<8xf32>
+    vector.transfer_write %y, %out[%i, %c0] {in_bounds = [true]} : vector<8xf32>, memref<4x8xf32>
+  } {etc.thread_split}
+  return
+}
+
+// -----
+
 // What a dynamic model reads on thread 0 and uses after it: a size it loaded, the view at that
 // size and the view's dim. Every thread repeats the chain after the barrier, in order, and the
 // loop nest uses the repeated values. (The sizes are read only: a read of a buffer the run writes
