@@ -194,6 +194,21 @@ def _identity_layout(mtype) -> bool:
         ir.AffineMapAttr(mtype.layout).value == ir.AffineMap.get_identity(mtype.rank)
 
 
+def _contiguous_argument(mem, min_rank: int):
+    """The memref type of `mem` when it is a function argument of at least `min_rank` dims,
+    statically shaped and contiguous row-major (a weight: where a read at one index is, the
+    elements after it follow), else None."""
+    if not isinstance(mem, ir.BlockArgument) or not isinstance(mem.type, ir.MemRefType):
+        return None
+    mtype = ir.MemRefType(mem.type)
+    if mtype.rank < min_rank or not mtype.has_static_shape or not _identity_layout(mtype):
+        return None
+    owner = mem.owner.owner
+    if owner is None or owner.operation.name != "func.func":
+        return None
+    return mtype
+
+
 def _k_row_offset(index, k) -> bool:
     """Is `index` the k loop's variable `k`, or k plus a value defined outside the loop (a K
     block's start: `affine.apply (s0 + s1)` or `arith.addi`)?"""
@@ -222,14 +237,8 @@ def _packed_weight_reads(loop) -> list:
         if op.name != "vector.transfer_read":
             continue
         operands = list(op.operands)
-        mem = operands[0]
-        if not isinstance(mem, ir.BlockArgument) or not isinstance(mem.type, ir.MemRefType):
-            continue
-        mtype = ir.MemRefType(mem.type)
-        if mtype.rank < 3 or not mtype.has_static_shape or not _identity_layout(mtype):
-            continue
-        owner = mem.owner.owner
-        if owner is None or owner.operation.name != "func.func":
+        mtype = _contiguous_argument(operands[0], 3)
+        if mtype is None:
             continue
         indices = operands[1:1 + mtype.rank]
         vtype = ir.VectorType(op.results[0].type)
@@ -366,14 +375,8 @@ def _next_rows_reads(loop) -> list:
         if op.name != "vector.transfer_read":
             continue
         operands = list(op.operands)
-        mem = operands[0]
-        if not isinstance(mem, ir.BlockArgument) or not isinstance(mem.type, ir.MemRefType):
-            continue
-        mtype = ir.MemRefType(mem.type)
-        if mtype.rank < 2 or not mtype.has_static_shape or not _identity_layout(mtype):
-            continue
-        owner = mem.owner.owner
-        if owner is None or owner.operation.name != "func.func":
+        mtype = _contiguous_argument(operands[0], 2)
+        if mtype is None:
             continue
         vtype = ir.VectorType(op.results[0].type)
         indices = operands[1:1 + mtype.rank]
