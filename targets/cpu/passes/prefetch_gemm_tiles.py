@@ -194,19 +194,25 @@ def _identity_layout(mtype) -> bool:
         ir.AffineMapAttr(mtype.layout).value == ir.AffineMap.get_identity(mtype.rank)
 
 
-def _contiguous_argument(mem, min_rank: int):
-    """The memref type of `mem` when it is a function argument of at least `min_rank` dims,
-    statically shaped and contiguous row-major (a weight: where a read at one index is, the
-    elements after it follow), else None."""
-    if not isinstance(mem, ir.BlockArgument) or not isinstance(mem.type, ir.MemRefType):
-        return None
-    mtype = ir.MemRefType(mem.type)
-    if mtype.rank < min_rank or not mtype.has_static_shape or not _identity_layout(mtype):
-        return None
-    owner = mem.owner.owner
-    if owner is None or owner.operation.name != "func.func":
-        return None
-    return mtype
+def _argument_reads(loop, min_rank: int):
+    """(read, memref type, indices, vector type) for each vector.transfer_read in the body of
+    `loop` from a function argument of at least `min_rank` dims, statically shaped and contiguous
+    row-major (a weight: where a read at one index is, the elements after it follow)."""
+    for op in loop.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name != "vector.transfer_read":
+            continue
+        operands = list(op.operands)
+        mem = operands[0]
+        if not isinstance(mem, ir.BlockArgument) or not isinstance(mem.type, ir.MemRefType):
+            continue
+        mtype = ir.MemRefType(mem.type)
+        if mtype.rank < min_rank or not mtype.has_static_shape or not _identity_layout(mtype):
+            continue
+        owner = mem.owner.owner
+        if owner is None or owner.operation.name != "func.func":
+            continue
+        yield op, mtype, operands[1:1 + mtype.rank], ir.VectorType(op.results[0].type)
 
 
 def _k_row_offset(index, k) -> bool:
@@ -229,19 +235,9 @@ def _k_row_offset(index, k) -> bool:
 def _packed_weight_reads(loop) -> list:
     """The reads, in k loop `loop`, of a row of a packed weight: a function argument [..., K, nr]
     (contiguous, statically shaped) read as one whole nr-wide row at row k (or k plus a K block's start)."""
-    body = loop.regions[0].blocks[0]
-    k = body.arguments[0]
+    k = loop.regions[0].blocks[0].arguments[0]
     found = []
-    for op in body.operations:
-        op = op.operation
-        if op.name != "vector.transfer_read":
-            continue
-        operands = list(op.operands)
-        mtype = _contiguous_argument(operands[0], 3)
-        if mtype is None:
-            continue
-        indices = operands[1:1 + mtype.rank]
-        vtype = ir.VectorType(op.results[0].type)
+    for op, mtype, indices, vtype in _argument_reads(loop, 3):
         if _k_row_offset(indices[-2], k) and constant_index(indices[-1]) == 0 and \
                 list(vtype.shape) == [1, mtype.shape[-1]]:
             found.append(op)
@@ -366,20 +362,10 @@ def _next_rows_reads(loop) -> list:
     [row, k] of a function argument [..., M, K] (contiguous, statically shaped) whose k loop
     runs over the whole row (0 to K, step 1: the tile accumulates the whole K), with `row`
     defined outside the loop."""
-    body = loop.regions[0].blocks[0]
-    k = body.arguments[0]
+    k = loop.regions[0].blocks[0].arguments[0]
     bounds = [constant_index(v) for v in list(loop.operands)[:3]]
     found = []
-    for op in body.operations:
-        op = op.operation
-        if op.name != "vector.transfer_read":
-            continue
-        operands = list(op.operands)
-        mtype = _contiguous_argument(operands[0], 2)
-        if mtype is None:
-            continue
-        vtype = ir.VectorType(op.results[0].type)
-        indices = operands[1:1 + mtype.rank]
+    for op, mtype, indices, vtype in _argument_reads(loop, 2):
         if vtype.rank != 2 or vtype.shape[1] != 1 or indices[-1] != k or \
                 bounds != [0, mtype.shape[-1], 1] or not _defined_before(indices[-2], loop):
             continue
