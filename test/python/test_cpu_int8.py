@@ -135,6 +135,7 @@ def test_int8_conv_kernel_against_the_portable_reference(c, f, k, stride, paddin
     (6, 5, 3, 1, 2, 9, 2),     # dilation 2
     (1, 4, 1, 1, 0, 3, 1),     # a 9-byte image: smaller than one load, every load masked, P < 16
     (64, 20, 3, 1, 1, 7, 1),   # rows of 7 (several per panel), K = 576 in 144 groups
+    (256, 12, 1, 1, 0, 18, 1),  # a 1x1 on 256 channels (rows 4 KiB apart): two periods of 9 panels, 3 after
 ])
 def test_int8_conv_packs_its_im2col_from_the_image(c, f, k, stride, padding, hw, dilation):
     """The im2col is packed straight from the (padded) image: panels crossing output rows, strides,
