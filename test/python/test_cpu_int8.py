@@ -122,6 +122,8 @@ def _check_layer(module, shape, sign, *, partitioner=None, expect=("gemm",)):
     (17, 70, 1, 1, 0, 9),     # 1x1, F = 70 (row tail), P = 81
     (8, 13, 5, 1, 2, 13),     # 5x5, P = 169: whole panel groups, then a partial panel
     (16, 96, 3, 1, 1, 16),    # P = 256: panel groups only
+    (40, 6, 3, 1, 1, 7),      # P = 49 (a 7x7 map: one column in the last panel), K = 360
+    (9, 66, 1, 1, 0, 14),     # P = 196 (14x14: 4 columns in the last panel), K = 9, F = 4 * 16 + 2
 ])
 @pytest.mark.parametrize("sign", [1, -1, 0])
 def test_int8_conv_kernel_against_the_portable_reference(c, f, k, stride, padding, hw, sign):
