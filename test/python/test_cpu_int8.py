@@ -122,6 +122,8 @@ def _check_layer(module, shape, sign, *, partitioner=None, expect=("gemm",)):
     (17, 70, 1, 1, 0, 9),     # 1x1, F = 70 (row tail), P = 81
     (8, 13, 5, 1, 2, 13),     # 5x5, P = 169: whole panel groups, then a partial panel
     (16, 96, 3, 1, 1, 16),    # P = 256: panel groups only
+    (40, 6, 3, 1, 1, 7),      # P = 49 (a 7x7 map: one column in the last panel), K = 360
+    (9, 66, 1, 1, 0, 14),     # P = 196 (14x14: 4 columns in the last panel), K = 9, F = 4 * 16 + 2
 ])
 @pytest.mark.parametrize("sign", [1, -1, 0])
 def test_int8_conv_kernel_against_the_portable_reference(c, f, k, stride, padding, hw, sign):
@@ -135,6 +137,7 @@ def test_int8_conv_kernel_against_the_portable_reference(c, f, k, stride, paddin
     (6, 5, 3, 1, 2, 9, 2),     # dilation 2
     (1, 4, 1, 1, 0, 3, 1),     # a 9-byte image: smaller than one load, every load masked, P < 16
     (64, 20, 3, 1, 1, 7, 1),   # rows of 7 (several per panel), K = 576 in 144 groups
+    (256, 12, 1, 1, 0, 18, 1),  # a 1x1 on 256 channels (rows 4 KiB apart): two periods of 9 panels, 3 after
 ])
 def test_int8_conv_packs_its_im2col_from_the_image(c, f, k, stride, padding, hw, dilation):
     """The im2col is packed straight from the (padded) image: panels crossing output rows, strides,

@@ -11,8 +11,8 @@ def pack_text(g: Im2col) -> str:
     of 16 positions, each row's 16 bytes gathered from one or a few contiguous loads (a position's
     row run; every stride-th byte) by shuffles, the four rows interleaved into the 64-byte panel row
     the kernel reads, flipped to unsigned, stored. The offsets are constants: L panels (a period of
-    output rows) unrolled in a loop over the periods, then the last panels with positions past P
-    clamped. Loads that could reach past the image (the last rows of K near its end) are masked."""
+    output rows) unrolled in a loop over the periods, each period's panels written row by row of K
+    (a loop over K inside), then the last panels with positions past P clamped. Loads that could reach past the image (the last rows of K near its end) are masked."""
     K, P = g.K, g.P
     KB, NB = -(-K // GROUP), -(-P // PANEL)
     total = g.C * g.Hp * g.Wp
@@ -81,7 +81,8 @@ def pack_text(g: Im2col) -> str:
                f"vector<{PANEL * GROUP}xi8>, {rows_t}")
         return w
 
-    def k_loop(acc: str, lo: int, hi: int, in_bounds: bool) -> str:
+    def k_loop(acc: str, lo: int, hi: int, in_bounds: bool, body) -> str:
+        """Rows lo..hi of K (in groups of 4): `body(acc, bases, kb, in_bounds)` writes their panel rows."""
         if lo >= hi:
             return acc
         kb, a, res = t.fresh("kb"), t.fresh("a"), t.fresh("r")
@@ -94,27 +95,42 @@ def pack_text(g: Im2col) -> str:
             t.emit(f"{e} = tensor.extract %koffs[{t.add(k0, r)}] : {tensor_type([KB * GROUP], 'i32')}")
             t.emit(f"{i} = arith.index_cast {e} : i32 to index")
             bases.append(i)
-        cur = a
-        if S:
-            sv, b, inner = t.fresh("s"), t.fresh("a"), t.fresh("r")
-            t.emit(f"{inner} = scf.for {sv} = {t.index(0)} to {t.index(S)} step {t.index(1)} "
-                   f"iter_args({b} = {cur}) -> ({rows_t}) {{")
-            shift, nb0 = t.mul(sv, D), t.mul(sv, L)
-            shifted = [t.addv(base, shift) for base in bases]
-            x = b
-            for j in range(L):
-                x = panel(x, shifted, periodic[j], t.add(nb0, j), kb, in_bounds)
-            t.emit(f"scf.yield {x} : {rows_t}")
-            t.emit("}")
-            cur = inner
-        for j in tail:
-            cur = panel(cur, bases, clamped[j], t.index(j), kb, in_bounds)
-        t.emit(f"scf.yield {cur} : {rows_t}")
+        t.emit(f"scf.yield {body(a, bases, kb, in_bounds)} : {rows_t}")
         t.emit("}")
         return res
 
-    out = k_loop("%empty", 0, k_safe, True)
-    out = k_loop(out, k_safe, KB, False)
+    def all_k(acc: str, body) -> str:
+        """Every row of K: those whose loads stay inside the image unmasked, then the rest masked."""
+        return k_loop(k_loop(acc, 0, k_safe, True, body), k_safe, KB, False, body)
+
+    # Panels outer, K inner: each panel's rows are written in order (one stream per panel of the
+    # period). K outer wrote every panel's row kb in turn, a store KB * 64 bytes from the last:
+    # KB = 64 (256 channels) puts every store 4 KiB apart, in one cache set, and the pack of
+    # ResNet-50's 256 -> 64 1x1 conv at 56x56 took half the convolution's time.
+    out = "%empty"
+    if S:
+        sv, b, res = t.fresh("s"), t.fresh("a"), t.fresh("r")
+        t.emit(f"{res} = scf.for {sv} = {t.index(0)} to {t.index(S)} step {t.index(1)} "
+               f"iter_args({b} = {out}) -> ({rows_t}) {{")
+        shift, nb0 = t.mul(sv, D), t.mul(sv, L)
+        nbs = [t.add(nb0, j) for j in range(L)]
+
+        def period(acc: str, bases: list, kb: str, in_bounds: bool) -> str:
+            shifted = [t.addv(base, shift) for base in bases]
+            for j in range(L):
+                acc = panel(acc, shifted, periodic[j], nbs[j], kb, in_bounds)
+            return acc
+
+        t.emit(f"scf.yield {all_k(b, period)} : {rows_t}")
+        t.emit("}")
+        out = res
+    if tail:
+        def last(acc: str, bases: list, kb: str, in_bounds: bool) -> str:
+            for j in tail:
+                acc = panel(acc, bases, clamped[j], t.index(j), kb, in_bounds)
+            return acc
+
+        out = all_k(out, last)
     t.emit(f"%result = tensor.expand_shape {out} [[0], [1], [2, 3]] output_shape [{NB}, {KB}, {PANEL}, {GROUP}] : "
            f"{rows_t} into {dst}")
     return (f"func.func private @pack(%src: {src}) -> {dst} {{\n" + t.text()
