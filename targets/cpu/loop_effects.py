@@ -20,8 +20,8 @@ THREAD_SPLIT = "etc.thread_split"  # the kernels mark their loops whose iteratio
 PURE_PREFIXES = ("arith.", "affine.apply", "memref.get_global", "memref.alloca", "memref.expand_shape",
                   "memref.collapse_shape",
                   "memref.subview", "memref.reinterpret_cast", "memref.cast", "memref.view", "memref.extract_strided_metadata",
-                  "ub.poison", "vector.constant_mask", "vector.create_mask", "vector.broadcast", "vector.splat",
-                  "vector.step")
+                  "ub.poison",
+                  "vector.constant_mask", "vector.create_mask", "vector.broadcast", "vector.splat", "vector.step")
 
 VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.subview", "memref.reinterpret_cast",
          "memref.cast", "memref.view")

@@ -12,7 +12,8 @@ def pack_text(g: Im2col) -> str:
     row run; every stride-th byte) by shuffles, the four rows interleaved into the 64-byte panel row
     the kernel reads, flipped to unsigned, stored. The offsets are constants: L panels (a period of
     output rows) unrolled in a loop over the periods, each period's panels written row by row of K
-    (a loop over K inside), then the last panels with positions past P clamped. Loads that could reach past the image (the last rows of K near its end) are masked."""
+    (a loop over K inside), then the last panels with positions past P clamped. Loads that could
+    reach past the image (the last rows of K near its end) are masked."""
     K, P = g.K, g.P
     KB, NB = -(-K // GROUP), -(-P // PANEL)
     total = g.C * g.Hp * g.Wp
