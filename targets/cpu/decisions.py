@@ -22,9 +22,10 @@ DECIDED = "etc.cpu.decided"
 
 # Paths that are not a fallback: the tuned code for that op kind, or a choice made by
 # measurement (a contraction too small to pay for packing, a single-row GEMV read in place;
-# attention: `flash` fused, `three-op` GEMM -> row softmax -> GEMM, each op on its tuned path).
+# attention: `flash` fused, `three-op` GEMM -> row softmax -> GEMM, each op on its tuned path;
+# an epilogue that `broadcast`s the result over a larger shape runs as its own pass).
 TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "grouped", "small", "gemv", "row-reduction",
-                         "column-reduction", "fused", "flash", "three-op", "pruned", "resize"})
+                         "column-reduction", "fused", "flash", "three-op", "pruned", "resize", "broadcast"})
 
 
 @dataclass(frozen=True)

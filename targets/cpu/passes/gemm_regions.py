@@ -22,6 +22,8 @@ several users, or feeds a non-elementwise op, has no epilogue: its users read th
 
 from __future__ import annotations
 
+import math
+
 from torch_mlir import ir
 
 from etc.ir.ops import as_operation, defining_op, nested_ops
@@ -31,6 +33,18 @@ from etc.targets.cpu.entry_args import entry_function
 from etc.targets.cpu.ir_query import indexing_maps, iterator_types, walk
 from etc.targets.cpu.kernels import gemm_kernel, gemm_match
 from etc.targets.cpu.passes.gemm_kernels import TileOptions
+
+
+def _broadcasts_result(consumer, lay) -> bool:
+    """Does the elementwise `consumer` write more elements than the contraction's result has (it
+    reads the result broadcast: squeeze-excitation's gate, one value per channel, times the
+    feature map)?"""
+    if len(consumer.results) != 1 or not isinstance(consumer.results[0].type, ir.RankedTensorType):
+        return False
+    rtype = ir.RankedTensorType(consumer.results[0].type)
+    if not rtype.has_static_shape or any(d < 0 for d in lay.shape):
+        return False
+    return math.prod(rtype.shape) > math.prod(lay.shape)
 
 
 def _used_dims(amap, shape) -> "list | None":
@@ -231,6 +245,12 @@ class GemmRegions(Pass):
     def _epilogue(self, consumer, producer, lay, extras: list):
         """(consumer or None, epilogue inputs, block argument types, outside constants) for the
         elementwise `consumer` of `producer`'s result."""
+        if _broadcasts_result(consumer, lay):
+            # Not an epilogue to finish in registers: the consumer's own pass reads the small
+            # stored result (its tuned path; fused, the result would be computed once per element).
+            decisions.record(consumer, "epilogue", "broadcast",
+                             "the consumer broadcasts the result over a larger shape (a channel scale)")
+            return None, ["acc"], ["f32", "f32"], []
         why = self._why_not(consumer, producer.results[0], lay)
         if isinstance(why, str):
             decisions.record(consumer, "epilogue", "second-pass", why)

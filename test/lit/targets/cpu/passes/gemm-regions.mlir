@@ -104,3 +104,34 @@ func.func @not_fused(%a: tensor<64x96xf32>, %b: tensor<96x64xf32>) -> (tensor<64
   } -> tensor<64x64xf32>
   return %t, %u, %r2 : tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>
 }
+
+// -----
+
+// A consumer that writes more elements than the contraction has (squeeze-excitation's gate, one
+// value per channel, times a feature map [196, 256]) reads the result broadcast: no epilogue to
+// finish in registers (fused, the gate would be computed once per element) but its own pass over
+// the stored result, the `broadcast` path (tuned), not a second-pass fallback.
+// CHECK: {kind = "epilogue", op = "linalg.generic", path = "broadcast", reason = "the consumer broadcasts the result over a larger shape (a channel scale)"
+// CHECK-LABEL: func.func @gate
+// CHECK: %[[G:.*]] = call @etc_gemm_m{{[0-9]+}}(%arg0, %arg1) : (tensor<1x512xf32>, tensor<512x256xf32>) -> tensor<1x256xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[G]], %arg2
+#g = affine_map<(p, c) -> (0, c)>
+#pc = affine_map<(p, c) -> (p, c)>
+func.func @gate(%v: tensor<1x512xf32>, %w: tensor<512x256xf32> {etc.cpu.arg = "constant:w"}, %x: tensor<196x256xf32>) -> tensor<196x256xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x256xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<1x256xf32>) -> tensor<1x256xf32>
+  %r = linalg.matmul ins(%v, %w : tensor<1x512xf32>, tensor<512x256xf32>) outs(%c : tensor<1x256xf32>) -> tensor<1x256xf32>
+  %e2 = tensor.empty() : tensor<196x256xf32>
+  %y = linalg.generic {indexing_maps = [#g, #pc, #pc], iterator_types = ["parallel", "parallel"]} ins(%r, %x : tensor<1x256xf32>, tensor<196x256xf32>) outs(%e2 : tensor<196x256xf32>) {
+  ^bb0(%s: f32, %a: f32, %o: f32):
+    %n = arith.negf %s : f32
+    %ex = math.exp %n : f32
+    %one = arith.constant 1.0 : f32
+    %d = arith.addf %one, %ex : f32
+    %sig = arith.divf %one, %d : f32
+    %m = arith.mulf %a, %sig : f32
+    linalg.yield %m : f32
+  } -> tensor<196x256xf32>
+  return %y : tensor<196x256xf32>
+}
