@@ -357,50 +357,32 @@ def _prefetch_next_block(loop) -> int:
     return count
 
 
-def _next_rows_reads(loop) -> list:
-    """The reads, in k loop `loop`, of A's column for the tile's rows: a vector<r x 1> read at
-    [row, k] of a function argument [..., M, K] (contiguous, statically shaped) whose k loop
-    runs over the whole row (0 to K, step 1: the tile accumulates the whole K), with `row`
-    defined outside the loop."""
-    k = loop.regions[0].blocks[0].arguments[0]
-    bounds = [constant_index(v) for v in list(loop.operands)[:3]]
-    found = []
-    for op, mtype, indices, vtype in _argument_reads(loop, 2):
-        if vtype.rank != 2 or vtype.shape[1] != 1 or indices[-1] != k or \
-                bounds != [0, mtype.shape[-1], 1] or not _defined_before(indices[-2], loop):
-            continue
-        found.append(op)
-    return found
-
-
 def _prefetch_next_rows(loop) -> int:
-    """In the body of k loop `loop` reading A's column for r rows (`_next_rows_reads`: a weight
-    such as a convolution's filter [F, C], the tile's rows one filter each): prefetches (into L1)
-    of the r rows the next row tile reads, one line every 16 / r k steps. The next tile's rows
-    follow these in memory (r * K contiguous f32), so k step s prefetches the element at
-    ((row + r) mod M) * K + s * r: linear in s, the whole next tile by the loop's end; after the
-    last tile the rows wrap to the first (the next column panel starts there again). Returns how
-    many prefetch ops it made."""
+    """In the body of k loop `loop`, for each read of A's column for the tile's r rows (a
+    vector<r x 1> read at [row, k] of a contiguous weight argument [..., M, K], `row` defined
+    outside the loop, the loop over the whole row: 0 to K, step 1; a convolution's filter [F, C],
+    the tile's rows one filter each): prefetches (into L1) of the r rows the next row tile reads,
+    one line every 16 / r k steps. The next tile's rows follow these in memory (r * K contiguous
+    f32), so k step s prefetches the element at ((row + r) mod M) * K + s * r: linear in s, the
+    whole next tile by the loop's end; after the last tile the rows wrap to the first (the next
+    column panel starts there again). Returns how many prefetch ops it made."""
     from torch_mlir.dialects import arith, memref
 
     count = 0
     k = loop.regions[0].blocks[0].arguments[0]
-    for op in _next_rows_reads(loop):
-        operands = list(op.operands)
-        mem = operands[0]
-        mtype = ir.MemRefType(mem.type)
-        indices = operands[1:1 + mtype.rank]
-        rows = ir.VectorType(op.results[0].type).shape[0]
+    bounds = [constant_index(v) for v in list(loop.operands)[:3]]
+    index = ir.IndexType.get()
+
+    def constant(value):
+        return arith.ConstantOp(index, ir.IntegerAttr.get(index, value)).result
+
+    for op, mtype, indices, vtype in list(_argument_reads(loop, 2)):
         M, K = mtype.shape[-2], mtype.shape[-1]
-        size = 1
-        for d in mtype.shape:
-            size *= d
-        flat = _flat_view(mem)
-        index = ir.IndexType.get()
-
-        def constant(value):
-            return arith.ConstantOp(index, ir.IntegerAttr.get(index, value)).result
-
+        if vtype.rank != 2 or vtype.shape[1] != 1 or indices[-1] != k or bounds != [0, K, 1] or \
+                not _defined_before(indices[-2], loop):
+            continue
+        rows = vtype.shape[0]
+        flat = _flat_view(op.operands[0])
         with ir.InsertionPoint(loop), loop.location:  # the tile's invariant start, before its k loop
             next_row = arith.RemUIOp(arith.AddIOp(indices[-2], constant(rows)).result, constant(M)).result
             start, stride = arith.MulIOp(next_row, constant(K)).result, M * K
@@ -409,7 +391,7 @@ def _prefetch_next_rows(loop) -> int:
                 stride *= mtype.shape[i]
         with ir.InsertionPoint(op), op.location:
             at = arith.AddIOp(start, arith.MulIOp(k, constant(rows)).result).result
-            memref.PrefetchOp(flat, [arith.MinUIOp(at, constant(size - 1)).result], False, 3, True)
+            memref.PrefetchOp(flat, [arith.MinUIOp(at, constant(stride - 1)).result], False, 3, True)
             count += 1
     return count
 
