@@ -295,6 +295,65 @@ def test_matmul_epilogue_with_partial_column_panels(m, k, n):
     assert rel_error(out, np.maximum(a.astype(np.float64) @ b + bias, 0)) < 1e-5
 
 
+def matmul_into_c_text(m, k, n) -> str:
+    """C += A x B with C an argument: the accumulator starts at C itself (a "copy" init)."""
+    return f"""
+func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}, %c: {t([m, n])}) -> {t([m, n])} {{
+  %r = linalg.matmul ins(%a, %b : {t([m, k])}, {t([k, n])}) outs(%c : {t([m, n])}) -> {t([m, n])}
+  return %r : {t([m, n])}
+}}"""
+
+
+@needs_simd
+@pytest.mark.parametrize("kind,m,k,n", [
+    ("plain", 16, 64, 66),         # 2 leftover columns, rows in blocks of 8
+    ("plain", 13, 64, 68),         # 4 columns, 13 rows: one row at a time
+    ("plain", 7, 32, 65),          # 1 column
+    ("plain", 8, 48, 200),         # 8 columns (half a vector) after three panels
+    ("plain", 7, 3 * (CFG.kc if CFG else 16), 68),  # K in blocks, no epilogue: the blocks' result copied in
+    ("bias_relu", 13, 64, 68),     # the epilogue (bias per column, ReLU) on the leftover tile as well
+    ("bias_relu", 12, 48, 72),
+    ("into_c", 12, 64, 68),        # the accumulator starts at C's leftover columns
+    ("batched", 3, 48, 70),        # a batch of 3: A and B batched
+])
+def test_leftover_columns_as_dot_products(kind, m, k, n):
+    """The last N % 16 <= 8 columns of a B read in place, after at least one full panel, are dot
+    products along K (`gemm_match.leftover_columns`), a recorded part of the GEMM decision."""
+    a, b = rand(m, k), rand(k, n)
+    if kind == "batched":
+        a, b = rand(3, m, k), rand(3, k, n)
+        fn = compile_standalone(batch_matmul_text(3, m, k, n), min_flops=0)
+        (out,) = fn(a, b)
+        expected = np.matmul(a.astype(np.float64), b)
+    elif kind == "bias_relu":
+        bias = rand(n)
+        fn = compile_standalone(matmul_bias_relu_text(m, k, n), min_flops=0)
+        (out,) = fn(a, b, bias)
+        expected = np.maximum(a.astype(np.float64) @ b + bias, 0)
+    elif kind == "into_c":
+        c = rand(m, n)
+        fn = compile_standalone(matmul_into_c_text(m, k, n), min_flops=0)
+        (out,) = fn(a, b, c)
+        expected = a.astype(np.float64) @ b + c
+    else:
+        fn = compile_standalone(matmul_text(m, k, n), min_flops=0)
+        (out,) = fn(a, b)
+        expected = a.astype(np.float64) @ b
+    assert rel_error(out, expected) < 1e-5
+    assert any(f"the last {n % 16} columns as dot products along K" in str(d) for d in fn.decisions)
+
+
+@needs_simd
+def test_leftover_columns_need_whole_vectors_of_k():
+    """K not whole vectors: the last columns stay a partial panel, and the decision says why."""
+    fn = compile_standalone(matmul_text(7, 60, 68), min_flops=0)
+    a, b = rand(7, 60), rand(60, 68)
+    (out,) = fn(a, b)
+    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+    assert any("the last 4 columns in a partial panel (K = 60 is not whole vectors of 16)" in str(d)
+               for d in fn.decisions)
+
+
 @needs_simd
 @pytest.mark.parametrize("n,c,h,w,f,k,stride,pad,dil", [
     (1, 7, 33, 33, 33, 3, 1, 1, 1),   # padded 3x3
@@ -552,6 +611,10 @@ class ConvBnResidual(torch.nn.Module):
     (8, 32, 3, 1, 2, 2, 20, 23),    # dilation 2
     (3, 64, 7, 2, 3, 1, 40, 40),    # ResNet's stem: K = 147, stride 2
     (10, 70, 5, 1, 0, 1, 19, 25),   # 5x5 unpadded, 70 filters (a partial row block), 315 pixels
+    (64, 64, 3, 1, 1, 1, 14, 14),   # 196 pixels: 3 panels and 4 leftover columns as dot products
+    (48, 24, 1, 1, 0, 1, 14, 14),   # 1x1 (B read in place): its 4 last columns transposed
+    (16, 13, 3, 2, 1, 1, 19, 19),   # stride 2: 100 pixels = 64 + 32 + 4, 13 filters (one row at a time)
+    (32, 40, 3, 1, 2, 2, 9, 9),     # dilation 2, 81 pixels: 1 leftover column
 ])
 def test_conv_im2col_per_panel_matches_torch(threads, c, f, k, stride, pad, dil, h, w):
     """The im2col gathered per column panel into a buffer of the thread running the panel

@@ -25,13 +25,14 @@ calls no library (no BLAS, no OpenMP).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch_mlir import ir
 
 from etc.targets.cpu.ir_query import DYNAMIC
 from etc.targets.cpu.kernel_ir import KernelText, tensor_type
-from etc.targets.cpu.kernels.gemm_match import Gemm, KernelConfig, b_in_place, gather_per_panel
+from etc.targets.cpu.kernels.gemm_match import Gemm, KernelConfig, b_in_place, gather_per_panel, leftover_columns
+from etc.targets.cpu.loop_effects import THREAD_SPLIT
 
 # The SSA name of a dynamic kernel's row count (`tensor.dim` of A at the kernel's entry).
 ROWS = "%rows"
@@ -69,17 +70,20 @@ def _im2col(t: KernelText, x: str, g: Gemm) -> tuple[str, list]:
     return _reshape(t, "collapse", out, shape, [g.batch, g.K, g.N], [[0], [1, 2, 3], [4, 5]]), [g.batch, g.K, g.N]
 
 
-def _im2col_gather(t: KernelText, x: str, g: Gemm, tag: str) -> str:
-    """The im2col as a gather over the [B, K, N] right-hand side itself (tagged `<tag>_col`), which
-    the transform script fuses into the column-panel loop (`transform_script`):
+def _im2col_gather(t: KernelText, x: str, g: Gemm, columns: range, attrs: str = "",
+                   transposed: bool = False) -> str:
+    """The im2col as a gather over the [B, K, N] right-hand side itself, which the transform
+    script fuses into the column-panel loop (`transform_script`; `attrs` = `<tag>_col` marks it):
     B[b, k, n] = X[b, koff[k] + noff[n]] over X flattened per image, with the offsets constants:
     koff[c*KH*KW + kh*KW + kw] = c*H*W + kh*dh*W + kw*dw and noff[oh*OW + ow] = oh*sh*W + ow*sw
-    (a k step broadcasts one offset, an nr-wide panel loads nr)."""
+    (a k step broadcasts one offset, an nr-wide panel loads nr). Only the `columns` given;
+    `transposed`: as [B, columns, K] (the leftover columns' dot products, `_leftover_columns`)."""
     geo = g.conv
     hw = geo["h"] * geo["w"]
     koff = [c * hw + kh * geo["dh"] * geo["w"] + kw * geo["dw"]
             for c in range(geo["c"]) for kh in range(geo["kh"]) for kw in range(geo["kw"])]
     noff = [oh * geo["sh"] * geo["w"] + ow * geo["sw"] for oh in range(geo["oh"]) for ow in range(geo["ow"])]
+    noff = [noff[n] for n in columns]
     element = "i32" if geo["c"] * hw < 1 << 31 else "i64"
     flat = _reshape(t, "collapse", x, [g.batch, geo["c"], geo["h"], geo["w"]], [g.batch, geo["c"] * hw],
                     [[0], [1, 2, 3]])
@@ -89,14 +93,15 @@ def _im2col_gather(t: KernelText, x: str, g: Gemm, tag: str) -> str:
         t.emit(f"{name} = arith.constant dense<[{', '.join(map(str, values))}]> : "
                f"{tensor_type([len(values)], element)}")
         offsets.append(name)
-    shape = [g.batch, g.K, g.N]
+    k_dim, n_dim = ("d2", "d1") if transposed else ("d1", "d2")
+    shape = [g.batch, len(noff), g.K] if transposed else [g.batch, g.K, len(noff)]
     e, out = t.fresh("e"), t.fresh("col")
     t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
-    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d1)>, "
-           f"affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
+    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> ({k_dim})>, "
+           f"affine_map<(d0, d1, d2) -> ({n_dim})>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
            f"[\"parallel\", \"parallel\", \"parallel\"]}} ins({offsets[0]}, {offsets[1]} : "
-           f"{tensor_type([g.K], element)}, "
-           f"{tensor_type([g.N], element)}) outs({e} : {tensor_type(shape)}) attrs = {{{tag}_col}} {{")
+           f"{tensor_type([g.K], element)}, {tensor_type([len(noff)], element)}) outs({e} : {tensor_type(shape)})"
+           + (f" attrs = {{{attrs}}}" if attrs else "") + " {")
     t.emit(f"^bb0(%ko: {element}, %no: {element}, %o: f32):")
     t.emit("  %b = linalg.index 0 : index")
     t.emit(f"  %s = arith.addi %ko, %no : {element}")
@@ -107,12 +112,13 @@ def _im2col_gather(t: KernelText, x: str, g: Gemm, tag: str) -> str:
     return out
 
 
-def _panel_gather(t: KernelText, b: str, g: Gemm, tag: str) -> str:
+def _panel_gather(t: KernelText, b: str, g: Gemm, tag: str, cols: int) -> str:
     """An activation B [B?, K, N] as the same gather the im2col is (tagged `<tag>_col`, fused into
     the column-panel loop by the transform script, `gemm_match.gather_per_panel`): each panel's
     [K, nr] copied into a contiguous buffer, one nr-wide vector per k. Written as a
-    `tensor.extract` (not a copy generic, which canonicalization would fold back into B)."""
-    shape = [g.batch, g.K, g.N]
+    `tensor.extract` (not a copy generic, which canonicalization would fold back into B). Only
+    the first `cols` columns (the rest: `_leftover_columns`)."""
+    shape = [g.batch, g.K, cols]
     src = tensor_type(([g.batch] if g.b_batched else []) + [g.K, g.N])
     e, out = t.fresh("e"), t.fresh("col")
     t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
@@ -354,12 +360,84 @@ def _adapt(t: KernelText, value: str, extra: Extra, lay: Layout) -> tuple[str, s
     return value, tensor_type(shape, element), "(" + ", ".join(results) + ")"
 
 
-def _region_text(t: KernelText, g: Gemm, lay: Layout, region: Region, tag: str, a: str, a_map: str, a_type: str,
-                 b: str, b_map: str, b_type: str) -> str:
-    """The init, the contraction and the epilogue on the tile layout; returns the epilogue's result."""
-    tile = tensor_type(lay.tile_shape)
-    dims4 = lay.dims
+def _adapt_columns(t: KernelText, value: str, extra: Extra, lay: Layout, columns: "range | None") -> tuple:
+    """`_adapt`, then only `columns` of the tile layout's (not split) columns when the extra runs
+    along them."""
+    value, vtype, vmap = _adapt(t, value, extra, lay)
+    if columns is None or "n" not in vmap:
+        return value, vtype, vmap
+    shape = [int(d) for d in vtype[len("tensor<"):-1].split("x")[:-1]]
+    part = shape[:-1] + [len(columns)]
+    name = t.fresh("cols")
+    t.emit(f"{name} = tensor.extract_slice {value}[{', '.join(['0'] * (len(shape) - 1) + [str(columns.start)])}] "
+           f"[{', '.join(map(str, part))}] [{', '.join(['1'] * len(shape))}] : {vtype} to {tensor_type(part)}")
+    return name, tensor_type(part), vmap
+
+
+def _init_text(t: KernelText, region: Region, lay: Layout, empty: str, tile: str, attrs: str,
+               columns: "range | None" = None) -> str:
+    """The accumulator's start (`Region.init`) written into `empty` of the tile type `tile`: the
+    tile layout `lay`'s, or only its `columns`; `attrs` tag it."""
     extras = [f"%X{n}" for n in range(len(region.extras))]
+    dims4 = lay.dims
+    init = t.fresh("init")
+    par = ", ".join(['"parallel"'] * len(lay.tile_shape))
+    kind, what = region.init
+    tagged = f" attrs = {{{attrs}}}" if attrs else ""
+    if kind == "copy" and _adapt_map(region.extras[what], lay) == dims4:
+        # C itself: a named copy (an identity generic would be folded away before tiling)
+        value, vtype, _ = _adapt_columns(t, extras[what], region.extras[what], lay, columns)
+        t.emit(f"{init} = linalg.copy ins({value} : {vtype}) outs({empty} : {tile}) -> {tile}")
+    elif kind == "fill":
+        # a generic, not linalg.fill: the tiling folds its unit dimensions like the contraction's
+        t.emit(f"{init} = linalg.generic {{indexing_maps = [affine_map<{dims4} -> {dims4}>], iterator_types = "
+               f"[{par}]}} outs({empty} : {tile}){tagged} {{")
+        t.emit("^bb0(%o: f32):")
+        cst = t.fresh("c")
+        t.emit(f"  {cst} = arith.constant {what}")
+        t.emit(f"  linalg.yield {cst} : f32")
+        t.emit(f"}} -> {tile}")
+    else:
+        value, vtype, vmap = _adapt_columns(t, extras[what], region.extras[what], lay, columns)
+        t.emit(f"{init} = linalg.generic {{indexing_maps = [affine_map<{dims4} -> {vmap}>, affine_map<{dims4} -> "
+               f"{dims4}>], iterator_types = [{par}]}} ins({value} : {vtype}) outs({empty} : {tile}){tagged} {{")
+        t.emit("^bb0(%x: f32, %o: f32):")
+        t.emit("  linalg.yield %x : f32")
+        t.emit(f"}} -> {tile}")
+    return init
+
+
+def _epilogue_text(t: KernelText, region: Region, lay: Layout, acc: str, dest: str, tile: str, attrs: str,
+                   columns: "range | None" = None) -> str:
+    """The epilogue of the accumulated `acc` written into `dest` (an identity until
+    etc-cpu-gemm-regions moves the consumer's body into every generic tagged `attrs`)."""
+    extras = [f"%X{n}" for n in range(len(region.extras))]
+    dims4 = lay.dims
+    par = ", ".join(['"parallel"'] * len(lay.tile_shape))
+    ins, types, maps = [], [], []
+    for source in region.inputs:
+        if source == "acc":
+            ins.append(acc), types.append(tile), maps.append(dims4)
+        else:
+            value, vtype, vmap = _adapt_columns(t, extras[source], region.extras[source], lay, columns)
+            ins.append(value), types.append(vtype), maps.append(vmap)
+    result = t.fresh("epi")
+    amaps = ", ".join(f"affine_map<{dims4} -> {m}>" for m in maps + [dims4])
+    t.emit(f"{result} = linalg.generic {{indexing_maps = [{amaps}], iterator_types = "
+           f"[{par}]}} ins({', '.join(ins)} : {', '.join(types)}) "
+           f"outs({dest} : {tile}) attrs = {{{attrs}}} {{")
+    args = ", ".join(f"%p{n}: {ty}" for n, ty in enumerate(region.arg_types))
+    t.emit(f"^bb0({args}):")
+    t.emit(f"  linalg.yield %p{region.inputs.index('acc')} : f32")
+    t.emit(f"}} -> {tile}")
+    return result
+
+
+def _region_text(t: KernelText, g: Gemm, lay: Layout, region: Region, tag: str, a: str, a_map: str, a_type: str,
+                 b: str, b_map: str, b_type: str, columns: "range | None" = None, dest: "str | None" = None) -> str:
+    """The init, the contraction and the epilogue on the tile layout; returns the epilogue's
+    result. `columns`: only those of the (not split) columns, the epilogue written into `dest`."""
+    tile = tensor_type(replace(lay, cols=len(columns)).tile_shape if columns is not None else lay.tile_shape)
     empty = t.fresh("e")
     blocked = region.kc < g.K
     if blocked and region.body:
@@ -370,54 +448,17 @@ def _region_text(t: KernelText, g: Gemm, lay: Layout, region: Region, tag: str, 
         t.emit(f"{empty} = bufferization.alloc_tensor{lay.dynamic_sizes} : {tile}")
     else:
         t.emit(f"{empty} = tensor.empty{lay.dynamic_sizes} : {tile}")
-    kind, what = region.init
-    init = t.fresh("init")
-    par = ", ".join(['"parallel"'] * len(lay.tile_shape))
-    if kind == "copy" and _adapt_map(region.extras[what], lay) == dims4:
-        # C itself: a named copy (an identity generic would be folded away before tiling)
-        value, vtype, _ = _adapt(t, extras[what], region.extras[what], lay)
-        t.emit(f"{init} = linalg.copy ins({value} : {vtype}) outs({empty} : {tile}) -> {tile}")
-    elif kind == "fill":
-        # a generic, not linalg.fill: the tiling folds its unit dimensions like the contraction's
-        t.emit(f"{init} = linalg.generic {{indexing_maps = [affine_map<{dims4} -> {dims4}>], iterator_types = "
-               f"[{par}]}} outs({empty} : {tile}) attrs = {{{tag}_init}} {{")
-        t.emit("^bb0(%o: f32):")
-        cst = t.fresh("c")
-        t.emit(f"  {cst} = arith.constant {what}")
-        t.emit(f"  linalg.yield {cst} : f32")
-        t.emit(f"}} -> {tile}")
-    else:
-        value, vtype, vmap = _adapt(t, extras[what], region.extras[what], lay)
-        t.emit(f"{init} = linalg.generic {{indexing_maps = [affine_map<{dims4} -> {vmap}>, affine_map<{dims4} -> "
-               f"{dims4}>], iterator_types = [{par}]}} ins({value} : {vtype}) outs({empty} : {tile}) "
-               f"attrs = {{{tag}_init}} {{")
-        t.emit("^bb0(%x: f32, %o: f32):")
-        t.emit("  linalg.yield %x : f32")
-        t.emit(f"}} -> {tile}")
+    init = _init_text(t, region, lay, empty, tile, f"{tag}_init", columns)
     loops = "b, jb, i, j, k" if lay.split else "b, i, n, k"
-    out = _mul_add_generic(t, loops, (a_map, b_map, dims4), (a, b, init), (a_type, b_type, tile), tag)
+    out = _mul_add_generic(t, loops, (a_map, b_map, lay.dims), (a, b, init), (a_type, b_type, tile), tag)
     if blocked and not region.body:
         # K in blocks and nothing to finish: the blocks accumulate in the result itself (the init
         # a pass of its own before them); an identity epilogue would copy every panel once more.
         return out
-    ins, types, maps = [], [], []
-    for source in region.inputs:
-        if source == "acc":
-            ins.append(out), types.append(tile), maps.append(dims4)
-        else:
-            value, vtype, vmap = _adapt(t, extras[source], region.extras[source], lay)
-            ins.append(value), types.append(vtype), maps.append(vmap)
-    e2, result = t.fresh("e"), t.fresh("epi")
-    t.emit(f"{e2} = tensor.empty{lay.dynamic_sizes} : {tile}")
-    amaps = ", ".join(f"affine_map<{dims4} -> {m}>" for m in maps + [dims4])
-    t.emit(f"{result} = linalg.generic {{indexing_maps = [{amaps}], iterator_types = "
-           f"[{par}]}} ins({', '.join(ins)} : {', '.join(types)}) "
-           f"outs({e2} : {tile}) attrs = {{{tag}_epi}} {{")
-    args = ", ".join(f"%p{n}: {ty}" for n, ty in enumerate(region.arg_types))
-    t.emit(f"^bb0({args}):")
-    t.emit(f"  linalg.yield %p{region.inputs.index('acc')} : f32")
-    t.emit(f"}} -> {tile}")
-    return result
+    if dest is None:
+        dest = t.fresh("e")
+        t.emit(f"{dest} = tensor.empty{lay.dynamic_sizes} : {tile}")
+    return _epilogue_text(t, region, lay, out, dest, tile, f"{tag}_epi", columns)
 
 
 def _signature(name: str, g: Gemm, region: Region, lay: Layout) -> str:
@@ -459,15 +500,42 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     b = "%B"
     lead = [g.batch] if g.b_batched else []
     if not lay.split:  # B read in place as [B?, K, N]: the columns are tiled, never padded
+        left = leftover_columns(g, cfg)
+        main = range(g.N - left)  # the rest are the leftover's dot products (`_leftover_text`)
+        in_place = b  # [B?, K, N] (a matmul's B; a 1x1 convolution's input, collapsed below)
         if gather_per_panel(g, cfg):  # [B, K, N], one [K, nr] buffer per panel
-            b = _im2col_gather(t, b, g, tag) if g.b_layout == "im2col" else _panel_gather(t, b, g, tag)
+            b = (_im2col_gather(t, b, g, main, f"{tag}_col") if g.b_layout == "im2col"
+                 else _panel_gather(t, b, g, tag, len(main)))
             bb, lead = "b, ", [g.batch]
-        elif g.b_layout == "im2col":  # its panel buffer too large for a thread's stack: whole
-            b, b_shape = _im2col(t, b, g)
-        elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
-            b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
-        out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)",
-                           tensor_type(lead + [g.K, g.N]))
+        else:
+            if g.b_layout == "im2col":  # its panel buffer too large for a thread's stack: whole
+                b, b_shape = _im2col(t, b, g)
+            elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
+                b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
+            in_place = b
+            if left:
+                b = _columns(t, b, lead + [g.K, g.N], main)
+        b_type = tensor_type(lead + [g.K, len(main)])
+        if not left:
+            out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)", b_type)
+        else:
+            whole = t.fresh("e")
+            t.emit(f"{whole} = tensor.empty() : {tensor_type([g.batch, g.M, g.N])}")
+            dest = _columns(t, whole, [g.batch, g.M, g.N], main)
+            out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)", b_type,
+                               columns=main, dest=dest)
+            whole = _insert_columns(t, out, whole, [g.batch, g.M, g.N], main)
+            rest = range(len(main), g.N)
+            if g.b_layout == "im2col":  # the leftover pixels' im2col columns, as rows
+                bt = _im2col_gather(t, "%B", g, rest, transposed=True)
+                bt_batched = True
+            else:
+                src_lead = [g.batch] if g.b_batched else []
+                bt, _ = t.transpose(_columns(t, in_place, src_lead + [g.K, g.N], rest),
+                                    src_lead + [g.K, left], list(range(len(src_lead))) + [len(src_lead) + 1,
+                                                                                          len(src_lead)])
+                bt_batched = g.b_batched
+            out = _leftover_text(t, g, cfg, lay, region, tag, a, a_type, bt, bt_batched, whole, rest)
         r = _to_result(t, out, [g.batch, M, g.N], [0, 1, 2], lay)
         t.emit(f"return {r} : {tensor_type(lay.shape)}")
         return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
@@ -501,6 +569,105 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     r = _to_result(t, r, [g.batch, M, g.N], [0, 1, 2], lay)
     t.emit(f"return {r} : {tensor_type(lay.shape)}")
     return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
+
+
+def _columns(t: KernelText, value: str, shape: list, columns: range) -> str:
+    """`columns` of the last dimension of `value` (of `shape`): an extract_slice (`value` itself
+    for all of them)."""
+    if len(columns) == shape[-1]:
+        return value
+    part = shape[:-1] + [len(columns)]
+    name = t.fresh("cols")
+    t.emit(f"{name} = tensor.extract_slice {value}[{', '.join(['0'] * (len(shape) - 1) + [str(columns.start)])}] "
+           f"[{', '.join(map(str, part))}] [{', '.join(['1'] * len(shape))}] : {tensor_type(shape)} to "
+           f"{tensor_type(part)}")
+    return name
+
+
+def _insert_columns(t: KernelText, part: str, whole: str, shape: list, columns: range) -> str:
+    """`part` written into `columns` of the last dimension of `whole` (of `shape`)."""
+    name = t.fresh("ins")
+    t.emit(f"{name} = tensor.insert_slice {part} into {whole}[{', '.join(['0'] * (len(shape) - 1) + [str(columns.start)])}] "
+           f"[{', '.join(map(str, shape[:-1] + [len(columns)]))}] [{', '.join(['1'] * len(shape))}] : "
+           f"{tensor_type(shape[:-1] + [len(columns)])} into {tensor_type(shape)}")
+    return name
+
+
+# The suffix of the leftover columns' epilogue tag (`<tag>_epi` + it): etc-cpu-gemm-regions moves
+# the consumer's body into it too; etc-cpu-tile-gemm-kernels leaves it to the default loops.
+LEFTOVER = "_leftover"
+
+
+def _leftover_text(t: KernelText, g: Gemm, cfg: KernelConfig, lay: Layout, region: Region, tag: str, a: str,
+                   a_type: str, bt: str, bt_batched: bool, whole: str, columns: range) -> str:
+    """The last `columns` of a B read in place (`gemm_match.leftover_columns`) as dot products
+    along K, written into those columns of `whole` [batch, M, N]; returns the new `whole`.
+
+    Row blocks of `rows` (the threads share them): per K step of one vector, `rows` A row vectors
+    and the len(columns) columns' vectors of `bt` [B?, columns, K] (the columns transposed,
+    contiguous along K), `rows` x columns FMAs into as many accumulators, each summed across
+    its lanes at the end, added to the init and finished by the epilogue (a pass over the
+    [batch, M, columns] tile: a few rows of numbers per column)."""
+    lanes, r, K, M = cfg.vector_width, len(columns), g.K, g.M
+    rows = next(m for m in (8, 4, 2, 1) if M % m == 0 and m * r <= lanes)
+    tile = tensor_type([g.batch, M, r])
+    vec = f"vector<{lanes}xf32>"
+    bt_type = tensor_type(([g.batch] if bt_batched else []) + [r, K])
+    empty = t.fresh("e")
+    t.emit(f"{empty} = tensor.empty() : {tile}")
+    start = _init_text(t, region, lay, empty, tile, "", columns)
+    zero_v = t.fresh("zv")
+    t.emit(f"{zero_v} = arith.constant dense<0.0> : {vec}")
+    with t.loop("%lb", 0, g.batch, 1, "%lt", start, tile, stem="lbat") as batches:
+        with t.loop("%li", 0, M, rows, "%lu", "%lt", tile, stem="lrow",
+                    attributes=f"{THREAD_SPLIT}") as row_blocks:
+            row_ids = [t.add("%li", p) for p in range(rows)]
+            accs = [[t.fresh("acc") for _ in range(r)] for _ in range(rows)]
+            sums = t.fresh("sums")
+            n = rows * r
+            carried = ", ".join(f"{accs[p][q]} = {zero_v}" for p in range(rows) for q in range(r))
+            t.emit(f"{sums}:{n} = scf.for %lk = {t.index(0)} to {t.index(K)} step {t.index(lanes)} "
+                   f"iter_args({carried}) -> ({', '.join([vec] * n)}) {{")
+            with t.nested():
+                a_lead = "%lb, " if g.a_batched else ""
+                b_lead = "%lb, " if bt_batched else ""
+                av = [t.read(a, f"{a_lead}{row_ids[p]}, %lk", "%zero", a_type, vec, True, stem="la")
+                      for p in range(rows)]
+                bv = [t.read(bt, f"{b_lead}{t.index(q)}, %lk", "%zero", bt_type, vec, True, stem="lc")
+                      for q in range(r)]
+                new = []
+                for p in range(rows):
+                    for q in range(r):
+                        name = t.fresh("fma")
+                        t.emit(f"{name} = vector.fma {av[p]}, {bv[q]}, {accs[p][q]} : {vec}")
+                        new.append(name)
+                t.emit(f"scf.yield {', '.join(new)} : {', '.join([vec] * n)}")
+            t.emit("}")
+            current = "%lu"
+            for p in range(rows):
+                for q in range(r):
+                    total = t.combine_lanes(f"{sums}#{p * r + q}", lanes, _add_lanes(t))
+                    at = f"%lb, {row_ids[p]}, {t.index(q)}"
+                    x, y, nxt = t.fresh("x"), t.fresh("y"), t.fresh("t")
+                    t.emit(f"{x} = tensor.extract {current}[{at}] : {tile}")
+                    t.emit(f"{y} = arith.addf {x}, {total} : f32")
+                    t.emit(f"{nxt} = tensor.insert {y} into {current}[{at}] : {tile}")
+                    current = nxt
+            row_blocks.yields(current)
+        batches.yields(row_blocks.result)
+    shape = [g.batch, M, g.N]
+    dest = _columns(t, whole, shape, columns)
+    done = _epilogue_text(t, region, lay, batches.result, dest, tile, f"{tag}_epi{LEFTOVER}", columns)
+    return _insert_columns(t, done, whole, shape, columns)
+
+
+def _add_lanes(t: KernelText):
+    """A `combine_lanes` step: the two halves added lane by lane."""
+    def add(lo: str, hi: str, vtype: str) -> str:
+        name = t.fresh("sum")
+        t.emit(f"{name} = arith.addf {lo}, {hi} : {vtype}")
+        return name
+    return add
 
 
 def _mul_add_generic(t: KernelText, dims: str, maps: tuple, values: tuple, types: tuple, tag: str) -> str:

@@ -399,25 +399,53 @@ def kernel_kc(g: Gemm, cfg: KernelConfig) -> int:
     return in_place_k_block(g.K, None if contiguous else 4 * g.N, cfg)
 
 
+def leftover_columns(g: Gemm, cfg: KernelConfig) -> int:
+    """How many last columns of a B read in place the kernel computes as dot products along K
+    instead of in a partial panel (0: none).
+
+    A partial panel of r < lanes/2 columns is an mr x r tile: one broadcast FMA per row and k,
+    r lanes of each used, as slow per k step as a full vector's. A ResNet convolution over 14x14
+    pixels (N = 196: three panels and 4 columns) spent 14% of its time on those 4 columns. As
+    dot products, A's rows and the r columns transposed (both contiguous along K), an FMA uses
+    every lane: 16/r times fewer FMAs. Needs K in whole vectors and static rows, and a full
+    panel besides: the dot products read A once more, which a partial panel of its own does
+    too, but not the split pieces of one panel narrower than nr (ResNet's 7x7 maps: N = 49,
+    whose last column costs less than another pass over a 9 MB filter)."""
+    lanes = cfg.vector_width
+    r = g.N % lanes
+    if g.transposed or g.dynamic_rows or not b_in_place(g, cfg) or g.N <= cfg.nr or g.K % lanes:
+        return 0
+    return r if r <= lanes // 2 else 0
+
+
 def blocking(g: Gemm, cfg: KernelConfig) -> str:
-    """The reason a matmul's GEMM decision records when B is an activation: whether its column
-    panels are copied (`gather_per_panel`) or read in place, and why, and the K block when K is
-    split (`kernel_kc`). Empty for the default paths (a weight packed when the blob is built, a
-    narrow B packed per call, a convolution's input, a kernel over dynamic rows, which reads
-    B in place), so the report keeps one line for them."""
-    if g.conv is not None or g.b_layout != "kn" or g.dynamic_rows or not b_in_place(g, cfg):
-        return ""
-    kb = kernel_kc(g, cfg)
-    blocks = f", K in blocks of {kb}" if kb < g.K else ""
-    mc = row_block(g.M, g.K, kb, cfg)
-    blocks += f", rows in blocks of {mc}" if mc else ""
-    if gather_per_panel(g, cfg):
-        return f"B copied per column panel ({PANEL_COPY_ROW_BLOCKS}+ row blocks share each copy){blocks}"
-    if g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr:
-        why = f"a K x {cfg.nr} panel buffer exceeds the {PANEL_STACK_BYTES} bytes of stack it may take"
-    else:
-        why = f"fewer than {PANEL_COPY_ROW_BLOCKS} row blocks to share a panel copy"
-    return f"B read in place ({why}){blocks}"
+    """The reason a GEMM decision records: for a matmul whose B is an activation, whether its
+    column panels are copied (`gather_per_panel`) or read in place, and why, and the K block
+    when K is split (`kernel_kc`); for any B read in place, how its last columns are computed
+    when they are less than half a vector (`leftover_columns`). Empty for the default paths
+    (a weight packed when the blob is built, a narrow B packed per call, a convolution's
+    input, a kernel over dynamic rows, which reads B in place), so the report keeps one line
+    for them."""
+    parts = []
+    if g.conv is None and g.b_layout == "kn" and not g.dynamic_rows and b_in_place(g, cfg):
+        kb = kernel_kc(g, cfg)
+        blocks = f", K in blocks of {kb}" if kb < g.K else ""
+        mc = row_block(g.M, g.K, kb, cfg)
+        blocks += f", rows in blocks of {mc}" if mc else ""
+        if gather_per_panel(g, cfg):
+            parts.append(f"B copied per column panel ({PANEL_COPY_ROW_BLOCKS}+ row blocks share each copy){blocks}")
+        else:
+            if g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr:
+                why = f"a K x {cfg.nr} panel buffer exceeds the {PANEL_STACK_BYTES} bytes of stack it may take"
+            else:
+                why = f"fewer than {PANEL_COPY_ROW_BLOCKS} row blocks to share a panel copy"
+            parts.append(f"B read in place ({why}){blocks}")
+    r = g.N % cfg.vector_width
+    if not (g.transposed or g.dynamic_rows or not b_in_place(g, cfg)) and g.N > cfg.nr and 0 < r <= cfg.vector_width // 2:
+        parts.append(f"the last {r} columns as dot products along K" if leftover_columns(g, cfg) else
+                     f"the last {r} columns in a partial panel (K = {g.K} is not whole vectors of "
+                     f"{cfg.vector_width})")
+    return ", ".join(parts)
 
 
 def k_block(K: int, kc: int) -> int:

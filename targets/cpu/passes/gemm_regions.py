@@ -173,8 +173,14 @@ class GemmRegions(Pass):
             new = func_d.CallOp([result_op.results[0].type], ir.FlatSymbolRefAttr.get(name),
                                 [g.a, g.b] + [v for v, _ in extras])
         if consumer is not None:
-            (epilogue,) = [op for op in walk(fn, ("linalg.generic",)) if f"{tag}_epi" in op.attributes]
-            self._move_body(consumer, epilogue, constants)
+            # the kernel's epilogue, and its leftover columns' when it has them (gemm_kernel.LEFTOVER)
+            epilogues = [op for op in walk(fn, ("linalg.generic",))
+                         if f"{tag}_epi" in op.attributes or f"{tag}_epi{gemm_kernel.LEFTOVER}" in op.attributes]
+            for epilogue in epilogues[1:]:  # a copy of the consumer gives its body
+                twin = consumer.clone(ip=ir.InsertionPoint(consumer))
+                self._move_body(twin, epilogue, constants)
+                twin.erase()
+            self._move_body(consumer, epilogues[0], constants)
         result_op.results[0].replace_all_uses_with(new.results[0])
         if consumer is not None:
             consumer.erase()

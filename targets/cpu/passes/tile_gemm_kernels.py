@@ -20,7 +20,7 @@ from torch_mlir import ir
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import apply_transform_script, run_upstream
-from etc.targets.cpu.kernels import gemm_match, gemm_schedule
+from etc.targets.cpu.kernels import gemm_kernel, gemm_match, gemm_schedule
 from etc.targets.cpu.passes.gemm_kernels import TileOptions
 
 
@@ -40,7 +40,7 @@ class TileGemmKernels(Pass):
         for op in walk(module_op, ("linalg.generic",)):
             names = [op.attributes[i].name for i in range(len(op.attributes))]
             tag = next((n for n in names if n.startswith("etc.etc_gemm_")), None)
-            if tag is None:
+            if tag is None or tag.endswith(gemm_kernel.LEFTOVER):  # the leftover columns' epilogue: loops
                 continue
             role = next((r for r in ("_epi", "_init", "_col") if tag.endswith(r)), "")
             entry = found.setdefault(tag[:len(tag) - len(role)], {})

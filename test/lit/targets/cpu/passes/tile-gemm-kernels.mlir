@@ -136,7 +136,8 @@ func.func @partial_panel(%a: tensor<13x300xf32>, %b: tensor<300x70xf32>, %bias: 
 
 // A partial panel wider than one register and not a power of two (120 columns: 64 + 56) is split
 // into 16-lane pieces, each accumulated in registers over the whole K: a vector<6x56xf32> carried
-// around the K loop is an illegal LLVM type that is spilled and rebuilt element by element.
+// around the K loop is an illegal LLVM type that is spilled and rebuilt element by element. (K = 60
+// is not whole vectors: the last 8 columns are not dot products, see @leftover_columns.)
 // CHECK-LABEL: func.func @partial_panel_split
 // CHECK: iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
 // CHECK-COUNT-3: iter_args(%{{.*}} = %{{.*}}) -> (vector<6x16xf32>)
@@ -145,17 +146,49 @@ func.func @partial_panel(%a: tensor<13x300xf32>, %b: tensor<300x70xf32>, %bias: 
 // CHECK: arith.maximumf {{.*}} : vector<6x56xf32>
 // CHECK-NOT: linalg.generic {
 #id = affine_map<(d0, d1) -> (d0, d1)>
-func.func @partial_panel_split(%a: tensor<12x64xf32>, %b: tensor<64x120xf32>) -> tensor<12x120xf32> {
+func.func @partial_panel_split(%a: tensor<12x60xf32>, %b: tensor<60x120xf32>) -> tensor<12x120xf32> {
   %z = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<12x120xf32>
   %c = linalg.fill ins(%z : f32) outs(%e : tensor<12x120xf32>) -> tensor<12x120xf32>
-  %r = linalg.matmul ins(%a, %b : tensor<12x64xf32>, tensor<64x120xf32>) outs(%c : tensor<12x120xf32>) -> tensor<12x120xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<12x60xf32>, tensor<60x120xf32>) outs(%c : tensor<12x120xf32>) -> tensor<12x120xf32>
   %o = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%r : tensor<12x120xf32>) outs(%e : tensor<12x120xf32>) {
   ^bb0(%x: f32, %out: f32):
     %m = arith.maximumf %x, %z : f32
     linalg.yield %m : f32
   } -> tensor<12x120xf32>
   return %o : tensor<12x120xf32>
+}
+
+
+// -----
+
+// The last columns of a B read in place, fewer than half a vector past whole ones (68 = 64 + 4),
+// are dot products along K: 4 rows of A and the 4 columns transposed, one 16-lane vector of each
+// per K step, 16 FMAs into 16 accumulators, each summed across its lanes; their epilogue is the
+// consumer's body too, over the 12 x 4 leftover tile.
+// CHECK-LABEL: func.func @leftover_columns
+// CHECK: iter_args(%{{.*}} = %{{.*}}) -> (vector<6x64xf32>)
+// CHECK-NOT: vector<6x4xf32>
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<64x4xf32>)
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<1x12x4xf32>)
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>,
+// CHECK-COUNT-16: vector.fma {{.*}} : vector<16xf32>
+// CHECK: } {etc.thread_split}
+// CHECK: linalg.generic {{.*}} outs(%{{.*}} : tensor<1x12x4xf32>) attrs = {{.*}}etc.etc_gemm_{{.*}}_epi_leftover
+// CHECK: arith.maximumf {{.*}} : f32
+// CHECK: tensor.insert_slice {{.*}}[0, 0, 64] [1, 12, 4] [1, 1, 1] : tensor<1x12x4xf32> into tensor<1x12x68xf32>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @leftover_columns(%a: tensor<12x64xf32>, %b: tensor<64x68xf32>) -> tensor<12x68xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<12x68xf32>
+  %c = linalg.fill ins(%z : f32) outs(%e : tensor<12x68xf32>) -> tensor<12x68xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<12x64xf32>, tensor<64x68xf32>) outs(%c : tensor<12x68xf32>) -> tensor<12x68xf32>
+  %o = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%r : tensor<12x68xf32>) outs(%e : tensor<12x68xf32>) {
+  ^bb0(%x: f32, %out: f32):
+    %m = arith.maximumf %x, %z : f32
+    linalg.yield %m : f32
+  } -> tensor<12x68xf32>
+  return %o : tensor<12x68xf32>
 }
 
 // -----
