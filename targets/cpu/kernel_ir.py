@@ -43,6 +43,12 @@ from etc.ir.ops import as_operation
 # and without subnormal arithmetic (half the operations).
 NONPOSITIVE = "etc.nonpositive"
 
+# A unit attribute on an arith.divf a kernel emits in an epilogue whose dependency chain bounds
+# its time (a window kernel's rows, one sigmoid after each row's taps): etc-cpu-expand-math
+# keeps a sigmoid's division a division there (one long-latency op on the chain) rather than
+# a reciprocal estimate and its refinement (five, each waiting on the last).
+LATENCY_BOUND = "etc.latency_bound"
+
 ANY_OP = "!transform.any_op"  # the handle type of the transform scripts
 
 
@@ -262,11 +268,12 @@ class KernelText:
         self.emit(f"{scalar} = vector.extract {vector}[0] : {element} from {vector_type(1, element)}")
         return scalar
 
-    def vector_body(self, block, names: dict, width: int) -> str:
+    def vector_body(self, block, names: dict, width: int, latency_bound: bool = False) -> str:
         """The ops of a `linalg.generic` body (its yield excepted) as ops on `width`-lane vectors:
         a constant broadcast, any other op with its attributes on vector operands. `names` maps the
         block's arguments (and values from above) to their vectors and gets every result; returns
-        the yielded value's vector (how the window and grouped kernels fuse an epilogue)."""
+        the yielded value's vector (how the window and grouped kernels fuse an epilogue).
+        `latency_bound`: its divisions are marked `LATENCY_BOUND`."""
         body = list(block.operations)
         for inner in body[:-1]:
             op = inner.operation
@@ -279,8 +286,9 @@ class KernelText:
             else:
                 operands = [names[v] for v in op.operands]
                 types = [vector_type(width, str(v.type)) for v in op.operands]
-                attrs = ", ".join(f"{op.attributes[i].name} = {op.attributes[i].attr}"
-                                  for i in range(len(op.attributes)))
+                attrs = ", ".join([f"{op.attributes[i].name} = {op.attributes[i].attr}"
+                                   for i in range(len(op.attributes))]
+                                  + ([LATENCY_BOUND] if latency_bound and op.name == "arith.divf" else []))
                 attrs = f" {{{attrs}}}" if attrs else ""
                 self.emit(f'{result} = "{op.name}"({", ".join(operands)}){attrs} : '
                           f'({", ".join(types)}) -> {rtype}')

@@ -54,6 +54,37 @@ def test_depthwise_bn_relu6(c, k, s, p, d, h, w):
     assert "consumer(s) fused" in text
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("c,k,p,h,w,act", [
+    (8, 3, 1, 14, 14, nn.SiLU()),      # EfficientNet's block: 4 rows per step
+    (6, 5, 2, 7, 7, nn.SiLU()),        # a 7x7 map, 5x5 taps
+    (5, 3, 1, 9, 13, nn.Sigmoid()),    # odd rows (a last step of fewer rows), a partial column block
+    (4, 3, 1, 30, 33, nn.SiLU()),      # several column blocks
+])
+def test_depthwise_bn_sigmoid_chains(threads, c, k, p, h, w, act):
+    """A sigmoid after the taps is a long chain (`long_epilogue`, fused by the whole pipeline's
+    elementwise fusion): 4 output rows per step and its division kept a division
+    (`kernel_ir.LATENCY_BOUND`), on one and two threads: still torch's numbers."""
+    import etc
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(c, c, k, 1, p, groups=c), random_batchnorm(c), act).eval()
+    x = torch.randn(1, c, h, w)
+    partitioner = CpuPartitioner(num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    edge = etc.to_edge(torch.export.export(model, (x,))).to_backend(partitioner)
+    report = edge.delegation_info()
+    assert "window -> window" in report and "epilogue -> fused" in report, report
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    with torch.no_grad():
+        want = model(x).numpy()
+    for _ in range(3):
+        (got,) = method.execute([x.numpy()])
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_depthwise_no_bias_batch2():
     check(nn.Conv2d(6, 6, 3, 2, 1, groups=6, bias=False), (2, 6, 15, 15))
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from torch_mlir import ir
 
+from etc.ir.ops import nested_ops
+
 from etc.targets.cpu.kernel_ir import KernelText, element_of, f32_literal, next_pow2, tensor_type, vector_type
 from etc.targets.cpu.kernels.window_match import (IDENTITY, SlidingWindow, Window, global_pool_source,
                                                   pair_attribute, static_f32_shape)
@@ -60,12 +62,31 @@ def _interior_rows(win: Window) -> tuple[int, int]:
     return (lo, hi) if hi > lo else (0, 0)
 
 
-def apply_consumers(t: KernelText, chain: list, acc: str, width: int, operand_vector) -> str:
+# Ops of a fused consumer that expand into long dependency chains (an exp's polynomial, and a
+# sigmoid's division after it), after each output row's taps.
+_LONG_LATENCY = ("math.exp", "math.tanh", "math.erf")
+
+
+def long_epilogue(chain: list) -> bool:
+    """Are the fused consumers (`Window.chain`) a long dependency chain per output vector?
+
+    A sigmoid (SiLU: EfficientNet's activation after every depthwise convolution) is ~25
+    dependent operations after the taps. With two output rows per step their chains are all
+    the work in flight: measured on this machine, a 3x3 480@14 + BN + SiLU took 0.13 ms with 2
+    rows per step, 0.08 with 4 (1152@7: 0.093 -> 0.053; 144@56: 0.22 -> 0.16), while a BN-only
+    or ReLU6 epilogue is as fast or faster with 2 (576@14: 0.031 vs 0.039)."""
+
+    return any(inner.name in _LONG_LATENCY for user, _, _ in chain for inner in nested_ops(user))
+
+
+def apply_consumers(t: KernelText, chain: list, acc: str, width: int, operand_vector,
+                    latency_bound: bool = False) -> str:
     """The fused elementwise consumers (`window_match.fuse_consumers`' chain) applied to one
     accumulator vector of `width` lanes, in order, each body inlined on vectors. A consumer's
     other operands, and the scalars its body captures, come from `operand_vector(Operand)`: the
     kernel knows where a `full` operand is read and how a per-channel or global value is held.
-    The window and grouped kernels both end a register block with this."""
+    The window and grouped kernels both end a register block with this; `latency_bound` marks
+    its divisions (`KernelText.vector_body`)."""
     for user, number, extras in chain:
         block = user.regions[0].blocks[0]
         names = {}
@@ -74,7 +95,7 @@ def apply_consumers(t: KernelText, chain: list, acc: str, width: int, operand_ve
         for key, k in extras.items():
             if isinstance(key, tuple):  # a scalar captured from above the body
                 names[k.value] = operand_vector(k)
-        acc = t.vector_body(block, names, width)
+        acc = t.vector_body(block, names, width, latency_bound)
     return acc
 
 
@@ -309,7 +330,10 @@ class WindowKernel:
                               write_ok, "f")
             return (chan if k.kind == "chan" else glob)[("e", k.index, width)]
 
-        return apply_consumers(t, self.win.chain, acc, width, operand_vector)
+        # A long chain after each row's taps (etc-cpu-window-kernels gives it 4 rows per step): a
+        # sigmoid's division stays a division.
+        return apply_consumers(t, self.win.chain, acc, width, operand_vector,
+                               latency_bound=long_epilogue(self.win.chain))
 
     # -- the whole function
     def function(self, name: str) -> str:

@@ -50,7 +50,7 @@ from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import replace_fused, splice
-from etc.targets.cpu.kernels.window_kernel import WindowKernel, global_pool_text
+from etc.targets.cpu.kernels.window_kernel import WindowKernel, global_pool_text, long_epilogue
 from etc.targets.cpu.kernels.window_match import SEEN, TAKEN, NotTaken, Window, analyze, describe, global_pool_source
 
 
@@ -68,6 +68,8 @@ class WindowKernels(Pass):
     class Options:
         lanes: int = option(16, help="f32 vector lanes (16 AVX-512, 8 AVX2, 4 NEON/SSE)")
         rows: int = option(2, help="output rows computed per step (input rows loaded once for all of them)")
+        rows_long_epilogue: int = option(4, help="output rows per step when the fused consumers are a long "
+                                                 "dependency chain (an exp, a division: sigmoid, SiLU)")
         fuse_consumers: bool = option(True, help="apply single-use elementwise consumers before the store")
         max_stride: int = option(4, help="largest column stride taken (a stride s loads s*lanes inputs per vector)")
         unroll_taps: int = option(25, help="windows with more taps loop over the kernel rows (weights read inside the loop)")
@@ -82,8 +84,8 @@ class WindowKernels(Pass):
             try:
                 win = analyze(window_op, max_stride=self.options.max_stride, fold_pads=self.options.fold_padding,
                               fuse=self.options.fuse_consumers)
-                text = WindowKernel(win, self.options.lanes, self.options.rows,
-                                    self.options.unroll_taps).function("__etc_window")
+                rows = self.options.rows_long_epilogue if long_epilogue(win.chain) else self.options.rows
+                text = WindowKernel(win, self.options.lanes, rows, self.options.unroll_taps).function("__etc_window")
             except NotTaken as reason:
                 window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
                 decisions.record(window_op, "window", "loops", str(reason))

@@ -108,3 +108,19 @@ func.func @sigmoids(%x: f32, %v: vector<16xf32>, %w: vector<8xf32>, %y: f32) -> 
   %sy = arith.divf %one, %dy : f32
   return %s, %sv, %sw, %sy, %ey : f32, vector<16xf32>, vector<8xf32>, f32, f32
 }
+
+// A sigmoid whose division a window kernel marked latency-bound (its epilogue's chain bounds the
+// kernel's time): a plain division, not the reciprocal estimate and its correction.
+// CHECK-LABEL: func.func @latency_bound_sigmoid
+// CHECK-NOT: math.exp
+// CHECK: arith.divf %{{[^ ]*}}, %{{[^ ]*}} : vector<16xf32>
+// CHECK-NOT: fastmath<ninf,arcp,contract>
+// CHECK: return
+func.func @latency_bound_sigmoid(%v: vector<16xf32>) -> vector<16xf32> {
+  %ones = arith.constant dense<1.0> : vector<16xf32>
+  %nv = arith.negf %v : vector<16xf32>
+  %ev = math.exp %nv : vector<16xf32>
+  %dv = arith.addf %ones, %ev : vector<16xf32>
+  %sv = arith.divf %ones, %dv {etc.latency_bound} : vector<16xf32>
+  return %sv : vector<16xf32>
+}

@@ -202,3 +202,39 @@ func.func @global_avg_pool(%x: tensor<1x64x25x5xf32>) -> tensor<1x64x1x1xf32> {
       ins(%x, %k : tensor<1x64x25x5xf32>, tensor<25x5xf32>) outs(%init : tensor<1x64x1x1xf32>) -> tensor<1x64x1x1xf32>
   return %r : tensor<1x64x1x1xf32>
 }
+
+// -----
+
+// EfficientNet's depthwise block: a SiLU-like consumer (x / (1 + exp(-x))) is a long dependency
+// chain after each row's taps: 4 output rows per step (`long_epilogue`) instead of 2, the
+// interior rows 1..12 as three steps of 4, and its divisions marked latency-bound
+// (etc-cpu-expand-math keeps a sigmoid's a division).
+// CHECK-LABEL: func.func @dw3x3_silu
+// CHECK: arith.divf {{.*}} {etc.latency_bound} : vector<16xf32>
+// CHECK: scf.for %{{.*}} = %c1 to %c13 step %c4
+// CHECK-COUNT-4: arith.divf {{.*}} {etc.latency_bound} : vector<16xf32>
+// CHECK: } {etc.thread_split}
+// CHECK: } {etc.cpu.path = "window"
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @dw3x3_silu(%x: tensor<1x8x14x14xf32>, %w: tensor<8x3x3xf32>) -> tensor<1x8x14x14xf32> {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %padded = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i: index, %j: index, %k: index, %l: index):
+    tensor.yield %zero : f32
+  } : tensor<1x8x14x14xf32> to tensor<1x8x16x16xf32>
+  %e = tensor.empty() : tensor<1x8x14x14xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x14x14xf32>) -> tensor<1x8x14x14xf32>
+  %c = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%padded, %w : tensor<1x8x16x16xf32>, tensor<8x3x3xf32>) outs(%init : tensor<1x8x14x14xf32>) -> tensor<1x8x14x14xf32>
+  %s = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%c : tensor<1x8x14x14xf32>) outs(%e : tensor<1x8x14x14xf32>) {
+  ^bb0(%v: f32, %o: f32):
+    %n = arith.negf %v : f32
+    %ex = math.exp %n : f32
+    %d = arith.addf %ex, %one : f32
+    %q = arith.divf %v, %d : f32
+    linalg.yield %q : f32
+  } -> tensor<1x8x14x14xf32>
+  return %s : tensor<1x8x14x14xf32>
+}
