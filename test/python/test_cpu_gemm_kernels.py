@@ -648,6 +648,21 @@ def test_stride_one_im2col_rows_are_contiguous_loads():
 
 
 @needs_simd
+def test_stride_two_im2col_rows_are_contiguous_loads():
+    """With stride 2 along the width a whole panel's im2col row is 2*nr contiguous inputs per
+    distinct shift, the even ones kept by one permute (`gemm.contiguous_row_loads`): no gather."""
+    text = conv_text(1, 8, 16, 32, 32, 3, 2, 1)[0]  # 8x16 output pixels: two whole panels
+    whole = lowered(text, min_flops=0)
+    assert "llvm.intr.masked.gather" not in whole
+    assert re.search(r"llvm.shufflevector %\S+, %\S+ \[0, 2, 4, 6, 8, 10, 12, 14, 16, ", whole), "no even-lane permute"
+    x, w, b = rand(1, 8, 16, 32), rand(32, 8, 3, 3), rand(32)
+    (out,) = compile_standalone(text, min_flops=0)(x, w, b)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=2,
+                                      padding=1).numpy()
+    assert rel_error(out, want) < 1e-5
+
+
+@needs_simd
 def test_im2col_too_long_for_a_panel_buffer_is_a_recorded_decision():
     """A K x nr panel buffer over the stack budget keeps the whole im2col, and says so."""
     c = strategy.PANEL_STACK_BYTES // (4 * CFG.nr * 9) + 1
