@@ -344,6 +344,31 @@ def test_leftover_columns_as_dot_products(kind, m, k, n):
 
 
 @needs_simd
+@pytest.mark.parametrize("threads", [1, 2])
+def test_leftover_columns_epilogue_reads_a_bool_mask(threads):
+    """The leftover columns' epilogue reads its extras sliced to those columns, whatever their
+    element type: torch.where over the product with a bool mask and a second tensor."""
+    import etc
+    from etc.compiler.delegation import CompileSpec
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    class Where(torch.nn.Module):
+        def forward(self, a, b, m, r):
+            return torch.where(m, a @ b, r * 2.0)
+
+    torch.manual_seed(0)
+    a, b, m, r = torch.randn(12, 64), torch.randn(64, 68), torch.rand(12, 68) > 0.5, torch.randn(12, 68)
+    partitioner = CpuPartitioner(num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")])
+    edge = etc.to_edge(torch.export.export(Where(), (a, b, m, r))).to_backend(partitioner)
+    report = edge.delegation_info()
+    assert "the last 4 columns as dot products along K" in report and "epilogue -> fused" in report, report
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    (out,) = method.execute([a.numpy(), b.numpy(), m.numpy(), r.numpy()])
+    assert rel_error(out, Where()(a, b, m, r).numpy()) < 1e-5
+
+
+@needs_simd
 def test_leftover_columns_need_whole_vectors_of_k():
     """K not whole vectors: the last columns stay a partial panel, and the decision says why."""
     fn = compile_standalone(matmul_text(7, 60, 68), min_flops=0)

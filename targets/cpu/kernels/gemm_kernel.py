@@ -366,12 +366,14 @@ def _adapt_columns(t: KernelText, value: str, extra: Extra, lay: Layout, columns
     value, vtype, vmap = _adapt(t, value, extra, lay)
     if columns is None or "n" not in vmap:
         return value, vtype, vmap
-    shape = [int(d) for d in vtype[len("tensor<"):-1].split("x")[:-1]]
+    *dims, element = vtype[len("tensor<"):-1].split("x")
+    shape = [int(d) for d in dims]
     part = shape[:-1] + [len(columns)]
     name = t.fresh("cols")
     t.emit(f"{name} = tensor.extract_slice {value}[{', '.join(['0'] * (len(shape) - 1) + [str(columns.start)])}] "
-           f"[{', '.join(map(str, part))}] [{', '.join(['1'] * len(shape))}] : {vtype} to {tensor_type(part)}")
-    return name, tensor_type(part), vmap
+           f"[{', '.join(map(str, part))}] [{', '.join(['1'] * len(shape))}] : {vtype} to "
+           f"{tensor_type(part, element)}")
+    return name, tensor_type(part, element), vmap
 
 
 def _init_text(t: KernelText, region: Region, lay: Layout, empty: str, tile: str, attrs: str,
