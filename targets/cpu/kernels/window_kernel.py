@@ -62,9 +62,9 @@ def _interior_rows(win: Window) -> tuple[int, int]:
     return (lo, hi) if hi > lo else (0, 0)
 
 
-# Ops of a fused consumer that expand into long dependency chains (an exp's polynomial, and a
-# sigmoid's division after it), after each output row's taps.
-_LONG_LATENCY = ("math.exp", "math.tanh", "math.erf")
+# Ops of a fused consumer that make a long dependency chain after each output row's taps: an
+# exp (its polynomial, then a sigmoid's division) and a division (hardswish's / 6).
+_LONG_LATENCY = ("math.exp", "arith.divf")
 
 
 def long_epilogue(chain: list) -> bool:
@@ -73,9 +73,10 @@ def long_epilogue(chain: list) -> bool:
     A sigmoid (SiLU: EfficientNet's activation after every depthwise convolution) is ~25
     dependent operations after the taps. With two output rows per step their chains are all
     the work in flight: measured on this machine, a 3x3 480@14 + BN + SiLU took 0.13 ms with 2
-    rows per step, 0.08 with 4 (1152@7: 0.093 -> 0.053; 144@56: 0.22 -> 0.16), while a BN-only
-    or ReLU6 epilogue is as fast or faster with 2 (576@14: 0.031 vs 0.039)."""
-
+    rows per step, 0.08 with 4 (1152@7: 0.093 -> 0.053; 144@56: 0.22 -> 0.16); a 5x5 240@14 +
+    hardswish 0.052 -> 0.035; an average pool's division the same either way. A BN-only or
+    ReLU6 epilogue is as fast or faster with 2 (576@14: 0.031 vs 0.039), and so is GELU's erf,
+    a long polynomial with many constants (480@14: 0.057 with 2, 0.065 with 4)."""
     return any(inner.name in _LONG_LATENCY for user, _, _ in chain for inner in nested_ops(user))
 
 

@@ -251,13 +251,18 @@ func.func @conv_panels(%x: tensor<1x8x10x18xf32>, %w: tensor<32x8x3x3xf32>, %r: 
 
 // -----
 
-// Stride 2 along the width: a panel row's columns are 2 apart in the input, no contiguous load
-// covers them; the per-panel im2col stays one 64-wide vector gather per k step.
+// Stride 2 along the width: a panel row's columns are 2 apart in the input. Per distinct shift
+// (the 64 columns fall in 4 output rows of 16), 128 contiguous inputs bounded by the image's end
+// and one permute keeping the even ones, merged by the shifts' masks: no gather.
 // CHECK-LABEL: func.func @conv_stride2
 // CHECK: scf.for %{{.*}} = %c0 to %c128 step %c64
 // CHECK-NEXT: tensor.empty() : tensor<1x72x64xf32>
 // CHECK-NEXT: scf.for %{{.*}} = %c0 to %c72 step %c1
-// CHECK: vector.gather {{.*}} : tensor<1x4488xf32>, vector<1x1x64xindex>
+// CHECK-NOT: vector.gather
+// CHECK: %[[W:.*]] = vector.transfer_read {{.*}} : tensor<1x4488xf32>, vector<128xf32>
+// CHECK-NEXT: vector.shuffle %[[W]], %{{.*}} [0, 2, 4, 6, {{.*}}, 122, 124, 126] : vector<128xf32>, vector<128xf32>
+// CHECK-COUNT-3: arith.select %{{.*}} : vector<64xi1>, vector<64xf32>
+// CHECK-NOT: vector.gather
 // CHECK: } {etc.thread_split}
 func.func @conv_stride2(%x: tensor<1x8x17x33xf32>, %w: tensor<32x8x3x3xf32>) -> tensor<1x32x8x16xf32> {
   %z = arith.constant 0.0 : f32

@@ -100,12 +100,13 @@ func.func @maxpool3x3s1(%x: tensor<2x3x9x9xf32>) -> tensor<2x3x7x7xf32> {
 // -----
 
 // Average pooling: the sum pool and its divide generic (a constant captured from outside the
-// body) are one kernel; the divisor is broadcast once.
+// body) are one kernel; the divisor is broadcast once. A division is a long-latency epilogue
+// (4 output rows per step, the division marked).
 // CHECK-LABEL: func.func @avgpool2x2s2
 // CHECK: %[[NINE:.*]] = vector.broadcast %cst{{.*}} : f32 to vector<8xf32>
 // CHECK: scf.for
 // CHECK: arith.addf {{.*}} : vector<8xf32>
-// CHECK: arith.divf %{{.*}}, %[[NINE]] : vector<8xf32>
+// CHECK: arith.divf %{{.*}}, %[[NINE]] {etc.latency_bound} : vector<8xf32>
 // CHECK: vector.transfer_write
 // CHECK-NOT: linalg.generic
 func.func @avgpool2x2s2(%x: tensor<1x4x14x14xf32>) -> tensor<1x4x7x7xf32> {
