@@ -8,7 +8,8 @@ and tiled (`gemm_schedule.py`). On its tile layout (`Layout`) it computes
     C += A x B   A [M, K] read in place (row blocks of mr; the partial block is peeled);
                  B an activation (or an im2col, or a 1x1 convolution's input) read in place
                  as [K, N]: the layout is [batch, rows, N], the columns tiled by nr = a few
-                 vector widths, the partial panel peeled, nothing padded; an im2col, and a
+                 vector widths, the partial panel peeled, nothing padded (its last N % 16 <= 8
+                 columns, after a full panel, dot products along K: `_leftover_text`); an im2col, and a
                  matmul's B read by enough row blocks, gathered per column panel into a
                  contiguous [K, nr] buffer (`gemm_match.gather_per_panel`); B a
                  weight: packed into contiguous column panels [NB, K, nr] (zero padded) when
@@ -368,12 +369,7 @@ def _adapt_columns(t: KernelText, value: str, extra: Extra, lay: Layout, columns
         return value, vtype, vmap
     *dims, element = vtype[len("tensor<"):-1].split("x")
     shape = [int(d) for d in dims]
-    part = shape[:-1] + [len(columns)]
-    name = t.fresh("cols")
-    t.emit(f"{name} = tensor.extract_slice {value}[{', '.join(['0'] * (len(shape) - 1) + [str(columns.start)])}] "
-           f"[{', '.join(map(str, part))}] [{', '.join(['1'] * len(shape))}] : {vtype} to "
-           f"{tensor_type(part, element)}")
-    return name, tensor_type(part, element), vmap
+    return _columns(t, value, shape, columns, element), tensor_type(shape[:-1] + [len(columns)], element), vmap
 
 
 def _init_text(t: KernelText, region: Region, lay: Layout, empty: str, tile: str, attrs: str,
@@ -573,23 +569,24 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
 
 
-def _columns(t: KernelText, value: str, shape: list, columns: range) -> str:
+def _columns(t: KernelText, value: str, shape: list, columns: range, element: str = "f32") -> str:
     """`columns` of the last dimension of `value` (of `shape`): an extract_slice (`value` itself
     for all of them)."""
     if len(columns) == shape[-1]:
         return value
     part = shape[:-1] + [len(columns)]
     name = t.fresh("cols")
-    t.emit(f"{name} = tensor.extract_slice {value}[{', '.join(['0'] * (len(shape) - 1) + [str(columns.start)])}] "
-           f"[{', '.join(map(str, part))}] [{', '.join(['1'] * len(shape))}] : {tensor_type(shape)} to "
-           f"{tensor_type(part)}")
+    offsets = ", ".join(["0"] * (len(shape) - 1) + [str(columns.start)])
+    t.emit(f"{name} = tensor.extract_slice {value}[{offsets}] [{', '.join(map(str, part))}] "
+           f"[{', '.join(['1'] * len(shape))}] : {tensor_type(shape, element)} to {tensor_type(part, element)}")
     return name
 
 
 def _insert_columns(t: KernelText, part: str, whole: str, shape: list, columns: range) -> str:
     """`part` written into `columns` of the last dimension of `whole` (of `shape`)."""
     name = t.fresh("ins")
-    t.emit(f"{name} = tensor.insert_slice {part} into {whole}[{', '.join(['0'] * (len(shape) - 1) + [str(columns.start)])}] "
+    offsets = ", ".join(["0"] * (len(shape) - 1) + [str(columns.start)])
+    t.emit(f"{name} = tensor.insert_slice {part} into {whole}[{offsets}] "
            f"[{', '.join(map(str, shape[:-1] + [len(columns)]))}] [{', '.join(['1'] * len(shape))}] : "
            f"{tensor_type(shape[:-1] + [len(columns)])} into {tensor_type(shape)}")
     return name

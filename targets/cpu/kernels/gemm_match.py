@@ -441,7 +441,8 @@ def blocking(g: Gemm, cfg: KernelConfig) -> str:
                 why = f"fewer than {PANEL_COPY_ROW_BLOCKS} row blocks to share a panel copy"
             parts.append(f"B read in place ({why}){blocks}")
     r = g.N % cfg.vector_width
-    if not (g.transposed or g.dynamic_rows or not b_in_place(g, cfg)) and g.N > cfg.nr and 0 < r <= cfg.vector_width // 2:
+    in_place = not (g.transposed or g.dynamic_rows) and b_in_place(g, cfg)
+    if in_place and g.N > cfg.nr and 0 < r <= cfg.vector_width // 2:
         parts.append(f"the last {r} columns as dot products along K" if leftover_columns(g, cfg) else
                      f"the last {r} columns in a partial panel (K = {g.K} is not whole vectors of "
                      f"{cfg.vector_width})")
