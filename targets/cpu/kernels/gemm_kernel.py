@@ -78,7 +78,7 @@ def _im2col_gather(t: KernelText, x: str, g: Gemm, columns: range, attrs: str = 
     B[b, k, n] = X[b, koff[k] + noff[n]] over X flattened per image, with the offsets constants:
     koff[c*KH*KW + kh*KW + kw] = c*H*W + kh*dh*W + kw*dw and noff[oh*OW + ow] = oh*sh*W + ow*sw
     (a k step broadcasts one offset, an nr-wide panel loads nr). Only the `columns` given;
-    `transposed`: as [B, columns, K] (the leftover columns' dot products, `_leftover_columns`)."""
+    `transposed`: as [B, columns, K] (the leftover columns' dot products, `_leftover_text`)."""
     geo = g.conv
     hw = geo["h"] * geo["w"]
     koff = [c * hw + kh * geo["dh"] * geo["w"] + kw * geo["dw"]
@@ -118,7 +118,7 @@ def _panel_gather(t: KernelText, b: str, g: Gemm, tag: str, cols: int) -> str:
     the column-panel loop by the transform script, `gemm_match.gather_per_panel`): each panel's
     [K, nr] copied into a contiguous buffer, one nr-wide vector per k. Written as a
     `tensor.extract` (not a copy generic, which canonicalization would fold back into B). Only
-    the first `cols` columns (the rest: `_leftover_columns`)."""
+    the first `cols` columns (the rest: `_leftover_text`)."""
     shape = [g.batch, g.K, cols]
     src = tensor_type(([g.batch] if g.b_batched else []) + [g.K, g.N])
     e, out = t.fresh("e"), t.fresh("col")
