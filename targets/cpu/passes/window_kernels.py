@@ -12,7 +12,8 @@ output rows, output column blocks) whose body is straight-line vector code:
     modulo s share the load (3x3 stride 2: two loads per kernel row, three shuffles);
   * the KH*KW taps are unrolled and `rows` output rows are computed per step, so an input row
     loaded once feeds every output row whose window covers it and the accumulators stay in
-    registers; windows with more than `unroll-taps` taps (7x7) loop over the kernel rows
+    registers (`rows-long-epilogue` of them when the fused consumers hold an exp or a division,
+    a long dependency chain per row: `window_kernel.long_epilogue`; measured on AVX-512 only); windows with more than `unroll-taps` taps (7x7) loop over the kernel rows
     instead, their weights read inside that loop (hoisted, 49 weight vectors spill);
   * the input's `tensor.pad` (spatial, padding with the reduction's identity: 0, or -inf for
     max) is folded: the kernel reads the unpadded tensor, skips taps on padding rows in the
