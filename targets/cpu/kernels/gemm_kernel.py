@@ -33,7 +33,8 @@ from torch_mlir import ir
 from etc.targets.cpu.ir_query import DYNAMIC
 from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.gemm_match import Gemm, KernelConfig, b_in_place, gather_per_panel, leftover_columns
-from etc.targets.cpu.loop_effects import THREAD_SPLIT
+from etc.targets.cpu.kernels.gemm_operands import (column_slice, im2col, im2col_gather, insert_columns, panel_gather,
+                                                   dot_products)
 
 # The SSA name of a dynamic kernel's row count (`tensor.dim` of A at the kernel's entry).
 ROWS = "%rows"
@@ -49,91 +50,6 @@ def _pad(t: KernelText, value: str, shape: list, high: list, element: str = "f32
 def _reshape(t: KernelText, kind: str, value: str, src: list, dst: list, groups: list, element: str = "f32") -> str:
     """An expand_shape or collapse_shape; a dynamic size is the kernel's row count."""
     return t.reshape(kind, value, groups, src, dst, element, output_shape=[str(d) if d >= 0 else ROWS for d in dst])
-
-
-def _im2col(t: KernelText, x: str, g: Gemm) -> tuple[str, list]:
-    """col[b, c, kh, kw, oh, ow] = X[b, c, oh*sh + kh*dh, ow*sw + kw*dw] (an affine gather, no index
-    arithmetic per element), collapsed to the [b, K, P] right-hand side."""
-    geo = g.conv
-    shape = [g.batch, geo["c"], geo["kh"], geo["kw"], geo["oh"], geo["ow"]]
-    e, out = t.fresh("e"), t.fresh("col")
-    h = f"d4 * {geo['sh']} + d2 * {geo['dh']}"
-    w = f"d5 * {geo['sw']} + d3 * {geo['dw']}"
-    par = ", ".join(['"parallel"'] * 6)
-    t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
-    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, {h}, {w})>, "
-           f"affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4, d5)>], iterator_types = "
-           f"[{par}]}} ins({x} : {tensor_type([g.batch, geo['c'], geo['h'], geo['w']])}) "
-           f"outs({e} : {tensor_type(shape)}) {{")
-    t.emit("^bb0(%in: f32, %o: f32):")
-    t.emit("  linalg.yield %in : f32")
-    t.emit(f"}} -> {tensor_type(shape)}")
-    return _reshape(t, "collapse", out, shape, [g.batch, g.K, g.N], [[0], [1, 2, 3], [4, 5]]), [g.batch, g.K, g.N]
-
-
-def _im2col_gather(t: KernelText, x: str, g: Gemm, columns: range, attrs: str = "",
-                   transposed: bool = False) -> str:
-    """The im2col as a gather over the [B, K, N] right-hand side itself, which the transform
-    script fuses into the column-panel loop (`transform_script`; `attrs` = `<tag>_col` marks it):
-    B[b, k, n] = X[b, koff[k] + noff[n]] over X flattened per image, with the offsets constants:
-    koff[c*KH*KW + kh*KW + kw] = c*H*W + kh*dh*W + kw*dw and noff[oh*OW + ow] = oh*sh*W + ow*sw
-    (a k step broadcasts one offset, an nr-wide panel loads nr). Only the `columns` given;
-    `transposed`: as [B, columns, K] (the leftover columns' dot products, `_leftover_text`)."""
-    geo = g.conv
-    hw = geo["h"] * geo["w"]
-    koff = [c * hw + kh * geo["dh"] * geo["w"] + kw * geo["dw"]
-            for c in range(geo["c"]) for kh in range(geo["kh"]) for kw in range(geo["kw"])]
-    noff = [oh * geo["sh"] * geo["w"] + ow * geo["sw"] for oh in range(geo["oh"]) for ow in range(geo["ow"])]
-    noff = [noff[n] for n in columns]
-    element = "i32" if geo["c"] * hw < 1 << 31 else "i64"
-    flat = _reshape(t, "collapse", x, [g.batch, geo["c"], geo["h"], geo["w"]], [g.batch, geo["c"] * hw],
-                    [[0], [1, 2, 3]])
-    offsets = []
-    for values in (koff, noff):
-        name = t.fresh("off")
-        t.emit(f"{name} = arith.constant dense<[{', '.join(map(str, values))}]> : "
-               f"{tensor_type([len(values)], element)}")
-        offsets.append(name)
-    k_dim, n_dim = ("d2", "d1") if transposed else ("d1", "d2")
-    shape = [g.batch, len(noff), g.K] if transposed else [g.batch, g.K, len(noff)]
-    e, out = t.fresh("e"), t.fresh("col")
-    t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
-    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> ({k_dim})>, "
-           f"affine_map<(d0, d1, d2) -> ({n_dim})>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
-           f"[\"parallel\", \"parallel\", \"parallel\"]}} ins({offsets[0]}, {offsets[1]} : "
-           f"{tensor_type([g.K], element)}, {tensor_type([len(noff)], element)}) outs({e} : {tensor_type(shape)})"
-           + (f" attrs = {{{attrs}}}" if attrs else "") + " {")
-    t.emit(f"^bb0(%ko: {element}, %no: {element}, %o: f32):")
-    t.emit("  %b = linalg.index 0 : index")
-    t.emit(f"  %s = arith.addi %ko, %no : {element}")
-    t.emit(f"  %i = arith.index_cast %s : {element} to index")
-    t.emit(f"  %v = tensor.extract {flat}[%b, %i] : {tensor_type([g.batch, geo['c'] * hw])}")
-    t.emit("  linalg.yield %v : f32")
-    t.emit(f"}} -> {tensor_type(shape)}")
-    return out
-
-
-def _panel_gather(t: KernelText, b: str, g: Gemm, tag: str, cols: int) -> str:
-    """An activation B [B?, K, N] as the same gather the im2col is (tagged `<tag>_col`, fused into
-    the column-panel loop by the transform script, `gemm_match.gather_per_panel`): each panel's
-    [K, nr] copied into a contiguous buffer, one nr-wide vector per k. Written as a
-    `tensor.extract` (not a copy generic, which canonicalization would fold back into B). Only
-    the first `cols` columns (the rest: `_leftover_text`)."""
-    shape = [g.batch, g.K, cols]
-    src = tensor_type(([g.batch] if g.b_batched else []) + [g.K, g.N])
-    e, out = t.fresh("e"), t.fresh("col")
-    t.emit(f"{e} = tensor.empty() : {tensor_type(shape)}")
-    t.emit(f"{out} = linalg.generic {{indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = "
-           f"[\"parallel\", \"parallel\", \"parallel\"]}} outs({e} : {tensor_type(shape)}) attrs = {{{tag}_col}} {{")
-    t.emit("^bb0(%o: f32):")
-    t.emit("  %k = linalg.index 1 : index")
-    t.emit("  %n = linalg.index 2 : index")
-    if g.b_batched:
-        t.emit("  %b = linalg.index 0 : index")
-    t.emit(f"  %v = tensor.extract {b}[{'%b, ' if g.b_batched else ''}%k, %n] : {src}")
-    t.emit("  linalg.yield %v : f32")
-    t.emit(f"}} -> {tensor_type(shape)}")
-    return out
 
 
 # ------------------------------------------------------------------ dispatch regions
@@ -369,7 +285,7 @@ def _adapt_columns(t: KernelText, value: str, extra: Extra, lay: Layout, columns
         return value, vtype, vmap
     *dims, element = vtype[len("tensor<"):-1].split("x")
     shape = [int(d) for d in dims]
-    return _columns(t, value, shape, columns, element), tensor_type(shape[:-1] + [len(columns)], element), vmap
+    return column_slice(t, value, shape, columns, element), tensor_type(shape[:-1] + [len(columns)], element), vmap
 
 
 def _init_text(t: KernelText, region: Region, lay: Layout, empty: str, tile: str, attrs: str,
@@ -502,34 +418,34 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
         main = range(g.N - left)  # the rest are the leftover's dot products (`_leftover_text`)
         in_place = b  # [B?, K, N] (a matmul's B; a 1x1 convolution's input, collapsed below)
         if gather_per_panel(g, cfg):  # [B, K, N], one [K, nr] buffer per panel
-            b = (_im2col_gather(t, b, g, main, f"{tag}_col") if g.b_layout == "im2col"
-                 else _panel_gather(t, b, g, tag, len(main)))
+            b = (im2col_gather(t, b, g, main, f"{tag}_col") if g.b_layout == "im2col"
+                 else panel_gather(t, b, g, tag, len(main)))
             bb, lead = "b, ", [g.batch]
         else:
             if g.b_layout == "im2col":  # its panel buffer too large for a thread's stack: whole
-                b, b_shape = _im2col(t, b, g)
+                b, b_shape = im2col(t, b, g)
             elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
                 b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
             in_place = b
             if left:
-                b = _columns(t, b, lead + [g.K, g.N], main)
+                b = column_slice(t, b, lead + [g.K, g.N], main)
         b_type = tensor_type(lead + [g.K, len(main)])
         if not left:
             out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)", b_type)
         else:
             whole = t.fresh("e")
             t.emit(f"{whole} = tensor.empty() : {tensor_type([g.batch, g.M, g.N])}")
-            dest = _columns(t, whole, [g.batch, g.M, g.N], main)
+            dest = column_slice(t, whole, [g.batch, g.M, g.N], main)
             out = _region_text(t, g, lay, region, tag, a, f"({ab}i, k)", a_type, b, f"({bb}k, n)", b_type,
                                columns=main, dest=dest)
-            whole = _insert_columns(t, out, whole, [g.batch, g.M, g.N], main)
+            whole = insert_columns(t, out, whole, [g.batch, g.M, g.N], main)
             rest = range(len(main), g.N)
             if g.b_layout == "im2col":  # the leftover pixels' im2col columns, as rows
-                bt = _im2col_gather(t, "%B", g, rest, transposed=True)
+                bt = im2col_gather(t, "%B", g, rest, transposed=True)
                 bt_batched = True
             else:
                 src_lead = [g.batch] if g.b_batched else []
-                bt, _ = t.transpose(_columns(t, in_place, src_lead + [g.K, g.N], rest),
+                bt, _ = t.transpose(column_slice(t, in_place, src_lead + [g.K, g.N], rest),
                                     src_lead + [g.K, left], list(range(len(src_lead))) + [len(src_lead) + 1,
                                                                                           len(src_lead)])
                 bt_batched = g.b_batched
@@ -543,7 +459,7 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     n = len(lead)
     if g.b_layout in ("kn", "im2col"):  # [B?, K, N]
         if g.b_layout == "im2col":
-            b, b_shape = _im2col(t, b, g)
+            b, b_shape = im2col(t, b, g)
         elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
             b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
             b_shape = [g.batch, g.K, g.N]
@@ -569,29 +485,6 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     return _signature(name, g, region, lay) + "\n" + t.text() + "\n}\n"
 
 
-def _columns(t: KernelText, value: str, shape: list, columns: range, element: str = "f32") -> str:
-    """`columns` of the last dimension of `value` (of `shape`): an extract_slice (`value` itself
-    for all of them)."""
-    if len(columns) == shape[-1]:
-        return value
-    part = shape[:-1] + [len(columns)]
-    name = t.fresh("cols")
-    offsets = ", ".join(["0"] * (len(shape) - 1) + [str(columns.start)])
-    t.emit(f"{name} = tensor.extract_slice {value}[{offsets}] [{', '.join(map(str, part))}] "
-           f"[{', '.join(['1'] * len(shape))}] : {tensor_type(shape, element)} to {tensor_type(part, element)}")
-    return name
-
-
-def _insert_columns(t: KernelText, part: str, whole: str, shape: list, columns: range) -> str:
-    """`part` written into `columns` of the last dimension of `whole` (of `shape`)."""
-    name = t.fresh("ins")
-    offsets = ", ".join(["0"] * (len(shape) - 1) + [str(columns.start)])
-    t.emit(f"{name} = tensor.insert_slice {part} into {whole}[{offsets}] "
-           f"[{', '.join(map(str, shape[:-1] + [len(columns)]))}] [{', '.join(['1'] * len(shape))}] : "
-           f"{tensor_type(shape[:-1] + [len(columns)])} into {tensor_type(shape)}")
-    return name
-
-
 # The suffix of the leftover columns' epilogue tag (`<tag>_epi` + it): etc-cpu-gemm-regions moves
 # the consumer's body into it too; etc-cpu-tile-gemm-kernels leaves it to the default loops.
 LEFTOVER = "_leftover"
@@ -600,73 +493,18 @@ LEFTOVER = "_leftover"
 def _leftover_text(t: KernelText, g: Gemm, cfg: KernelConfig, lay: Layout, region: Region, tag: str, a: str,
                    a_type: str, bt: str, bt_batched: bool, whole: str, columns: range) -> str:
     """The last `columns` of a B read in place (`gemm_match.leftover_columns`) as dot products
-    along K, written into those columns of `whole` [batch, M, N]; returns the new `whole`.
-
-    Row blocks of `rows` (the threads share them): per K step of one vector, `rows` A row vectors
-    and the len(columns) columns' vectors of `bt` [B?, columns, K] (the columns transposed,
-    contiguous along K), `rows` x columns FMAs into as many accumulators, each summed across
-    its lanes at the end, added to the init and finished by the epilogue (a pass over the
-    [batch, M, columns] tile: a few rows of numbers per column)."""
-    lanes, r, K, M = cfg.vector_width, len(columns), g.K, g.M
-    rows = next(m for m in (8, 4, 2, 1) if M % m == 0 and m * r <= lanes)
-    tile = tensor_type([g.batch, M, r])
-    vec = f"vector<{lanes}xf32>"
-    bt_type = tensor_type(([g.batch] if bt_batched else []) + [r, K])
+    along K, written into those columns of `whole` [batch, M, N]; returns the new `whole`: the
+    init over those columns, `gemm_operands.dot_products` added to it, then the epilogue (a pass
+    over the [batch, M, columns] tile: a few rows of numbers per column)."""
+    tile = tensor_type([g.batch, g.M, len(columns)])
     empty = t.fresh("e")
     t.emit(f"{empty} = tensor.empty() : {tile}")
     start = _init_text(t, region, lay, empty, tile, "", columns)
-    zero_v = t.fresh("zv")
-    t.emit(f"{zero_v} = arith.constant dense<0.0> : {vec}")
-    with t.loop("%lb", 0, g.batch, 1, "%lt", start, tile, stem="lbat") as batches:
-        with t.loop("%li", 0, M, rows, "%lu", "%lt", tile, stem="lrow",
-                    attributes=f"{THREAD_SPLIT}") as row_blocks:
-            row_ids = [t.add("%li", p) for p in range(rows)]
-            accs = [[t.fresh("acc") for _ in range(r)] for _ in range(rows)]
-            sums = t.fresh("sums")
-            n = rows * r
-            carried = ", ".join(f"{accs[p][q]} = {zero_v}" for p in range(rows) for q in range(r))
-            t.emit(f"{sums}:{n} = scf.for %lk = {t.index(0)} to {t.index(K)} step {t.index(lanes)} "
-                   f"iter_args({carried}) -> ({', '.join([vec] * n)}) {{")
-            with t.nested():
-                a_lead = "%lb, " if g.a_batched else ""
-                b_lead = "%lb, " if bt_batched else ""
-                av = [t.read(a, f"{a_lead}{row_ids[p]}, %lk", "%zero", a_type, vec, True, stem="la")
-                      for p in range(rows)]
-                bv = [t.read(bt, f"{b_lead}{t.index(q)}, %lk", "%zero", bt_type, vec, True, stem="lc")
-                      for q in range(r)]
-                new = []
-                for p in range(rows):
-                    for q in range(r):
-                        name = t.fresh("fma")
-                        t.emit(f"{name} = vector.fma {av[p]}, {bv[q]}, {accs[p][q]} : {vec}")
-                        new.append(name)
-                t.emit(f"scf.yield {', '.join(new)} : {', '.join([vec] * n)}")
-            t.emit("}")
-            current = "%lu"
-            for p in range(rows):
-                for q in range(r):
-                    total = t.combine_lanes(f"{sums}#{p * r + q}", lanes, _add_lanes(t))
-                    at = f"%lb, {row_ids[p]}, {t.index(q)}"
-                    x, y, nxt = t.fresh("x"), t.fresh("y"), t.fresh("t")
-                    t.emit(f"{x} = tensor.extract {current}[{at}] : {tile}")
-                    t.emit(f"{y} = arith.addf {x}, {total} : f32")
-                    t.emit(f"{nxt} = tensor.insert {y} into {current}[{at}] : {tile}")
-                    current = nxt
-            row_blocks.yields(current)
-        batches.yields(row_blocks.result)
-    shape = [g.batch, M, g.N]
-    dest = _columns(t, whole, shape, columns)
-    done = _epilogue_text(t, region, lay, batches.result, dest, tile, f"{tag}_epi{LEFTOVER}", columns)
-    return _insert_columns(t, done, whole, shape, columns)
-
-
-def _add_lanes(t: KernelText):
-    """A `combine_lanes` step: the two halves added lane by lane."""
-    def add(lo: str, hi: str, vtype: str) -> str:
-        name = t.fresh("sum")
-        t.emit(f"{name} = arith.addf {lo}, {hi} : {vtype}")
-        return name
-    return add
+    result = dot_products(t, g, cfg, a, a_type, bt, bt_batched, start, len(columns))
+    shape = [g.batch, g.M, g.N]
+    dest = column_slice(t, whole, shape, columns)
+    done = _epilogue_text(t, region, lay, result, dest, tile, f"{tag}_epi{LEFTOVER}", columns)
+    return insert_columns(t, done, whole, shape, columns)
 
 
 def _mul_add_generic(t: KernelText, dims: str, maps: tuple, values: tuple, types: tuple, tag: str) -> str:
@@ -702,7 +540,7 @@ def transposed_conv_kernel(g: Gemm, cfg: KernelConfig, name: str, tag: str, regi
     t.emit("%zero = arith.constant 0.0 : f32")
     # A: the input as [b, K, P] (im2col, or the input itself for a direct 1x1), transposed.
     if g.b_layout == "im2col":
-        col, _ = _im2col(t, "%B", g)
+        col, _ = im2col(t, "%B", g)
     else:
         col = _reshape(t, "collapse", "%B", [g.batch, geo["c"], geo["h"], geo["w"]], [g.batch, K, P],
                        [[0], [1], [2, 3]])

@@ -258,7 +258,7 @@ PANEL_STACK_BYTES = 1 << 20
 
 def gather_per_panel(g: Gemm, cfg: KernelConfig) -> bool:
     """Is the B of `g` read in place gathered per column panel, inside the panel loop, into a
-    [K, nr] buffer that every row block of the panel then reads (`_panel_gather`)?
+    [K, nr] buffer that every row block of the panel then reads (`gemm_operands.panel_gather`)?
 
     A convolution's im2col, always: whole, it is written to memory and read back once per row
     block, each k row of a tile nr*4 bytes out of a row N*4 long: ResNet's 3x3 64@56 (7.2 MB of

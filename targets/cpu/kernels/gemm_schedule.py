@@ -292,7 +292,7 @@ def _constant_values(value) -> "list | None":
 
 
 def contiguous_row_loads(module_op) -> int:
-    """Each full panel row of a per-panel im2col (`_im2col_gather`, vectorized into one nr-wide
+    """Each full panel row of a per-panel im2col (`gemm_operands.im2col_gather`, vectorized into one nr-wide
     vector.gather per k) as masked contiguous loads instead: with stride 1 along the width, the
     panel's columns n0 + j read X[koff[k] + noff[n0] + j + shift_j], shift_j constant per column
     (the input row the column falls in, times the input's extra width), so the row is one masked
