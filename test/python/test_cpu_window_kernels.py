@@ -56,14 +56,14 @@ def test_depthwise_bn_relu6(c, k, s, p, d, h, w):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("c,k,p,h,w,act", [
-    (8, 3, 1, 14, 14, nn.SiLU()),      # EfficientNet's block: 4 rows per step
+    (8, 3, 1, 14, 14, nn.SiLU()),      # EfficientNet's block: one vector per row, 8 rows per step
     (6, 5, 2, 7, 7, nn.SiLU()),        # a 7x7 map, 5x5 taps
     (5, 3, 1, 9, 13, nn.Sigmoid()),    # odd rows (a last step of fewer rows), a partial column block
-    (4, 3, 1, 30, 33, nn.SiLU()),      # several column blocks
+    (4, 3, 1, 30, 72, nn.SiLU()),      # five column blocks: 4 rows per step (2 without the sigmoid)
 ])
 def test_depthwise_bn_sigmoid_chains(threads, c, k, p, h, w, act):
     """A sigmoid after the taps is a long chain (`long_epilogue`, fused by the whole pipeline's
-    elementwise fusion): 4 output rows per step and its division kept a division
+    elementwise fusion): at least 4 output rows per step and its division kept a division
     (`kernel_ir.LATENCY_BOUND`), on one and two threads: still torch's numbers."""
     import etc
     from etc.compiler.delegation import CompileSpec
@@ -83,6 +83,52 @@ def test_depthwise_bn_sigmoid_chains(threads, c, k, p, h, w, act):
     for _ in range(3):
         (got,) = method.execute([x.numpy()])
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("c,k,s,h,w,act,rows", [
+    (4, 3, 1, 25, 5, nn.ReLU6(), 8),       # KWS: one 8-lane vector per row, steps of 8 then 7
+    (3, 3, 1, 12, 3, nn.ReLU6(), 8),       # 3-wide rows, fewer interior rows than a step
+    (5, 3, 1, 21, 28, nn.ReLU6(), 8),      # a stride-1 row of two vectors
+    (6, 5, 1, 19, 60, nn.ReLU6(), 4),      # a stride-1 row of four vectors, 5x5 taps
+    (3, 3, 1, 11, 90, nn.ReLU6(), 2),      # wider rows keep 2
+    (3, 3, 1, 11, 90, nn.Hardswish(), 4),  # ... unless the epilogue is long (a division)
+    (4, 3, 1, 14, 14, nn.GELU(), 2),       # erf's constants: 2 even on a one-vector row
+    (4, 3, 2, 29, 27, nn.ReLU6(), 8),      # stride 2 into 14 columns (one vector)
+    (3, 5, 2, 23, 57, nn.ReLU6(), 2),      # stride 2 into two vectors
+    (2, 7, 1, 13, 9, nn.ReLU6(), 8),       # 7x7 taps: the kernel-row loop, 8 rows per step
+])
+def test_rows_per_step(c, k, s, h, w, act, rows):
+    """Each branch of `window_kernel.rows_per_step` on odd shapes (a last step of fewer rows,
+    padding rows, partial column blocks): the rule picks what the case names (16 lanes, the
+    epilogue as the pipeline fuses it), and the whole pipeline's kernel gives torch's numbers."""
+    import etc
+    from torch_mlir import ir
+
+    from etc.passes.pipeline import run_pipeline
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+    from etc.targets.cpu.ir_query import walk
+    from etc.targets.cpu.kernels.window_kernel import rows_per_step
+    from etc.targets.cpu.kernels.window_match import analyze
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(c, c, k, s, k // 2, groups=c), random_batchnorm(c), act).eval()
+    x = torch.randn(1, c, h, w)
+    text, _ = linalg_of(model, x)
+    with ir.Context():
+        module = ir.Module.parse(text)
+        run_pipeline(module, "builtin.module(etc-cpu-fuse-elementwise)")
+        (op,) = walk(module.operation, ("linalg.depthwise_conv_2d_nchw_chw",))
+        chosen = rows_per_step(analyze(op, max_stride=4), 16)
+        del op, module
+    assert chosen == rows
+    edge = etc.to_edge(torch.export.export(model, (x,))).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "window -> window" in report and "epilogue -> fused" in report, report
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(method.execute([x.numpy()])[0], want, atol=1e-5, rtol=1e-5)
 
 
 def test_depthwise_no_bias_batch2():

@@ -65,6 +65,8 @@ def _interior_rows(win: Window) -> tuple[int, int]:
 # Ops of a fused consumer that make a long dependency chain after each output row's taps: an
 # exp (its polynomial, then a sigmoid's division) and a division (hardswish's / 6).
 _LONG_LATENCY = ("math.exp", "arith.divf")
+# Ops whose expansion holds many constants in registers besides the accumulators: GELU's erf.
+_MANY_CONSTANTS = ("math.erf",)
 
 
 def long_epilogue(chain: list) -> bool:
@@ -74,10 +76,35 @@ def long_epilogue(chain: list) -> bool:
     dependent operations after the taps. With two output rows per step their chains are all
     the work in flight: measured on this machine, a 3x3 480@14 + BN + SiLU took 0.13 ms with 2
     rows per step, 0.08 with 4 (1152@7: 0.093 -> 0.053; 144@56: 0.22 -> 0.16); a 5x5 240@14 +
-    hardswish 0.052 -> 0.035; an average pool's division the same either way. A BN-only or
-    ReLU6 epilogue is as fast or faster with 2 (576@14: 0.031 vs 0.039), and so is GELU's erf,
-    a long polynomial with many constants (480@14: 0.057 with 2, 0.065 with 4)."""
+    hardswish 0.052 -> 0.035; an average pool's division the same either way. (A short epilogue
+    on a row of one vector wants even more rows: `rows_per_step`.)"""
     return any(inner.name in _LONG_LATENCY for user, _, _ in chain for inner in nested_ops(user))
+
+
+def rows_per_step(win: Window, lanes: int) -> int:
+    """How many output rows one step of the kernel computes (each column block's accumulators).
+
+    A row's taps are one dependent chain of KH*KW FMAs per vector (3x3: 36 cycles of FMA
+    latency), so the rows of a step are the independent work in flight. Measured on this
+    machine (AVX-512, Zen 5), one thread, every row count compiled in one process: an output
+    row of one vector wants 8 rows (KWS's 64@25x5 0.75x the time of 2 rows, 384@14 0.83x,
+    960@7 0.81x, 5x5 672@14 0.53x; stride 2 into 7 or 14 columns 0.77-0.94x); a stride-1 row
+    of two vectors 8 too (192@28 0.94x), of up to four 4 (144@56 0.90x; 8 rows as fast); wider
+    rows and stride-2 rows of more than one vector keep 2 (144@56 stride 2: 1.05x with 4, 1.20x
+    with 8; 96@112: 2 as fast as 4). A long epilogue (`long_epilogue`) takes at least 4 rows
+    (hardswish 5x5 240@14: 0.43x with 8). GELU's erf, a long polynomial with many constants,
+    keeps 2 (480@14: 1.07x the time with 4 rows, 1.15x with 8). Counted in vectors per row
+    (`lanes`), the rule carries to AVX2 and NEON unmeasured."""
+    if any(inner.name in _MANY_CONSTANTS for user, _, _ in win.chain for inner in nested_ops(user)):
+        return 2
+    vectors = -(-win.ow // lanes)
+    if vectors * win.sw <= 2:
+        rows = 8
+    elif win.sw == 1 and vectors <= 4:
+        rows = 4
+    else:
+        rows = 2
+    return max(rows, 4) if long_epilogue(win.chain) else rows
 
 
 def apply_consumers(t: KernelText, chain: list, acc: str, width: int, operand_vector,
@@ -331,7 +358,7 @@ class WindowKernel:
                               write_ok, "f")
             return (chan if k.kind == "chan" else glob)[("e", k.index, width)]
 
-        # A long chain after each row's taps (etc-cpu-window-kernels gives it 4 rows per step): a
+        # A long chain after each row's taps (`rows_per_step` gives it at least 4 rows per step): a
         # sigmoid's division stays a division.
         return apply_consumers(t, self.win.chain, acc, width, operand_vector,
                                latency_bound=long_epilogue(self.win.chain))

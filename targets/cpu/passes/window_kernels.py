@@ -10,11 +10,13 @@ output rows, output column blocks) whose body is straight-line vector code:
   * a column stride s reads s*lanes contiguous inputs and deinterleaves them with one
     `vector.shuffle` (LLVM: a two-source permute), never a gather; taps whose offsets are equal
     modulo s share the load (3x3 stride 2: two loads per kernel row, three shuffles);
-  * the KH*KW taps are unrolled and `rows` output rows are computed per step, so an input row
-    loaded once feeds every output row whose window covers it and the accumulators stay in
-    registers (`rows-long-epilogue` of them when the fused consumers hold an exp or a division,
-    a long dependency chain per row: `window_kernel.long_epilogue`; measured on AVX-512 only); windows with more than `unroll-taps` taps (7x7) loop over the kernel rows
-    instead, their weights read inside that loop (hoisted, 49 weight vectors spill);
+  * the KH*KW taps are unrolled and several output rows are computed per step, so an input row
+    loaded once feeds every output row whose window covers it, the accumulators stay in
+    registers and the rows' tap chains overlap: 8 rows when an output row is one or two
+    vectors, fewer for wider rows, at least 4 when the fused consumers hold an exp or a
+    division (`window_kernel.rows_per_step`, measured on AVX-512); windows with more than
+    `unroll-taps` taps (7x7) loop over the kernel rows instead, their weights read inside that
+    loop (hoisted, 49 weight vectors spill);
   * the input's `tensor.pad` (spatial, padding with the reduction's identity: 0, or -inf for
     max) is folded: the kernel reads the unpadded tensor, skips taps on padding rows in the
     static border rows, masks loads past a row's end (the transfer's padding value is the pad
@@ -51,7 +53,7 @@ from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import replace_fused, splice
-from etc.targets.cpu.kernels.window_kernel import WindowKernel, global_pool_text, long_epilogue
+from etc.targets.cpu.kernels.window_kernel import WindowKernel, global_pool_text, rows_per_step
 from etc.targets.cpu.kernels.window_match import SEEN, TAKEN, NotTaken, Window, analyze, describe, global_pool_source
 
 
@@ -68,9 +70,8 @@ class WindowKernels(Pass):
     @dataclass
     class Options:
         lanes: int = option(16, help="f32 vector lanes (16 AVX-512, 8 AVX2, 4 NEON/SSE)")
-        rows: int = option(2, help="output rows computed per step (input rows loaded once for all of them)")
-        rows_long_epilogue: int = option(4, help="output rows per step when the fused consumers are a long "
-                                                 "dependency chain (an exp, a division: sigmoid, SiLU)")
+        rows: int = option(0, help="output rows computed per step (input rows loaded once for all of them); "
+                                   "0: by the row's vectors and stride (window_kernel.rows_per_step)")
         fuse_consumers: bool = option(True, help="apply single-use elementwise consumers before the store")
         max_stride: int = option(4, help="largest column stride taken (a stride s loads s*lanes inputs per vector)")
         unroll_taps: int = option(25, help="windows with more taps loop over the kernel rows (weights read inside the loop)")
@@ -85,7 +86,7 @@ class WindowKernels(Pass):
             try:
                 win = analyze(window_op, max_stride=self.options.max_stride, fold_pads=self.options.fold_padding,
                               fuse=self.options.fuse_consumers)
-                rows = self.options.rows_long_epilogue if long_epilogue(win.chain) else self.options.rows
+                rows = self.options.rows or rows_per_step(win, self.options.lanes)
                 text = WindowKernel(win, self.options.lanes, rows, self.options.unroll_taps).function("__etc_window")
             except NotTaken as reason:
                 window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")

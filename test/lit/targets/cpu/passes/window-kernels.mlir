@@ -206,10 +206,10 @@ func.func @global_avg_pool(%x: tensor<1x64x25x5xf32>) -> tensor<1x64x1x1xf32> {
 
 // -----
 
-// EfficientNet's depthwise block: a SiLU-like consumer (x / (1 + exp(-x))) is a long dependency
-// chain after each row's taps: 4 output rows per step (`long_epilogue`) instead of 2, the
-// interior rows 1..12 as three steps of 4, and its divisions marked latency-bound
-// (etc-cpu-expand-math keeps a sigmoid's a division).
+// EfficientNet's depthwise block, on rows of five vectors: a SiLU-like consumer (x / (1 + exp(-x)))
+// is a long dependency chain after each row's taps: 4 output rows per step (`rows_per_step`
+// gives a row this wide 2 without it), the interior rows 1..12 as three steps of 4, and its
+// divisions marked latency-bound (etc-cpu-expand-math keeps a sigmoid's a division).
 // CHECK-LABEL: func.func @dw3x3_silu
 // CHECK: arith.divf {{.*}} {etc.latency_bound} : vector<16xf32>
 // CHECK: scf.for %{{.*}} = %c1 to %c13 step %c4
@@ -217,25 +217,49 @@ func.func @global_avg_pool(%x: tensor<1x64x25x5xf32>) -> tensor<1x64x1x1xf32> {
 // CHECK: } {etc.thread_split}
 // CHECK: } {etc.cpu.path = "window"
 #id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
-func.func @dw3x3_silu(%x: tensor<1x8x14x14xf32>, %w: tensor<8x3x3xf32>) -> tensor<1x8x14x14xf32> {
+func.func @dw3x3_silu(%x: tensor<1x8x14x72xf32>, %w: tensor<8x3x3xf32>) -> tensor<1x8x14x72xf32> {
   %zero = arith.constant 0.0 : f32
   %one = arith.constant 1.0 : f32
   %padded = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
   ^bb0(%i: index, %j: index, %k: index, %l: index):
     tensor.yield %zero : f32
-  } : tensor<1x8x14x14xf32> to tensor<1x8x16x16xf32>
-  %e = tensor.empty() : tensor<1x8x14x14xf32>
-  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x14x14xf32>) -> tensor<1x8x14x14xf32>
+  } : tensor<1x8x14x72xf32> to tensor<1x8x16x74xf32>
+  %e = tensor.empty() : tensor<1x8x14x72xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x14x72xf32>) -> tensor<1x8x14x72xf32>
   %c = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
-      ins(%padded, %w : tensor<1x8x16x16xf32>, tensor<8x3x3xf32>) outs(%init : tensor<1x8x14x14xf32>) -> tensor<1x8x14x14xf32>
+      ins(%padded, %w : tensor<1x8x16x74xf32>, tensor<8x3x3xf32>) outs(%init : tensor<1x8x14x72xf32>) -> tensor<1x8x14x72xf32>
   %s = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
-      ins(%c : tensor<1x8x14x14xf32>) outs(%e : tensor<1x8x14x14xf32>) {
+      ins(%c : tensor<1x8x14x72xf32>) outs(%e : tensor<1x8x14x72xf32>) {
   ^bb0(%v: f32, %o: f32):
     %n = arith.negf %v : f32
     %ex = math.exp %n : f32
     %d = arith.addf %ex, %one : f32
     %q = arith.divf %v, %d : f32
     linalg.yield %q : f32
-  } -> tensor<1x8x14x14xf32>
-  return %s : tensor<1x8x14x14xf32>
+  } -> tensor<1x8x14x72xf32>
+  return %s : tensor<1x8x14x72xf32>
+}
+
+// -----
+
+// A keyword-spotting depthwise layer: output rows of 5 columns, one 8-lane vector each. A row's
+// 9 taps are one dependent chain of FMAs, so a step computes 8 rows (`rows_per_step`): the
+// interior rows 1..23 as two steps of 8 and one of 7, each step 8 (then 7) masked stores.
+// CHECK-LABEL: func.func @dw3x3_narrow_rows
+// CHECK: scf.for %{{.*}} = %c1 to %c17 step %c8
+// CHECK-COUNT-8: vector.transfer_write {{.*}} : vector<8xf32>, tensor<1x4x25x5xf32>
+// CHECK: scf.yield
+// CHECK-COUNT-7: vector.transfer_write {{.*}} : vector<8xf32>, tensor<1x4x25x5xf32>
+// CHECK: } {etc.thread_split}
+func.func @dw3x3_narrow_rows(%x: tensor<1x4x25x5xf32>, %w: tensor<4x3x3xf32>) -> tensor<1x4x25x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %padded = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i: index, %j: index, %k: index, %l: index):
+    tensor.yield %zero : f32
+  } : tensor<1x4x25x5xf32> to tensor<1x4x27x7xf32>
+  %e = tensor.empty() : tensor<1x4x25x5xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%e : tensor<1x4x25x5xf32>) -> tensor<1x4x25x5xf32>
+  %c = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%padded, %w : tensor<1x4x27x7xf32>, tensor<4x3x3xf32>) outs(%init : tensor<1x4x25x5xf32>) -> tensor<1x4x25x5xf32>
+  return %c : tensor<1x4x25x5xf32>
 }
