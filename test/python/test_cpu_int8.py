@@ -199,6 +199,32 @@ def test_int8_depthwise_runs_exactly_on_the_f32_window_kernel(c, k, stride, sign
     assert "NOT TUNED" not in report and "epilogue -> fused" in report
 
 
+class _ConvPool(nn.Module):
+    """A ResNet stem in miniature: conv + ReLU, then a max pool the quantized graph keeps on int8."""
+
+    def __init__(self, c, f, k, stride, padding, ceil_mode=False):
+        super().__init__()
+        self.conv = nn.Conv2d(c, f, 3, padding=1)
+        self.pool = nn.MaxPool2d(k, stride, padding, ceil_mode=ceil_mode)
+
+    def forward(self, x):
+        return self.pool(torch.relu(self.conv(x)))
+
+
+@pytest.mark.parametrize("c,k,stride,padding,h,w,sign", [
+    (3, 3, 2, 1, 17, 17, 0),     # the stem's 3x3 / 2 with padding, odd size
+    (2, 2, 2, 0, 12, 70, 1),     # 2x2 / 2 into 35 columns: one partial 64-lane vector
+    (4, 3, 2, 1, 9, 131, -1),    # 66 columns: a full vector and a 2-wide tail
+    (3, 3, 1, 1, 7, 20, 0),      # stride 1
+])
+def test_int8_max_pool_is_a_window_kernel_on_int8(c, k, stride, padding, h, w, sign):
+    """The max pool of a quantized model runs on int8 values (its scale is its input's): the
+    window kernel on 64 int8 lanes, padding with -128 folded, the same values as the portable
+    int8 kernels."""
+    report = _check_layer(_ConvPool(c, 8, k, stride, padding), (1, c, h, w), sign, expect=("gemm", "window"))
+    assert "NOT TUNED" not in report, report
+
+
 def test_int8_depthwise_with_a_channel_multiplier_is_plain_loops_with_a_reason():
     report = _check_layer(_Conv(4, 8, 3, 1, 1, groups=4), (1, 4, 9, 9), 0, expect=())
     assert "NOT TUNED  window -> loops: int8 depthwise/grouped convolution" in report

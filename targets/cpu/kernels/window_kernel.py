@@ -16,8 +16,8 @@ from torch_mlir import ir
 from etc.ir.ops import nested_ops
 
 from etc.targets.cpu.kernel_ir import KernelText, element_of, f32_literal, next_pow2, tensor_type, vector_type
-from etc.targets.cpu.kernels.window_match import (IDENTITY, SlidingWindow, Window, global_pool_source,
-                                                  pair_attribute, static_f32_shape)
+from etc.targets.cpu.kernels.window_match import (I8_MAX_IDENTITY, IDENTITY, SlidingWindow, Window,
+                                                  global_pool_source, pair_attribute, static_f32_shape)
 from etc.targets.cpu.parallel import THREAD_SPLIT
 
 
@@ -143,8 +143,13 @@ class WindowKernel:
         self.unroll_taps = unroll_taps
         self.row_base = None  # inside a kernel-row loop: the first input row of this kernel row
         self.t = KernelText()
-        self.out_t = tensor_type([win.n, win.c, win.oh, win.ow])
-        self.x_t = tensor_type([win.n, win.c, win.h, win.wd])
+        self.elem = win.element
+        self.out_t = tensor_type([win.n, win.c, win.oh, win.ow], self.elem)
+        self.x_t = tensor_type([win.n, win.c, win.h, win.wd], self.elem)
+        self.max_op = "arith.maximumf" if self.elem == "f32" else "arith.maxsi"
+
+    def vector(self, width: int) -> str:
+        return vector_type(width, self.elem)
 
     # -- per-channel values, for one vector width
     def channel_values(self, widths: set) -> dict:
@@ -230,23 +235,23 @@ class WindowKernel:
                     iw = t.fresh("q")
                     t.emit(f"{iw} = arith.addi {iw0}, {t.index(base)} : index")
                     in_bounds = start is None or start + L <= win.wd
-                loads[(d, base)] = t.read("%x", f"%nn, %ch, {ih}, {iw}", "%pad", self.x_t, vector_type(L), in_bounds)
+                loads[(d, base)] = t.read("%x", f"%nn, %ch, {ih}, {iw}", "%pad", self.x_t, self.vector(L), in_bounds)
             v = loads[(d, base)]
             if start is not None and start < 0:  # the load starts at column 0: shift, padding in front
                 lanes = [start + phase + s * i for i in range(width)]
                 lanes = ", ".join(str(q) if q >= 0 else str(L) for q in lanes)
                 sv = t.fresh("tp")
-                t.emit(f"{sv} = vector.shuffle {v}, {glob[('padv', L)]} [{lanes}] : {vector_type(L)}, {vector_type(L)}")
+                t.emit(f"{sv} = vector.shuffle {v}, {glob[('padv', L)]} [{lanes}] : {self.vector(L)}, {self.vector(L)}")
                 v = sv
             elif s > 1:
                 lanes = ", ".join(str(phase + s * i) for i in range(width))
                 sv = t.fresh("tp")
-                t.emit(f"{sv} = vector.shuffle {v}, {v} [{lanes}] : {vector_type(L)}, {vector_type(L)}")
+                t.emit(f"{sv} = vector.shuffle {v}, {v} [{lanes}] : {self.vector(L)}, {self.vector(L)}")
                 v = sv
             taps[(d, j)] = v
             return v
 
-        vt = vector_type(width)
+        vt = self.vector(width)
         if oh_value is None and win.kh > 1 and win.kh * win.kw > self.unroll_taps:
             return self.block_kh_loop(out, oh, ow, nrows, width, write_ok, chan, glob, ih0, tap, loads, taps)
         for r in range(nrows):
@@ -277,7 +282,7 @@ class WindowKernel:
                     elif acc is None:
                         nxt = v
                     elif win.kind == "max":
-                        t.emit(f"{nxt} = arith.maximumf {acc}, {v} : {vt}")
+                        t.emit(f"{nxt} = {self.max_op} {acc}, {v} : {vt}")
                     else:
                         t.emit(f"{nxt} = arith.addf {acc}, {v} : {vt}")
                     acc = nxt
@@ -292,7 +297,7 @@ class WindowKernel:
         weights read inside it: hoisted out of every loop, KH*KW weight vectors would not fit in
         the registers (LLVM spills them, and the input rows kept for the next output row)."""
         t, win = self.t, self.win
-        vt = vector_type(width)
+        vt = self.vector(width)
         inits = []
         oh_rs = []
         for r in range(nrows):
@@ -336,7 +341,7 @@ class WindowKernel:
                 if win.kind == "dw":
                     t.emit(f"{nxt} = math.fma {v}, {weights[j]}, {accs[r]} : {vt}")
                 elif win.kind == "max":
-                    t.emit(f"{nxt} = arith.maximumf {accs[r]}, {v} : {vt}")
+                    t.emit(f"{nxt} = {self.max_op} {accs[r]}, {v} : {vt}")
                 else:
                     t.emit(f"{nxt} = arith.addf {accs[r]}, {v} : {vt}")
                 accs[r] = nxt
@@ -374,11 +379,12 @@ class WindowKernel:
         if win.kind == "dw":
             args.append(f"%w: {tensor_type([win.c, win.kh, win.kw])}")
         args += start_and_operand_arguments(win, tensor_type([win.c]), out_t)
-        t.emit(f"%pad = arith.constant {f32_literal(IDENTITY[win.kind])} : f32")
+        pad = f32_literal(IDENTITY[win.kind]) if self.elem == "f32" else str(I8_MAX_IDENTITY)
+        t.emit(f"%pad = arith.constant {pad} : {self.elem}")
         t.emit(f"%empty = tensor.empty() : {out_t}")
         glob = self.global_values(widths)
         for width in sorted(widths | {w * win.sw for w in widths}):
-            glob[("padv", width)] = t.broadcast("%pad", width)
+            glob[("padv", width)] = t.broadcast("%pad", width, self.elem)
 
         def row_step(out: str, oh: str, oh_value: int | None, nrows: int) -> str:
             for start, width, write_ok in static_blocks:

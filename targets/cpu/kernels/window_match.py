@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from torch_mlir import ir
 
 from etc.ir.ops import defining_op
-from etc.targets.cpu.ir_query import indexing_maps, iterator_types, map_dims, static_f32_shape
+from etc.targets.cpu.ir_query import constant_index, indexing_maps, iterator_types, map_dims, static_f32_shape, \
+    static_shape
 
 TAKEN = {
     "linalg.depthwise_conv_2d_nchw_chw": "dw",
@@ -35,6 +36,9 @@ SEEN = (
     "linalg.pooling_nwc_sum", "linalg.pooling_ndhwc_max", "linalg.pooling_ndhwc_min", "linalg.pooling_ndhwc_sum",
 )
 IDENTITY = {"dw": 0.0, "max": float("-inf"), "sum": 0.0}
+# The max pool on int8 (a quantized model's: ResNet's stem keeps int8 through it): its identity,
+# the type's least value, pads and starts it.
+I8_MAX_IDENTITY = -128
 ELEMENTWISE_DIALECTS = ("arith.", "math.")
 
 
@@ -119,6 +123,7 @@ class Window(SlidingWindow):
 
     kind: str
     c: int
+    element: str = "f32"  # or "i8": a max pool on int8 (no fused consumers)
     ph: int = 0  # low padding (rows, columns) of a tensor.pad folded into the kernel: x is its source
     pw: int = 0
     pad_op: object = None
@@ -130,6 +135,10 @@ def classify_init(value, kind: str, c: int) -> Init:
         name = producer.name
         if name == "linalg.fill":
             scalar = producer.operands[0]
+            if isinstance(scalar.type, ir.IntegerType):  # an int8 max pool's: its identity, else read as given
+                if kind == "max" and constant_index(scalar) == I8_MAX_IDENTITY:
+                    return Init("identity", producer=producer)
+                return Init("tensor", value)
             if isinstance(scalar.type, ir.F32Type):
                 constant = _float_constant(scalar)
                 if constant is not None and constant == IDENTITY[kind] and \
@@ -279,9 +288,11 @@ def analyze(op, *, max_stride: int, fold_pads: bool = True, fuse: bool = True) -
     if len(op.results) != 1:
         raise NotTaken("a window op on buffers (no tensor result)")
     x, w, init = op.operands[0], op.operands[1], op.operands[2]
-    xs, ys = static_f32_shape(x), static_f32_shape(op.results[0])
-    if xs is None or ys is None or static_f32_shape(init) is None:
-        raise NotTaken("not static f32 tensors")
+    element = "i8" if kind == "max" and _is_i8(x) and _is_i8(op.results[0]) else "f32"
+    shape = static_f32_shape if element == "f32" else static_shape
+    xs, ys = shape(x), shape(op.results[0])
+    if xs is None or ys is None or shape(init) is None:
+        raise NotTaken("not static f32 tensors (or an int8 max pool)")
     if kind == "dw":
         ws = static_f32_shape(w)
         if ws is None or len(ws) != 3:
@@ -299,12 +310,18 @@ def analyze(op, *, max_stride: int, fold_pads: bool = True, fuse: bool = True) -
     if min(oh, ow, kh, kw) < 1:
         raise NotTaken("empty output or window")
     win = Window(op=op, kind=kind, x=x, w=w if kind == "dw" else None, init=classify_init(init, kind, c),
-                 n=n, c=c, h=h, wd=wd, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, oh=oh, ow=ow)
+                 n=n, c=c, h=h, wd=wd, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, oh=oh, ow=ow, element=element)
     if fold_pads:
         fold_pad(win)
-    if fuse:
+    if fuse and element == "f32":  # an int8 result's consumers (a requantize, a dequantize) stay passes
         fuse_consumers(win, ys)
     return win
+
+
+def _is_i8(value) -> bool:
+    t = value.type
+    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, ir.IntegerType) and \
+        ir.IntegerType(t.element_type).width == 8 and ir.IntegerType(t.element_type).is_signless
 
 
 def fold_pad(win: Window) -> None:
@@ -323,7 +340,7 @@ def fold_pad(win: Window) -> None:
     if reason:
         win.decisions.append((pad, "padding", "copy", reason))
         return
-    source = static_f32_shape(pad.operands[0])
+    source = static_shape(pad.operands[0])
     low = list(ir.DenseI64ArrayAttr(pad.attributes["static_low"]))
     win.x, win.pad_op = pad.operands[0], pad
     win.h, win.wd = source[2], source[3]
@@ -340,13 +357,16 @@ def unfoldable_padding(win: Window, pad) -> str:
     if len(low) != 4 or low[:2] != [0, 0] or high[:2] != [0, 0] or min(low + high) < 0:
         return f"pads {low} low, {high} high: not only the spatial dims, or negative"
     yielded = list(pad.regions[0].blocks[0].operations)[-1].operands
-    value = _float_constant(yielded[0]) if len(yielded) == 1 else None
+    integer = win.element != "f32"
+    read = constant_index if integer else _float_constant
+    value = read(yielded[0]) if len(yielded) == 1 else None
     if value is None:
         return "the padding value is not a constant"
-    if value != IDENTITY[win.kind]:
-        return f"pads with {value}, not the {win.kind} window's identity {IDENTITY[win.kind]}"
-    if static_f32_shape(pad.operands[0]) is None:
-        return "the padded tensor is not static f32"
+    identity = I8_MAX_IDENTITY if integer else IDENTITY[win.kind]
+    if value != identity:
+        return f"pads with {value}, not the {win.kind} window's identity {identity}"
+    if (static_shape if integer else static_f32_shape)(pad.operands[0]) is None:
+        return "the padded tensor is not static"
     return ""
 
 

@@ -86,8 +86,10 @@ class WindowKernels(Pass):
             try:
                 win = analyze(window_op, max_stride=self.options.max_stride, fold_pads=self.options.fold_padding,
                               fuse=self.options.fuse_consumers)
-                rows = self.options.rows or rows_per_step(win, self.options.lanes)
-                text = WindowKernel(win, self.options.lanes, rows, self.options.unroll_taps).function("__etc_window")
+                # An int8 max pool's vectors are as wide in bytes: four times the lanes.
+                lanes = self.options.lanes * (4 if win.element == "i8" else 1)
+                rows = self.options.rows or rows_per_step(win, lanes)
+                text = WindowKernel(win, lanes, rows, self.options.unroll_taps).function("__etc_window")
             except NotTaken as reason:
                 window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
                 decisions.record(window_op, "window", "loops", str(reason))

@@ -263,3 +263,29 @@ func.func @dw3x3_narrow_rows(%x: tensor<1x4x25x5xf32>, %w: tensor<4x3x3xf32>) ->
       ins(%padded, %w : tensor<1x4x27x7xf32>, tensor<4x3x3xf32>) outs(%init : tensor<1x4x25x5xf32>) -> tensor<1x4x25x5xf32>
   return %c : tensor<1x4x25x5xf32>
 }
+
+// -----
+
+// A quantized ResNet stem's max pool, on int8: the window kernel with vectors as wide in bytes
+// as the f32 ones (64 lanes; this 10-column row takes a 16-lane block), -128 (the type's least
+// value) as the pad and the start, the padded copy folded (the kernel reads the 9x20 source),
+// signed maxima.
+// CHECK-LABEL: func.func @max_pool_int8
+// CHECK: arith.constant -128 : i8
+// CHECK: vector.transfer_read %{{.*}} : tensor<1x2x9x20xi8>, vector<32xi8>
+// CHECK: arith.maxsi {{.*}} : vector<16xi8>
+// CHECK-NOT: arith.maximumf
+// CHECK: } {etc.cpu.path = "window"
+func.func @max_pool_int8(%x: tensor<1x2x9x20xi8>) -> tensor<1x2x5x10xi8> {
+  %least = arith.constant -128 : i8
+  %padded = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i: index, %j: index, %k: index, %l: index):
+    tensor.yield %least : i8
+  } : tensor<1x2x9x20xi8> to tensor<1x2x11x22xi8>
+  %e = tensor.empty() : tensor<1x2x5x10xi8>
+  %init = linalg.fill ins(%least : i8) outs(%e : tensor<1x2x5x10xi8>) -> tensor<1x2x5x10xi8>
+  %k = tensor.empty() : tensor<3x3xi8>
+  %r = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+      ins(%padded, %k : tensor<1x2x11x22xi8>, tensor<3x3xi8>) outs(%init : tensor<1x2x5x10xi8>) -> tensor<1x2x5x10xi8>
+  return %r : tensor<1x2x5x10xi8>
+}
