@@ -3,7 +3,9 @@
 Runs on linalg on tensors (what torch-mlir produces, before or after
 `linalg-fuse-elementwise-ops`): every static f32 `linalg.depthwise_conv_2d_nchw_chw`,
 `linalg.pooling_nchw_max` and `linalg.pooling_nchw_sum` becomes a loop nest over (n, channels,
-output rows, output column blocks) whose body is straight-line vector code:
+output rows, output column blocks) whose body is straight-line vector code; so does an int8
+`linalg.pooling_nchw_max` (a quantized model's: vectors as wide in bytes, 4x the lanes, -128 the
+pad and start, `arith.maxsi`, its consumers left as passes):
 
   * vectors run along the output row (`lanes` f32 lanes; a last partial block uses the next
     power of two, its store masked when that is wider than what is left);
@@ -39,7 +41,7 @@ input's `tensor.pad` (`padding -> fused`, or `copy` with the reason) and a singl
 consumer (`epilogue -> fused`, or `second-pass` with the reason): both cost a pass over the
 activation when they stay outside the kernel. Not taken:
 NHWC and 1-D/3-D window ops, min pooling, channel multipliers (not a depthwise_conv_2d_nchw_chw),
-dynamic shapes, other element types, column strides above `max-stride`.
+dynamic shapes, other element types (int8 other than a max pool), column strides above `max-stride`.
 """
 
 from __future__ import annotations
