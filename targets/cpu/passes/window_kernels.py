@@ -16,7 +16,7 @@ pad and start, `arith.maxsi`, its consumers left as passes):
     loaded once feeds every output row whose window covers it, the accumulators stay in
     registers and the rows' tap chains overlap: 8 rows when an output row is one or two
     vectors, fewer for wider rows, at least 4 when the fused consumers hold an exp or a
-    division (`window_kernel.rows_per_step`, measured on AVX-512); windows with more than
+    division (`window_kernel.rows_per_step`, measured on AVX-512 and AVX2); windows with more than
     `unroll-taps` taps (7x7) loop over the kernel rows instead, their weights read inside that
     loop (hoisted, 49 weight vectors spill);
   * the input's `tensor.pad` (spatial, padding with the reduction's identity: 0, or -inf for
