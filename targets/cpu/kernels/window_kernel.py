@@ -16,8 +16,8 @@ from torch_mlir import ir
 from etc.ir.ops import nested_ops
 
 from etc.targets.cpu.kernel_ir import KernelText, element_of, f32_literal, next_pow2, tensor_type, vector_type
-from etc.targets.cpu.kernels.window_match import (I8_MAX_IDENTITY, IDENTITY, SlidingWindow, Window,
-                                                  global_pool_source, pair_attribute, static_f32_shape)
+from etc.targets.cpu.kernels.window_match import (SlidingWindow, Window, global_pool_source, identity, pair_attribute,
+                                                  static_f32_shape)
 from etc.targets.cpu.parallel import THREAD_SPLIT
 
 
@@ -69,6 +69,11 @@ _LONG_LATENCY = ("math.exp", "arith.divf")
 _MANY_CONSTANTS = ("math.erf",)
 
 
+def _chain_holds(chain: list, names: tuple) -> bool:
+    """Does any fused consumer of `chain` (`Window.chain`) hold an op named in `names`?"""
+    return any(inner.name in names for user, _, _ in chain for inner in nested_ops(user))
+
+
 def long_epilogue(chain: list) -> bool:
     """Are the fused consumers (`Window.chain`) a long dependency chain per output vector?
 
@@ -78,7 +83,7 @@ def long_epilogue(chain: list) -> bool:
     rows per step, 0.08 with 4 (1152@7: 0.093 -> 0.053; 144@56: 0.22 -> 0.16); a 5x5 240@14 +
     hardswish 0.052 -> 0.035; an average pool's division the same either way. (A short epilogue
     on a row of one vector wants even more rows: `rows_per_step`.)"""
-    return any(inner.name in _LONG_LATENCY for user, _, _ in chain for inner in nested_ops(user))
+    return _chain_holds(chain, _LONG_LATENCY)
 
 
 def rows_per_step(win: Window, lanes: int) -> int:
@@ -97,7 +102,7 @@ def rows_per_step(win: Window, lanes: int) -> int:
     (`lanes`): on the x86-64-v3 preset (AVX2, 16 registers, run on this host) the rule against 2
     rows gave KWS fp32 0.95x, the zoo MobileNetV2 0.96x, MobileNetV2 0.99x, EfficientNet-B0 1.00x
     (8 accumulators and 9 weights spill the weights, which FMAs then read from L1); NEON unmeasured."""
-    if any(inner.name in _MANY_CONSTANTS for user, _, _ in win.chain for inner in nested_ops(user)):
+    if _chain_holds(win.chain, _MANY_CONSTANTS):
         return 2
     vectors = -(-win.ow // lanes)
     if vectors * win.sw <= 2:
@@ -381,8 +386,8 @@ class WindowKernel:
         if win.kind == "dw":
             args.append(f"%w: {tensor_type([win.c, win.kh, win.kw])}")
         args += start_and_operand_arguments(win, tensor_type([win.c]), out_t)
-        pad = f32_literal(IDENTITY[win.kind]) if self.elem == "f32" else str(I8_MAX_IDENTITY)
-        t.emit(f"%pad = arith.constant {pad} : {self.elem}")
+        pad = identity(win.kind, self.elem)
+        t.emit(f"%pad = arith.constant {f32_literal(pad) if self.elem == 'f32' else pad} : {self.elem}")
         t.emit(f"%empty = tensor.empty() : {out_t}")
         glob = self.global_values(widths)
         for width in sorted(widths | {w * win.sw for w in widths}):

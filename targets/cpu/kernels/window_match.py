@@ -19,6 +19,7 @@ from torch_mlir import ir
 from etc.ir.ops import defining_op
 from etc.targets.cpu.ir_query import constant_index, indexing_maps, iterator_types, map_dims, static_f32_shape, \
     static_shape
+from etc.targets.cpu.kernel_ir import element_of
 
 TAKEN = {
     "linalg.depthwise_conv_2d_nchw_chw": "dw",
@@ -39,6 +40,17 @@ IDENTITY = {"dw": 0.0, "max": float("-inf"), "sum": 0.0}
 # The max pool on int8 (a quantized model's: ResNet's stem keeps int8 through it): its identity,
 # the type's least value, pads and starts it.
 I8_MAX_IDENTITY = -128
+
+
+def identity(kind: str, element: str):
+    """The value a window of `kind` over `element` pads with and starts from."""
+    return I8_MAX_IDENTITY if element == "i8" else IDENTITY[kind]
+
+
+def static_shape_of(value, element: str) -> list | None:
+    """The shape of a statically shaped tensor of `element` ("f32", "i8"), else None."""
+    shape = static_shape(value)
+    return shape if shape is not None and element_of(value.type) == element else None
 ELEMENTWISE_DIALECTS = ("arith.", "math.")
 
 
@@ -136,7 +148,7 @@ def classify_init(value, kind: str, c: int) -> Init:
         if name == "linalg.fill":
             scalar = producer.operands[0]
             if isinstance(scalar.type, ir.IntegerType):  # an int8 max pool's: its identity, else read as given
-                if kind == "max" and constant_index(scalar) == I8_MAX_IDENTITY:
+                if kind == "max" and constant_index(scalar) == identity(kind, "i8"):
                     return Init("identity", producer=producer)
                 return Init("tensor", value)
             if isinstance(scalar.type, ir.F32Type):
@@ -288,10 +300,9 @@ def analyze(op, *, max_stride: int, fold_pads: bool = True, fuse: bool = True) -
     if len(op.results) != 1:
         raise NotTaken("a window op on buffers (no tensor result)")
     x, w, init = op.operands[0], op.operands[1], op.operands[2]
-    element = "i8" if kind == "max" and _is_i8(x) and _is_i8(op.results[0]) else "f32"
-    shape = static_f32_shape if element == "f32" else static_shape
-    xs, ys = shape(x), shape(op.results[0])
-    if xs is None or ys is None or shape(init) is None:
+    element = "i8" if kind == "max" and element_of(x.type) == "i8" else "f32"
+    xs, ys = static_shape_of(x, element), static_shape_of(op.results[0], element)
+    if xs is None or ys is None or static_shape_of(init, element) is None:
         raise NotTaken("not static f32 tensors (or an int8 max pool)")
     if kind == "dw":
         ws = static_f32_shape(w)
@@ -316,12 +327,6 @@ def analyze(op, *, max_stride: int, fold_pads: bool = True, fuse: bool = True) -
     if fuse and element == "f32":  # an int8 result's consumers (a requantize, a dequantize) stay passes
         fuse_consumers(win, ys)
     return win
-
-
-def _is_i8(value) -> bool:
-    t = value.type
-    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, ir.IntegerType) and \
-        ir.IntegerType(t.element_type).width == 8 and ir.IntegerType(t.element_type).is_signless
 
 
 def fold_pad(win: Window) -> None:
@@ -357,15 +362,14 @@ def unfoldable_padding(win: Window, pad) -> str:
     if len(low) != 4 or low[:2] != [0, 0] or high[:2] != [0, 0] or min(low + high) < 0:
         return f"pads {low} low, {high} high: not only the spatial dims, or negative"
     yielded = list(pad.regions[0].blocks[0].operations)[-1].operands
-    integer = win.element != "f32"
-    read = constant_index if integer else _float_constant
+    read = _float_constant if win.element == "f32" else constant_index
     value = read(yielded[0]) if len(yielded) == 1 else None
     if value is None:
         return "the padding value is not a constant"
-    identity = I8_MAX_IDENTITY if integer else IDENTITY[win.kind]
-    if value != identity:
-        return f"pads with {value}, not the {win.kind} window's identity {identity}"
-    if (static_shape if integer else static_f32_shape)(pad.operands[0]) is None:
+    want = identity(win.kind, win.element)
+    if value != want:
+        return f"pads with {value}, not the {win.kind} window's identity {want}"
+    if static_shape_of(pad.operands[0], win.element) is None:
         return "the padded tensor is not static"
     return ""
 
