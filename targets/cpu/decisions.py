@@ -23,9 +23,11 @@ DECIDED = "etc.cpu.decided"
 # Paths that are not a fallback: the tuned code for that op kind, or a choice made by
 # measurement (a contraction too small to pay for packing, a single-row GEMV read in place;
 # attention: `flash` fused, `three-op` GEMM -> row softmax -> GEMM, each op on its tuned path;
-# an epilogue that `broadcast`s the result over a larger shape runs as its own pass).
+# an epilogue that `broadcast`s the result over a larger shape runs as its own pass; a 3x3
+# convolution as `winograd` F(2x2,3x3) or `direct`, by its channels and tiles).
 TUNED_PATHS = frozenset({"gemm", "gemm-transposed", "window", "grouped", "small", "gemv", "row-reduction",
-                         "column-reduction", "fused", "flash", "three-op", "pruned", "resize", "broadcast"})
+                         "column-reduction", "fused", "flash", "three-op", "pruned", "resize", "broadcast",
+                         "winograd", "direct"})
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,12 @@ class Isa:
     l2_kib: int = 0
     vector_registers: int = 0
     window_width: int = 0
+    # Winograd F(2x2,3x3) for a 3x3 stride-1 convolution (passes/winograd_convs.py) when
+    # C*O/(C+O) >= `winograd_min_channels` over at least `winograd_min_tiles` 2x2 output tiles (0:
+    # never). The tiles are the batched GEMM's columns: never fewer than half a panel (gemm_nr / 2),
+    # below which the GEMM is the small path's loops (measured 44-57x slower at 25 tiles).
+    winograd_min_channels: int = 0
+    winograd_min_tiles: int = 0
     # The int8 dot-product instruction the int8 GEMM kernel uses (passes/int8_kernels.py): a row's
     # vector ISA with its VNNI extension (`isa_for` reads the target's features), "none" without.
     int8_dot: str = "none"
@@ -99,15 +105,22 @@ ISA_TABLE = {
     # from 118 to 76 GFLOP/s, 2048^3 109 -> 57; cut to blocks of 256 there (1.12x blocks of 128).
     # L2: 2 MiB per core on Sapphire/Emerald Rapids, 1 MiB on Zen 4/5; the K-block rule was
     # measured on the 2 MiB one. A host target uses the host's own L2 (`host_l2_kib`).
+    # Winograd against the direct kernel (conv + BN + ReLU, one thread, this Zen 5 host): 64@56 0.82x
+    # the time, 128@28 0.69x, 256@14 0.71x, 64->128@28 0.79x; at the edges 64@14 0.96x, 48@28 0.96x,
+    # 256@12 (36 tiles) 0.94x; 32@56 1.05x.
     "avx512": Isa("avx512", lanes=16, gemm_mr=6, gemm_nr=64, gemm_kc=2048, gemm_kc_strided=128, l2_kib=2048,
-                  vector_registers=32, window_width=32),
+                  vector_registers=32, window_width=32, winograd_min_channels=32, winograd_min_tiles=49),
     # kc=2048 against 256, measured as the x86-64-v3 preset on this AVX-512 host: 1024^3 68 -> 81
     # GFLOP/s, 2048->512 1x1 conv 61 -> 68, ViT-B's GEMMs 3-6% faster, none slower.
+    # Winograd pays more where the direct kernel's FMAs are narrower (the x86-64-v3 preset on this
+    # host): 256@14 0.51x, 64@56 0.62x, 32@56 0.75x, 32@28 0.89x, 64@7 (16 tiles) 0.90x, 128@7
+    # 0.75x; 16@56 1.04x, 16@112 1.13x.
     "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, l2_kib=2048,
-                vector_registers=16, window_width=16),
+                vector_registers=16, window_width=16, winograd_min_channels=16, winograd_min_tiles=16),
     # Cortex-A76/A78 (the aarch64 preset): 256-512 KiB of L2 per core; the smaller one.
+    # (Winograd: AVX2's thresholds, unmeasured on a NEON core; the QEMU tests check its results.)
     "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, l2_kib=256,
-                vector_registers=32, window_width=8),
+                vector_registers=32, window_width=8, winograd_min_channels=16, winograd_min_tiles=16),
     "scalar": Isa("scalar", lanes=1),
 }
 

@@ -79,8 +79,13 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     # target takes etc's, which converts with its width (passes/vector_to_llvm.py).
     vector_to_llvm = ("convert-vector-to-llvm" if target.index_bits == 64
                       else f"etc-cpu-vector-to-llvm{{index-bitwidth={target.index_bits}}}")
+    # 3x3 stride-1 convolutions as Winograd F(2x2,3x3), on edge ops (after the dead taps are cut).
+    winograd = (f"etc-cpu-winograd-convs{{min-channels={isa.winograd_min_channels} "
+                f"min-tiles={isa.winograd_min_tiles}}}")
+    edge_steps = list(EDGE_TO_LINALG)
+    edge_steps.insert(edge_steps.index("etc-cpu-drop-padding-taps") + 1, winograd)
     steps = [
-        *(EDGE_TO_LINALG if start == "edge" else ()),
+        *(edge_steps if start == "edge" else ()),
         # Int8 contractions -> dot-product kernels with the requantization in registers (lowering/quantized_gemm.py).
         f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",
         # Long attention (QK^T, mask, softmax, times V) -> one kernel that never stores the scores.
@@ -257,8 +262,9 @@ class Lowered:
 
 
 def lower_to_linalg(func_op, constants: dict) -> Lowered:
-    """An outlined edge function through the pipeline's first passes (`EDGE_TO_LINALG`), for tools
-    and tests that look at or compile what the back end starts from."""
+    """An outlined edge function through the pipeline's first passes (`EDGE_TO_LINALG`, the
+    target-independent ones: no Winograd rewrite, which depends on the target's vector unit), for
+    tools and tests that look at or compile what the back end starts from."""
     from etc.passes.pipeline import run_pipeline
     from etc.targets.cpu.entry_args import arg_attrs, arg_label, entry_function
     from etc.targets.cpu.lowering.context import import_for_lowering, program_of

@@ -282,6 +282,16 @@ def long_attention():
     return LongAttention().eval(), (torch.randn(1, 256, 32),)
 
 
+def winograd_block():
+    """A ResNet-style 3x3 convolution with ReLU that the cpu target computes as Winograd F(2x2,3x3)
+    (64 channels over an odd 15x13 map: 56 tiles, the last cropped)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.ReLU()).eval(), (torch.randn(1, 64, 15, 13),)
+
+
 def running_cache():
     """A KV-cache-like stateful model: each call writes a projected row into a buffer (index_copy_, in
     place in the delegate) and counts calls in another (written by copy)."""

@@ -195,6 +195,23 @@ def test_derived_8da4w_column_sums_are_the_same_bits_in_both_loaders():
     np.testing.assert_array_equal(got.numpy(), ours)
 
 
+def test_a_winograd_convolution_runs_on_executorch_with_the_same_bits():
+    """A 3x3 convolution the cpu target computes as Winograd F(2x2,3x3) (its transformed filter a
+    constant of the blob, V and M in the scratch arena) on two threads: ExecuTorch's run gives
+    etc's bits, and eager's result."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.ReLU()).eval()
+    x = torch.randn(1, 64, 15, 14)
+    edge = etc.to_edge(torch.export.export(model, (x,))).to_backend(CpuPartitioner(num_threads=2))
+    assert "convolution -> winograd" in edge.delegation_info(), edge.delegation_info()
+    program = edge.to_executorch()
+    (got,) = _on_executorch(program.buffer, [x])
+    (ours,) = Runtime.get().load_program(program.buffer).load_method("forward").execute([x.numpy()])
+    np.testing.assert_array_equal(got.numpy(), ours)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=5e-5)
+
+
 # ------------------------------------------------------------------------------- dynamic sizes, threads
 def test_dynamic_sizes_resize_the_outputs_and_sizes_past_the_bounds_are_refused():
     from etc.models.zoo import ZOO

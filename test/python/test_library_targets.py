@@ -33,12 +33,15 @@ import etc
 from etc.targets.cpu import CpuPartitioner
 from etc.targets.cpu import firmware
 
-from library_harness import Case, harness_source, long_attention, run, running_cache, siren_mlp  # noqa: E402
+from library_harness import (Case, harness_source, long_attention, run, running_cache, siren_mlp,  # noqa: E402
+                             winograd_block)
 from etc.models.zoo import ZOO  # noqa: E402
 
 MODELS = ("small_cnn", "siren_mlp", "small_cnn_int8", "dynamic_batch", "two_methods", "running_cache")
-LINUX_MODELS = MODELS + ("long_attention",)  # the targets with the flash attention kernel
-_BUILDERS = {"siren_mlp": siren_mlp, "running_cache": running_cache, "long_attention": long_attention}
+# the targets with vector units: the flash attention kernel, Winograd convolutions
+LINUX_MODELS = MODELS + ("long_attention", "winograd_block")
+_BUILDERS = {"siren_mlp": siren_mlp, "running_cache": running_cache, "long_attention": long_attention,
+             "winograd_block": winograd_block}
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,6 +65,8 @@ def _library(name: str, target: str, directory):
     edge = etc.to_edge(programs).to_backend(CpuPartitioner(target=target))
     if name == "long_attention":
         assert "attention -> flash" in edge.delegation_info(), edge.delegation_info()
+    if name == "winograd_block":
+        assert "convolution -> winograd" in edge.delegation_info(), edge.delegation_info()
     return edge.to_library(directory / name, name, verbose=False)
 
 
