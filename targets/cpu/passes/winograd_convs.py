@@ -49,7 +49,7 @@ from torch_mlir import ir
 from etc.passes.constant_table import ConstantTable
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
-from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.ir_query import static_shape, walk
 
 CONVOLUTION = "edge.convolution"
 
@@ -225,7 +225,7 @@ class WinogradConvs(Pass):
 
         args = decode_op(conv)
         x, weight, bias = args["input"], args["weight"], args.get("bias")
-        x_shape, w_shape = _static(x), _static(weight)
+        x_shape, w_shape = static_shape(x), static_shape(weight)
         found = plan(x_shape, w_shape, args, self.options.min_channels, self.options.min_tiles)
         if found is None:
             return
@@ -235,7 +235,7 @@ class WinogradConvs(Pass):
             found = f"{element} elements (the transforms are float32)"
         elif isinstance(found, tuple) and data is None:
             found = "the weight is not a constant with data (its transform is computed when compiling)"
-        elif isinstance(found, tuple) and bias is not None and _static(bias) is None:
+        elif isinstance(found, tuple) and bias is not None and static_shape(bias) is None:
             found = "dynamic bias shape"
         if isinstance(found, str):
             decisions.record(conv, "convolution", "direct", found)
@@ -252,9 +252,3 @@ class WinogradConvs(Pass):
         conv.erase()
         self.count("taken")
 
-
-def _static(value) -> "list | None":
-    if value is None:
-        return None
-    shape = ir.RankedTensorType(value.type)
-    return None if any(shape.is_dynamic_dim(i) for i in range(shape.rank)) else list(shape.shape)
