@@ -199,6 +199,22 @@ def test_matmul_odd_sizes(m, k, n):
 
 
 
+@needs_simd
+@pytest.mark.parametrize("n", [5, 12, 17, CFG.vector_width + CFG.vector_width // 2 if CFG else 24, CFG.nr // 2 - 1 if CFG else 31,
+                               CFG.vector_width // 2 if CFG else 8, CFG.vector_width if CFG else 16])
+def test_narrow_columns_take_the_kernel_unless_one_or_half_a_vector(n):
+    """Many rows, fewer columns than half a panel: the GEMM kernel (B in one padded panel), except
+    for half or one vector of columns, which the loop nest vectorizes whole (the small path);
+    the loops ran 3-10x slower at every other width (gemm_match.skip_reason). Same result."""
+    m, k = 512, 256
+    fn = compile_standalone(matmul_text(m, k, n))
+    a, b = rand(m, k), rand(k, n)
+    (out,) = fn(a, b)
+    assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+    (path,) = [d.path for d in fn.decisions if d.kind == "contraction"]
+    assert path == ("small" if n in (CFG.vector_width // 2, CFG.vector_width) else "gemm"), fn.decisions
+
+
 def test_in_place_k_block_rule():
     """The K block of a B read in place, as x86's kc = 2048 and kc-strided = 128: whole K unless the
     panel rows alias (4 KiB multiples: at most 1 MiB of L2 as gcd(stride, 4 KiB) per row) or span

@@ -476,7 +476,14 @@ def skip_reason(g: Gemm, cfg: KernelConfig, min_flops: int | None) -> "tuple[str
     the row, the packed filter B): squeeze-excitation's 1x1 convolutions on the pooled channels,
     which as a scalar loop nest took 20-27 us each at EfficientNet-B0's 1152 <-> 48 channels
     (MobileNetV3's 480 -> 120 -> 480 block: 45 of its 245 us). With an activation as B (attention
-    at decode) it is a GEMV: a loop nest whose reduction LLVM vectorizes, nothing to pack."""
+    at decode) it is a GEMV: a loop nest whose reduction LLVM vectorizes, nothing to pack.
+
+    Fewer columns than half a panel (enough rows) also go through the kernel, B in one packed
+    panel zero padded to nr, except half or one vector of them, which LLVM vectorizes whole in
+    the loop nest. Measured (AVX-512, one thread, loops against the padded panel): 4096x256
+    times 17, 20, 31 columns 3.0-5.3 ms against 0.55 (the loop nest vectorized with a scalar
+    remainder), 12 columns 5.7 ms, 512x512x30 1.25 against 0.15, Winograd's 16 x 256x256x25 3.4
+    against 0.58; 16 columns 0.46 against 0.55 and 8 0.48: those stay loops."""
     rows, cols = (g.N, g.M) if g.transposed else (g.M, g.N)
     if g.K < 2:
         return "small", "K = 1: an outer product, no reduction to tile"
@@ -489,8 +496,11 @@ def skip_reason(g: Gemm, cfg: KernelConfig, min_flops: int | None) -> "tuple[str
         return "small", f"{_flops(g)} flops, below the {limit} that pay for packing"
     if rows < cfg.mr // 2 and cols >= cfg.nr // 2:
         return None  # through a weight (a transposed convolution's B is its filter): see above
-    if rows < cfg.mr // 2 or cols < cfg.nr // 2:
+    if rows < cfg.mr // 2:
         return "small", f"{rows}x{cols} output is smaller than half the {cfg.mr}x{cfg.nr} register tile"
+    if cols < cfg.nr // 2 and cols in (cfg.vector_width // 2, cfg.vector_width):
+        return "small", (f"{rows}x{cols} output: {cols} columns, which the loop nest vectorizes whole "
+                         f"(narrower than half the {cfg.mr}x{cfg.nr} register tile)")
     return None
 
 
