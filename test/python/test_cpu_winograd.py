@@ -42,7 +42,8 @@ class ConvBlock(nn.Module):
 
     def __init__(self, cin, cout, padding=1, bias=True, residual=False):
         super().__init__()
-        self.conv, self.bn, self.residual = nn.Conv2d(cin, cout, 3, 1, padding, bias=bias), random_batchnorm(cout), residual
+        self.conv, self.bn = nn.Conv2d(cin, cout, 3, 1, padding, bias=bias), random_batchnorm(cout)
+        self.residual = residual
 
     def forward(self, x):
         y = self.bn(self.conv(x))
@@ -77,7 +78,8 @@ def test_winograd_reads_a_channels_last_input():
 
 
 @pytest.mark.parametrize("cin,cout,shape,reason", [
-    (32, 32, (1, 28, 28), "32 -> 32 channels: the transforms cost more than the multiplies saved (C*O/(C+O) = 16 < 32)"),
+    (32, 32, (1, 28, 28),
+     "32 -> 32 channels: the transforms cost more than the multiplies saved (C*O/(C+O) = 16 < 32)"),
     (64, 64, (1, 7, 7), "16 output tiles of 2x2 (fewer than 49): the batched GEMM is too narrow"),
 ])
 def test_direct_when_winograd_does_not_pay(cin, cout, shape, reason):

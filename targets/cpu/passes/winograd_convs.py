@@ -70,10 +70,21 @@ def transformed_filter(weight: np.ndarray) -> np.ndarray:
     return u.reshape(TILE * TILE, weight.shape[0], weight.shape[1]).astype(np.float32)
 
 
-def plan(x_shape, w_shape, args: dict, min_channels: int, min_tiles: int) -> "tuple | str | None":
-    """(tiles high, tiles wide, output height, output width) for a convolution Winograd takes, the
-    reason (a str) for a candidate it does not, None for a convolution that is not a candidate
-    (not a 3x3 of stride and dilation 1, one group)."""
+@dataclass(frozen=True)
+class Tiling:
+    """A convolution's output in 2x2 tiles: `th` x `tw` of them cover its `oh` x `ow` outputs
+    (the last row and column of tiles cropped when odd); `padding` its (top/bottom, left/right)."""
+
+    th: int
+    tw: int
+    oh: int
+    ow: int
+    padding: tuple
+
+
+def plan(x_shape, w_shape, args: dict, min_channels: int, min_tiles: int) -> "Tiling | str | None":
+    """The tiling of a convolution Winograd takes, the reason (a str) for a candidate it does not,
+    None for a convolution that is not a candidate (not a 3x3 of stride and dilation 1, one group)."""
     stride, dilation, padding = ([int(v) for v in args[key]] * (2 // max(1, len(args[key])))
                                  for key in ("stride", "dilation", "padding"))
     if (args["transposed"] or w_shape is None or len(w_shape) != 4 or tuple(w_shape[2:]) != (3, 3)
@@ -89,7 +100,7 @@ def plan(x_shape, w_shape, args: dict, min_channels: int, min_tiles: int) -> "tu
                 f"(C*O/(C+O) = {o * c / (o + c):.0f} < {min_channels})")
     if x_shape[0] * th * tw < min_tiles:
         return f"{x_shape[0] * th * tw} output tiles of 2x2 (fewer than {min_tiles}): the batched GEMM is too narrow"
-    return th, tw, oh, ow
+    return Tiling(th, tw, oh, ow, tuple(padding))
 
 
 class _Builder:
@@ -170,10 +181,11 @@ def _transform_1d(e: _Builder, pick, rows) -> list:
     return out
 
 
-def winograd(e: _Builder, x, u, bias, th: int, tw: int, oh: int, ow: int, padding: list):
+def winograd(e: _Builder, x, u, bias, tiling: Tiling):
     """The convolution of `x` [N, C, H, W] by the transformed filter `u` [16, O, C] (module docstring)."""
     n, c, h, w = e.shape(x)
     o = e.shape(u)[1]
+    th, tw, oh, ow, padding = tiling.th, tiling.tw, tiling.oh, tiling.ow, tiling.padding
     pads = [padding[1], TILE + OUT * (tw - 1) - w - padding[1], padding[0], TILE + OUT * (th - 1) - h - padding[0]]
     xp = e.pad(x, pads) if any(pads) else x  # [N, C, 2TH + 2, 2TW + 2]
     rows = _transform_1d(e, lambda i: e.slice(xp, 2, i, th, OUT), INPUT_TRANSFORM)  # B^T d: [N, C, TH, W']
@@ -226,29 +238,32 @@ class WinogradConvs(Pass):
         args = decode_op(conv)
         x, weight, bias = args["input"], args["weight"], args.get("bias")
         x_shape, w_shape = static_shape(x), static_shape(weight)
-        found = plan(x_shape, w_shape, args, self.options.min_channels, self.options.min_tiles)
-        if found is None:
+        tiling = plan(x_shape, w_shape, args, self.options.min_channels, self.options.min_tiles)
+        if tiling is None:
             return
         element = ir.RankedTensorType(weight.type).element_type
         data = table.of_value(weight)
-        if isinstance(found, tuple) and str(element) != "f32":
-            found = f"{element} elements (the transforms are float32)"
-        elif isinstance(found, tuple) and data is None:
-            found = "the weight is not a constant with data (its transform is computed when compiling)"
-        elif isinstance(found, tuple) and bias is not None and static_shape(bias) is None:
-            found = "dynamic bias shape"
-        if isinstance(found, str):
-            decisions.record(conv, "convolution", "direct", found)
+        reason = tiling if isinstance(tiling, str) else _operand_reason(element, data, bias)
+        if reason:
+            decisions.record(conv, "convolution", "direct", reason)
             self.count("not taken")
             return
-        th, tw, oh, ow = found
-        padding = [int(v) for v in args["padding"]] * (2 // max(1, len(args["padding"])))
         with ir.InsertionPoint(conv), conv.location:
             u = table.load("winograd_filter", transformed_filter(np.asarray(data, np.float32)), element)
-            y = winograd(_Builder(element), x, u, bias, th, tw, oh, ow, padding)
-        decisions.record(conv, "convolution", "winograd",
-                         f"F(2x2,3x3) over {x_shape[0] * th * tw} tiles: {w_shape[1]} -> {w_shape[0]} channels")
+            y = winograd(_Builder(element), x, u, bias, tiling)
+        decisions.record(conv, "convolution", "winograd", f"F(2x2,3x3) over {x_shape[0] * tiling.th * tiling.tw} "
+                         f"tiles: {w_shape[1]} -> {w_shape[0]} channels")
         conv.results[0].replace_all_uses_with(y)
         conv.erase()
         self.count("taken")
 
+
+def _operand_reason(element, data, bias) -> str:
+    """Why a convolution the tiling takes still cannot be rewritten ("" when it can)."""
+    if str(element) != "f32":
+        return f"{element} elements (the transforms are float32)"
+    if data is None:
+        return "the weight is not a constant with data (its transform is computed when compiling)"
+    if bias is not None and static_shape(bias) is None:
+        return "dynamic bias shape"
+    return ""
