@@ -81,7 +81,8 @@ class Isa:
     # Winograd F(2x2,3x3) for a 3x3 stride-1 convolution (passes/winograd_convs.py) when
     # C*O/(C+O) >= `winograd_min_channels` over at least `winograd_min_tiles` 2x2 output tiles (0:
     # never). The tiles are the batched GEMM's columns: never fewer than half a panel (gemm_nr / 2),
-    # below which the GEMM is the small path's loops (measured 44-57x slower at 25 tiles).
+    # below which they fill under half of one zero-padded panel (AVX-512, 25 tiles: 1.28-1.46x the
+    # direct kernel's time; 44-57x while such narrow contractions were the small path's loops).
     winograd_min_channels: int = 0
     winograd_min_tiles: int = 0
     # The int8 dot-product instruction the int8 GEMM kernel uses (passes/int8_kernels.py): a row's

@@ -29,8 +29,8 @@ C*O/(C+O) >= `min-channels` over at least `min-tiles` tiles, both from the targe
 14x14 map). Measured on this machine (AMD EPYC Zen 5, one thread, conv + bias + ReLU, against
 the direct GEMM kernel and ExecuTorch+XNNPACK in one process): 64@56 0.82x the direct kernel's
 time (0.87x XNNPACK's), 128@28 0.69x (0.75x), 256@14 0.71x (0.76x), 256@28 0.58x, 512@14
-0.64x; not taken: 32@56 1.05x, 16@112 1.40x; 25 tiles (a 10x10 map) 44x slower: the bmm's
-columns are the tiles, and under half a GEMM panel it is the small path's loops. Each
+0.64x; not taken: 32@56 1.05x, 16@112 1.40x; 25 tiles (a 10x10 map) 1.28-1.46x: the bmm's
+columns are the tiles, and under half a GEMM panel they fill under half its FMAs. Each
 candidate convolution (3x3, stride 1, dilation 1, one group, float32, static shapes, a constant
 weight) gets a decision of kind `convolution`: `winograd`, or `direct` with the reason.
 
