@@ -44,6 +44,17 @@ def map_dims(amap) -> list[int] | None:
     return dims
 
 
+# The edge dialect's convolution (aten.convolution), which the cpu pipeline's first passes rewrite.
+EDGE_CONVOLUTION = "edge.convolution"
+
+
+def spatial_pairs(args: dict, *keys: str) -> list:
+    """An `edge.convolution`'s per-dimension arguments (`stride`, `padding`, `dilation`, decoded:
+    `etc.dialects.decode_op`) for a 2-D convolution, two values each: the schema takes one value
+    for both dimensions as well as two (`padding=[0]`)."""
+    return [[int(v) for v in args[key]] * (2 // max(1, len(args[key]))) for key in keys]
+
+
 def input_count(op) -> int:
     """The inputs of a destination-style op (its operands less its outputs)."""
     return len(op.operands) - len(op.results)

@@ -51,6 +51,8 @@ def static_shape_of(value, element: str) -> list | None:
     """The shape of a statically shaped tensor of `element` ("f32", "i8"), else None."""
     shape = static_shape(value)
     return shape if shape is not None and element_of(value.type) == element else None
+
+
 ELEMENTWISE_DIALECTS = ("arith.", "math.")
 
 

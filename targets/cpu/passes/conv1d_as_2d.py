@@ -18,9 +18,8 @@ from __future__ import annotations
 from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, register_pass
-from etc.targets.cpu.ir_query import static_shape, walk
+from etc.targets.cpu.ir_query import EDGE_CONVOLUTION, static_shape, walk
 
-CONVOLUTION = "edge.convolution"
 
 
 @register_pass
@@ -31,7 +30,7 @@ class Conv1dAs2d(Pass):
     summary = "Rewrite 1-D convolutions as 2-D convolutions over a map of height 1 (the 2-D kernels take them)"
 
     def run(self, op) -> None:
-        for conv in walk(op, (CONVOLUTION,)):
+        for conv in walk(op, (EDGE_CONVOLUTION,)):
             if self._one(conv):
                 self.count("rewritten")
 

@@ -27,9 +27,7 @@ from torch_mlir import ir
 
 from etc.passes.pass_api import Pass, register_pass
 from etc.targets.cpu import decisions
-from etc.targets.cpu.ir_query import walk
-
-CONVOLUTION = "edge.convolution"
+from etc.targets.cpu.ir_query import EDGE_CONVOLUTION, spatial_pairs, walk
 
 
 def live_taps(size: int, kernel: int, stride: int, padding: int, dilation: int) -> tuple[int, int, int]:
@@ -72,7 +70,7 @@ class DropPaddingTaps(Pass):
     summary = "Drop the filter taps of convolutions that read only zero padding (dilated convolutions on small maps)"
 
     def run(self, op) -> None:
-        for conv in walk(op, (CONVOLUTION,)):
+        for conv in walk(op, (EDGE_CONVOLUTION,)):
             self._one(conv)
 
     def _one(self, conv) -> None:
@@ -84,9 +82,7 @@ class DropPaddingTaps(Pass):
         weight = args["weight"]
         if args["transposed"] or ir.RankedTensorType(weight.type).rank != 4:
             return
-        # aten.convolution takes one value for both dimensions as well as two (`padding=[0]`).
-        dilation, stride, padding = ([int(v) for v in args[key]] * (2 // max(1, len(args[key])))
-                                     for key in ("dilation", "stride", "padding"))
+        dilation, stride, padding = spatial_pairs(args, "dilation", "stride", "padding")
         if not (len(dilation) == len(stride) == len(padding) == 2):
             return
         x_shape, w_shape = _static(args["input"]), _static(weight)

@@ -49,9 +49,7 @@ from torch_mlir import ir
 from etc.passes.constant_table import ConstantTable
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu import decisions
-from etc.targets.cpu.ir_query import static_shape, walk
-
-CONVOLUTION = "edge.convolution"
+from etc.targets.cpu.ir_query import EDGE_CONVOLUTION, spatial_pairs, static_shape, walk
 
 # G (4x3): the filter transform, U = G g G^T.
 FILTER_TRANSFORM = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
@@ -85,8 +83,7 @@ class Tiling:
 def plan(x_shape, w_shape, args: dict, min_channels: int, min_tiles: int) -> "Tiling | str | None":
     """The tiling of a convolution Winograd takes, the reason (a str) for a candidate it does not,
     None for a convolution that is not a candidate (not a 3x3 of stride and dilation 1, one group)."""
-    stride, dilation, padding = ([int(v) for v in args[key]] * (2 // max(1, len(args[key])))
-                                 for key in ("stride", "dilation", "padding"))
+    stride, dilation, padding = spatial_pairs(args, "stride", "dilation", "padding")
     if (args["transposed"] or w_shape is None or len(w_shape) != 4 or tuple(w_shape[2:]) != (3, 3)
             or stride != [1, 1] or dilation != [1, 1] or int(args["groups"]) != 1):
         return None
@@ -110,7 +107,6 @@ class _Builder:
         from etc.dialects.aten import build_op
         from etc.dialects.edge import OPS
 
-        self.element = element
         self._build = lambda name, args, shape: build_op(
             name, args, [ir.RankedTensorType.get(shape, element)], dialect_ops=OPS).results[0]
 
@@ -229,7 +225,7 @@ class WinogradConvs(Pass):
         if self.options.min_tiles <= 0:
             return
         table = ConstantTable(op)
-        for conv in walk(op, (CONVOLUTION,)):
+        for conv in walk(op, (EDGE_CONVOLUTION,)):
             self._one(conv, table)
 
     def _one(self, conv, table: ConstantTable) -> None:
