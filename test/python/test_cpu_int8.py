@@ -241,6 +241,36 @@ def test_without_vnni_the_contractions_are_plain_loops_and_say_why():
     assert "NOT TUNED  convolution -> loops: the target has no int8 dot-product instruction" in report
 
 
+@pytest.mark.parametrize("c,f,k,hw", [
+    (6, 13, 3, (8, 5)),   # P = 18: 2 tail columns; F = 13 rows (two tiles of 6 and one), K = 54 (one masked run)
+    (32, 7, 3, (9, 9)),   # P = 81: 5 panels and 1 column, K = 288 (4 runs of 64 and one of 32)
+    (16, 4, 1, (6, 4)),   # P = 24: 8 tail columns (half a panel), 1x1: K = 16
+    (64, 9, 3, (5, 5)),   # P = 25: 9 columns are more than half a panel: padded, no tail
+])
+def test_int8_conv_tail_columns_are_dot_products_along_k(c, f, k, hw, monkeypatch):
+    """The last panel's few columns (at most half of it) are dot products along K after the
+    panels (the pack writes them column by column): the same bytes as the padded panel gives."""
+    from etc.targets.cpu.passes import int8_kernels
+
+    module, shape = _Conv(c, f, k, 1, k // 2), (1, c, *hw)
+    _check_layer(module, shape, 0, expect=("gemm",))
+    _, ep, x = _quantized(module, shape, 0)
+    with_tail = _run(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch(), [x])[0]
+    monkeypatch.setattr(int8_kernels, "tail_columns", lambda columns: 0)
+    padded = _run(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch(), [x])[0]
+    np.testing.assert_array_equal(with_tail, padded)
+    assert int8_kernels.PANEL == 16 and (hw[0] * hw[1]) % 16 <= 8 or hw == (5, 5)
+
+
+@pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")
+@pytest.mark.parametrize("c,f,k,hw", [(6, 13, 3, (8, 5)), (16, 20, 3, (7, 7)), (8, 70, 1, (5, 6))])
+def test_avx_vnni_kernel_matches_the_reference(c, f, k, hw):
+    """The 256-bit kernel (8-lane dot products, the AVX2 packs with their own lane order, round
+    then convert) on an AVX-VNNI target without AVX-512, tail columns included."""
+    partitioner = CpuPartitioner("x86_64-unknown-linux-gnu", cpu="alderlake", features="+avx2,+fma,+f16c,+avxvnni")
+    _check_layer(_Conv(c, f, k, 1, k // 2), (1, c, *hw), 0, partitioner=partitioner, expect=("gemm",))
+
+
 def _assembly(module, x, **target) -> str:
     """The cpu target's object code for `module` quantized, as assembly."""
     import llvmlite.binding as llvm

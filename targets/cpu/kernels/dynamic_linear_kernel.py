@@ -36,7 +36,8 @@ class DynamicLinearKernel(Int8Kernel):
 
     def __init__(self, p: DynamicPair, dot: str, mr: int, panels: int):
         self.p = p
-        self.lanes, self.intrinsic = DOTS[dot]
+        self.isa = DOTS[dot]
+        self.lanes, self.intrinsic = self.isa.lanes, self.isa.dot
         self.vp = PANEL // self.lanes
         # two accumulators (i32 group, f32 total) per output vector, but one group (int8 per channel):
         # the f32 ones are the i32 ones converted once, after K

@@ -6,16 +6,21 @@ from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, Im2col
 
 
-def pack_text(g: Im2col) -> str:
+def pack_text(g: Im2col, tail_columns: int = 0) -> str:
     """The im2col packed straight from the image, per call: for each group of 4 rows of K and panel
     of 16 positions, each row's 16 bytes gathered from one or a few contiguous loads (a position's
     row run; every stride-th byte) by shuffles, the four rows interleaved into the 64-byte panel row
     the kernel reads, flipped to unsigned, stored. The offsets are constants: L panels (a period of
     output rows) unrolled in a loop over the periods, each period's panels written row by row of K
     (a loop over K inside), then the last panels with positions past P clamped. Loads that could
-    reach past the image (the last rows of K near its end) are masked."""
+    reach past the image (the last rows of K near its end) are masked.
+
+    With `tail_columns` (the kernel's, see `Int8Kernel`) the last, partial panel holds its first
+    `tail_columns` positions one after another instead, each position's K values contiguous (at
+    byte (c * KB + kb) * 4 of the panel): the kernel multiplies them along K."""
     K, P = g.K, g.P
     KB, NB = -(-K // GROUP), -(-P // PANEL)
+    assert 0 <= tail_columns < PANEL and (not tail_columns or P % PANEL == tail_columns), (tail_columns, P)
     total = g.C * g.Hp * g.Wp
     LW = PANEL if g.sw == 1 else 2 * PANEL  # bytes per load
     L, D = g.period()
@@ -70,7 +75,7 @@ def pack_text(g: Im2col) -> str:
             cur = out
         return cur
 
-    def panel(acc: str, bases: list, offsets: list, nb: str, kb: str, in_bounds: bool) -> str:
+    def panel(acc: str, bases: list, offsets: list, nb: str, kb: str, in_bounds: bool, columns: int = 0) -> str:
         r = [row(base, offsets, in_bounds) for base in bases]
         s01, s23, tv, u, w = (t.fresh() for _ in range(5))
         v16, v32 = f"vector<{PANEL}xi8>", f"vector<{2 * PANEL}xi8>"
@@ -78,9 +83,30 @@ def pack_text(g: Im2col) -> str:
         t.emit(f"{s23} = vector.shuffle {r[2]}, {r[3]} [{', '.join(map(str, pairs))}] : {v16}, {v16}")
         t.emit(f"{tv} = vector.shuffle {s01}, {s23} [{', '.join(map(str, quads))}] : {v32}, {v32}")
         t.emit(f"{u} = arith.xori {tv}, %flip : vector<{PANEL * GROUP}xi8>")
+        if columns:
+            return columnwise(acc, u, nb, kb, columns)
         t.emit(f"{w} = vector.transfer_write {u}, {acc}[{nb}, {kb}, {t.index(0)}] {{in_bounds = [true]}} : "
                f"vector<{PANEL * GROUP}xi8>, {rows_t}")
         return w
+
+    def columnwise(acc: str, u: str, nb: str, kb: str, columns: int) -> str:
+        """Positions 0..columns-1 of the panel row `u` (4 bytes each) to their own runs of K."""
+        words = t.fresh()
+        t.emit(f"{words} = vector.bitcast {u} : vector<{PANEL * GROUP}xi8> to vector<{PANEL}xi32>")
+        for c in range(columns):
+            at = t.add(kb, c * KB)  # the 4-byte group's index in the panel
+            row_, col = t.fresh(), t.fresh()
+            t.emit(f"{row_} = arith.divui {at}, {t.index(PANEL)} : index")
+            t.emit(f"{col} = arith.remui {at}, {t.index(PANEL)} : index")
+            byte = t.mul(col, GROUP)
+            word, bytes4, w = t.fresh(), t.fresh(), t.fresh()
+            t.emit(f"{word} = vector.extract_strided_slice {words} {{offsets = [{c}], sizes = [1], strides = [1]}} : "
+                   f"vector<{PANEL}xi32> to vector<1xi32>")
+            t.emit(f"{bytes4} = vector.bitcast {word} : vector<1xi32> to vector<{GROUP}xi8>")
+            t.emit(f"{w} = vector.transfer_write {bytes4}, {acc}[{nb}, {row_}, {byte}] {{in_bounds = [true]}} : "
+                   f"vector<{GROUP}xi8>, {rows_t}")
+            acc = w
+        return acc
 
     def k_loop(acc: str, lo: int, hi: int, in_bounds: bool, body) -> str:
         """Rows lo..hi of K (in groups of 4): `body(acc, bases, kb, in_bounds)` writes their panel rows."""
@@ -128,7 +154,8 @@ def pack_text(g: Im2col) -> str:
     if tail:
         def last(acc: str, bases: list, kb: str, in_bounds: bool) -> str:
             for j in tail:
-                acc = panel(acc, bases, clamped[j], t.index(j), kb, in_bounds)
+                columns = tail_columns if j == NB - 1 else 0
+                acc = panel(acc, bases, clamped[j], t.index(j), kb, in_bounds, columns)
             return acc
 
         out = all_k(out, last)

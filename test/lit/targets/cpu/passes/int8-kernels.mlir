@@ -4,10 +4,13 @@
 
 // A linear layer's qgemm (2 rows, K = 6 in 2 groups of 4, 20 columns: one whole panel and a
 // partial one) and its per-column requantization, as etc-cpu-lower-quantized emits them. The pair
-// becomes one kernel: 2 x 2 panels of accumulators (the tile shrinks to the matrix), the K loop
+// becomes one kernel: 2 x 2 panels of accumulators (the tile shrinks to the matrix) starting at
+// -corr (the correction, per column here), the K loop (marked for etc-cpu-prefetch-gemm-tiles)
 // of broadcast 4-byte groups x 64-byte panel rows (one contiguous load each) through vpdpbusd, then the epilogue on the
-// registers: the correction, one fma, roundeven, the zero point, the clamp, an i8 store per
-// vector (the second panel's 4 valid columns masked: not in bounds). Nothing of the pair is left.
+// registers: one fma, the clamp to the output's range less its zero point, one rounding convert
+// ({rn-sae}), two dword->word packs, the zero point added to the words, one word->byte pack, a
+// dword shuffle undoing the packs' per-128-bit-lane order, one store for a row's two vectors (32
+// bytes, 20 columns valid: masked, not in bounds). Nothing of the pair is left.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"
 // CHECK-LABEL: func.func @linear
 // CHECK-NOT: etc.cpu.qgemm
@@ -19,15 +22,26 @@
 // CHECK: vector.broadcast %{{.*}} : i32 to vector<16xi32>
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK: scf.yield
-// CHECK: arith.subi %{{.*}}, %{{.*}} : vector<16xi32>
+// CHECK-NEXT: } {etc.cpu.int8_k_loop}
 // CHECK: math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<16xf32>
-// CHECK: math.roundeven
-// CHECK: arith.fptosi %{{.*}} : vector<16xf32> to vector<16xi8>
-// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] {in_bounds = [true]} : vector<16xi8>, tensor<2x20xi8>
-// CHECK: vector.transfer_read %{{.*}}[%{{.*}}], %{{[a-z0-9_]+}} : tensor<20xi32>, vector<16xi32>
-// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : vector<16xi8>, tensor<2x20xi8>
-// On AVX-VNNI: 8-lane dot products, two per panel.
+// CHECK: arith.maximumf %{{.*}}, %{{.*}} fastmath<nsz> : vector<16xf32>
+// CHECK: arith.minimumf %{{.*}}, %{{.*}} fastmath<nsz> : vector<16xf32>
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (vector<16xf32>, vector<16xi32>, i16, i32) -> vector<16xi32>
+// CHECK-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
+// CHECK-COUNT-2: arith.addi %{{.*}}, %{{.*}} : vector<32xi16>
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.packsswb.512"
+// CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15] : vector<16xi32>, vector<16xi32>
+// CHECK: vector.extract_strided_slice %{{.*}} {offsets = [0], sizes = [32], strides = [1]} : vector<64xi8> to vector<32xi8>
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : vector<32xi8>, tensor<2x20xi8>
+// CHECK-NOT: math.roundeven
+// On AVX-VNNI: 8-lane dot products, two per panel; 256-bit packs, and round-then-convert (no
+// embedded rounding on ymm without AVX-512).
 // AVX: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"({{.*}}) : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
+// AVX: math.roundeven %{{.*}} : vector<8xf32>
+// AVX: arith.fptosi %{{.*}} : vector<8xf32> to vector<8xi32>
+// AVX: llvm.call_intrinsic "llvm.x86.avx2.packssdw"({{.*}}) : (vector<8xi32>, vector<8xi32>) -> vector<16xi16>
+// AVX: llvm.call_intrinsic "llvm.x86.avx2.packsswb"({{.*}}) : (vector<16xi16>, vector<16xi16>) -> vector<32xi8>
+// AVX: vector.shuffle %{{.*}}, %{{.*}} [0, 4, 1, 5, 2, 6, 3, 7] : vector<8xi32>, vector<8xi32>
 // Without a dot-product instruction the pair stays plain loops, and the decision says why.
 // NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): plain i32 loops"
 // NONE: etc.cpu.decided
@@ -404,4 +418,91 @@ func.func @conv(%x: tensor<2x7x6xi8>, %a: tensor<3x5x4xi8>) -> tensor<3x20xi8> {
     linalg.yield %19 : i8
   } -> tensor<3x20xi8>
   return %9 : tensor<3x20xi8>
+}
+
+// -----
+
+// A convolution's qgemm as etc-cpu-lower-quantized emits it (2 -> 4 channels, 3x3, an 8x5 image:
+// 18 output positions, one whole panel and 2 columns), with its im2col chain. The pack reads the
+// image (no gather is built); the last panel holds its 2 columns one after another, each
+// position's 4-byte groups of K contiguous (at (c * KB + kb) * 4: a 4-byte store each). The
+// tiles compute the whole panel; the 2 tail columns are dot products along K after them: a
+// 64-byte run of a filter row times one of the column per vpdpbusd (K = 20 bytes: one masked
+// run, no loop), the lanes summed, requantized on the scalar and inserted at columns 16 and 17.
+// CHECK-LABEL: func.func @conv
+// CHECK-NOT: etc.cpu.im2col
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {in_bounds = [true]} : vector<4xi8>, tensor<2x5x64xi8>
+// CHECK: } {etc.cpu.int8_k_loop}
+// CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<4x5x4xi8> into tensor<4x20xi8>
+// CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0, 1, 2, 3]] : tensor<2x5x16x4xi8> into tensor<640xi8>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}], %{{.*}} : tensor<640xi8>, vector<64xi8>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}], %{{.*}} : tensor<640xi8>, vector<64xi8>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} : tensor<4x20xi8>, vector<64xi8>
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK: vector.reduction <add>, %{{.*}} : vector<16xi32> into i32
+// CHECK: math.roundeven %{{.*}} : f32
+// CHECK: tensor.insert %{{.*}} into %{{.*}}[%{{.*}}, %c16{{.*}}] : tensor<4x18xi8>
+// CHECK: tensor.insert %{{.*}} into %{{.*}}[%{{.*}}, %c17{{.*}}] : tensor<4x18xi8>
+// Without a dot product there is no kernel, and the pack keeps the panel layout.
+// NONE-LABEL: func.func @conv
+// NONE-NOT: vector<4xi8>, tensor<2x5x64xi8>
+func.func @conv(%x: tensor<1x2x8x5xi8>, %w: tensor<4x2x3x3xi8>) -> tensor<1x4x6x3xi8> {
+  %c3_i8 = arith.constant 3 : i8
+  %collapsed = tensor.collapse_shape %w [[0], [1, 2, 3]] : tensor<4x2x3x3xi8> into tensor<4x18xi8>
+  %c0_i8 = arith.constant 0 : i8
+  %padded = tensor.pad %collapsed low[0, 0] high[0, 2] {
+  ^bb0(%arg4: index, %arg5: index):
+    tensor.yield %c0_i8 : i8
+  } : tensor<4x18xi8> to tensor<4x20xi8>
+  %expanded = tensor.expand_shape %padded [[0], [1, 2]] output_shape [4, 5, 4] : tensor<4x20xi8> into tensor<4x5x4xi8>
+  %extracted_slice = tensor.extract_slice %x[0, 0, 0, 0] [1, 2, 8, 5] [1, 1, 1, 1] : tensor<1x2x8x5xi8> to tensor<2x8x5xi8>
+  %5 = tensor.empty() : tensor<2x3x3x6x3xi8>
+  %6 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1 + d3, d2 + d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2, d3, d4)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%extracted_slice : tensor<2x8x5xi8>) outs(%5 : tensor<2x3x3x6x3xi8>) attrs =  {etc.cpu.im2col = {dilation = array<i64: 1, 1>, stride = array<i64: 1, 1>}} {
+  ^bb0(%in: i8, %out: i8):
+    %c-128_i8 = arith.constant -128 : i8
+    %14 = arith.xori %in, %c-128_i8 : i8
+    linalg.yield %14 : i8
+  } -> tensor<2x3x3x6x3xi8>
+  %collapsed_0 = tensor.collapse_shape %6 [[0, 1, 2], [3, 4]] : tensor<2x3x3x6x3xi8> into tensor<18x18xi8>
+  %padded_1 = tensor.pad %collapsed_0 low[0, 0] high[2, 14] {
+  ^bb0(%arg4: index, %arg5: index):
+    tensor.yield %c0_i8 : i8
+  } : tensor<18x18xi8> to tensor<20x32xi8>
+  %expanded_2 = tensor.expand_shape %padded_1 [[0, 1], [2, 3]] output_shape [5, 4, 2, 16] : tensor<20x32xi8> into tensor<5x4x2x16xi8>
+  %7 = tensor.empty() : tensor<2x5x16x4xi8>
+  %transposed = linalg.transpose ins(%expanded_2 : tensor<5x4x2x16xi8>) outs(%7 : tensor<2x5x16x4xi8>) permutation = [2, 0, 3, 1] 
+  %c0_i32 = arith.constant 0 : i32
+  %8 = tensor.empty() : tensor<4x2x16xi32>
+  %9 = linalg.fill ins(%c0_i32 : i32) outs(%8 : tensor<4x2x16xi32>) -> tensor<4x2x16xi32>
+  %10 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d3, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d1, d3, d2, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%expanded, %transposed : tensor<4x5x4xi8>, tensor<2x5x16x4xi8>) outs(%9 : tensor<4x2x16xi32>) attrs =  {etc.cpu.qgemm = {a_unsigned = false, kind = "convolution"}} {
+  ^bb0(%in: i8, %in_11: i8, %out: i32):
+    %14 = arith.extsi %in : i8 to i32
+    %15 = arith.extui %in_11 : i8 to i32
+    %16 = arith.muli %14, %15 : i32
+    %17 = arith.addi %out, %16 : i32
+    linalg.yield %17 : i32
+  } -> tensor<4x2x16xi32>
+  %collapsed_3 = tensor.collapse_shape %10 [[0], [1, 2]] : tensor<4x2x16xi32> into tensor<4x32xi32>
+  %extracted_slice_4 = tensor.extract_slice %collapsed_3[0, 0] [4, 18] [1, 1] : tensor<4x32xi32> to tensor<4x18xi32>
+  %cst = arith.constant dense<[8253, 4585, -60915, 81482]> : tensor<4xi32>
+  %cst_5 = arith.constant dense<[0.00399999972, 0.00799999944, 6.000000e-03, 1.200000e-02]> : tensor<4xf32>
+  %cst_6 = arith.constant dense<[1.000000e+01, -2.000000e+01, 4.000000e+01, 0.000000e+00]> : tensor<4xf32>
+  %cst_7 = arith.constant -5.000000e+00 : f32
+  %cst_8 = arith.constant -5.000000e+00 : f32
+  %cst_9 = arith.constant 1.270000e+02 : f32
+  %11 = tensor.empty() : tensor<4x18xi8>
+  %12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%extracted_slice_4, %cst, %cst_5, %cst_6 : tensor<4x18xi32>, tensor<4xi32>, tensor<4xf32>, tensor<4xf32>) outs(%11 : tensor<4x18xi8>) attrs =  {etc.cpu.requant = {max = 127 : i64, min = -5 : i64, per = "row", zero_point = -5 : i64}} {
+  ^bb0(%in: i32, %in_11: i32, %in_12: f32, %in_13: f32, %out: i8):
+    %14 = arith.subi %in, %in_11 : i32
+    %15 = arith.sitofp %14 : i32 to f32
+    %16 = math.fma %15, %in_12, %in_13 : f32
+    %17 = math.roundeven %16 : f32
+    %18 = arith.addf %17, %cst_7 : f32
+    %19 = arith.maximumf %18, %cst_8 : f32
+    %20 = arith.minimumf %19, %cst_9 : f32
+    %21 = arith.fptosi %20 : f32 to i8
+    linalg.yield %21 : i8
+  } -> tensor<4x18xi8>
+  %expanded_10 = tensor.expand_shape %12 [[0, 1], [2, 3]] output_shape [1, 4, 6, 3] : tensor<4x18xi8> into tensor<1x4x6x3xi8>
+  return %expanded_10 : tensor<1x4x6x3xi8>
 }

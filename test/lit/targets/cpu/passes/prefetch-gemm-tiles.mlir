@@ -257,3 +257,48 @@ func.func @weight_rows(%w: memref<12x8xf32>, %b: memref<8x32xf32>, %c: memref<12
   }
   return
 }
+
+// The int8 kernel's k loop (marked `etc.cpu.int8_k_loop`) over a tile of 2 filter rows: each k
+// step reads a 4-byte group of each row of the packed filter A [12, 5, 4] (a function argument)
+// and a 64-byte row of B. Only A's next row tile is prefetched: one byte per step, 2 * 4 bytes
+// apart, from the start of rows (i + 2) mod 12 of A seen flat, clamped to its last byte; B's
+// rows (64-byte groups, not A's 4) and the stores get nothing.
+// CHECK-LABEL: func.func @int8_rows(
+// CHECK-SAME: %[[A:[a-z0-9]+]]: memref<12x5x4xi8>
+// CHECK: %[[FLAT:.*]] = memref.collapse_shape %[[A]] {{\[}}[0, 1, 2]] : memref<12x5x4xi8> into memref<240xi8>
+// CHECK: %[[NEXT:.*]] = arith.remui %{{.*}}, %{{.*}} : index
+// CHECK: %[[START:.*]] = arith.muli %[[NEXT]], %{{.*}} : index
+// CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[STEP:.*]] = arith.muli %[[K]], %{{.*}} : index
+// CHECK: %[[AT:.*]] = arith.addi %[[START]], %[[STEP]] : index
+// CHECK: %[[CLAMPED:.*]] = arith.minui %[[AT]], %{{.*}} : index
+// CHECK: memref.prefetch %[[FLAT]][%[[CLAMPED]]], read, locality<3>, data
+// CHECK-NOT: memref.prefetch
+// CHECK: {etc.cpu.int8_k_loop}
+// CHECK-NOT: memref.prefetch
+// CHECK: return
+func.func @int8_rows(%a: memref<12x5x4xi8>, %b: memref<1x5x64xi8>, %c: memref<12x16xi8>, %i: index) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c5 = arith.constant 5 : index
+  %p = arith.constant 0 : i8
+  %z = arith.constant dense<0> : vector<16xi32>
+  %i1 = arith.addi %i, %c1 : index
+  %acc:2 = scf.for %k = %c0 to %c5 step %c1 iter_args(%v0 = %z, %v1 = %z) -> (vector<16xi32>, vector<16xi32>) {
+    %bk = vector.transfer_read %b[%c0, %k, %c0], %p {in_bounds = [true]} : memref<1x5x64xi8>, vector<64xi8>
+    %a0 = vector.transfer_read %a[%i, %k, %c0], %p {in_bounds = [true]} : memref<12x5x4xi8>, vector<4xi8>
+    %a1 = vector.transfer_read %a[%i1, %k, %c0], %p {in_bounds = [true]} : memref<12x5x4xi8>, vector<4xi8>
+    %w0 = vector.bitcast %a0 : vector<4xi8> to vector<1xi32>
+    %w1 = vector.bitcast %a1 : vector<4xi8> to vector<1xi32>
+    %s0 = vector.extract %w0[0] : i32 from vector<1xi32>
+    %s1 = vector.extract %w1[0] : i32 from vector<1xi32>
+    %b0 = vector.broadcast %s0 : i32 to vector<16xi32>
+    %b1 = vector.broadcast %s1 : i32 to vector<16xi32>
+    %d0 = arith.addi %v0, %b0 : vector<16xi32>
+    %d1 = arith.addi %v1, %b1 : vector<16xi32>
+    scf.yield %d0, %d1 : vector<16xi32>, vector<16xi32>
+  } {etc.cpu.int8_k_loop}
+  %t0 = arith.trunci %acc#0 : vector<16xi32> to vector<16xi8>
+  vector.transfer_write %t0, %c[%i, %c0] {in_bounds = [true]} : vector<16xi8>, memref<12x16xi8>
+  return
+}
