@@ -262,6 +262,18 @@ def test_int8_conv_tail_columns_are_dot_products_along_k(c, f, k, hw, monkeypatc
     assert int8_kernels.PANEL == 16 and (hw[0] * hw[1]) % 16 <= 8 or hw == (5, 5)
 
 
+def test_tail_columns_keep_one_copy_of_the_filter(monkeypatch):
+    """The tail reads the filter as rows, the panels as 4-byte groups: one packed constant (a
+    second layout would be a second copy: ResNet-18's program was twice XNNPACK's size)."""
+    from etc.targets.cpu.passes import int8_kernels
+
+    _, ep, _ = _quantized(_Conv(64, 64, 3, 1, 1), (1, 64, 7, 7), 0)  # a 36 KiB filter, P = 49
+    with_tail = len(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch().buffer)
+    monkeypatch.setattr(int8_kernels, "tail_columns", lambda columns: 0)
+    padded = len(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch().buffer)
+    assert abs(with_tail - padded) < 16 * 1024, (with_tail, padded)
+
+
 @pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")
 @pytest.mark.parametrize("c,f,k,hw", [(6, 13, 3, (8, 5)), (16, 20, 3, (7, 7)), (8, 70, 1, (5, 6))])
 def test_avx_vnni_kernel_matches_the_reference(c, f, k, hw):

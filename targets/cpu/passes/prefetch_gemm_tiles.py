@@ -50,6 +50,7 @@ another thread's.
 
 from __future__ import annotations
 
+import numpy as np
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
@@ -398,13 +399,23 @@ def _prefetch_next_rows(loop) -> int:
     return count
 
 
+def _k_times(index, k, factor: int) -> bool:
+    """Is `index` k * factor (an `arith.muli` of the k loop's variable by the constant)?"""
+    owner = index.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.muli":
+        return False
+    a, b = list(owner.operation.operands)
+    return (a == k and constant_index(b) == factor) or (b == k and constant_index(a) == factor)
+
+
 def _prefetch_next_row_groups(loop) -> int:
     """The int8 kernel's `_prefetch_next_rows` (its k loop, marked `INT8_K_LOOP`, gets only this
     one: with the others too, B's rows ahead, the next panel and the stores' lines, ResNet-50 int8
-    took 1.5% longer): its k loop reads, for each of the tile's r rows,
-    one group of G bytes (a vector<G x i8> at [row, kb, 0] of the packed filter [M, KB, G], a
-    function argument), so k step s prefetches (into L1) the byte at ((row0 + r) mod M) * KB * G
-    + s * r * G: the next tile's r rows (contiguous, r * KB * G bytes) by the loop's end."""
+    took 1.5% longer): its k loop reads, for each of the tile's r rows, one group of G = 4 bytes of
+    the packed filter (a function argument): a vector<4 x i8> at [row, kb, 0] of [M, KB, 4], or at
+    [row, kb * 4] of [M, KB * 4] (the filter seen as rows, with tail columns). So k step s
+    prefetches (into L1) the byte at ((row0 + r) mod M) * KB * G + s * r * G: the next tile's r rows
+    (contiguous, r * KB * G bytes) by the loop's end."""
     from torch_mlir.dialects import arith, memref
 
     k = loop.regions[0].blocks[0].arguments[0]
@@ -416,24 +427,28 @@ def _prefetch_next_row_groups(loop) -> int:
         return arith.ConstantOp(index, ir.IntegerAttr.get(index, value)).result
 
     groups = {}
-    for op, mtype, indices, vtype in list(_argument_reads(loop, 3)):
-        if mtype.rank != 3 or vtype.rank != 1 or not vtype.shape[0] == mtype.shape[2] == GROUP or indices[1] != k or \
-                constant_index(indices[2]) != 0 or not _defined_before(indices[0], loop):
+    for op, mtype, indices, vtype in list(_argument_reads(loop, 2)):
+        if vtype.rank != 1 or vtype.shape[0] != GROUP or not _defined_before(indices[0], loop):
             continue
-        groups.setdefault(op.operands[0], []).append((op, indices[0]))
+        grouped = mtype.rank == 3 and mtype.shape[2] == GROUP and indices[1] == k and constant_index(indices[2]) == 0
+        rows = mtype.rank == 2 and _k_times(indices[1], k, GROUP)
+        if grouped or rows:
+            groups.setdefault(op.operands[0], []).append((op, indices[0]))
     count = 0
     for mem, reads in groups.items():
-        M, KB, G = ir.MemRefType(mem.type).shape
+        shape = ir.MemRefType(mem.type).shape
+        M, size = shape[0], int(np.prod(shape))
+        KB = size // (M * GROUP)
         if constant_index(list(loop.operands)[1]) != KB:
             continue
         rows, first_op, first_row = len(reads), reads[0][0], reads[0][1]
         flat = _flat_view(mem)
         with ir.InsertionPoint(loop), loop.location:
             next_row = arith.RemUIOp(arith.AddIOp(first_row, constant(rows)).result, constant(M)).result
-            start = arith.MulIOp(next_row, constant(KB * G)).result
+            start = arith.MulIOp(next_row, constant(KB * GROUP)).result
         with ir.InsertionPoint(first_op), first_op.location:
-            at = arith.AddIOp(start, arith.MulIOp(k, constant(rows * G)).result).result
-            memref.PrefetchOp(flat, [arith.MinUIOp(at, constant(M * KB * G - 1)).result], False, 3, True)
+            at = arith.AddIOp(start, arith.MulIOp(k, constant(rows * GROUP)).result).result
+            memref.PrefetchOp(flat, [arith.MinUIOp(at, constant(size - 1)).result], False, 3, True)
             count += 1
     return count
 

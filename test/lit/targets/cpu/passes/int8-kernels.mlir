@@ -426,15 +426,20 @@ func.func @conv(%x: tensor<2x7x6xi8>, %a: tensor<3x5x4xi8>) -> tensor<3x20xi8> {
 // 18 output positions, one whole panel and 2 columns), with its im2col chain. The pack reads the
 // image (no gather is built); the last panel holds its 2 columns one after another, each
 // position's 4-byte groups of K contiguous (at (c * KB + kb) * 4: a 4-byte store each). The
-// tiles compute the whole panel; the 2 tail columns are dot products along K after them: a
-// 64-byte run of a filter row times one of the column per vpdpbusd (K = 20 bytes: one masked
-// run, no loop), the lanes summed, requantized on the scalar and inserted at columns 16 and 17.
+// tiles compute the whole panel, reading the filter as rows [4, 20] (the 4 bytes at kb * 4: one
+// view of it for both parts, so that it stays one constant); the 2 tail columns are dot products
+// along K after them: a 64-byte run of a filter row times one of the column per vpdpbusd (K = 20
+// bytes: one masked run, no loop), the lanes summed, requantized on the scalar and inserted at
+// columns 16 and 17.
 // CHECK-LABEL: func.func @conv
 // CHECK-NOT: etc.cpu.im2col
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {in_bounds = [true]} : vector<4xi8>, tensor<2x5x64xi8>
-// CHECK: } {etc.cpu.int8_k_loop}
-// CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<4x5x4xi8> into tensor<4x20xi8>
+// CHECK: %[[AROWS:.*]] = tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2]] : tensor<4x5x4xi8> into tensor<4x20xi8>
 // CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0, 1, 2, 3]] : tensor<2x5x16x4xi8> into tensor<640xi8>
+// CHECK: %{{.*}}:4 = scf.for %[[KB:[a-z0-9_]+]] = 
+// CHECK: %[[KB4:.*]] = arith.muli %[[KB]], %{{.*}} : index
+// CHECK: vector.transfer_read %[[AROWS]][%{{.*}}, %[[KB4]]], %{{.*}} {in_bounds = [true]} : tensor<4x20xi8>, vector<4xi8>
+// CHECK: } {etc.cpu.int8_k_loop}
 // CHECK: vector.transfer_read %{{.*}}[%{{.*}}], %{{.*}} : tensor<640xi8>, vector<64xi8>
 // CHECK: vector.transfer_read %{{.*}}[%{{.*}}], %{{.*}} : tensor<640xi8>, vector<64xi8>
 // CHECK: vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}], %{{.*}} : tensor<4x20xi8>, vector<64xi8>

@@ -302,3 +302,38 @@ func.func @int8_rows(%a: memref<12x5x4xi8>, %b: memref<1x5x64xi8>, %c: memref<12
   vector.transfer_write %t0, %c[%i, %c0] {in_bounds = [true]} : vector<16xi8>, memref<12x16xi8>
   return
 }
+
+// With tail columns the kernel reads the filter as rows [M, KB * 4], the group at [row, kb * 4]:
+// the same prefetch, the next 2 rows' 2 * 4 bytes per step.
+// CHECK-LABEL: func.func @int8_rows_flat(
+// CHECK-SAME: %[[A:[a-z0-9]+]]: memref<12x20xi8>
+// CHECK: %[[FLAT:.*]] = memref.collapse_shape %[[A]] {{\[}}[0, 1]] : memref<12x20xi8> into memref<240xi8>
+// CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[AT:.*]] = arith.addi %{{.*}}, %{{.*}} : index
+// CHECK: %[[CLAMPED:.*]] = arith.minui %[[AT]], %{{.*}} : index
+// CHECK: memref.prefetch %[[FLAT]][%[[CLAMPED]]], read, locality<3>, data
+// CHECK-NOT: memref.prefetch
+// CHECK: {etc.cpu.int8_k_loop}
+func.func @int8_rows_flat(%a: memref<12x20xi8>, %i: index) -> vector<16xi32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c5 = arith.constant 5 : index
+  %p = arith.constant 0 : i8
+  %z = arith.constant dense<0> : vector<16xi32>
+  %i1 = arith.addi %i, %c1 : index
+  %acc = scf.for %k = %c0 to %c5 step %c1 iter_args(%v = %z) -> (vector<16xi32>) {
+    %k4 = arith.muli %k, %c4 : index
+    %a0 = vector.transfer_read %a[%i, %k4], %p {in_bounds = [true]} : memref<12x20xi8>, vector<4xi8>
+    %a1 = vector.transfer_read %a[%i1, %k4], %p {in_bounds = [true]} : memref<12x20xi8>, vector<4xi8>
+    %w0 = vector.bitcast %a0 : vector<4xi8> to vector<1xi32>
+    %w1 = vector.bitcast %a1 : vector<4xi8> to vector<1xi32>
+    %s0 = vector.extract %w0[0] : i32 from vector<1xi32>
+    %s1 = vector.extract %w1[0] : i32 from vector<1xi32>
+    %s = arith.addi %s0, %s1 : i32
+    %b = vector.broadcast %s : i32 to vector<16xi32>
+    %d = arith.addi %v, %b : vector<16xi32>
+    scf.yield %d : vector<16xi32>
+  } {etc.cpu.int8_k_loop}
+  return %acc : vector<16xi32>
+}
