@@ -76,13 +76,18 @@ class Int8Kernel(KernelText):
         self.emit(f"%zp16 = arith.constant dense<{p.zero_point}> : vector<{2 * L}xi16>")
         self.emit(f"%lo = arith.constant dense<{float(p.lo - p.zero_point)}> : vector<{L}xf32>")
         self.emit(f"%hi = arith.constant dense<{float(p.hi - p.zero_point)}> : vector<{L}xf32>")
-        self.emit(f"%all = arith.constant -1 : i{L}")
-        self.emit(f"%nearest = arith.constant {NEAREST} : i32")
+        if self.isa.rounding_convert:
+            self.emit(f"%all = arith.constant -1 : i{L}")
+            self.emit(f"%nearest = arith.constant {NEAREST} : i32")
         self.emit(f"%init = tensor.empty() : {o_t}")
         self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {b_t} into "
                   f"{tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}")
         groups = (p.N // PANEL) // self.panels  # groups of whole panels (loop); the rest, a partial one too, after
         main = p.NB - (1 if self.tail_columns else 0)  # the panels the tiles compute
+        # A read as rows [M, KB * 4] everywhere: the tail's 64-byte runs need that view, and one
+        # view keeps a filter one constant (etc-cpu-prepack-constants packs each layout read)
+        self.emit(f"%Arows = tensor.collapse_shape %A [[0], [1, 2]] : {a_t} into "
+                  f"{tensor_type([p.M, p.KB * GROUP], 'i8')}")
         if self.tail_columns:
             self.tail_constants()
         out = "%init"
@@ -149,15 +154,9 @@ class Int8Kernel(KernelText):
                           f"%pad8 {{in_bounds = [true]}} : {tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}, {bytes_}")
                 bvecs.append(b)
         new = []
-        # With tail columns the filter is read as rows [M, KB * 4] (the tail's 64-byte runs need
-        # them): through one view, so that it stays one constant (etc-cpu-prepack-constants packs
-        # each layout a weight is read in).
-        kb4 = self.mul(kb, GROUP) if self.tail_columns else None
+        kb4 = self.mul(kb, GROUP)
         for r in range(rows):
-            if self.tail_columns:
-                a = self.broadcast_group(f"%Arows[{ms[r]}, {kb4}]", tensor_type([p.M, p.KB * GROUP], 'i8'))
-            else:
-                a = self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(0)}]", tensor_type([p.M, p.KB, GROUP], 'i8'))
+            a = self.broadcast_group(f"%Arows[{ms[r]}, {kb4}]", tensor_type([p.M, p.KB * GROUP], 'i8'))
             for v in range(panels * vp):
                 u, sg = (a, bvecs[v]) if p.a_unsigned else (bvecs[v], a)
                 acc = self.fresh("d")
@@ -228,9 +227,7 @@ class Int8Kernel(KernelText):
 
     def tail_constants(self) -> None:
         p = self.p
-        a_t, b_t = tensor_type([p.M, p.KB * GROUP], "i8"), tensor_type([p.NB * p.KB * PANEL * GROUP], "i8")
-        self.emit(f"%Arows = tensor.collapse_shape %A [[0], [1, 2]] : {tensor_type([p.M, p.KB, GROUP], 'i8')} "
-                  f"into {a_t}")
+        b_t = tensor_type([p.NB * p.KB * PANEL * GROUP], "i8")
         self.emit(f"%Bcols = tensor.collapse_shape %B [[0, 1, 2, 3]] : "
                   f"{tensor_type([p.NB, p.KB, PANEL, GROUP], 'i8')} into {b_t}")
         self.emit(f"%tlo = arith.constant {float(p.lo - p.zero_point)} : f32")

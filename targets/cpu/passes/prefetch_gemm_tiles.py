@@ -54,8 +54,6 @@ another thread's.
 
 from __future__ import annotations
 
-import math
-
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass
@@ -417,8 +415,8 @@ def _prefetch_next_row_groups(loop) -> int:
     """The int8 kernel's `_prefetch_next_rows` (its k loop, marked `INT8_K_LOOP`, gets only this
     one: with the others too, B's rows ahead, the next panel and the stores' lines, ResNet-50 int8
     took 1.5% longer): its k loop reads, for each of the tile's r rows, one group of G = 4 bytes of
-    the packed filter (a function argument): a vector<4 x i8> at [row, kb, 0] of [M, KB, 4], or at
-    [row, kb * 4] of [M, KB * 4] (the filter seen as rows, with tail columns). So k step s
+    the packed filter (a function argument seen as rows [M, KB * 4]): a vector<4 x i8> at
+    [row, kb * 4]. So k step s
     prefetches (into L1) the byte at ((row0 + r) mod M) * KB * G + s * r * G: the next tile's r rows
     (contiguous, r * KB * G bytes) by the loop's end."""
     from torch_mlir.dialects import arith, memref
@@ -433,17 +431,13 @@ def _prefetch_next_row_groups(loop) -> int:
 
     groups = {}
     for op, mtype, indices, vtype in list(_argument_reads(loop, 2)):
-        if vtype.rank != 1 or vtype.shape[0] != GROUP or not _defined_before(indices[0], loop):
-            continue
-        grouped = mtype.rank == 3 and mtype.shape[2] == GROUP and indices[1] == k and constant_index(indices[2]) == 0
-        as_rows = mtype.rank == 2 and _k_times(indices[1], k, GROUP)
-        if grouped or as_rows:
+        if mtype.rank == 2 and vtype.rank == 1 and vtype.shape[0] == GROUP and \
+                _defined_before(indices[0], loop) and _k_times(indices[1], k, GROUP):
             groups.setdefault(op.operands[0], []).append((op, indices[0]))
     count = 0
     for mem, reads in groups.items():
-        shape = ir.MemRefType(mem.type).shape
-        M, size = shape[0], math.prod(shape)
-        KB = size // (M * GROUP)
+        M, K4 = ir.MemRefType(mem.type).shape
+        size, KB = M * K4, K4 // GROUP
         if constant_index(list(loop.operands)[1]) != KB:
             continue
         rows, first_op, first_row = len(reads), reads[0][0], reads[0][1]

@@ -18,7 +18,8 @@
 // CHECK: %[[BFLAT:.*]] = tensor.collapse_shape %arg1 {{\[}}[0], [1], [2, 3]] : tensor<2x2x16x4xi8> into tensor<2x2x64xi8>
 // CHECK: scf.for %[[KB:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<16xi32>, vector<16xi32>, vector<16xi32>, vector<16xi32>)
 // CHECK-COUNT-2: vector.transfer_read %[[BFLAT]][%{{.*}}, %[[KB]], %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x2x64xi8>, vector<64xi8>
-// CHECK: vector.transfer_read %arg0[%{{.*}}, %[[KB]], %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x2x4xi8>, vector<4xi8>
+// CHECK: %[[KB4:.*]] = arith.muli %[[KB]], %{{.*}} : index
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}, %[[KB4]]], %{{.*}} {in_bounds = [true]} : tensor<2x8xi8>, vector<4xi8>
 // CHECK: vector.broadcast %{{.*}} : i32 to vector<16xi32>
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK: scf.yield
@@ -426,8 +427,8 @@ func.func @conv(%x: tensor<2x7x6xi8>, %a: tensor<3x5x4xi8>) -> tensor<3x20xi8> {
 // 18 output positions, one whole panel and 2 columns), with its im2col chain. The pack reads the
 // image (no gather is built); the last panel holds its 2 columns one after another, each
 // position's 4-byte groups of K contiguous (at (c * KB + kb) * 4: a 4-byte store each). The
-// tiles compute the whole panel, reading the filter as rows [4, 20] (the 4 bytes at kb * 4: one
-// view of it for both parts, so that it stays one constant); the 2 tail columns are dot products
+// tiles compute the whole panel, reading the filter as rows [4, 20] (the 4 bytes at kb * 4: the
+// kernel's one view of A, which the tail reads too, so that it stays one constant); the 2 tail columns are dot products
 // along K after them: a 64-byte run of a filter row times one of the column per vpdpbusd (K = 20
 // bytes: one masked run, no loop), the lanes summed, requantized on the scalar and inserted at
 // columns 16 and 17.

@@ -259,16 +259,17 @@ func.func @weight_rows(%w: memref<12x8xf32>, %b: memref<8x32xf32>, %c: memref<12
 }
 
 // The int8 kernel's k loop (marked `etc.cpu.int8_k_loop`) over a tile of 2 filter rows: each k
-// step reads a 4-byte group of each row of the packed filter A [12, 5, 4] (a function argument)
-// and a 64-byte row of B. Only A's next row tile is prefetched: one byte per step, 2 * 4 bytes
+// step reads a 4-byte group of each row of the packed filter seen as rows A [12, 20] (a function
+// argument; the group at [row, kb * 4]) and a 64-byte row of B. Only A's next row tile is prefetched: one byte per step, 2 * 4 bytes
 // apart, from the start of rows (i + 2) mod 12 of A seen flat, clamped to its last byte; B's
 // rows (64-byte groups, not A's 4) and the stores get nothing.
 // CHECK-LABEL: func.func @int8_rows(
-// CHECK-SAME: %[[A:[a-z0-9]+]]: memref<12x5x4xi8>
-// CHECK: %[[FLAT:.*]] = memref.collapse_shape %[[A]] {{\[}}[0, 1, 2]] : memref<12x5x4xi8> into memref<240xi8>
+// CHECK-SAME: %[[A:[a-z0-9]+]]: memref<12x20xi8>
+// CHECK: %[[FLAT:.*]] = memref.collapse_shape %[[A]] {{\[}}[0, 1]] : memref<12x20xi8> into memref<240xi8>
 // CHECK: %[[NEXT:.*]] = arith.remui %{{.*}}, %{{.*}} : index
 // CHECK: %[[START:.*]] = arith.muli %[[NEXT]], %{{.*}} : index
 // CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: %[[K4:.*]] = arith.muli %[[K]], %{{.*}} : index
 // CHECK: %[[STEP:.*]] = arith.muli %[[K]], %{{.*}} : index
 // CHECK: %[[AT:.*]] = arith.addi %[[START]], %[[STEP]] : index
 // CHECK: %[[CLAMPED:.*]] = arith.minui %[[AT]], %{{.*}} : index
@@ -277,17 +278,19 @@ func.func @weight_rows(%w: memref<12x8xf32>, %b: memref<8x32xf32>, %c: memref<12
 // CHECK: {etc.cpu.int8_k_loop}
 // CHECK-NOT: memref.prefetch
 // CHECK: return
-func.func @int8_rows(%a: memref<12x5x4xi8>, %b: memref<1x5x64xi8>, %c: memref<12x16xi8>, %i: index) {
+func.func @int8_rows(%a: memref<12x20xi8>, %b: memref<1x5x64xi8>, %c: memref<12x16xi8>, %i: index) {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
   %c5 = arith.constant 5 : index
   %p = arith.constant 0 : i8
   %z = arith.constant dense<0> : vector<16xi32>
   %i1 = arith.addi %i, %c1 : index
   %acc:2 = scf.for %k = %c0 to %c5 step %c1 iter_args(%v0 = %z, %v1 = %z) -> (vector<16xi32>, vector<16xi32>) {
     %bk = vector.transfer_read %b[%c0, %k, %c0], %p {in_bounds = [true]} : memref<1x5x64xi8>, vector<64xi8>
-    %a0 = vector.transfer_read %a[%i, %k, %c0], %p {in_bounds = [true]} : memref<12x5x4xi8>, vector<4xi8>
-    %a1 = vector.transfer_read %a[%i1, %k, %c0], %p {in_bounds = [true]} : memref<12x5x4xi8>, vector<4xi8>
+    %k4 = arith.muli %k, %c4 : index
+    %a0 = vector.transfer_read %a[%i, %k4], %p {in_bounds = [true]} : memref<12x20xi8>, vector<4xi8>
+    %a1 = vector.transfer_read %a[%i1, %k4], %p {in_bounds = [true]} : memref<12x20xi8>, vector<4xi8>
     %w0 = vector.bitcast %a0 : vector<4xi8> to vector<1xi32>
     %w1 = vector.bitcast %a1 : vector<4xi8> to vector<1xi32>
     %s0 = vector.extract %w0[0] : i32 from vector<1xi32>
@@ -303,37 +306,3 @@ func.func @int8_rows(%a: memref<12x5x4xi8>, %b: memref<1x5x64xi8>, %c: memref<12
   return
 }
 
-// With tail columns the kernel reads the filter as rows [M, KB * 4], the group at [row, kb * 4]:
-// the same prefetch, the next 2 rows' 2 * 4 bytes per step.
-// CHECK-LABEL: func.func @int8_rows_flat(
-// CHECK-SAME: %[[A:[a-z0-9]+]]: memref<12x20xi8>
-// CHECK: %[[FLAT:.*]] = memref.collapse_shape %[[A]] {{\[}}[0, 1]] : memref<12x20xi8> into memref<240xi8>
-// CHECK: scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args
-// CHECK: %[[AT:.*]] = arith.addi %{{.*}}, %{{.*}} : index
-// CHECK: %[[CLAMPED:.*]] = arith.minui %[[AT]], %{{.*}} : index
-// CHECK: memref.prefetch %[[FLAT]][%[[CLAMPED]]], read, locality<3>, data
-// CHECK-NOT: memref.prefetch
-// CHECK: {etc.cpu.int8_k_loop}
-func.func @int8_rows_flat(%a: memref<12x20xi8>, %i: index) -> vector<16xi32> {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  %c5 = arith.constant 5 : index
-  %p = arith.constant 0 : i8
-  %z = arith.constant dense<0> : vector<16xi32>
-  %i1 = arith.addi %i, %c1 : index
-  %acc = scf.for %k = %c0 to %c5 step %c1 iter_args(%v = %z) -> (vector<16xi32>) {
-    %k4 = arith.muli %k, %c4 : index
-    %a0 = vector.transfer_read %a[%i, %k4], %p {in_bounds = [true]} : memref<12x20xi8>, vector<4xi8>
-    %a1 = vector.transfer_read %a[%i1, %k4], %p {in_bounds = [true]} : memref<12x20xi8>, vector<4xi8>
-    %w0 = vector.bitcast %a0 : vector<4xi8> to vector<1xi32>
-    %w1 = vector.bitcast %a1 : vector<4xi8> to vector<1xi32>
-    %s0 = vector.extract %w0[0] : i32 from vector<1xi32>
-    %s1 = vector.extract %w1[0] : i32 from vector<1xi32>
-    %s = arith.addi %s0, %s1 : i32
-    %b = vector.broadcast %s : i32 to vector<16xi32>
-    %d = arith.addi %v, %b : vector<16xi32>
-    scf.yield %d : vector<16xi32>
-  } {etc.cpu.int8_k_loop}
-  return %acc : vector<16xi32>
-}
