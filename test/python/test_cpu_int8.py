@@ -274,6 +274,89 @@ def test_tail_columns_keep_one_copy_of_the_filter(monkeypatch):
     assert abs(with_tail - padded) < 16 * 1024, (with_tail, padded)
 
 
+class _Residual(nn.Module):
+    """conv (+ ReLU) joined with a shortcut by an add (+ ReLU): ResNet's block end, the conv's
+    result the add's first or second operand."""
+
+    def __init__(self, c, k, conv_first, conv_relu, add_relu):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, k, padding=k // 2)
+        self.conv_first, self.conv_relu, self.add_relu = conv_first, conv_relu, add_relu
+
+    def forward(self, x, shortcut):
+        y = self.conv(x)
+        y = torch.relu(y) if self.conv_relu else y
+        y = y + shortcut if self.conv_first else shortcut + y
+        return torch.relu(y) if self.add_relu else y
+
+
+@pytest.mark.parametrize("c,k,hw,conv_first,conv_relu,add_relu", [
+    (16, 3, (8, 8), True, False, True),     # ResNet's: conv, add, ReLU
+    (16, 3, (7, 7), False, False, False),   # the conv second; a 7x7 map: one tail column
+    (24, 1, (14, 14), True, True, False),   # the conv's own ReLU clamps before the add; 4 tail columns
+    (8, 3, (5, 9), False, True, True),      # P = 45: a partial last panel, masked residual reads
+])
+def test_int8_add_fused_into_the_conv_epilogue(c, k, hw, conv_first, conv_relu, add_relu, monkeypatch):
+    """An int8 add reading a conv's result is computed in the conv kernel's epilogue: the same
+    bytes as the separate add, and within one step of the portable kernels."""
+    from etc.targets.cpu.passes import int8_kernels
+
+    torch.manual_seed(0)
+    x, shortcut = torch.randn(1, c, *hw), torch.randn(1, c, *hw) * 2
+    zoo_model = ZooModel("block", _Residual(c, k, conv_first, conv_relu, add_relu).eval(), (x, shortcut))
+    converted, ep = quantize(zoo_model, calibration_batches=0)
+    edge = etc.to_edge(ep).to_backend(CpuPartitioner())
+    report = edge.delegation_info()
+    assert "0 op(s) on portable kernels" in report and "epilogue -> fused" in report, report
+    fused = _run(edge.to_executorch(), [x, shortcut])[0]
+    monkeypatch.setattr(int8_kernels, "match_residual_add", lambda requant: None)
+    separate = _run(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch(), [x, shortcut])[0]
+    np.testing.assert_array_equal(fused, separate)
+    portable = _run(etc.to_edge(ep).transform(["etc-fold-quantized"]).to_executorch(), [x, shortcut])[0]
+    _within_one_step(fused, portable, _output_scale(ep))
+    with torch.no_grad():
+        assert sqnr(converted(x, shortcut), torch.as_tensor(fused)) >= 30
+
+
+class _ReluBesideSigned(nn.Module):
+    """A ReLU conv concatenated with a signed one: the concatenation's shared scale and zero point
+    put the ReLU conv's lower clamp (its zero point) above -128."""
+
+    def __init__(self):
+        super().__init__()
+        self.relu_conv, self.conv = nn.Conv2d(8, 20, 3, padding=1), nn.Conv2d(8, 12, 1)
+        self.linear = nn.Linear(32 * 36, 40)
+
+    def forward(self, x):
+        y = torch.cat([torch.relu(self.relu_conv(x)), self.conv(x)], dim=1)
+        return self.linear(y.flatten(1))
+
+
+def test_saturating_epilogue_matches_the_clamped_one(monkeypatch):
+    """Rounding unclamped and letting the packs saturate (the lowering's `fits_i32` bound) gives the
+    float clamp's bytes: a ReLU conv whose clamp starts above -128 (a byte max), a plain conv
+    (saturation only), a linear."""
+    import dataclasses
+
+    from etc.targets.cpu.passes import int8_kernels
+
+    _, ep, x = _quantized(_ReluBesideSigned(), (1, 8, 6, 6), 0)
+    program = lambda: etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch()  # noqa: E731
+    seen = []
+    match = int8_kernels.match_qgemm
+
+    def clamped(requant):
+        pair = match(requant)
+        seen.append((pair.fits_i32, pair.lo))
+        return dataclasses.replace(pair, fits_i32=False)
+
+    saturating = _run(program(), [x])[0]
+    monkeypatch.setattr(int8_kernels, "match_qgemm", clamped)
+    np.testing.assert_array_equal(saturating, _run(program(), [x])[0])
+    assert seen and all(fits for fits, _ in seen)
+    assert any(lo > -128 for _, lo in seen), seen
+
+
 @pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")
 @pytest.mark.parametrize("c,f,k,hw", [(6, 13, 3, (8, 5)), (16, 20, 3, (7, 7)), (8, 70, 1, (5, 6))])
 def test_avx_vnni_kernel_matches_the_reference(c, f, k, hw):

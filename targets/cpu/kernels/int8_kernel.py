@@ -7,7 +7,9 @@
                           acc = vpdpbusd(acc, unsigned operand, signed operand)
         epilogue on the registers: to float, * mult + bias (fma), clamp to [lo - zp, hi - zp],
         round to nearest even and convert (one instruction on AVX-512), then four vectors at a
-        time: packed to words, + zp, packed to bytes, one shuffle, one store (masked past N)
+        time: packed to words, + zp, packed to bytes, one shuffle, one store (masked past N);
+        with `fits_i32` no float clamp: the packs saturate, a byte max/min clamps (1-4% on
+        whole int8 models); with a fused add (`ResidualAdd`) its arithmetic before the packs
     then a convolution's tail columns, if any (`tail_pass`): dot products along K
 
 `vpdpbusd` and the packs are called as the LLVM intrinsics of the ISA row (`DOTS`: `avx512-vnni`
@@ -25,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etc.targets.cpu.kernel_ir import KernelText, tensor_type
-from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, QgemmPair
+from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type
+from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, QgemmPair, ResidualAdd
 
 
 
@@ -54,9 +56,13 @@ NEAREST = 8  # the convert's embedded rounding: to nearest even, exceptions supp
 class Int8Kernel(KernelText):
     """The kernel as text: a function of (A, B, corr, mult, bias) returning the [M, N] i8 tensor."""
 
-    def __init__(self, p: QgemmPair, dot: str, mr: int, panels: int, tail_columns: int = 0):
+    def __init__(self, p: QgemmPair, dot: str, mr: int, panels: int, tail_columns: int = 0,
+                 residual: ResidualAdd | None = None):
         super().__init__()
         self.p = p
+        self.residual = residual  # an int8 add fused into the epilogue: the kernel returns its result
+        # round before clamping, the packs saturate to i8 and the bytes are clamped (see `store`)
+        self.saturate = p.fits_i32 and residual is None
         self.tail_columns = tail_columns  # the last panel's columns, multiplied along K (see `tail`)
         self.isa = DOTS[dot]
         self.lanes, self.intrinsic = self.isa.lanes, self.isa.dot
@@ -69,11 +75,15 @@ class Int8Kernel(KernelText):
         C = p.M if p.per == "row" else p.N
         a_t, b_t = tensor_type([p.M, p.KB, GROUP], "i8"), tensor_type([p.NB, p.KB, PANEL, GROUP], "i8")
         c_i, c_f, o_t = tensor_type([C], "i32"), tensor_type([C], "f32"), tensor_type([p.M, p.N], "i8")
+        r = self.residual
         self.emit(f"%zero = arith.constant dense<0> : vector<{L}xi32>")
         self.emit("%pad8 = arith.constant 0 : i8")
         self.emit("%pad32 = arith.constant 0 : i32")
         self.emit("%padf = arith.constant 0.0 : f32")
-        self.emit(f"%zp16 = arith.constant dense<{p.zero_point}> : vector<{2 * L}xi16>")
+        self.emit(f"%zp16 = arith.constant dense<{r.zero_point if r else p.zero_point}> : vector<{2 * L}xi16>")
+        if self.saturate:
+            self.emit(f"%lo8 = arith.constant dense<{p.lo}> : vector<{4 * L}xi8>")
+            self.emit(f"%hi8 = arith.constant dense<{p.hi}> : vector<{4 * L}xi8>")
         self.emit(f"%lo = arith.constant dense<{float(p.lo - p.zero_point)}> : vector<{L}xf32>")
         self.emit(f"%hi = arith.constant dense<{float(p.hi - p.zero_point)}> : vector<{L}xf32>")
         if self.isa.rounding_convert:
@@ -90,6 +100,8 @@ class Int8Kernel(KernelText):
                   f"{tensor_type([p.M, p.KB * GROUP], 'i8')}")
         if self.tail_columns:
             self.tail_constants()
+        if r:
+            self.residual_constants()
         out = "%init"
         if groups:
             g, o = self.fresh("g"), self.fresh("o")
@@ -107,9 +119,67 @@ class Int8Kernel(KernelText):
             out = self.rows(out, self.index(groups * self.panels), rest, static_panel=groups * self.panels)
         if self.tail_columns:
             out = self.tail_pass(out)
-        self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
-        return (f"func.func private @qgemm(%A: {a_t}, %B: {b_t}, %corr: {c_i}, %mult: {c_f}, %bias: {c_f}) "
-                f"-> {o_t} {{\n" + self.text() + f"\n  return %result : {o_t}\n}}")
+        result_t, residual_arg = o_t, ""
+        if r is None:
+            self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
+        else:
+            result_t = tensor_type(r.shape, "i8")
+            residual_arg = f", %R: {result_t}"
+            if r.reassociation:
+                shape = ", ".join(map(str, r.shape))
+                self.emit(f"%result = tensor.expand_shape {out} {r.reassociation} output_shape [{shape}] : "
+                          f"{o_t} into {result_t}")
+            else:
+                self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
+        return (f"func.func private @qgemm(%A: {a_t}, %B: {b_t}, %corr: {c_i}, %mult: {c_f}, %bias: {c_f}"
+                f"{residual_arg}) -> {result_t} {{\n" + self.text() + f"\n  return %result : {result_t}\n}}")
+
+    def residual_constants(self) -> None:
+        """The fused add's operands: the residual as [M, N] (the collapse of the add's shape), its
+        and the qgemm's side's zero point and scale, the output's scale and clamp (vector and
+        scalar: the tail columns are scalar)."""
+        p, r, L = self.p, self.residual, self.lanes
+        m_n = tensor_type([p.M, p.N], "i8")
+        if r.reassociation:
+            self.emit(f"%Rmn = tensor.collapse_shape %R {r.reassociation} : {tensor_type(r.shape, 'i8')} into {m_n}")
+        else:
+            self.emit(f"%Rmn = tensor.cast %R : {m_n} to {m_n}")
+        own, other = r.own, 1 - r.own
+        values = {"roff": ("f32", float(p.zero_point - r.zero_points[own])), "rzp": ("i32", r.zero_points[other]),
+                  "rsown": ("f32", r.scales[own]), "rsother": ("f32", r.scales[other]), "rinv": ("f32", r.inverse),
+                  "rlo": ("f32", float(r.lo - r.zero_point)), "rhi": ("f32", float(r.hi - r.zero_point))}
+        for name, (element, value) in values.items():
+            literal = f32_literal(value) if element == "f32" else str(value)
+            self.emit(f"%{name} = arith.constant {literal} : {element}")
+            self.emit(f"%{name}_v = vector.broadcast %{name} : {element} to vector<{L}x{element}>")
+
+    def add_residual(self, own: str, residual: str, lanes: int | None) -> str:
+        """The fused add on the qgemm's scaled and clamped value less its zero point (`own`, f32,
+        not yet rounded) and the residual's bytes (i8), vectors of `lanes` or scalars (None): the
+        lowering's float32 operations in its order (the qgemm's side rounded and shifted to the
+        add's zero point in float: exact on these integers, two conversions fewer), clamped to the
+        output's range less its zero point, rounded (the zero point is added after, as the plain
+        epilogue does). Returns i32."""
+        ty = (lambda e: f"vector<{lanes}x{e}>") if lanes else (lambda e: e)
+        suffix = "_v" if lanes else ""
+        rounded, a, x, b, bc, bf, y, total, m, c1, c2 = (self.fresh() for _ in range(11))
+        self.emit(f"{rounded} = math.roundeven {own} : {ty('f32')}")
+        self.emit(f"{a} = arith.addf {rounded}, %roff{suffix} : {ty('f32')}")
+        self.emit(f"{x} = arith.mulf {a}, %rsown{suffix} : {ty('f32')}")
+        self.emit(f"{b} = arith.extsi {residual} : {ty('i8')} to {ty('i32')}")
+        self.emit(f"{bc} = arith.subi {b}, %rzp{suffix} : {ty('i32')}")
+        self.emit(f"{bf} = arith.sitofp {bc} : {ty('i32')} to {ty('f32')}")
+        self.emit(f"{y} = arith.mulf {bf}, %rsother{suffix} : {ty('f32')}")
+        self.emit(f"{total} = arith.addf {x}, {y} : {ty('f32')}")
+        self.emit(f"{m} = arith.mulf {total}, %rinv{suffix} : {ty('f32')}")
+        self.emit(f"{c1} = arith.maximumf {m}, %rlo{suffix} fastmath<nsz> : {ty('f32')}")
+        self.emit(f"{c2} = arith.minimumf {c1}, %rhi{suffix} fastmath<nsz> : {ty('f32')}")
+        if lanes:
+            return self.round_to_int(c2)
+        rd, q = self.fresh(), self.fresh()
+        self.emit(f"{rd} = math.roundeven {c2} : f32")
+        self.emit(f"{q} = arith.fptosi {rd} : f32 to i32")
+        return q
 
     def rows(self, out: str, nb0: str, panels: int, static_panel) -> str:
         """Row tiles over all M for `panels` panels starting at `nb0`; returns the updated tensor."""
@@ -176,7 +246,13 @@ class Int8Kernel(KernelText):
                 for v, col, inb in members:
                     params = row_params if p.per == "row" else [
                         self.vector(name, col, element, inb) for name, element in PARAMS]
-                    ints.append(self.requant(f"{res}#{r * panels * vp + v}", *params))
+                    acc = f"{res}#{r * panels * vp + v}"
+                    if self.residual:
+                        q = self.add_residual(self.requant(acc, *params, rounded=False),
+                                              self.vector("%Rmn", col, "i8", inb, rows=ms[r]), L)
+                    else:
+                        q = self.requant(acc, *params)
+                    ints.append(q)
                 assert members[-1][0] - members[0][0] == len(members) - 1, "a store's vectors are adjacent"
                 inb = "true" if all(m[2] == "true" for m in members) else "false"
                 out = self.store(out, ints, ms[r], members[0][1], inb)
@@ -232,7 +308,7 @@ class Int8Kernel(KernelText):
                   f"{tensor_type([p.NB, p.KB, PANEL, GROUP], 'i8')} into {b_t}")
         self.emit(f"%tlo = arith.constant {float(p.lo - p.zero_point)} : f32")
         self.emit(f"%thi = arith.constant {float(p.hi - p.zero_point)} : f32")
-        self.emit(f"%tzp = arith.constant {p.zero_point} : i32")
+        self.emit(f"%tzp = arith.constant {self.residual.zero_point if self.residual else p.zero_point} : i32")
 
     def tail(self, out: str, ms: list) -> str:
         """The last panel's `tail_columns` columns (at most half a panel) for rows `ms`, each a dot
@@ -295,8 +371,13 @@ class Int8Kernel(KernelText):
                 self.emit(f"{y} = math.fma {f}, {mult}, {bias} : f32")
                 self.emit(f"{c1} = arith.maximumf {y}, %tlo fastmath<nsz> : f32")
                 self.emit(f"{c2} = arith.minimumf {c1}, %thi fastmath<nsz> : f32")
-                self.emit(f"{rd} = math.roundeven {c2} : f32")
-                self.emit(f"{q} = arith.fptosi {rd} : f32 to i32")
+                if self.residual:
+                    byte = self.fresh()
+                    self.emit(f"{byte} = tensor.extract %Rmn[{ms[r]}, {self.index(p.N - T + c)}] : {o_t}")
+                    q = self.add_residual(c2, byte, None)
+                else:
+                    self.emit(f"{rd} = math.roundeven {c2} : f32")
+                    self.emit(f"{q} = arith.fptosi {rd} : f32 to i32")
                 self.emit(f"{z} = arith.addi {q}, %tzp : i32")
                 self.emit(f"{b8} = arith.trunci {z} : i32 to i8")
                 self.emit(f"{ins} = tensor.insert {b8} into {out}[{ms[r]}, {self.index(p.N - T + c)}] : {o_t}")
@@ -339,26 +420,31 @@ class Int8Kernel(KernelText):
         self.emit(f"{v} = vector.broadcast {s} : {element} to vector<{L}x{element}>")
         return v
 
-    def vector(self, tensor: str, at: str, element: str, inb: str) -> str:
+    def vector(self, tensor: str, at: str, element: str, inb: str, rows: str | None = None) -> str:
+        """`lanes` elements of a per-column vector [N] at `at`, or of row `rows` of an [M, N] tensor."""
         p, L = self.p, self.lanes
         v = self.fresh()
-        pad = "%pad32" if element == "i32" else "%padf"
-        self.emit(f"{v} = vector.transfer_read {tensor}[{at}], {pad} {{in_bounds = [{inb}]}} : "
-                  f"{tensor_type([p.N], element)}, vector<{L}x{element}>")
+        pad = {"i32": "%pad32", "f32": "%padf", "i8": "%pad8"}[element]
+        index, shape = (f"{rows}, {at}", [p.M, p.N]) if rows is not None else (at, [p.N])
+        self.emit(f"{v} = vector.transfer_read {tensor}[{index}], {pad} {{in_bounds = [{inb}]}} : "
+                  f"{tensor_type(shape, element)}, vector<{L}x{element}>")
         return v
 
-    def requant(self, acc: str, mult: str, bias: str) -> str:
+    def requant(self, acc: str, mult: str, bias: str, rounded: bool = True) -> str:
         """The accumulator (already less corr) scaled, clamped to the output's range less its zero
-        point, rounded to the nearest even integer: an i32 vector. Clamping before rounding equals
-        clamping after it (the bounds are integers); the zero point is added after the narrowing."""
+        point, rounded to the nearest even integer: an i32 vector (`rounded` False: the clamped
+        f32 vector before rounding). Clamping before rounding equals clamping after it (the bounds
+        are integers); the zero point is added after the narrowing."""
         L = self.lanes
         f, y, c1, c2 = (self.fresh() for _ in range(4))
         self.emit(f"{f} = arith.sitofp {acc} : vector<{L}xi32> to vector<{L}xf32>")
         self.emit(f"{y} = math.fma {f}, {mult}, {bias} : vector<{L}xf32>")
+        if self.saturate and rounded:  # within i32: `store` clamps
+            return self.round_to_int(y)
         # nsz: the bounds may be 0.0 and the sign of a zero does not survive rounding to an integer
         self.emit(f"{c1} = arith.maximumf {y}, %lo fastmath<nsz> : vector<{L}xf32>")
         self.emit(f"{c2} = arith.minimumf {c1}, %hi fastmath<nsz> : vector<{L}xf32>")
-        return self.round_to_int(c2)
+        return self.round_to_int(c2) if rounded else c2
 
     def round_to_int(self, x: str) -> str:
         L, q = self.lanes, self.fresh()
@@ -375,7 +461,10 @@ class Int8Kernel(KernelText):
         """Up to STORE i32 vectors (adjacent columns of row m) narrowed to bytes with the packing
         instructions (two dwords -> words, add the zero point, two words -> bytes; each packs within
         128-bit lanes, so one dword permutation restores the column order) and written with one
-        store. The values are in range: the packs' saturation never applies."""
+        store. The zero point is added with saturation: when the values were rounded unclamped
+        (`saturate`: the lowering bounds them inside i32), the packs' saturation is the clamp to
+        i8's range and a byte max/min the clamp to the output's (a ReLU's zero point), two
+        instructions per four vectors where the float clamp takes eight."""
         L, isa = self.lanes, self.isa
         zero = "%zero"
         v = ints + [zero] * (STORE - len(ints))
@@ -384,9 +473,17 @@ class Int8Kernel(KernelText):
         lo, hi, lo_z, hi_z, bytes_ = (self.fresh() for _ in range(5))
         self.emit(f"{lo} = llvm.call_intrinsic \"{isa.pack_dwords}\"({v[0]}, {v[1]}) : ({vec}, {vec}) -> {w16}")
         self.emit(f"{hi} = llvm.call_intrinsic \"{isa.pack_dwords}\"({v[2]}, {v[3]}) : ({vec}, {vec}) -> {w16}")
-        self.emit(f"{lo_z} = arith.addi {lo}, %zp16 : {w16}")
-        self.emit(f"{hi_z} = arith.addi {hi}, %zp16 : {w16}")
+        add_sat = f"llvm.sadd.sat.v{2 * L}i16"
+        self.emit(f"{lo_z} = llvm.call_intrinsic \"{add_sat}\"({lo}, %zp16) : ({w16}, {w16}) -> {w16}")
+        self.emit(f"{hi_z} = llvm.call_intrinsic \"{add_sat}\"({hi}, %zp16) : ({w16}, {w16}) -> {w16}")
         self.emit(f"{bytes_} = llvm.call_intrinsic \"{isa.pack_words}\"({lo_z}, {hi_z}) : ({w16}, {w16}) -> {b8}")
+        if self.saturate:  # the values were rounded unclamped: saturated to i8 by the packs, clamped here
+            if self.p.lo > -128:
+                bytes_, low = self.fresh(), bytes_
+                self.emit(f"{bytes_} = arith.maxsi {low}, %lo8 : {b8}")
+            if self.p.hi < 127:
+                bytes_, high = self.fresh(), bytes_
+                self.emit(f"{bytes_} = arith.minsi {high}, %hi8 : {b8}")
         lanes128 = L // 4  # 128-bit lanes; lane i holds dwords v0[4i:4i+4], v1[..], v2[..], v3[..]
         order = [4 * i + k for k in range(STORE) for i in range(lanes128)]
         dw, perm, ordered = self.fresh(), self.fresh(), self.fresh()

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 
 from torch_mlir import ir
 
-from etc.ir.ops import defining_op
+from etc.ir.ops import defining_op, user_op
 
 QGEMM = "etc.cpu.qgemm"  # on the contraction generic: {kind, a_unsigned}
-REQUANT = "etc.cpu.requant"  # on its requantization generic: {per, zero_point, min, max}
+REQUANT = "etc.cpu.requant"  # on its requantization generic: {per, zero_point, min, max, fits_i32}
 QWINDOW = "etc.cpu.qwindow"  # on a depthwise/grouped int8 convolution generic: {groups}
 QGEMM_DYNAMIC = "etc.cpu.qgemm_dynamic"  # on a dynamic linear's int8 x int8/int4 contraction: {bits, group_size}
 QDEQUANT = "etc.cpu.qdequant"  # on its epilogue (activation zero point and scale, bias)
 QQUANT = "etc.cpu.qquant"  # on the activation's quantize generic: {granularity, floor} (the scale's minimum)
 IM2COL = "etc.cpu.im2col"  # on a convolution's im2col gather: {stride, dilation}
+QADD = "etc.cpu.qadd"  # on an int8 add generic: its operands' and its output's quantization (see `ResidualAdd`)
 PANEL = 16  # columns per B panel: one 512-bit vector of i32 accumulators (two 256-bit ones)
 GROUP = 4  # K values per dot-product lane
 
@@ -47,6 +48,7 @@ class QgemmPair:
     N: int
     KB: int
     NB: int
+    fits_i32: bool  # the scaled accumulators stay inside i32 (the lowering's bound): clamp by saturation
 
 
 def contraction_behind(value, marker: str):
@@ -74,7 +76,57 @@ def match_qgemm(requant) -> "QgemmPair | None":
     _, N = _shape(requant.results[0])
     return QgemmPair(qgemm, requant, ir.StringAttr(q["kind"]).value, ir.BoolAttr(q["a_unsigned"]).value,
                  ir.StringAttr(attrs["per"]).value, ir.IntegerAttr(attrs["zero_point"]).value,
-                 ir.IntegerAttr(attrs["min"]).value, ir.IntegerAttr(attrs["max"]).value, M, N, KB, NB)
+                 ir.IntegerAttr(attrs["min"]).value, ir.IntegerAttr(attrs["max"]).value, M, N, KB, NB,
+                 "fits_i32" in attrs and ir.BoolAttr(attrs["fits_i32"]).value)
+
+
+@dataclass
+class ResidualAdd:
+    """An int8 add that reads a qgemm's requantized result (`own`: 0 as its first operand, 1 as
+    its second) and nothing else reads: ResNet's shortcut joins. Its arithmetic is the
+    lowering's (`lower_add`): q = clamp(roundeven(((a - za) * sa + (b - zb) * sb) * inverse) + zp)."""
+    add: object
+    residual: object  # the add's other operand
+    shape: list  # the add's
+    reassociation: str  # the expand_shape from the qgemm's [M, N] to the add's shape ("": none)
+    own: int
+    zero_points: tuple  # (za, zb)
+    scales: tuple  # (sa, sb) as float32 values
+    inverse: float
+    zero_point: int
+    lo: int
+    hi: int
+
+    @property
+    def own_zero_point(self) -> int:
+        return self.zero_points[self.own]
+
+
+def match_residual_add(requant) -> "ResidualAdd | None":
+    """The int8 add (`QADD`) that is the only reader of `requant`'s result (through the expand to
+    the layer's shape), whose other operand has that same shape; None when there is none."""
+    value, reassociation = requant.results[0], ""
+    uses = list(value.uses)
+    if len(uses) != 1:
+        return None
+    user = user_op(uses[0])
+    if user.name == "tensor.expand_shape":
+        reassociation = str(user.attributes["reassociation"])
+        value = user.results[0]
+        uses = list(value.uses)
+        if len(uses) != 1:
+            return None
+        user = user_op(uses[0])
+    if user.name != "linalg.generic" or QADD not in user.attributes or len(list(user.operands)) != 3:
+        return None
+    own = 0 if user.operands[0] == value else 1
+    residual = user.operands[1 - own]
+    if residual == value or residual.type != value.type:
+        return None
+    a = ir.DictAttr(user.attributes[QADD])
+    i, f = (lambda k: ir.IntegerAttr(a[k]).value), (lambda k: ir.FloatAttr(a[k]).value)
+    return ResidualAdd(user, residual, _shape(value), reassociation, own, (i("a_zero_point"), i("b_zero_point")),
+                       (f("a_scale"), f("b_scale")), f("inverse"), i("zero_point"), i("min"), i("max"))
 
 
 @dataclass

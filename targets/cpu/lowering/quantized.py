@@ -36,6 +36,7 @@ from etc.errors import LoweringError
 from etc.ir.ops import as_operation, defining_op
 from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, identity_map, iterators, splice, tensor_type
+from etc.targets.cpu.kernels.int8_match import QADD
 
 DYN = -1  # a dynamic dimension in the shapes of the lowerings (`?` in the text)
 
@@ -296,9 +297,16 @@ def lower_add(q: QuantizedOp) -> ir.Value:
     t.emit(f"%sb = arith.constant {f32_literal(a['b_scale'])} : f32")
     t.emit(f"%inv = arith.constant {f32_literal(1.0 / float(a['output_scale']))} : f32")
     empty_like_arg0(t, "%e", shape, "i8", "i8")
+    # the same numbers as the constants above, for etc-cpu-int8-kernels to fuse the add into the
+    # epilogue of the qgemm that produces one of its operands (`int8_match.ResidualAdd`)
+    marker = (f"{QADD} = {{a_zero_point = {int(a['a_zero_point'])} : i64, b_zero_point = {int(a['b_zero_point'])} "
+              f": i64, a_scale = {f32_literal(a['a_scale'])} : f32, b_scale = {f32_literal(a['b_scale'])} : f32, "
+              f"inverse = {f32_literal(1.0 / float(a['output_scale']))} : f32, zero_point = "
+              f"{int(a['output_zero_point'])} : i64, min = {int(a['output_min'])} : i64, max = "
+              f"{int(a['output_max'])} : i64}}")
     t.emit(f"%result = linalg.generic {{indexing_maps = [{ident}, {ident}, {ident}], "
       f"iterator_types = [{iterators(n)}]}} ins(%arg0, %arg1 : {tensor_type(shape, 'i8')}, "
-      f"{tensor_type(shape, 'i8')}) outs(%e : {tensor_type(shape, 'i8')}) {{")
+      f"{tensor_type(shape, 'i8')}) outs(%e : {tensor_type(shape, 'i8')}) attrs = {{{marker}}} {{")
     t.emit("^bb0(%a: i8, %b: i8, %o: i8):")
     t.emit("  %a32 = arith.extsi %a : i8 to i32")
     t.emit("  %ac = arith.subi %a32, %za : i32")

@@ -62,8 +62,19 @@ def qgemm(t: KernelText, a: str, b: str, M: int, N: int, KB: int, a_unsigned: bo
           f"to {tensor_type([M, N], 'i32')}")
     channels = M if per == "row" else N
     assert all(array.shape == (channels,) for array in params)
+    fits = str(_scaled_fits_i32(params, KB * GROUP)).lower()
     return _requantize(t, cut, [M, N], "(m, n)", "(m)" if per == "row" else "(n)", params, (zp, lo, hi),
-                       f"{REQUANT} = {{per = \"{per}\", zero_point = {zp} : i64, min = {lo} : i64, max = {hi} : i64}}")
+                       f"{REQUANT} = {{per = \"{per}\", zero_point = {zp} : i64, min = {lo} : i64, max = {hi} : i64, "
+                       f"fits_i32 = {fits}}}")
+
+
+def _scaled_fits_i32(params: tuple, K: int) -> bool:
+    """Whether every scaled accumulator (acc - corr) * mult + bias stays well inside i32, whatever
+    the inputs: |acc - corr| <= K * 255 * 128 (a zero-point-shifted activation times a weight).
+    Then the kernel may round before clamping and let the packs' saturation do the i8 clamp."""
+    _, mult, bias = params
+    bound = K * 255 * 128 * float(np.abs(mult).max(initial=0)) + float(np.abs(bias).max(initial=0))
+    return bound < 2.0 ** 30
 
 
 def _requantize(t: KernelText, acc: str, shape: list, dims: str, channel: str, params: tuple, clamp: tuple,

@@ -21,7 +21,11 @@ kernel is built, a convolution whose output positions leave at most half a panel
 (`tail_columns`: ResNet's 7 x 7 maps, 49 = 3 * 16 + 1; 14 x 14, 196 = 12 * 16 + 4) gets those
 columns packed along K and computed as dot products, not as a padded panel (ResNet-50's 3x3
 512@7 0.82x the time; whole models, in one process against the padded panel: ResNet-18 int8
-0.94x, ResNet-50 0.95x, MobileNetV2 at 224 0.96x). Each op gets
+0.94x, ResNet-50 0.95x, MobileNetV2 at 224 0.96x). An int8 add that alone reads a qgemm's result
+(`int8_match.match_residual_add`: ResNet's shortcut joins) is computed in the kernel's epilogue,
+the shortcut read beside the accumulators (whole models, against the separate add: ResNet-8 int8
+0.98x, ResNet-50 0.99x; the add is compute-bound, its saving is the stored and reloaded
+result). Each op gets
 its decision (`decisions.py`) and the decided generics are marked so the passes after this one
 do not decide again.
 """
@@ -41,7 +45,8 @@ from etc.targets.cpu.kernels.dynamic_linear_kernel import DynamicLinearKernel
 from etc.targets.cpu.kernels.im2col_pack import pack_text
 from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
 from etc.targets.cpu.kernels.int8_match import (PANEL, QDEQUANT, QGEMM, QWINDOW, REQUANT, DynamicPair, QgemmPair,
-                                                match_dynamic, match_qgemm, pack_source)
+                                                ResidualAdd, match_dynamic, match_qgemm, match_residual_add,
+                                                pack_source)
 
 NO_DOT = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): plain i32 loops"
 NO_DOT_DYNAMIC = ("the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as "
@@ -90,9 +95,8 @@ class Int8Kernels(Pass):
                     (packed,) = splice(pack_text(geometry, tail), [image], transpose)
                     transpose.results[0].replace_all_uses_with(packed)
                     _erase_dead_producers(transpose)
-            for requant in walk(module_op, ("linalg.generic",)):
-                if REQUANT not in requant.attributes:
-                    continue
+            # listed first: a fused add (never a requantization) is erased on the way
+            for requant in [op for op in walk(module_op, ("linalg.generic",)) if REQUANT in op.attributes]:
                 pair = match_qgemm(requant)
                 if pair is None:
                     raise self.error(f"{self.name}: an int8 requantization that does not read a qgemm", at=requant)
@@ -101,11 +105,15 @@ class Int8Kernels(Pass):
                     pair.qgemm.attributes[decisions.DECIDED] = ir.UnitAttr.get()
                     continue
                 tail = ir.IntegerAttr(pair.qgemm.attributes[TAIL]).value if TAIL in pair.qgemm.attributes else 0
+                residual = match_residual_add(requant)
                 try:
-                    self.rewrite(pair, Int8Kernel(pair, o.dot, o.mr, o.panels, tail).build())
+                    text = Int8Kernel(pair, o.dot, o.mr, o.panels, tail, residual).build()
                 except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug
                     raise self.error(f"{self.name}: building the int8 kernel failed: {e}", at=requant) from None
+                self.rewrite(pair, text, residual)
                 self.count("kernels")
+                if residual:
+                    self.count("adds fused")
             for epilogue in walk(module_op, ("linalg.generic",)):
                 if QDEQUANT not in epilogue.attributes:
                     continue
@@ -135,14 +143,21 @@ class Int8Kernels(Pass):
         epilogue.results[0].replace_all_uses_with(result)
         _erase_dead_producers(epilogue)
 
-    def rewrite(self, pair: QgemmPair, text: str) -> None:
+    def rewrite(self, pair: QgemmPair, text: str, residual: ResidualAdd | None) -> None:
+        """The kernel in place of the requantization, or (an add fused) of the add, at the
+        requantization's location (the layer's line)."""
         decisions.record(pair.qgemm, pair.kind, "gemm")
         requant, qgemm = pair.requant, pair.qgemm
         values = [qgemm.operands[0], qgemm.operands[1], requant.operands[1], requant.operands[2],
                   requant.operands[3]]
-        (result,) = splice(text, values, requant)
-        requant.results[0].replace_all_uses_with(result)
-        _erase_dead_producers(requant)  # with the collapse/slice and the qgemm
+        replaced = requant
+        if residual is not None:
+            decisions.record(residual.add, "epilogue", "fused")
+            values.append(residual.residual)
+            replaced = residual.add
+        (result,) = splice(text, values, replaced, requant.location)
+        replaced.results[0].replace_all_uses_with(result)
+        _erase_dead_producers(replaced)  # with the expand, the collapse/slice and the qgemm
 
 
 _PURE = ("linalg.", "tensor.", "arith.")

@@ -8,7 +8,7 @@
 // -corr (the correction, per column here), the K loop (marked for etc-cpu-prefetch-gemm-tiles)
 // of broadcast 4-byte groups x 64-byte panel rows (one contiguous load each) through vpdpbusd, then the epilogue on the
 // registers: one fma, the clamp to the output's range less its zero point, one rounding convert
-// ({rn-sae}), two dword->word packs, the zero point added to the words, one word->byte pack, a
+// ({rn-sae}), two dword->word packs, the zero point added to the words (saturating), one word->byte pack, a
 // dword shuffle undoing the packs' per-128-bit-lane order, one store for a row's two vectors (32
 // bytes, 20 columns valid: masked, not in bounds). Nothing of the pair is left.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"
@@ -29,7 +29,7 @@
 // CHECK: arith.minimumf %{{.*}}, %{{.*}} fastmath<nsz> : vector<16xf32>
 // CHECK: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (vector<16xf32>, vector<16xi32>, i16, i32) -> vector<16xi32>
 // CHECK-COUNT-2: llvm.call_intrinsic "llvm.x86.avx512.packssdw.512"
-// CHECK-COUNT-2: arith.addi %{{.*}}, %{{.*}} : vector<32xi16>
+// CHECK-COUNT-2: llvm.call_intrinsic "llvm.sadd.sat.v32i16"({{.*}}) : (vector<32xi16>, vector<32xi16>) -> vector<32xi16>
 // CHECK: llvm.call_intrinsic "llvm.x86.avx512.packsswb.512"
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15] : vector<16xi32>, vector<16xi32>
 // CHECK: vector.extract_strided_slice %{{.*}} {offsets = [0], sizes = [32], strides = [1]} : vector<64xi8> to vector<32xi8>
@@ -81,6 +81,145 @@ func.func @linear(%a: tensor<2x2x4xi8>, %b: tensor<2x2x16x4xi8>) -> tensor<2x20x
     linalg.yield %19 : i8
   } -> tensor<2x20xi8>
   return %9 : tensor<2x20xi8>
+}
+
+// -----
+
+// The lowering bounds the scaled accumulators inside i32 (`fits_i32`): the epilogue rounds them
+// unclamped, the packs saturate to i8 and the bytes are clamped to the output's range (here a
+// ReLU's: min = the zero point, so a byte max and no min). No float clamp is left.
+// CHECK-LABEL: func.func @linear_saturating
+// CHECK: } {etc.cpu.int8_k_loop}
+// CHECK-NOT: arith.maximumf
+// CHECK-NOT: arith.minimumf
+// CHECK: math.fma %{{.*}}, %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK-NEXT: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.packsswb.512"
+// CHECK-NEXT: arith.maxsi %{{.*}}, %{{.*}} : vector<64xi8>
+// CHECK-NOT: arith.minsi
+// CHECK: vector.transfer_write
+func.func @linear_saturating(%a: tensor<2x2x4xi8>, %b: tensor<2x2x16x4xi8>) -> tensor<2x20xi8> {
+  %c0_i32 = arith.constant 0 : i32
+  %corr = arith.constant dense<[-28497, 11753, -21252, 15295, -21252, -49588, 17871, -17066, 34615, -45241, 34132, 15295, 53452, -16744, -28014, 6762, 20930, -68264, 13041, 644]> : tensor<20xi32>
+  %mult = arith.constant dense<0.0025> : tensor<20xf32>
+  %bias = arith.constant dense<1.5> : tensor<20xf32>
+  %zp = arith.constant 1.0 : f32
+  %lo = arith.constant -128.0 : f32
+  %hi = arith.constant 127.0 : f32
+  %5 = tensor.empty() : tensor<2x2x16xi32>
+  %6 = linalg.fill ins(%c0_i32 : i32) outs(%5 : tensor<2x2x16xi32>) -> tensor<2x2x16xi32>
+  %7 = linalg.generic {indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, affine_map<(m, nb, nl, kb, kl) -> (nb, kb, nl, kl)>, affine_map<(m, nb, nl, kb, kl) -> (m, nb, nl)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%a, %b : tensor<2x2x4xi8>, tensor<2x2x16x4xi8>) outs(%6 : tensor<2x2x16xi32>) attrs = {etc.cpu.qgemm = {a_unsigned = true, kind = "contraction"}} {
+  ^bb0(%in: i8, %in_8: i8, %out: i32):
+    %12 = arith.extui %in : i8 to i32
+    %13 = arith.extsi %in_8 : i8 to i32
+    %14 = arith.muli %12, %13 : i32
+    %15 = arith.addi %out, %14 : i32
+    linalg.yield %15 : i32
+  } -> tensor<2x2x16xi32>
+  %collapsed = tensor.collapse_shape %7 [[0], [1, 2]] : tensor<2x2x16xi32> into tensor<2x32xi32>
+  %slice = tensor.extract_slice %collapsed[0, 0] [2, 20] [1, 1] : tensor<2x32xi32> to tensor<2x20xi32>
+  %8 = tensor.empty() : tensor<2x20xi8>
+  %9 = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%slice, %corr, %mult, %bias : tensor<2x20xi32>, tensor<20xi32>, tensor<20xf32>, tensor<20xf32>) outs(%8 : tensor<2x20xi8>) attrs = {etc.cpu.requant = {fits_i32 = true, max = 127 : i64, min = 1 : i64, per = "col", zero_point = 1 : i64}} {
+  ^bb0(%in: i32, %c: i32, %m: f32, %bb: f32, %out: i8):
+    %12 = arith.subi %in, %c : i32
+    %13 = arith.sitofp %12 : i32 to f32
+    %14 = math.fma %13, %m, %bb : f32
+    %15 = math.roundeven %14 : f32
+    %16 = arith.addf %15, %zp : f32
+    %17 = arith.maximumf %16, %lo : f32
+    %18 = arith.minimumf %17, %hi : f32
+    %19 = arith.fptosi %18 : f32 to i8
+    linalg.yield %19 : i8
+  } -> tensor<2x20xi8>
+  return %9 : tensor<2x20xi8>
+}
+
+// -----
+
+// An int8 add (`etc.cpu.qadd`) that alone reads a qgemm's result (through the expand to its shape)
+// is fused into the kernel's epilogue: the residual read as [M, N] next to the accumulators, the
+// qgemm's value rounded and shifted to the add's zero point in float, both scaled, summed, scaled
+// by the inverse output scale, clamped and rounded; the kernel returns the add's result, stored
+// with the add's zero point. The add is gone and the decision says it was fused.
+// CHECK: {kind = "epilogue", op = "linalg.generic", path = "fused"
+// CHECK-LABEL: func.func @linear_add
+// CHECK-NOT: etc.cpu.qadd
+// CHECK: arith.constant dense<-128> : vector<32xi16>
+// CHECK: %[[RMN:.*]] = tensor.collapse_shape %arg2 {{\[}}[0, 1], [2]] : tensor<1x2x20xi8> into tensor<2x20xi8>
+// CHECK: } {etc.cpu.int8_k_loop}
+// CHECK: arith.minimumf %{{.*}}, %{{.*}} fastmath<nsz> : vector<16xf32>
+// CHECK: vector.transfer_read %[[RMN]][%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x20xi8>, vector<16xi8>
+// CHECK: math.roundeven %{{.*}} : vector<16xf32>
+// CHECK: arith.addf
+// CHECK: arith.mulf
+// CHECK: arith.extsi %{{.*}} : vector<16xi8> to vector<16xi32>
+// CHECK: arith.subi
+// CHECK: arith.sitofp
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: arith.mulf
+// CHECK: arith.maximumf
+// CHECK: arith.minimumf
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.mask.cvtps2dq.512"
+// CHECK: %[[OUT:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0, 1], [2]] output_shape [1, 2, 20] : tensor<2x20xi8> into tensor<1x2x20xi8>
+// CHECK: return %[[OUT]]
+func.func @linear_add(%a: tensor<2x2x4xi8>, %b: tensor<2x2x16x4xi8>, %r: tensor<1x2x20xi8>) -> tensor<1x2x20xi8> {
+  %c0_i32 = arith.constant 0 : i32
+  %corr = arith.constant dense<[-28497, 11753, -21252, 15295, -21252, -49588, 17871, -17066, 34615, -45241, 34132, 15295, 53452, -16744, -28014, 6762, 20930, -68264, 13041, 644]> : tensor<20xi32>
+  %mult = arith.constant dense<0.0025> : tensor<20xf32>
+  %bias = arith.constant dense<1.5> : tensor<20xf32>
+  %zp = arith.constant 1.0 : f32
+  %lo = arith.constant -128.0 : f32
+  %hi = arith.constant 127.0 : f32
+  %5 = tensor.empty() : tensor<2x2x16xi32>
+  %6 = linalg.fill ins(%c0_i32 : i32) outs(%5 : tensor<2x2x16xi32>) -> tensor<2x2x16xi32>
+  %7 = linalg.generic {indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, affine_map<(m, nb, nl, kb, kl) -> (nb, kb, nl, kl)>, affine_map<(m, nb, nl, kb, kl) -> (m, nb, nl)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%a, %b : tensor<2x2x4xi8>, tensor<2x2x16x4xi8>) outs(%6 : tensor<2x2x16xi32>) attrs = {etc.cpu.qgemm = {a_unsigned = true, kind = "contraction"}} {
+  ^bb0(%in: i8, %in_8: i8, %out: i32):
+    %12 = arith.extui %in : i8 to i32
+    %13 = arith.extsi %in_8 : i8 to i32
+    %14 = arith.muli %12, %13 : i32
+    %15 = arith.addi %out, %14 : i32
+    linalg.yield %15 : i32
+  } -> tensor<2x2x16xi32>
+  %collapsed = tensor.collapse_shape %7 [[0], [1, 2]] : tensor<2x2x16xi32> into tensor<2x32xi32>
+  %slice = tensor.extract_slice %collapsed[0, 0] [2, 20] [1, 1] : tensor<2x32xi32> to tensor<2x20xi32>
+  %8 = tensor.empty() : tensor<2x20xi8>
+  %9 = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (n)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%slice, %corr, %mult, %bias : tensor<2x20xi32>, tensor<20xi32>, tensor<20xf32>, tensor<20xf32>) outs(%8 : tensor<2x20xi8>) attrs = {etc.cpu.requant = {max = 127 : i64, min = -128 : i64, per = "col", zero_point = 1 : i64}} {
+  ^bb0(%in: i32, %c: i32, %m: f32, %bb: f32, %out: i8):
+    %12 = arith.subi %in, %c : i32
+    %13 = arith.sitofp %12 : i32 to f32
+    %14 = math.fma %13, %m, %bb : f32
+    %15 = math.roundeven %14 : f32
+    %16 = arith.addf %15, %zp : f32
+    %17 = arith.maximumf %16, %lo : f32
+    %18 = arith.minimumf %17, %hi : f32
+    %19 = arith.fptosi %18 : f32 to i8
+    linalg.yield %19 : i8
+  } -> tensor<2x20xi8>
+  %ex = tensor.expand_shape %9 [[0, 1], [2]] output_shape [1, 2, 20] : tensor<2x20xi8> into tensor<1x2x20xi8>
+  %ae = tensor.empty() : tensor<1x2x20xi8>
+  %sa = arith.constant 0.5 : f32
+  %sb = arith.constant 0.25 : f32
+  %zb = arith.constant 3 : i32
+  %inv = arith.constant 2.0 : f32
+  %add = linalg.generic {indexing_maps = [affine_map<(b, m, n) -> (b, m, n)>, affine_map<(b, m, n) -> (b, m, n)>, affine_map<(b, m, n) -> (b, m, n)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%r, %ex : tensor<1x2x20xi8>, tensor<1x2x20xi8>) outs(%ae : tensor<1x2x20xi8>) attrs = {etc.cpu.qadd = {a_zero_point = 3 : i64, b_zero_point = 1 : i64, a_scale = 0.25 : f32, b_scale = 0.5 : f32, inverse = 2.0 : f32, zero_point = -128 : i64, min = -128 : i64, max = 127 : i64}} {
+  ^bb0(%x: i8, %y: i8, %o: i8):
+    %x32 = arith.extsi %x : i8 to i32
+    %xc = arith.subi %x32, %zb : i32
+    %xf = arith.sitofp %xc : i32 to f32
+    %xs = arith.mulf %xf, %sb : f32
+    %yf = arith.sitofp %y : i8 to f32
+    %ys = arith.mulf %yf, %sa : f32
+    %t = arith.addf %xs, %ys : f32
+    %m = arith.mulf %t, %inv : f32
+    %rd = math.roundeven %m : f32
+    %z = arith.addf %rd, %lo : f32
+    %c1 = arith.maximumf %z, %lo : f32
+    %c2 = arith.minimumf %c1, %hi : f32
+    %q = arith.fptosi %c2 : f32 to i8
+    linalg.yield %q : i8
+  } -> tensor<1x2x20xi8>
+  return %add : tensor<1x2x20xi8>
 }
 
 // -----

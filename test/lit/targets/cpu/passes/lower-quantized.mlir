@@ -17,12 +17,15 @@
 // CHECK: arith.xori
 // CHECK: attrs = {etc.cpu.qgemm = {a_unsigned = false, kind = "convolution"}}
 // CHECK: arith.constant dense<8046> : tensor<3xi32>
-// CHECK: attrs = {etc.cpu.requant = {max = 127 : i64, min = -128 : i64, per = "row", zero_point = -128 : i64}}
+// The scaled sums are bounded inside i32 (K * 255 * 128 * max mult + max |bias| < 2^30): `fits_i32`.
+// CHECK: attrs = {etc.cpu.requant = {fits_i32 = true, max = 127 : i64, min = -128 : i64, per = "row", zero_point = -128 : i64}}
 // CHECK: torch_c.from_builtin_tensor {{.*}} -> !torch.vtensor<[1,3,2,2],si8>
 // A depthwise convolution whose sums stay exact in float32: the f32 window op and the requantization.
 // CHECK: linalg.depthwise_conv_2d_nchw_chw
 // CHECK: math.roundeven
-// The add: each side dequantized, added, requantized, in float32.
+// The add: each side dequantized, added, requantized, in float32; marked with the same numbers
+// (1 / 0.0037 as float32) for etc-cpu-int8-kernels to fuse it into a qgemm's epilogue.
+// CHECK: attrs = {etc.cpu.qadd = {a_scale = 2.500000e-03 : f32, a_zero_point = -128 : i64, b_scale = 1.900000e-03 : f32, b_zero_point = -10 : i64, inverse = 270.270264 : f32, max = 127 : i64, min = -128 : i64, zero_point = -96 : i64}}
 // CHECK: arith.addf
 // CHECK: math.roundeven
 // A linear layer is a qgemm with the activation rows unsigned as A, the weight as B:
