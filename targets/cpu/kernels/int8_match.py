@@ -97,10 +97,6 @@ class ResidualAdd:
     lo: int
     hi: int
 
-    @property
-    def own_zero_point(self) -> int:
-        return self.zero_points[self.own]
-
 
 def match_residual_add(requant) -> "ResidualAdd | None":
     """The int8 add (`QADD`) that is the only reader of `requant`'s result (through the expand to
