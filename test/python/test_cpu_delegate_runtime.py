@@ -307,6 +307,29 @@ def test_threads_share_the_row_blocks_of_a_gemm_gathering_per_panel():
     _every_nest_shared_and_right(model, x, calls=5)  # a race would show as a wrong row block now and then
 
 
+class _ProjectedScores(torch.nn.Module):
+    """q @ k^T over 16 heads, q and k sliced from one Linear(11, 33): the GEMM's per-panel copy of
+    k^T is a [1, 11, 64] buffer, the type of the Linear's packed weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(11, 33)
+
+    def forward(self, x):
+        y = self.qkv(x)
+        return (y[..., 0:11] @ y[..., 11:22].transpose(-2, -1)) * 0.3
+
+
+def test_threads_each_copy_their_panels_into_their_own_buffer():
+    """Found by the model fuzzer (seed 1617, a silent wrong answer on two threads only): CSE
+    merged the batched GEMM's per-panel buffer with the packed weight's empty of the same type at
+    the top of the function, so the buffer was planned once in the shared scratch and the two
+    threads, each on its own heads, copied their panels into it at once (errors up to 5).
+    etc-cpu-distinct-inits now gives such a use its own buffer inside the shared loop."""
+    torch.manual_seed(0)
+    _every_nest_shared_and_right(_ProjectedScores().eval(), torch.randn(1, 16, 389, 11), calls=5)
+
+
 def _every_nest_shared_and_right(model, x, calls: int) -> None:
     """`model` compiled for two threads leaves no nest on one thread, and on 2 and 3 threads
     (calibration off: every thread runs) matches eager on each of `calls` calls."""
