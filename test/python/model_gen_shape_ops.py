@@ -40,10 +40,12 @@ def op_reshape(s: Scope, v: Value):
     dynamic = [j for j, x in enumerate(shape) if not x.static]
     if dynamic and s.draw(st.booleans()):
         sizes[s.draw(st.sampled_from(dynamic))] = "-1"
-    fn = s.draw(st.sampled_from(["reshape", "view"])) if v.dtype == "float" else "reshape"
-    if fn == "view":
-        v = s.emit("c", f"{v.name}.contiguous()", v.shape, v.dtype, v.err)
-    return s.emit("h", f"{v.name}.{fn}({', '.join(sizes)})", shape, v.dtype, v.err)
+    # `reshape`, never `.contiguous().view()`: torch.export drops a `.contiguous()` it traced on
+    # a contiguous tensor, and the exported program's `view` then fails in eager on the
+    # transposed and strided inputs the check also feeds, when the tensor is an input or
+    # elementwise of one (seeds 1616001 and 1617000: invalid at eager, not etc's). The graph
+    # has aten.view either way where the strides allow it.
+    return s.emit("h", f"{v.name}.reshape({', '.join(sizes)})", shape, v.dtype, v.err)
 
 
 def _shared_dim(shape, reshaped) -> bool:
