@@ -274,7 +274,10 @@ def op_cond(s: Scope, v: Value):
         fn = s.model.fresh(f"{branch}_fn")
         s.lines.append(f"def {fn}(a):")
         s.lines += [f"    {line}" for line in lines]
-        s.lines.append(f"    return {out.name}" if out is not arg else f"    return {out.name}.clone()")
+        # Both branches' outputs in the canonical layout: torch.cond refuses branches whose
+        # outputs' strides differ (a LayerNorm's output is contiguous, a cos of a transposed
+        # input is not: seed 1619000, model 10, invalid at eager), as while_loop's carry below.
+        s.lines.append(f"    return {out.name}.clone(memory_format=torch.contiguous_format)")
         errs.append(out.err)
         fns.append(fn)
     return s.emit("h", f"torch.cond({pred}, {fns[0]}, {fns[1]}, ({v.name},))", v.shape, err=max(errs))
