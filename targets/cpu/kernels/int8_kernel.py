@@ -119,18 +119,13 @@ class Int8Kernel(KernelText):
             out = self.rows(out, self.index(groups * self.panels), rest, static_panel=groups * self.panels)
         if self.tail_columns:
             out = self.tail_pass(out)
-        result_t, residual_arg = o_t, ""
-        if r is None:
-            self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
+        result_t = tensor_type(r.shape, "i8") if r else o_t
+        residual_arg = f", %R: {result_t}" if r else ""
+        if r and r.reassociation:
+            self.emit(f"%result = tensor.expand_shape {out} {r.reassociation} output_shape "
+                      f"[{', '.join(map(str, r.shape))}] : {o_t} into {result_t}")
         else:
-            result_t = tensor_type(r.shape, "i8")
-            residual_arg = f", %R: {result_t}"
-            if r.reassociation:
-                shape = ", ".join(map(str, r.shape))
-                self.emit(f"%result = tensor.expand_shape {out} {r.reassociation} output_shape [{shape}] : "
-                          f"{o_t} into {result_t}")
-            else:
-                self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
+            self.emit(f"%result = tensor.cast {out} : {o_t} to {o_t}")
         return (f"func.func private @qgemm(%A: {a_t}, %B: {b_t}, %corr: {c_i}, %mult: {c_f}, %bias: {c_f}"
                 f"{residual_arg}) -> {result_t} {{\n" + self.text() + f"\n  return %result : {result_t}\n}}")
 

@@ -60,12 +60,13 @@ def distinct_inits(module, options=None) -> int:
     module.walk(visit)
     split = 0
     for op in ops:
-        seen = set()
+        seen, loops = set(), None
         for i, value in enumerate(list(op.operands)):
             empty = defining_op(value, "tensor.empty")
             if empty is None:
                 continue
-            if value in seen or any(not _inside(empty, loop) for loop in _shared_loops(op)):
+            loops = _shared_loops(op) if loops is None else loops  # once per op, only if it reads an empty
+            if value in seen or any(not _inside(empty, loop) for loop in loops):
                 with op.context, ir.InsertionPoint(op), empty.location:
                     fresh = ir.Operation.create("tensor.empty", results=[value.type],
                                                 operands=list(empty.operands))
