@@ -18,6 +18,13 @@ def stat_dtype(dtype):
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
+def row_mean(x, axis, acc):
+    """The mean over `axis`, summed in float64 and rounded once to `acc`: exact for a row of equal
+    values (a float32 sum of three equal x rounds 3x, and the mean is then off x by an ulp, which
+    a normalization's rsqrt(eps) turns into 1e-6 where torch gives 0)."""
+    return x.mean(axis=axis, keepdims=True, dtype=np.float64).astype(acc, copy=False)
+
+
 @kernel("aten::native_layer_norm.out")
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, out0=None, out1=None, out2=None):
     k = len(normalized_shape)
@@ -28,7 +35,7 @@ def native_layer_norm_out(input, normalized_shape, weight, bias, eps, out0=None,
     x = input.astype(acc, copy=False)
     axes = tuple(range(input.ndim - k, input.ndim))
     if x.size:
-        mean = x.mean(axis=axes, keepdims=True)
+        mean = row_mean(x, axes, acc)
         centered = x - mean
         var = np.square(centered).mean(axis=axes, keepdims=True)
     else:
@@ -51,7 +58,7 @@ def native_group_norm_out(input, weight, bias, N, C, HxW, group, eps, out0=None,
     acc = stat_dtype(float_type(input.dtype))
     x = input.astype(acc, copy=False).reshape(n, g, (c // g) * int(HxW))
     if x.size:
-        mean = x.mean(axis=-1, keepdims=True)
+        mean = row_mean(x, -1, acc)
         var = np.square(x - mean).mean(axis=-1, keepdims=True)
     else:
         mean = np.zeros((n, g, 1), acc)

@@ -212,3 +212,26 @@ def test_embedding_byte_dequantizes_rows_per_row_and_per_group():
     ours = get_kernel("quantized_decomposed::embedding_byte.out")(w, gscales, None, -128, 127, idx,
                                                                   np.zeros((2, 2, 8), np.float32))
     np.testing.assert_allclose(ours, w[idx].astype(np.float32) * np.repeat(gscales, 4, axis=1)[idx], rtol=1e-6)
+
+
+@pytest.mark.parametrize("width", [3, 5, 6, 7])
+def test_normalizing_rows_of_equal_values_gives_exactly_the_bias(width):
+    """A row of equal values (an expanded column, the model fuzzer's find) has variance 0, and
+    rsqrt(eps) magnifies any error in its mean ~300 times: the mean must be exactly the value, as
+    torch's is (a float32 sum of 3 equal x rounds 3x; the mean was then off by an ulp)."""
+    from etc.runtime.kernels import get_kernel
+    x = torch.randn(64, 1).expand(64, width).contiguous()
+    bias = torch.randn(width)
+    weight = torch.rand(width) + 0.5
+    expected = torch.nn.functional.layer_norm(x, [width], weight, bias, 1e-5)
+    ours = get_kernel("aten::native_layer_norm.out")(
+        x.numpy(), [width], weight.numpy(), bias.numpy(), 1e-5,
+        np.zeros((64, width), np.float32), np.zeros((64, 1), np.float32), np.zeros((64, 1), np.float32))[0]
+    np.testing.assert_array_equal(ours, expected.numpy())
+    np.testing.assert_array_equal(ours, np.broadcast_to(bias.numpy(), ours.shape))
+    planes = x[:8].reshape(2, 4, width, 1).expand(2, 4, width, 2).contiguous()  # each plane one value
+    expected = torch.nn.functional.group_norm(planes, 4)  # a group per plane
+    ours = get_kernel("aten::native_group_norm.out")(
+        planes.numpy(), None, None, 2, 4, width * 2, 4, 1e-5,
+        np.zeros((2, 4, width, 2), np.float32), np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32))[0]
+    np.testing.assert_array_equal(ours, expected.numpy())
