@@ -14,6 +14,12 @@ the second thread's work). The speedup is one thread's time over two threads'.
 
 The question the table answers (issue 27): does etc gain at least what torch gains from a
 second core, on every model? Both outputs are checked against eager first.
+
+Then the int8 vision models of `bench/int8.py` (ResNet-18 and the 224 x 224 ones), quantized twice
+as there (etc's `CpuQuantizer`, ExecuTorch's `XNNPACKQuantizer`): etc's int8 program on one and two
+threads against ExecuTorch + XNNPACK's with its threadpool at one and two (XNNPACK binds the pool
+when a method loads, so each of its blocks resets the pool and loads the method again), the same
+blocks; etc's two-thread bytes checked against its one-thread bytes.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from etc.bench.common import emit, measure_models, ratio, run_child
 from etc.bench.hf_models import MODELS, ms2
 
 RUNTIMES = ("etc_1t", "etc_2t", "torch_1t", "torch_2t")
+INT8 = ("resnet18", "mobilenet_v2_224", "resnet50_224", "efficientnet_lite0_224")
 
 
 def _blocks(calls: dict, rounds: int, per_block: int) -> dict:
@@ -90,9 +97,67 @@ def measure(name: str, runs: int) -> None:
     emit(**medians, stage="done")
 
 
+def measure_int8(name: str, runs: int) -> None:
+    """In the child: etc int8 on one and two threads against XNNPACK int8 on one and two."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import numpy as np
+    import torch
+
+    import etc
+    from etc.bench.common import executorch_method, executorch_program, executorch_threads
+    from etc.bench.int8 import _real_models
+    from etc.models.quantized import quantize
+    from etc.models.zoo import BENCH_ONLY, ZOO
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    zoo_model = {**ZOO, **BENCH_ONLY, **_real_models()}[name]()
+    zoo_model.module.eval()
+    inputs = list(zoo_model.example_inputs)
+    np_inputs = [x.numpy() for x in inputs]
+    emit(name=name, stage="etc int8 compile")
+    _, ep = quantize(zoo_model)
+    calls, outputs = {}, {}
+    for threads in (1, 2):
+        program = etc.to_edge(ep).to_backend(CpuPartitioner(num_threads=threads)).to_executorch()
+        method = Runtime.get().load_program(program.buffer).load_method("forward")
+        outputs[threads] = np.asarray(method.execute(np_inputs)[0])
+        calls[f"etc_{threads}t"] = (lambda: None, lambda m=method, p=program: p and m.execute(np_inputs))
+    emit(etc_same_bytes=bool(np.array_equal(outputs[1], outputs[2])))
+    emit(stage="xnnpack int8 lowering")
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
+                                                                          get_symmetric_quantization_config)
+
+    _, xep = quantize(zoo_model, quantizer=XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)))
+    xprogram = executorch_program(xep, xnnpack=True)
+    loaded = {}
+
+    def xnnpack_block(threads: int) -> None:
+        executorch_threads(threads)
+        loaded["method"] = executorch_method(xprogram)  # the delegate takes the pool it loads with
+
+    for threads in (1, 2):
+        calls[f"xnnpack_{threads}t"] = (lambda n=threads: xnnpack_block(n), lambda: loaded["method"].execute(inputs))
+    emit(stage="timing")
+    start = time.perf_counter()
+    for setup, fn in calls.values():
+        setup()
+        fn()
+    rounds = 5 if time.perf_counter() - start < 1.0 else 3
+    medians = _blocks(calls, rounds, max(2, -(-runs // rounds)))
+    executorch_threads(1)
+    emit(**medians, stage="done")
+
+
 def _child(name: str, runs: int, timeout_s: float) -> dict:
-    row, failure = run_child([sys.executable, "-m", "etc.bench.threads", "--child", name, "--runs", str(runs)],
-                             timeout_s)
+    mode = "--int8-child" if name.startswith("int8:") else "--child"
+    row, failure = run_child([sys.executable, "-m", "etc.bench.threads", mode, name.removeprefix("int8:"),
+                              "--runs", str(runs)], timeout_s)
     row["name"] = name
     if failure:
         row["error"] = failure
@@ -134,21 +199,56 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_int8(rows: list[dict]) -> str:
+    lines = ["| model | etc int8 1t ms | etc int8 2t ms | etc speedup | XNNPACK int8 1t ms | XNNPACK int8 2t ms "
+             "| XNNPACK speedup | etc 2t vs XNNPACK 2t | etc gains at least XNNPACK's | etc 2t bytes = 1t bytes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        etc_s, x_s = speedup(r, "etc"), speedup(r, "xnnpack")
+        verdict = "n/a" if etc_s is None or x_s is None else ("yes" if etc_s >= x_s else "**no**")
+        same = {True: "yes", False: "**no**"}.get(r.get("etc_same_bytes"), "n/a")
+        lines.append(f"| {r['name']} | {ms2(r.get('etc_1t'))} | {ms2(r.get('etc_2t'))} | "
+                     f"{'n/a' if etc_s is None else f'{etc_s:.2f}x'} | {ms2(r.get('xnnpack_1t'))} | "
+                     f"{ms2(r.get('xnnpack_2t'))} | {'n/a' if x_s is None else f'{x_s:.2f}x'} | "
+                     f"{ratio(r.get('etc_2t'), r.get('xnnpack_2t'))} | {verdict} | {same} |")
+    problems = [(r["name"], r["error"]) for r in rows if r.get("error")]
+    if problems:
+        lines += ["", "Failures:", ""] + [f"- {name}: {msg}" for name, msg in problems]
+    return "\n".join(lines) + "\n"
+
+
 def run(only: list[str] | None = None, runs: int = 10, timeout_s: float = 1200.0, log=sys.stderr) -> str:
-    rows = measure_models(MODELS, only, lambda name: _child(name, runs, timeout_s), label="bench_threads", log=log,
-                          note=lambda row: f" {row['error']}" if row.get("error") else "")
-    return render(rows)
+    measure = lambda name: _child(name, runs, timeout_s)  # noqa: E731
+    note = lambda row: f" {row['error']}" if row.get("error") else ""  # noqa: E731
+    fp32 = [n for n in only if n in MODELS] if only else None
+    int8 = [n for n in only if n in INT8] if only else list(INT8)
+    text = render(measure_models(MODELS, fp32, measure, label="bench_threads", log=log, note=note)) \
+        if fp32 is None or fp32 else ""
+    if int8:
+        rows = measure_models({f"int8:{n}": n for n in INT8}, [f"int8:{n}" for n in int8], measure,
+                              label="bench_threads", log=log, note=note)
+        for row in rows:
+            row["name"] = row["name"].removeprefix("int8:")
+        text += ("\nInt8 (`python -m etc.bench.threads --only " + ",".join(INT8) + "`): etc's `CpuQuantizer` "
+                 "program against ExecuTorch + XNNPACK's `XNNPACKQuantizer` one, each on one and two threads, "
+                 "the same blocks.\n\n" + render_int8(rows))
+    return text
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", help="comma-separated model names (default: all): " + ", ".join(MODELS))
+    parser.add_argument("--only", help="comma-separated model names (default: all): "
+                        + ", ".join((*MODELS, *INT8)))
     parser.add_argument("--runs", type=int, default=10, help="calls per runtime (in 3-5 blocks)")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per model")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--int8-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:  # a failure exits nonzero: run_child reports its stage and last stderr line in the row
         measure(args.child, args.runs)
+        return 0
+    if args.int8_child:
+        measure_int8(args.int8_child, args.runs)
         return 0
     print(run(args.only.split(",") if args.only else None, args.runs, args.timeout))
     return 0

@@ -135,9 +135,10 @@ def independent_rest(loop, body: list) -> "list | None":
     """The ops of `body` (a loop's) besides `loop` and what it uses, when they are independent
     of `loop`'s iterations, else None. Proved for the shape of a GEMM panel's peeled row block:
     `loop` (static bounds) writes only through `vector.transfer_write`/`memref.store` at
-    [iv, ...] (vectors no taller than its step) into views defined outside it; the rest writes
-    only into those views at constant rows past the last row `loop` writes; neither reads the
-    buffers those views are of; the rest's results are used only by the rest."""
+    [iv + c, ...] (a constant c >= 0; the rows written, c to c + the vector's height, within its
+    step: a 2-D tile at [iv, ...], an int8 tile's row by row) into views defined outside it; the
+    rest writes only into those views at constant rows past the last row `loop` writes; neither
+    reads the buffers those views are of; the rest's results are used only by the rest."""
     lb, ub, step = (constant_index(v) for v in list(loop.operands)[:3])
     if None in (lb, ub, step) or step <= 0 or ub <= lb:
         return None
@@ -183,12 +184,14 @@ def independent_rest(loop, body: list) -> "list | None":
         if name in _ROW_WRITES:
             view = inner.operands[1]
             first = list(inner.operands)[2] if len(inner.operands) > 2 else None
-            height = ir.VectorType(inner.operands[0].type).shape[0] if name == "vector.transfer_write" else 1
-            if first != iv or height > step or not isinstance(view.owner, ir.Block) and as_operation(view.owner) in position \
-                    and as_operation(view.owner) not in needed:
+            offset = _offset_from(first, iv)
+            height = _rows_written(inner)
+            if offset is None or offset + height > step or not isinstance(view.owner, ir.Block) \
+                    and as_operation(view.owner) in position and as_operation(view.owner) not in needed:
                 bad[0] = True
+            else:
+                rows_end[0] = max(rows_end[0], last + offset + height)
             views.add(view)
-            rows_end[0] = max(rows_end[0], last + height)
         elif name in _OTHER_WRITES or name.startswith("linalg."):
             bad[0] = True
         return ir.WalkResult.ADVANCE
@@ -220,3 +223,26 @@ def independent_rest(loop, body: list) -> "list | None":
 
     loop.walk(loop_reads)
     return None if bad[0] else rest
+
+
+def _offset_from(index, iv) -> "int | None":
+    """c when `index` is `iv` (0) or `arith.addi` of `iv` and the constant c >= 0, else None."""
+    if index is None:
+        return None
+    if index == iv:
+        return 0
+    owner = index.owner
+    if isinstance(owner, ir.Block) or as_operation(owner).name != "arith.addi":
+        return None
+    a, b = as_operation(owner).operands
+    c = constant_index(b) if a == iv else constant_index(a) if b == iv else None
+    return c if c is not None and c >= 0 else None
+
+
+def _rows_written(write) -> int:
+    """How many rows (the first index's dimension) a write covers: a vector as tall as it when it
+    spans every dimension of the view (a 2-D tile), one when it spans only the inner ones (a row)."""
+    if write.name != "vector.transfer_write":
+        return 1
+    shape = ir.VectorType(write.operands[0].type).shape
+    return shape[0] if len(shape) == len(list(write.operands)[2:]) else 1

@@ -40,3 +40,18 @@ def test_delegates_that_kept_one_thread_are_listed():
     assert ("Delegates of the two-thread program that kept one thread (each times both at load and keeps the "
             "faster):\n\n- stuck: threads: 1 of 2 (measured at load: 3900 us on one, 4100 us on 2)") in text
     assert "- scales:" not in text
+
+
+def test_int8_table_compares_with_xnnpack_and_says_whether_two_threads_kept_the_bytes():
+    from etc.bench.threads import render_int8
+
+    rows = [{"name": "resnet", "etc_1t": 4e-3, "etc_2t": 2e-3, "xnnpack_1t": 5e-3, "xnnpack_2t": 2.75e-3,
+             "etc_same_bytes": True},
+            {"name": "racy", "etc_1t": 4e-3, "etc_2t": 2.5e-3, "xnnpack_1t": 5e-3, "xnnpack_2t": 2.5e-3,
+             "etc_same_bytes": False},
+            {"name": "broken", "error": "exit 1 in timing: KeyError"}]
+    lines = render_int8(rows).splitlines()
+    assert lines[2] == "| resnet | 4.00 | 2.00 | 2.00x | 5.00 | 2.75 | 1.82x | 0.73x | yes | yes |"
+    assert lines[3] == "| racy | 4.00 | 2.50 | 1.60x | 5.00 | 2.50 | 2.00x | 1.00x | **no** | **no** |"
+    assert lines[4] == "| broken | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"
+    assert "- broken: exit 1 in timing: KeyError" in lines

@@ -357,6 +357,55 @@ def test_saturating_epilogue_matches_the_clamped_one(monkeypatch):
     assert any(lo > -128 for _, lo in seen), seen
 
 
+class _ThreadedBlock(nn.Module):
+    """The int8 kernel's every form: a 3x3 conv at 14x14 (panel groups, then 4 tail columns; the
+    pack's periods, then its last panels), a residual add in its epilogue, a strided conv to 7x7
+    (whole panels outside the group loop, one tail column), a linear over 100 columns."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 40, 3, stride=2, padding=1)
+        self.linear = nn.Linear(40 * 49, 100)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x) + x)
+        return self.linear(torch.relu(self.conv2(y)).flatten(1))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_int8_kernels_share_their_loops_between_threads(dynamic):
+    """Compiled for two threads, the int8 kernels' independent loops (the pack's periods and rows
+    of K, the panel groups, the last panels' row tiles, the tail columns' row tiles; a dynamic
+    linear's panel groups, its rows quantized per call when each has its own range) are shared:
+    no int8 nest is left on thread 0 for want of a marked loop but a per-tensor range (a tile's
+    left-over rows, a loop along K, still are, and the report says so), and 2 and 3 threads give
+    one thread's bytes."""
+    from etc.compiler.delegation import CompileSpec
+
+    UNMARKED = "no loop of the nest is marked etc.thread_split (independent iterations)"
+
+    if dynamic:
+        torch.manual_seed(0)
+        x = torch.randn(1, 8, 256)
+        _, ep = quantize(ZooModel("linear", _Linear(256, 200).eval(), (x,)), is_dynamic=True)
+    else:
+        _, ep, x = _quantized(_ThreadedBlock(), (1, 16, 14, 14), 0)
+    one = _run(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch(), [x])[0]
+    for threads in (2, 3):
+        edge = etc.to_edge(ep).to_backend(CpuPartitioner(
+            num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")]))
+        report = edge.delegation_info()
+        assert "0 op(s) on portable kernels" in report, report
+        assert dynamic or "epilogue -> fused" in report, report
+        unmarked = [line for line in report.splitlines() if "no loop of the nest is marked" in line]
+        # a per-tensor dynamic activation's range is one reduction, and its rows read what it found
+        assert unmarked == ([f"    NOT TUNED  threads -> one-thread: a loop nest runs on thread 0: {UNMARKED} x1"]
+                            if dynamic else []), report
+        program = edge.to_executorch()
+        for _ in range(5):  # a race would show now and then
+            np.testing.assert_array_equal(_run(program, [x])[0], one)
+
+
 @pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")
 @pytest.mark.parametrize("c,f,k,hw", [(6, 13, 3, (8, 5)), (16, 20, 3, (7, 7)), (8, 70, 1, (5, 6))])
 def test_avx_vnni_kernel_matches_the_reference(c, f, k, hw):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type
 from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, DynamicPair
+from etc.targets.cpu.loop_effects import THREAD_SPLIT
 
 
 # Byte rows of K per iteration of the K loop. K fully unrolled (one scale group: int8 per channel)
@@ -81,7 +82,7 @@ class DynamicLinearKernel(Int8Kernel):
             nb0 = self.mul(g, self.panels)
             inner = self.rows_of(o, nb0, self.panels, None)
             self.emit(f"  scf.yield {inner} : {ty['out']}")
-            self.emit("}")
+            self.emit(f"}} {{{THREAD_SPLIT}}}")  # the groups write their own columns
             out = res
         rest = p.NB - groups * self.panels
         if rest:
@@ -136,7 +137,8 @@ class DynamicLinearKernel(Int8Kernel):
         self.emit(f"  {zp2} = tensor.insert {z} into {zp}[{m}] : {ty['row']}")
         out, sums = self.row_groups(m, a, qs, inv, z, Gp, offset)
         self.emit(f"  scf.yield {out}, {sc2}, {zp2}, {sums} : {ty['Aflat']}, {ty['row']}, {ty['row']}, {ty['qs']}")
-        self.emit("}")
+        # per row, each row is quantized on its own (per tensor, the rows read the range thread 0 found)
+        self.emit("}" if p.granularity == "per_tensor" else f"}} {{{THREAD_SPLIT}}}")
         inner = "[[0], [1, 2]]" if p.bits == 8 else "[[0], [1, 2, 3]]"
         sizes = [p.KB, GROUP] if p.bits == 8 else [p.KB, 2, GROUP]
         self.emit(f"%A = tensor.expand_shape %rows#0 {inner} output_shape [{'%M' if p.M < 0 else p.M}, "
@@ -268,6 +270,8 @@ class DynamicLinearKernel(Int8Kernel):
         o_t = self.types()["out"]
         R = self.rows
         end = "%M"
+        # the last panels' rows (outside the group loop) write their own rows
+        close = "}" if static_panel is None else f"}} {{{THREAD_SPLIT}}}"
         if R > 1:
             tiles, whole = self.fresh(), self.fresh()
             self.emit(f"{tiles} = arith.divui %M, {self.index(R)} : index")
@@ -276,14 +280,14 @@ class DynamicLinearKernel(Int8Kernel):
             self.emit(f"{res} = scf.for {m} = {self.index(0)} to {whole} step {self.index(R)} "
                       f"iter_args({o} = {out}) -> ({o_t}) {{")
             self.emit(f"  scf.yield {self.tile4(o, m, R, nb0, panels, static_panel)} : {o_t}")
-            self.emit("}")
+            self.emit(close)
             out, first = res, whole
         else:
             first = self.index(0)
         m, o, res = self.fresh("m"), self.fresh("o"), self.fresh("r")
         self.emit(f"{res} = scf.for {m} = {first} to {end} step {self.index(1)} iter_args({o} = {out}) -> ({o_t}) {{")
         self.emit(f"  scf.yield {self.tile4(o, m, 1, nb0, panels, static_panel)} : {o_t}")
-        self.emit("}")
+        self.emit(close)
         return res
 
     def tile4(self, out: str, m0: str, rows: int, nb0: str, panels: int, static_panel) -> str:

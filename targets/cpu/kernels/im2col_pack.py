@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, Im2col
+from etc.targets.cpu.loop_effects import THREAD_SPLIT
 
 
 def pack_text(g: Im2col, tail_columns: int = 0) -> str:
@@ -123,7 +124,7 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
             t.emit(f"{i} = arith.index_cast {e} : i32 to index")
             bases.append(i)
         t.emit(f"scf.yield {body(a, bases, kb, in_bounds)} : {rows_t}")
-        t.emit("}")
+        t.emit(f"}} {{{THREAD_SPLIT}}}")  # the rows of K write their own panel rows
         return res
 
     def all_k(acc: str, body) -> str:
@@ -149,7 +150,7 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
             return acc
 
         t.emit(f"scf.yield {all_k(b, period)} : {rows_t}")
-        t.emit("}")
+        t.emit(f"}} {{{THREAD_SPLIT}}}")  # the periods write their own panels
         out = res
     if tail:
         def last(acc: str, bases: list, kb: str, in_bounds: bool) -> str:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, QgemmPair, ResidualAdd
+from etc.targets.cpu.loop_effects import THREAD_SPLIT
 
 
 
@@ -112,7 +113,7 @@ class Int8Kernel(KernelText):
             self.emit(f"  {nb0} = arith.muli {g}, {self.index(self.panels)} : index")
             inner = self.rows(o, nb0, self.panels, static_panel=None)
             self.emit(f"  scf.yield {inner} : {o_t}")
-            self.emit("}")
+            self.emit(f"}} {{{THREAD_SPLIT}}}")  # the groups write their own columns
             out = res
         rest = main - groups * self.panels
         if rest:
@@ -134,11 +135,12 @@ class Int8Kernel(KernelText):
         and the qgemm's side's zero point and scale, the output's scale and clamp (vector and
         scalar: the tail columns are scalar)."""
         p, r, L = self.p, self.residual, self.lanes
-        m_n = tensor_type([p.M, p.N], "i8")
-        if r.reassociation:
-            self.emit(f"%Rmn = tensor.collapse_shape %R {r.reassociation} : {tensor_type(r.shape, 'i8')} into {m_n}")
-        else:
-            self.emit(f"%Rmn = tensor.cast %R : {m_n} to {m_n}")
+        # One flat view, read at row * N + column: viewed as [M, N], the canonicalizer forwards a
+        # producing kernel's stored values to these reads (the collapse of its expand is its [M, N]
+        # result), which ties this kernel's straight-line tiles to another's, and two threads
+        # cannot split them apart. A vector partly past N reads the next row's bytes unused.
+        self.emit(f"%Rflat = tensor.collapse_shape %R [{list(range(len(r.shape)))}] : "
+                  f"{tensor_type(r.shape, 'i8')} into {tensor_type([p.M * p.N], 'i8')}")
         own, other = r.own, 1 - r.own
         values = {"roff": ("f32", float(p.zero_point - r.zero_points[own])), "rzp": ("i32", r.zero_points[other]),
                   "rsown": ("f32", r.scales[own]), "rsother": ("f32", r.scales[other]), "rinv": ("f32", r.inverse),
@@ -180,15 +182,15 @@ class Int8Kernel(KernelText):
         """Row tiles over all M for `panels` panels starting at `nb0`; returns the updated tensor."""
         p, o_t = self.p, tensor_type([self.p.M, self.p.N], "i8")
         tiles = p.M // self.mr
-        if tiles:
-            m, o, res = self.fresh("m"), self.fresh("o"), self.fresh("r")
-            self.emit(f"{res} = scf.for {m} = {self.index(0)} to {self.index(tiles)} step {self.index(1)} "
-                      f"iter_args({o} = {out}) -> ({o_t}) {{")
-            m0 = self.fresh()
-            self.emit(f"  {m0} = arith.muli {m}, {self.index(self.mr)} : index")
+        if tiles:  # the loop runs over the tiles' first rows: a tile writes rows m0 .. m0 + mr - 1
+            m0, o, res = self.fresh("m"), self.fresh("o"), self.fresh("r")
+            self.emit(f"{res} = scf.for {m0} = {self.index(0)} to {self.index(tiles * self.mr)} "
+                      f"step {self.index(self.mr)} iter_args({o} = {out}) -> ({o_t}) {{")
             inner = self.tile(o, m0, self.mr, nb0, panels, static_panel)
             self.emit(f"  scf.yield {inner} : {o_t}")
-            self.emit("}")
+            # the row tiles write their own rows: the threads may share them (few panel groups,
+            # ResNet-50's 14 x 14 layers: 3), the left-over rows beside them run once
+            self.emit(f"}} {{{THREAD_SPLIT}}}")
             out = res
         left = p.M - tiles * self.mr
         if left:
@@ -244,7 +246,7 @@ class Int8Kernel(KernelText):
                     acc = f"{res}#{r * panels * vp + v}"
                     if self.residual:
                         q = self.add_residual(self.requant(acc, *params, rounded=False),
-                                              self.vector("%Rmn", col, "i8", inb, rows=ms[r]), L)
+                                              self.residual_vector(ms[r], col, inb), L)
                     else:
                         q = self.requant(acc, *params)
                     ints.append(q)
@@ -289,7 +291,7 @@ class Int8Kernel(KernelText):
             m0 = self.mul(m, rows)
             inner = self.tail(o, [m0] + [self.add(m0, r) for r in range(1, rows)])
             self.emit(f"  scf.yield {inner} : {o_t}")
-            self.emit("}")
+            self.emit(f"}} {{{THREAD_SPLIT}}}")  # the row tiles write their own rows
             out = res
         if p.M - tiles * rows:
             m0 = self.index(tiles * rows)
@@ -368,7 +370,8 @@ class Int8Kernel(KernelText):
                 self.emit(f"{c2} = arith.minimumf {c1}, %thi fastmath<nsz> : f32")
                 if self.residual:
                     byte = self.fresh()
-                    self.emit(f"{byte} = tensor.extract %Rmn[{ms[r]}, {self.index(p.N - T + c)}] : {o_t}")
+                    at = self.add(self.mul(ms[r], p.N), p.N - T + c)
+                    self.emit(f"{byte} = tensor.extract %Rflat[{at}] : {tensor_type([p.M * p.N], 'i8')}")
                     q = self.add_residual(c2, byte, None)
                 else:
                     self.emit(f"{rd} = math.roundeven {c2} : f32")
@@ -415,14 +418,20 @@ class Int8Kernel(KernelText):
         self.emit(f"{v} = vector.broadcast {s} : {element} to vector<{L}x{element}>")
         return v
 
-    def vector(self, tensor: str, at: str, element: str, inb: str, rows: str | None = None) -> str:
-        """`lanes` elements of a per-column vector [N] at `at`, or of row `rows` of an [M, N] tensor."""
+    def vector(self, tensor: str, at: str, element: str, inb: str) -> str:
+        """`lanes` elements of a per-column vector [N] at `at`."""
         p, L = self.p, self.lanes
         v = self.fresh()
-        pad = {"i32": "%pad32", "f32": "%padf", "i8": "%pad8"}[element]
-        index, shape = (f"{rows}, {at}", [p.M, p.N]) if rows is not None else (at, [p.N])
-        self.emit(f"{v} = vector.transfer_read {tensor}[{index}], {pad} {{in_bounds = [{inb}]}} : "
-                  f"{tensor_type(shape, element)}, vector<{L}x{element}>")
+        pad = {"i32": "%pad32", "f32": "%padf"}[element]
+        self.emit(f"{v} = vector.transfer_read {tensor}[{at}], {pad} {{in_bounds = [{inb}]}} : "
+                  f"{tensor_type([p.N], element)}, vector<{L}x{element}>")
+        return v
+
+    def residual_vector(self, m: str, col: str, inb: str) -> str:
+        """`lanes` bytes of the residual's row `m` from column `col` (see `residual_constants`)."""
+        v, flat_t = self.fresh(), tensor_type([self.p.M * self.p.N], "i8")
+        self.emit(f"{v} = vector.transfer_read %Rflat[{self.addv(self.mul(m, self.p.N), col)}], %pad8 "
+                  f"{{in_bounds = [{inb}]}} : {flat_t}, vector<{self.lanes}xi8>")
         return v
 
     def requant(self, acc: str, mult: str, bias: str, rounded: bool = True) -> str:

@@ -10,7 +10,9 @@
 // registers: one fma, the clamp to the output's range less its zero point, one rounding convert
 // ({rn-sae}), two dword->word packs, the zero point added to the words (saturating), one word->byte pack, a
 // dword shuffle undoing the packs' per-128-bit-lane order, one store for a row's two vectors (32
-// bytes, 20 columns valid: masked, not in bounds). Nothing of the pair is left.
+// bytes, 20 columns valid: masked, not in bounds). The loop over the row tiles (the panels
+// past the whole groups; a group loop, when there is one, too) is marked etc.thread_split: its
+// iterations write their own rows. Nothing of the pair is left.
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "gemm"
 // CHECK-LABEL: func.func @linear
 // CHECK-NOT: etc.cpu.qgemm
@@ -34,6 +36,7 @@
 // CHECK: vector.shuffle %{{.*}}, %{{.*}} [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15] : vector<16xi32>, vector<16xi32>
 // CHECK: vector.extract_strided_slice %{{.*}} {offsets = [0], sizes = [32], strides = [1]} : vector<64xi8> to vector<32xi8>
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : vector<32xi8>, tensor<2x20xi8>
+// CHECK: } {etc.thread_split}
 // CHECK-NOT: math.roundeven
 // On AVX-VNNI: 8-lane dot products, two per panel; 256-bit packs, and round-then-convert (no
 // embedded rounding on ymm without AVX-512).
@@ -137,7 +140,9 @@ func.func @linear_saturating(%a: tensor<2x2x4xi8>, %b: tensor<2x2x16x4xi8>) -> t
 // -----
 
 // An int8 add (`etc.cpu.qadd`) that alone reads a qgemm's result (through the expand to its shape)
-// is fused into the kernel's epilogue: the residual read as [M, N] next to the accumulators, the
+// is fused into the kernel's epilogue: the residual read next to the accumulators (through a flat
+// view, at row * N + column: as [M, N] the canonicalizer forwarded a producing kernel's stores to
+// these reads, across what two threads split), the
 // qgemm's value rounded and shifted to the add's zero point in float, both scaled, summed, scaled
 // by the inverse output scale, clamped and rounded; the kernel returns the add's result, stored
 // with the add's zero point. The add is gone and the decision says it was fused.
@@ -145,10 +150,10 @@ func.func @linear_saturating(%a: tensor<2x2x4xi8>, %b: tensor<2x2x16x4xi8>) -> t
 // CHECK-LABEL: func.func @linear_add
 // CHECK-NOT: etc.cpu.qadd
 // CHECK: arith.constant dense<-128> : vector<32xi16>
-// CHECK: %[[RMN:.*]] = tensor.collapse_shape %arg2 {{\[}}[0, 1], [2]] : tensor<1x2x20xi8> into tensor<2x20xi8>
+// CHECK: %[[RFLAT:.*]] = tensor.collapse_shape %arg2 {{\[}}[0, 1, 2]] : tensor<1x2x20xi8> into tensor<40xi8>
 // CHECK: } {etc.cpu.int8_k_loop}
 // CHECK: arith.minimumf %{{.*}}, %{{.*}} fastmath<nsz> : vector<16xf32>
-// CHECK: vector.transfer_read %[[RMN]][%{{.*}}, %{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<2x20xi8>, vector<16xi8>
+// CHECK: vector.transfer_read %[[RFLAT]][%{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<40xi8>, vector<16xi8>
 // CHECK: math.roundeven %{{.*}} : vector<16xf32>
 // CHECK: arith.addf
 // CHECK: arith.mulf
@@ -271,6 +276,7 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // CHECK: vector.reduction <add>, %{{.*}} : vector<8xi32> into i32
 // CHECK: arith.muli %{{.*}}, %{{.*}} : i32
 // CHECK: tensor.insert %{{.*}} into %{{.*}}[%{{.*}}, %{{.*}}] : tensor<?x2xi32>
+// CHECK: } {etc.thread_split}
 // CHECK: %[[QS:.*]] = tensor.cast %{{.*}} : tensor<?x2xi32> to tensor<?x2xi32>
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<?x20xf32>)
 // CHECK: scf.for %[[G:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
@@ -396,6 +402,7 @@ func.func @linear4(%x: tensor<?x16xf32>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x2
 // CHECK: scf.for {{.*}} -> (tensor<?x8xi8>, tensor<?xf32>, tensor<?xf32>, tensor<?x1xi32>)
 // CHECK: vector.transfer_read %arg0[%{{.*}}, %{{.*}}], %{{.*}} : tensor<?x6xf32>, vector<8xf32>
 // CHECK: arith.constant -128 : i32
+// CHECK-NOT: etc.thread_split
 // CHECK: %[[QS:.*]] = tensor.cast %{{.*}} : tensor<?x1xi32> to tensor<?x1xi32>
 // CHECK: arith.divui %{{.*}}, %{{.*}} : index
 // CHECK: tensor.extract %[[QS]][%{{.*}}, %{{.*}}] : tensor<?x1xi32>
@@ -495,7 +502,8 @@ func.func @linear8(%x: tensor<?x6xf32>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x1x
 // and a shuffle, the four rows interleaved into one 64-byte panel row, flipped to unsigned, stored.
 // Groups of K rows whose loads stay inside the image read unmasked; the last ones (near the image's
 // end) read masked. One period of output rows is a loop (here one iteration), the last panel, with its
-// positions past P clamped, follows.
+// positions past P clamped, follows. The periods and the rows of K write their own panel rows: their
+// loops are marked etc.thread_split.
 // CHECK-LABEL: func.func @conv
 // CHECK-NOT: etc.cpu.im2col
 // CHECK-NOT: linalg.transpose
@@ -506,7 +514,11 @@ func.func @linear8(%x: tensor<?x6xf32>, %w: tensor<2x2x16x4xi8>, %s: tensor<2x1x
 // CHECK: vector.shuffle
 // CHECK: arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}] {in_bounds = [true]} : vector<64xi8>, tensor<2x5x64xi8>
+// CHECK: } {etc.thread_split}
 // CHECK: vector.transfer_read %[[FLAT]][%{{.*}}], %{{[a-z0-9_]+}} : tensor<84xi8>, vector<16xi8>
+// CHECK: } {etc.thread_split}
+// CHECK-NEXT: scf.yield
+// CHECK-NEXT: } {etc.thread_split}
 // CHECK: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 func.func @conv(%x: tensor<2x7x6xi8>, %a: tensor<3x5x4xi8>) -> tensor<3x20xi8> {
   %c0_i32 = arith.constant 0 : i32

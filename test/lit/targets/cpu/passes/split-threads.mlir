@@ -257,6 +257,69 @@ func.func @row_rest(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noali
 
 // -----
 
+// The int8 kernel's form of the same: its row tiles write row by row (1-D vectors at [iv + c, ...],
+// c within the step: rows iv .. iv + 5), and the left-over rows 156..159 past them. Proved
+// alike: the threads share the row tiles, the last thread runs the rest.
+// CHECK-LABEL: func.func @row_by_row_rest
+// CHECK: scf.for %{{.*}} = %c0 to %c192 step %c64 {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c6 {
+// CHECK: } {etc.thread_split}
+// CHECK: scf.if
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%c156, %c0]
+// CHECK: } {etc.thread_split}
+func.func @row_by_row_rest(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<160x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c5 = arith.constant 5 : index
+  %c6 = arith.constant 6 : index
+  %c64 = arith.constant 64 : index
+  %c156 = arith.constant 156 : index
+  %c192 = arith.constant 192 : index
+  %pad = arith.constant 0.0 : f32
+  scf.for %p = %c0 to %c192 step %c64 {
+    %view = memref.subview %out[0, %p] [160, 64] [1, 1] : memref<160x196xf32> to memref<160x64xf32, strided<[196, 1], offset: ?>>
+    scf.for %r = %c0 to %c156 step %c6 {
+      %v = vector.transfer_read %x[%r, %p], %pad : memref<160x196xf32>, vector<16xf32>
+      vector.transfer_write %v, %view[%r, %c0] {in_bounds = [true]} : vector<16xf32>, memref<160x64xf32, strided<[196, 1], offset: ?>>
+      %r5 = arith.addi %r, %c5 : index
+      vector.transfer_write %v, %view[%r5, %c0] {in_bounds = [true]} : vector<16xf32>, memref<160x64xf32, strided<[196, 1], offset: ?>>
+    } {etc.thread_split}
+    %t = vector.transfer_read %x[%c156, %p], %pad : memref<160x196xf32>, vector<16xf32>
+    vector.transfer_write %t, %view[%c156, %c0] {in_bounds = [true]} : vector<16xf32>, memref<160x64xf32, strided<[196, 1], offset: ?>>
+  } {etc.thread_split}
+  return
+}
+
+// -----
+
+// Not a rest: a row tile writes past its step (row iv + 6, the next tile's first), so the nest
+// stays split by panels.
+// CHECK-LABEL: func.func @row_past_the_step
+// CHECK-NOT: scf.if
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %c64 {
+// CHECK: scf.for %{{.*}} = %c0 to %c156 step %c6 {
+func.func @row_past_the_step(%x: memref<160x196xf32> {etc.cpu.arg = "input:0", llvm.noalias}, %out: memref<162x196xf32> {etc.cpu.arg = "output:0", llvm.noalias}) {
+  %c0 = arith.constant 0 : index
+  %c6 = arith.constant 6 : index
+  %c64 = arith.constant 64 : index
+  %c156 = arith.constant 156 : index
+  %c161 = arith.constant 161 : index
+  %c192 = arith.constant 192 : index
+  %pad = arith.constant 0.0 : f32
+  scf.for %p = %c0 to %c192 step %c64 {
+    %view = memref.subview %out[0, %p] [162, 64] [1, 1] : memref<162x196xf32> to memref<162x64xf32, strided<[196, 1], offset: ?>>
+    scf.for %r = %c0 to %c156 step %c6 {
+      %v = vector.transfer_read %x[%r, %p], %pad : memref<160x196xf32>, vector<16xf32>
+      %r6 = arith.addi %r, %c6 : index
+      vector.transfer_write %v, %view[%r6, %c0] {in_bounds = [true]} : vector<16xf32>, memref<162x64xf32, strided<[196, 1], offset: ?>>
+    } {etc.thread_split}
+    %t = vector.transfer_read %x[%c156, %p], %pad : memref<160x196xf32>, vector<16xf32>
+    vector.transfer_write %t, %view[%c161, %c0] {in_bounds = [true]} : vector<16xf32>, memref<162x64xf32, strided<[196, 1], offset: ?>>
+  } {etc.thread_split}
+  return
+}
+
+// -----
+
 // Not a rest: it reads the rows the loop writes (row 0), so the nest stays split by panels.
 // CHECK-LABEL: func.func @dependent_rest
 // CHECK-NOT: scf.if
