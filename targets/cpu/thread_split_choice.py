@@ -245,4 +245,9 @@ def _rows_written(write) -> int:
     if write.name != "vector.transfer_write":
         return 1
     shape = ir.VectorType(write.operands[0].type).shape
-    return shape[0] if len(shape) == len(list(write.operands)[2:]) else 1
+    rank = len(list(write.operands)[2:])
+    if "permutation_map" in write.attributes:  # a vector laid along other dimensions: unproved
+        amap = ir.AffineMapAttr(write.attributes["permutation_map"]).value
+        if amap != ir.AffineMap.get_minor_identity(rank, len(shape)):
+            return 1 << 30
+    return shape[0] if len(shape) == rank else 1
