@@ -169,17 +169,23 @@ def speedup(row: dict, runtime: str) -> float | None:
     return one / two if one and two else None
 
 
+def _against(r: dict, other: str) -> str:
+    """A row's cells from etc's 1t figure to the verdict: etc's and `other`'s times and speedups,
+    etc 2t over `other` 2t, and whether etc gains at least what `other` gains."""
+    etc_s, other_s = speedup(r, "etc"), speedup(r, other)
+    verdict = "n/a" if etc_s is None or other_s is None else ("yes" if etc_s >= other_s else "**no**")
+    return (f"{ms2(r.get('etc_1t'))} | {ms2(r.get('etc_2t'))} | {'n/a' if etc_s is None else f'{etc_s:.2f}x'} | "
+            f"{ms2(r.get(f'{other}_1t'))} | {ms2(r.get(f'{other}_2t'))} | "
+            f"{'n/a' if other_s is None else f'{other_s:.2f}x'} | {ratio(r.get('etc_2t'), r.get(f'{other}_2t'))} | "
+            f"{verdict}")
+
+
 def render(rows: list[dict]) -> str:
     lines = ["| model | etc 1t ms | etc 2t ms | etc speedup | torch 1t ms | torch 2t ms | torch speedup "
              "| etc 2t vs torch 2t | etc gains at least torch's |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        etc_s, torch_s = speedup(r, "etc"), speedup(r, "torch")
-        verdict = "n/a" if etc_s is None or torch_s is None else ("yes" if etc_s >= torch_s else "**no**")
-        lines.append(f"| {r['name']} | {ms2(r.get('etc_1t'))} | {ms2(r.get('etc_2t'))} | "
-                     f"{'n/a' if etc_s is None else f'{etc_s:.2f}x'} | {ms2(r.get('torch_1t'))} | "
-                     f"{ms2(r.get('torch_2t'))} | {'n/a' if torch_s is None else f'{torch_s:.2f}x'} | "
-                     f"{ratio(r.get('etc_2t'), r.get('torch_2t'))} | {verdict} |")
+        lines.append(f"| {r['name']} | {_against(r, 'torch')} |")
     both = [(speedup(r, "etc"), speedup(r, "torch")) for r in rows]
     both = [(e, t) for e, t in both if e and t]
     if both:
@@ -204,13 +210,8 @@ def render_int8(rows: list[dict]) -> str:
              "| XNNPACK speedup | etc 2t vs XNNPACK 2t | etc gains at least XNNPACK's | etc 2t bytes = 1t bytes |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        etc_s, x_s = speedup(r, "etc"), speedup(r, "xnnpack")
-        verdict = "n/a" if etc_s is None or x_s is None else ("yes" if etc_s >= x_s else "**no**")
         same = {True: "yes", False: "**no**"}.get(r.get("etc_same_bytes"), "n/a")
-        lines.append(f"| {r['name']} | {ms2(r.get('etc_1t'))} | {ms2(r.get('etc_2t'))} | "
-                     f"{'n/a' if etc_s is None else f'{etc_s:.2f}x'} | {ms2(r.get('xnnpack_1t'))} | "
-                     f"{ms2(r.get('xnnpack_2t'))} | {'n/a' if x_s is None else f'{x_s:.2f}x'} | "
-                     f"{ratio(r.get('etc_2t'), r.get('xnnpack_2t'))} | {verdict} | {same} |")
+        lines.append(f"| {r['name']} | {_against(r, 'xnnpack')} | {same} |")
     problems = [(r["name"], r["error"]) for r in rows if r.get("error")]
     if problems:
         lines += ["", "Failures:", ""] + [f"- {name}: {msg}" for name, msg in problems]
