@@ -369,3 +369,35 @@ def test_a_branch_with_an_unsupported_op_keeps_the_cond_on_portable():
     x = torch.randn(3, 5).abs()
     for sample in (x, -x):
         np.testing.assert_allclose(method.execute([sample.numpy()])[0], module(sample).numpy(), rtol=1e-6)
+
+
+class NormInBranchThenRowMax(torch.nn.Module):
+    """h feeds a LayerNorm inside the cond's branches and, after the cond, h + the cond's result
+    reduced by a row max: the row-kernel pass grouped h's elementwise op with that max."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.other = torch.nn.LayerNorm(12), torch.nn.LayerNorm(12)
+
+    def forward(self, x):
+        h = x * 2.0 + 1.0
+        y = torch.cond(x.amax() > 0.5, lambda a: self.norm(a).clone(), lambda a: self.other(a).clone(), (h,))
+        return (y + h).amax(-1, keepdim=True)
+
+
+def test_a_row_group_is_cut_before_a_branch_that_reads_one_of_its_values():
+    """Found by the model fuzzer (seed 1701): etc-cpu-row-kernels placed a row kernel (h's
+    elementwise op fused with the row max after the cond) at its last op, after the scf.if whose
+    branch reads h: the cond's LayerNorm used a value not yet computed ('operand does not
+    dominate this use'). A use inside a region now counts where its scf.if stands, and the group
+    is cut there, as for a use in the same block."""
+    from etc.targets.cpu import CpuPartitioner
+
+    torch.manual_seed(0)
+    module = NormInBranchThenRowMax().eval()
+    edge = etc.to_edge(torch.export.export(module, (torch.randn(3, 8, 12),))).to_backend(CpuPartitioner())
+    assert edge.delegation_reports[-1].delegated.get("scf.if") == 1, edge.delegation_info()
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for x in (torch.randn(3, 8, 12) + 1, torch.randn(3, 8, 12) * 0.01):  # the true branch, then the false
+        with torch.no_grad():
+            torch.testing.assert_close(method.execute([x.numpy()])[0], module(x).numpy(), rtol=1e-5, atol=1e-5)

@@ -121,11 +121,19 @@ class RowKernels(Pass):
                 out.append(user)
             return out
 
+        def in_block(user):
+            """The op of the block that is or holds `user` (a use in a branch of an scf.if counts
+            where the scf.if stands), or None."""
+            while user is not None and user not in position:
+                user = as_operation(user.parent) if user.parent is not None else None
+            return user
+
         # An op outside the group using a result before the group's last op (a GEMM between two
-        # norms on the same rows) would read the kernel before it runs: the ops before that use
-        # and the ops after it are separate groups.
-        between = [position.get(user, 1 << 30) for o in ops for r in o.results for user in external_users(r, [])
-                   if user.parent == last.parent and position.get(user, 1 << 30) < position[last]]
+        # norms on the same rows; a torch.cond branch reading a sum the group also reduces) would
+        # read the kernel before it runs: the ops before that use and the ops after it are
+        # separate groups.
+        between = [position[at] for o in ops for r in o.results for user in external_users(r, [])
+                   if (at := in_block(user)) is not None and position[at] < position[last]]
         if between:
             cut = min(between)
             for part in ([r for r in members if position[r.op] < cut], [r for r in members if position[r.op] > cut]):
