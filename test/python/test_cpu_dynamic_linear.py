@@ -121,6 +121,33 @@ def test_8da4w_block_with_a_dynamic_sequence_matches_eager(target):
         assert sqnr(want, torch.as_tensor(np.asarray(method.execute([x])[0]))) >= 60, length
 
 
+def test_8da4w_block_on_two_and_three_threads_gives_one_threads_bytes():
+    """Per-token activations: each thread quantizes its own rows, then takes its panel groups (or
+    the row tiles of the last panels; lit int8-kernels.mlir checks the marks): every length gives
+    one thread's bytes, call after call. (The SiLU and the output's copy over the dynamic length
+    are default loops, still on thread 0: the report says so.)"""
+    from torchao.quantization import quantize_
+
+    from etc.compiler.delegation import CompileSpec
+
+    torch.manual_seed(0)
+    model = _Block(64, 224, 37).eval()  # 14 panels: 3 groups of 4, then 2 beside them
+    quantize_(model, _config(32))
+    seq = torch.export.Dim("seq", min=1, max=40)
+    ep = torch.export.export(model, (torch.randn(1, 5, 64),), dynamic_shapes=({1: seq},))
+    one = _method(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch())
+    xs = [torch.randn(1, length, 64) for length in (1, 7, 40)]
+    want = [np.asarray(one.execute([x])[0]) for x in xs]
+    for threads in (2, 3):
+        edge = etc.to_edge(ep).to_backend(CpuPartitioner(
+            num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")]))
+        assert "contraction -> gemm x2" in edge.delegation_info(), edge.delegation_info()
+        method = _method(edge.to_executorch())
+        for _ in range(3):  # a race would show now and then
+            for x, w in zip(xs, want):
+                np.testing.assert_array_equal(np.asarray(method.execute([x])[0]), w)
+
+
 def test_8da4w_llama_is_fully_delegated_and_matches_eager():
     import copy
 
