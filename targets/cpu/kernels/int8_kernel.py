@@ -239,6 +239,7 @@ class Int8Kernel(KernelText):
         for r in range(rows):
             if p.per == "row":
                 row_params = [self.splat(name, ms[r], element) for name, element in PARAMS]
+            residual_row = self.mul(ms[r], p.N) if self.residual else None  # the row's start in %Rflat
             for group in range(0, len(vectors), STORE):
                 members = vectors[group:group + STORE]
                 ints = []
@@ -248,7 +249,7 @@ class Int8Kernel(KernelText):
                     acc = f"{res}#{r * panels * vp + v}"
                     if self.residual:
                         q = self.add_residual(self.requant(acc, *params, rounded=False),
-                                              self.residual_vector(ms[r], col, inb), L)
+                                              self.residual_vector(residual_row, col, inb), L)
                     else:
                         q = self.requant(acc, *params)
                     ints.append(q)
@@ -362,6 +363,7 @@ class Int8Kernel(KernelText):
             self.emit(f"{corr} = tensor.extract %corr[{ms[r]}] : {tensor_type([p.M], 'i32')}")
             self.emit(f"{mult} = tensor.extract %mult[{ms[r]}] : {tensor_type([p.M], 'f32')}")
             self.emit(f"{bias} = tensor.extract %bias[{ms[r]}] : {tensor_type([p.M], 'f32')}")
+            residual_row = self.mul(ms[r], p.N) if self.residual else None  # the row's start in %Rflat
             for c in range(T):
                 s_, d, f, y, c1, c2, rd, q, z, b8, ins = (self.fresh() for _ in range(11))
                 self.emit(f"{s_} = vector.reduction <add>, {accs[r * T + c]} : {vec} into i32")
@@ -372,7 +374,7 @@ class Int8Kernel(KernelText):
                 self.emit(f"{c2} = arith.minimumf {c1}, %thi fastmath<nsz> : f32")
                 if self.residual:
                     byte = self.fresh()
-                    at = self.add(self.mul(ms[r], p.N), p.N - T + c)
+                    at = self.add(residual_row, p.N - T + c)
                     self.emit(f"{byte} = tensor.extract %Rflat[{at}] : {tensor_type([p.M * p.N], 'i8')}")
                     q = self.add_residual(c2, byte, None)
                 else:
@@ -429,10 +431,11 @@ class Int8Kernel(KernelText):
                   f"{tensor_type([p.N], element)}, vector<{L}x{element}>")
         return v
 
-    def residual_vector(self, m: str, col: str, inb: str) -> str:
-        """`lanes` bytes of the residual's row `m` from column `col` (see `residual_constants`)."""
+    def residual_vector(self, row: str, col: str, inb: str) -> str:
+        """`lanes` bytes of the residual from column `col` of the row starting at `row` in the flat
+        view (see `residual_constants`)."""
         v, flat_t = self.fresh(), tensor_type([self.p.M * self.p.N], "i8")
-        self.emit(f"{v} = vector.transfer_read %Rflat[{self.addv(self.mul(m, self.p.N), col)}], %pad8 "
+        self.emit(f"{v} = vector.transfer_read %Rflat[{self.addv(row, col)}], %pad8 "
                   f"{{in_bounds = [{inb}]}} : {flat_t}, vector<{self.lanes}xi8>")
         return v
 
