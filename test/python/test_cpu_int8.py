@@ -145,6 +145,40 @@ def test_int8_conv_packs_its_im2col_from_the_image(c, f, k, stride, padding, hw,
     _check_layer(_Conv(c, f, k, stride, padding, dilation=dilation), (1, c, hw, hw), 0, expect=("gemm",))
 
 
+@pytest.mark.parametrize("c,f,k,padding,hw,dilation", [
+    (4, 8, 3, 1, (8, 8), 1),      # the fewest channels: one plane per column tap, P = 64
+    (8, 20, 3, 1, (6, 21), 1),    # rows of 21 (panels cross them), P = 126: a partial last panel
+    (12, 7, 3, 2, (11, 11), 2),   # dilation 2, P = 121 (9 columns in the last panel), F < mr
+    (16, 9, 5, 2, (8, 12), 1),    # 5x5 taps, rows of 12
+    (8, 16, 3, 0, (10, 18), 1),   # no padding: rows of 16 from an image 18 wide
+])
+@pytest.mark.parametrize("sign", [1, 0])
+def test_stride_one_convs_read_their_panels_in_place(c, f, k, padding, hw, dilation, sign):
+    """K tap by tap (channels by fours, stride 1, no tail columns): the kernel reads each panel
+    row from the image's channel-interleaved copies, 16 consecutive words across output rows."""
+    from etc.targets.cpu.kernels.int8_match import taps_first
+
+    oh, ow = ((n + 2 * padding - dilation * (k - 1)) for n in hw)
+    assert taps_first(c, k, k, (1, 1), oh * ow)
+    _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), sign, expect=("gemm",))
+
+
+def test_in_place_convs_on_two_threads_give_one_threads_bytes():
+    """The copies' planes and the kernel's panel groups are shared between threads."""
+    from etc.compiler.delegation import CompileSpec
+
+    _, ep, x = _quantized(_Conv(16, 24, 3, 1, 1), (1, 16, 16, 16), 0)
+    one = _run(etc.to_edge(ep).to_backend(CpuPartitioner()).to_executorch(), [x])[0]
+    for threads in (2, 3):
+        edge = etc.to_edge(ep).to_backend(CpuPartitioner(
+            num_threads=threads, compile_specs=[CompileSpec("calibrate_threads", b"0")]))
+        report = edge.delegation_info()
+        assert "no loop of the nest is marked" not in report, report
+        program = edge.to_executorch()
+        for _ in range(5):  # a race would show now and then
+            np.testing.assert_array_equal(_run(program, [x])[0], one)
+
+
 @pytest.mark.parametrize("padding,k,groups,path", [("same", 1, 1, "gemm"), ("valid", 3, 1, "gemm"),
                                                     ("valid", 3, 6, "window")])
 def test_int8_conv_with_padding_by_name(padding, k, groups, path):
@@ -407,10 +441,10 @@ def test_int8_kernels_share_their_loops_between_threads(dynamic):
 
 
 @pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")
-@pytest.mark.parametrize("c,f,k,hw", [(6, 13, 3, (8, 5)), (16, 20, 3, (7, 7)), (8, 70, 1, (5, 6))])
+@pytest.mark.parametrize("c,f,k,hw", [(6, 13, 3, (8, 5)), (16, 20, 3, (7, 7)), (8, 70, 1, (5, 6)), (8, 13, 3, (8, 6))])
 def test_avx_vnni_kernel_matches_the_reference(c, f, k, hw):
     """The 256-bit kernel (8-lane dot products, the AVX2 packs with their own lane order, round
-    then convert) on an AVX-VNNI target without AVX-512, tail columns included."""
+    then convert) on an AVX-VNNI target without AVX-512, tail columns and panels read in place included."""
     partitioner = CpuPartitioner("x86_64-unknown-linux-gnu", cpu="alderlake", features="+avx2,+fma,+f16c,+avxvnni")
     _check_layer(_Conv(c, f, k, 1, k // 2), (1, c, *hw), 0, partitioner=partitioner, expect=("gemm",))
 

@@ -1,6 +1,10 @@
-"""A convolution's int8 im2col packed per call straight from the padded image (no gather built)."""
+"""A convolution's int8 B operand per call, straight from the padded image (no gather built): its
+im2col packed as panels (`pack_text`), or, for a stride-1 convolution with K tap by tap, its image
+copied with the channels interleaved (`ChannelCopy`), which the kernel reads as its panels in place."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from etc.targets.cpu.kernel_ir import KernelText, tensor_type
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, Im2col
@@ -46,8 +50,6 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
     t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
     t.emit("%pad = arith.constant 0 : i8")
     t.emit(f"%empty = tensor.empty() : {rows_t}")
-    pairs = [x for i in range(PANEL) for x in (i, i + PANEL)]  # r0[i], r1[i]
-    quads = [x for i in range(PANEL) for x in (2 * i, 2 * i + 1, 2 * i + 2 * PANEL, 2 * i + 1 + 2 * PANEL)]
 
     def row(base: str, offsets: list, in_bounds: bool) -> str:
         """The 16 bytes flat[base + offsets[i]] as a vector."""
@@ -77,15 +79,10 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
         return cur
 
     def panel(acc: str, bases: list, offsets: list, nb: str, kb: str, in_bounds: bool, columns: int = 0) -> str:
-        r = [row(base, offsets, in_bounds) for base in bases]
-        s01, s23, tv, u, w = (t.fresh() for _ in range(5))
-        v16, v32 = f"vector<{PANEL}xi8>", f"vector<{2 * PANEL}xi8>"
-        t.emit(f"{s01} = vector.shuffle {r[0]}, {r[1]} [{', '.join(map(str, pairs))}] : {v16}, {v16}")
-        t.emit(f"{s23} = vector.shuffle {r[2]}, {r[3]} [{', '.join(map(str, pairs))}] : {v16}, {v16}")
-        t.emit(f"{tv} = vector.shuffle {s01}, {s23} [{', '.join(map(str, quads))}] : {v32}, {v32}")
-        t.emit(f"{u} = arith.xori {tv}, %flip : vector<{PANEL * GROUP}xi8>")
+        u = _interleave(t, [row(base, offsets, in_bounds) for base in bases])
         if columns:
             return columnwise(acc, u, nb, kb, columns)
+        w = t.fresh()
         t.emit(f"{w} = vector.transfer_write {u}, {acc}[{nb}, {kb}, {t.index(0)}] {{in_bounds = [true]}} : "
                f"vector<{PANEL * GROUP}xi8>, {rows_t}")
         return w
@@ -164,6 +161,111 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
            f"{rows_t} into {dst}")
     return (f"func.func private @pack(%src: {src}) -> {dst} {{\n" + t.text()
             + f"\n  return %result : {dst}\n}}")
+
+
+@dataclass(frozen=True)
+class ChannelCopy:
+    """A `taps_first` convolution's image, copied once per column tap with its channels
+    interleaved by fours: plane (kw, cg) holds channels 4cg..4cg+3 of the padded image's columns
+    kw * dw + x * 1 for x < `width` (= (OW - 1) * sw + 1), one 32-bit word per position, flipped
+    to unsigned, row after row (`width` words a row; 16 more at the plane's end, where a row's
+    last partial vector spills). Output position (oh, ow) at tap (kh, kw) is then word
+    (oh * sh + kh * dh) * width + ow * sw of plane (kw, cg): with stride 1 the output rows
+    follow one another, so 16 consecutive positions are 16 consecutive words wherever the rows
+    break, and the kernel reads its panels in place (`int8_match.taps_first`). The copies cost KW
+    interleaved images against the im2col's KH * KW."""
+    g: Im2col
+    width: int  # words per row
+    plane: int  # words per plane
+
+    @staticmethod
+    def of(g: Im2col) -> "ChannelCopy":
+        width = (g.OW - 1) * g.sw + 1
+        return ChannelCopy(g, width, -(-g.Hp * width // PANEL) * PANEL + PANEL)
+
+    @property
+    def words(self) -> int:
+        return self.g.KW * (self.g.C // GROUP) * self.plane
+
+    @property
+    def type(self) -> str:
+        return tensor_type([self.words * GROUP], "i8")
+
+    def p_offset(self, q: int) -> int:
+        """Output position q's word in its tap's plane, past the tap's row (q past P: any)."""
+        oh, ow = divmod(q, self.g.OW)
+        return oh * self.g.sh * self.width + ow * self.g.sw
+
+    @property
+    def k_words(self) -> list:
+        """Each group of K's first word: its tap's column copy and row, its 4 channels' plane."""
+        g = self.g
+        taps = [divmod(k // g.C, g.KW) for k in range(0, g.K, GROUP)]
+        return [((kw * (g.C // GROUP) + (k % g.C) // GROUP) * self.plane + kh * g.dh * self.width)
+                for k, (kh, kw) in zip(range(0, g.K, GROUP), taps)]
+
+    def emit(self, t: KernelText) -> None:
+        """%words from %flat (the padded image, flattened): a loop over the planes, one over their
+        rows, each row's vectors unrolled (a row's last partial vector spills into the next row,
+        which overwrites it, or the plane's end; its reads are masked at the image's end)."""
+        g, words_t = self.g, self.type
+        hw, planes = g.Hp * g.Wp, g.C // GROUP
+        flat_t, v64 = tensor_type([g.C * hw], "i8"), f"vector<{PANEL * GROUP}xi8>"
+        t.emit(f"%wempty = tensor.empty() : {words_t}")
+        pl, z, res = t.fresh("pl"), t.fresh("z"), t.fresh("w")
+        t.emit(f"{res} = scf.for {pl} = {t.index(0)} to {t.index(g.KW * planes)} step {t.index(1)} "
+               f"iter_args({z} = %wempty) -> ({words_t}) {{")
+        kw, cg = t.fresh(), t.fresh()
+        t.emit(f"{kw} = arith.divui {pl}, {t.index(planes)} : index")
+        t.emit(f"{cg} = arith.remui {pl}, {t.index(planes)} : index")
+        first = t.addv(t.mul(cg, GROUP * hw), t.mul(kw, g.dw))  # channel 4cg's first byte, column kw * dw
+        out = t.mul(pl, GROUP * self.plane)  # the plane's first byte in the copy
+        r, a, rows_res = t.fresh("row"), t.fresh("a"), t.fresh("r")
+        t.emit(f"{rows_res} = scf.for {r} = {t.index(0)} to {t.index(g.Hp)} step {t.index(1)} "
+               f"iter_args({a} = {z}) -> ({words_t}) {{")
+        src_row, dst_row = t.addv(first, t.mul(r, g.Wp)), t.addv(out, t.mul(r, GROUP * self.width))
+        acc = a
+        for x in range(0, self.width, PANEL):
+            whole = x + PANEL <= self.width
+            rows = [t.read("%flat", t.add(src_row, c * hw + x), "%pad", flat_t, f"vector<{PANEL}xi8>", whole)
+                    for c in range(GROUP)]
+            w = t.fresh()
+            t.emit(f"{w} = vector.transfer_write {_interleave(t, rows)}, {acc}[{t.add(dst_row, GROUP * x)}] "
+                   f"{{in_bounds = [true]}} : {v64}, {words_t}")
+            acc = w
+        t.emit(f"scf.yield {acc} : {words_t}")
+        t.emit("}")
+        t.emit(f"scf.yield {rows_res} : {words_t}")
+        t.emit(f"}} {{{THREAD_SPLIT}}}")  # the planes are their own
+        t.emit(f"%words = tensor.cast {res} : {words_t} to {words_t}")
+
+
+def channel_copy_text(g: Im2col) -> tuple[str, "ChannelCopy"]:
+    """@words(%src): the image's `ChannelCopy`, as a function, and the copy."""
+    copy = ChannelCopy.of(g)
+    src, flat_t = tensor_type([g.C, g.Hp, g.Wp], "i8"), tensor_type([g.C * g.Hp * g.Wp], "i8")
+    t = KernelText()
+    t.emit(f"%flat = tensor.collapse_shape %src [[0, 1, 2]] : {src} into {flat_t}")
+    t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
+    t.emit("%pad = arith.constant 0 : i8")
+    copy.emit(t)
+    return (f"func.func private @words(%src: {src}) -> {copy.type} {{\n" + t.text()
+            + f"\n  return %words : {copy.type}\n}}"), copy
+
+
+_PAIRS = [x for i in range(PANEL) for x in (i, i + PANEL)]  # r0[i], r1[i]
+_QUADS = [x for i in range(PANEL) for x in (2 * i, 2 * i + 1, 2 * i + 2 * PANEL, 2 * i + 1 + 2 * PANEL)]
+
+
+def _interleave(t: KernelText, r: list) -> str:
+    """Four rows of 16 bytes -> 16 words of 4 bytes (one from each row), flipped to unsigned (%flip)."""
+    s01, s23, tv, u = (t.fresh() for _ in range(4))
+    v16, v32 = f"vector<{PANEL}xi8>", f"vector<{2 * PANEL}xi8>"
+    t.emit(f"{s01} = vector.shuffle {r[0]}, {r[1]} [{', '.join(map(str, _PAIRS))}] : {v16}, {v16}")
+    t.emit(f"{s23} = vector.shuffle {r[2]}, {r[3]} [{', '.join(map(str, _PAIRS))}] : {v16}, {v16}")
+    t.emit(f"{tv} = vector.shuffle {s01}, {s23} [{', '.join(map(str, _QUADS))}] : {v32}, {v32}")
+    t.emit(f"{u} = arith.xori {tv}, %flip : vector<{PANEL * GROUP}xi8>")
+    return u
 
 
 def _groups(offsets: list, width: int) -> list:

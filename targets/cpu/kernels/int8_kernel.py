@@ -12,6 +12,10 @@
         whole int8 models); with a fused add (`ResidualAdd`) its arithmetic before the packs
     then a convolution's tail columns, if any (`tail_pass`): dot products along K
 
+A stride-1 convolution with K tap by tap (`InPlaceB`) reads B's rows straight from its image's
+channel-interleaved copies (`im2col_pack.ChannelCopy`): row kb of panel nb is 64 bytes at kb's
+tap and channels plus 64 * nb, no packed panels at all.
+
 `vpdpbusd` and the packs are called as the LLVM intrinsics of the ISA row (`DOTS`: `avx512-vnni`
 on zmm registers, `avx-vnni` on ymm); rows and column tails are straight-line copies of the tile
 with fewer rows or panels. The epilogue computes the same bytes as the lowering's requantization
@@ -56,13 +60,23 @@ PARAMS = (("%mult", "f32"), ("%bias", "f32"))  # the epilogue's per-channel argu
 NEAREST = 8  # the convert's embedded rounding: to nearest even, exceptions suppressed ({rn-sae})
 
 
+@dataclass(frozen=True)
+class InPlaceB:
+    """B read in place from a `ChannelCopy` (`bytes` of it): row kb of panel nb at byte
+    k_bytes[kb] + 64 * nb."""
+    bytes: int
+    k_bytes: tuple
+
+
 class Int8Kernel(KernelText):
     """The kernel as text: a function of (A, B, corr, mult, bias) returning the [M, N] i8 tensor."""
 
     def __init__(self, p: QgemmPair, dot: str, mr: int, panels: int, tail_columns: int = 0,
-                 residual: ResidualAdd | None = None):
+                 residual: ResidualAdd | None = None, in_place: InPlaceB | None = None):
         super().__init__()
+        assert not (in_place and tail_columns), "a panel read in place is whole"
         self.p = p
+        self.in_place = in_place
         self.residual = residual  # an int8 add fused into the epilogue: the kernel returns its result
         # round before clamping, the packs saturate to i8 and the bytes are clamped (see `store`)
         self.saturate = p.fits_i32 and residual is None
@@ -77,6 +91,8 @@ class Int8Kernel(KernelText):
         p, L = self.p, self.lanes
         C = p.M if p.per == "row" else p.N
         a_t, b_t = tensor_type([p.M, p.KB, GROUP], "i8"), tensor_type([p.NB, p.KB, PANEL, GROUP], "i8")
+        if self.in_place:
+            b_t = tensor_type([self.in_place.bytes], "i8")
         c_i, c_f, o_t = tensor_type([C], "i32"), tensor_type([C], "f32"), tensor_type([p.M, p.N], "i8")
         r = self.residual
         self.emit(f"%zero = arith.constant dense<0> : vector<{L}xi32>")
@@ -93,8 +109,12 @@ class Int8Kernel(KernelText):
             self.emit(f"%all = arith.constant -1 : i{L}")
             self.emit(f"%nearest = arith.constant {NEAREST} : i32")
         self.emit(f"%init = tensor.empty() : {o_t}")
-        self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {b_t} into "
-                  f"{tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}")
+        if self.in_place:
+            self.emit(f"%kbytes = arith.constant dense<[{', '.join(map(str, self.in_place.k_bytes))}]> : "
+                      f"{tensor_type([p.KB], 'i32')}")
+        else:
+            self.emit(f"%Bflat = tensor.collapse_shape %B [[0], [1], [2, 3]] : {b_t} into "
+                      f"{tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}")
         groups = (p.N // PANEL) // self.panels  # groups of whole panels (loop); the rest, a partial one too, after
         main = p.NB - (1 if self.tail_columns else 0)  # the panels the tiles compute
         # A read as rows [M, KB * 4] everywhere: the tail's 64-byte runs need that view, and one
@@ -212,15 +232,26 @@ class Int8Kernel(KernelText):
         kb = self.fresh("kb")
         carried = [self.fresh("c") for _ in flat]
         res = self.fresh("k")
+        starts = [self.mul(nb, PANEL * GROUP) for nb in nbs] if self.in_place else []
         self.emit(f"{res}:{len(flat)} = scf.for {kb} = {self.index(0)} to {self.index(p.KB)} step {self.index(1)} "
                   f"iter_args({', '.join(f'{c} = {i}' for c, i in zip(carried, inits))}) -> "
                   f"({', '.join([vec] * len(flat))}) {{")
         bvecs = []
+        if self.in_place:
+            word, k_at = self.fresh(), self.fresh()
+            self.emit(f"  {word} = tensor.extract %kbytes[{kb}] : {tensor_type([p.KB], 'i32')}")
+            self.emit(f"  {k_at} = arith.index_cast {word} : i32 to index")
         for j in range(panels):
             for h in range(vp):  # one contiguous load per vector (a 2-D read would be a load per row)
                 b = self.fresh("b")
-                self.emit(f"  {b} = vector.transfer_read %Bflat[{nbs[j]}, {kb}, {self.index(h * 4 * L)}], "
-                          f"%pad8 {{in_bounds = [true]}} : {tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}, {bytes_}")
+                if self.in_place:
+                    at = self.add(self.addv(k_at, starts[j]), h * 4 * L)
+                    self.emit(f"  {b} = vector.transfer_read %B[{at}], %pad8 {{in_bounds = [true]}} : "
+                              f"{tensor_type([self.in_place.bytes], 'i8')}, {bytes_}")
+                else:
+                    self.emit(f"  {b} = vector.transfer_read %Bflat[{nbs[j]}, {kb}, {self.index(h * 4 * L)}], "
+                              f"%pad8 {{in_bounds = [true]}} : {tensor_type([p.NB, p.KB, PANEL * GROUP], 'i8')}, "
+                              f"{bytes_}")
                 bvecs.append(b)
         new = []
         kb4 = self.mul(kb, GROUP)

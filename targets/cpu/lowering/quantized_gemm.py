@@ -24,7 +24,7 @@ from torch_mlir import ir
 
 from etc.errors import LoweringError
 from etc.targets.cpu.kernel_ir import KernelText, dense_literal, iterators, tensor_type
-from etc.targets.cpu.kernels.int8_match import GROUP, IM2COL, PANEL, QGEMM, QWINDOW, REQUANT
+from etc.targets.cpu.kernels.int8_match import GROUP, IM2COL, PANEL, QGEMM, QWINDOW, REQUANT, taps_first
 from etc.targets.cpu.lowering.quantized import CONV, QuantizedOp, channel_params, requant_body, requant_constants
 
 
@@ -131,9 +131,15 @@ def _conv_qgemm(q: QuantizedOp, weight: np.ndarray) -> ir.Value:
     NB = -(-P // PANEL)
     fill = t.const(zx, "i8")
     xp, (_, _, Hp, Wp) = t.pad("%arg0", x_shape, [0, 0, ph, pw], [0, 0, ph, pw], fill, "i8")
+    # K tap by tap (k = (kh, kw, c)) where the kernel can read B in place (int8_match.taps_first),
+    # otherwise k = (c, kh, kw), the weight's own order.
+    tapwise = taps_first(C, KH, KW, (sh, sw), P)
     # The filter as A [F, KB, 4]: a layout chain of the weight, packed when the blob is built.
+    w, w_shape = ("%arg1", [F, C, KH, KW])
+    if tapwise:
+        w, w_shape = t.transpose(w, w_shape, [0, 2, 3, 1], "i8")
     wf = t.fresh()
-    t.emit(f"{wf} = tensor.collapse_shape %arg1 [[0], [1, 2, 3]] : {tensor_type([F, C, KH, KW], 'i8')} into "
+    t.emit(f"{wf} = tensor.collapse_shape {w} [[0], [1, 2, 3]] : {tensor_type(w_shape, 'i8')} into "
            f"{tensor_type([F, K], 'i8')}")
     zero8 = t.const(0, "i8")
     wp, _ = t.pad(wf, [F, K], [0, 0], [0, KB * GROUP - K], zero8, "i8")
@@ -141,29 +147,30 @@ def _conv_qgemm(q: QuantizedOp, weight: np.ndarray) -> ir.Value:
     t.emit(f"{wa} = tensor.expand_shape {wp} [[0], [1, 2]] output_shape [{F}, {KB}, {GROUP}] : "
       f"{tensor_type([F, KB * GROUP], 'i8')} into {tensor_type([F, KB, GROUP], 'i8')}")
     params = channel_params(q, a, weight, zx)
+    dims, order = ("(kh, kw, c, oh, ow)", [KH, KW, C]) if tapwise else ("(c, kh, kw, oh, ow)", [C, KH, KW])
+    gathered = tensor_type(order + [OH, OW], "i8")
+    marks = f"stride = array<i64: {sh}, {sw}>, dilation = array<i64: {dh}, {dw}>" + (", taps_first" if tapwise else "")
     images = []
     for image in range(nb_):
         xs = t.fresh()
         t.emit(f"{xs} = tensor.extract_slice {xp}[{image}, 0, 0, 0] [1, {C}, {Hp}, {Wp}] [1, 1, 1, 1] : "
           f"{tensor_type([nb_, C, Hp, Wp], 'i8')} to {tensor_type([C, Hp, Wp], 'i8')}")
-        # im2col of the image, unsigned (x xor 0x80), as an affine gather [C, KH, KW, OH, OW] (marked
+        # im2col of the image, unsigned (x xor 0x80), as an affine gather [K..., OH, OW] (marked
         # with its geometry), then B [NB, KB, 16, 4]: zero padded to whole groups and panels, one
         # transpose. etc-cpu-int8-kernels packs B straight from the image (the gather is never built).
         ce, col = t.fresh(), t.fresh()
-        t.emit(f"{ce} = tensor.empty() : {tensor_type([C, KH, KW, OH, OW], 'i8')}")
-        dims = "(c, kh, kw, oh, ow)"
+        t.emit(f"{ce} = tensor.empty() : {gathered}")
         t.emit(f"{col} = linalg.generic {{indexing_maps = [affine_map<{dims} -> (c, oh * {sh} + kh * {dh}, "
           f"ow * {sw} + kw * {dw})>, affine_map<{dims} -> {dims}>], iterator_types = [{iterators(5)}]}} "
-          f"ins({xs} : {tensor_type([C, Hp, Wp], 'i8')}) outs({ce} : {tensor_type([C, KH, KW, OH, OW], 'i8')}) "
-          f"attrs = {{{IM2COL} = {{stride = array<i64: {sh}, {sw}>, dilation = array<i64: {dh}, {dw}>}}}} {{")
+          f"ins({xs} : {tensor_type([C, Hp, Wp], 'i8')}) outs({ce} : {gathered}) "
+          f"attrs = {{{IM2COL} = {{{marks}}}}} {{")
         t.emit("^bb0(%cx: i8, %co: i8):")
         t.emit("  %cflip = arith.constant -128 : i8")
         t.emit("  %cu = arith.xori %cx, %cflip : i8")
         t.emit("  linalg.yield %cu : i8")
-        t.emit(f"}} -> {tensor_type([C, KH, KW, OH, OW], 'i8')}")
+        t.emit(f"}} -> {gathered}")
         kp = t.fresh()
-        t.emit(f"{kp} = tensor.collapse_shape {col} [[0, 1, 2], [3, 4]] : {tensor_type([C, KH, KW, OH, OW], 'i8')} "
-          f"into {tensor_type([K, P], 'i8')}")
+        t.emit(f"{kp} = tensor.collapse_shape {col} [[0, 1, 2], [3, 4]] : {gathered} into {tensor_type([K, P], 'i8')}")
         padded, _ = t.pad(kp, [K, P], [0, 0], [KB * GROUP - K, NB * PANEL - P], zero8, "i8")
         ex, pe, bp = t.fresh(), t.fresh(), t.fresh()
         t.emit(f"{ex} = tensor.expand_shape {padded} [[0, 1], [2, 3]] output_shape [{KB}, {GROUP}, {NB}, {PANEL}] : "

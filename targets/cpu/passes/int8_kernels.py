@@ -42,25 +42,17 @@ from etc.targets.cpu import decisions
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.dynamic_linear_kernel import DynamicLinearKernel
-from etc.targets.cpu.kernels.im2col_pack import pack_text
-from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
-from etc.targets.cpu.kernels.int8_match import (PANEL, QDEQUANT, QGEMM, QWINDOW, REQUANT, DynamicPair, QgemmPair,
+from etc.targets.cpu.kernels.im2col_pack import channel_copy_text, pack_text
+from etc.targets.cpu.kernels.int8_kernel import DOTS, InPlaceB, Int8Kernel
+from etc.targets.cpu.kernels.int8_match import (GROUP, PANEL, QDEQUANT, QGEMM, QWINDOW, REQUANT, DynamicPair, QgemmPair,
                                                 ResidualAdd, match_dynamic, match_qgemm, match_residual_add,
-                                                pack_source)
+                                                pack_source, tail_columns)
 
 NO_DOT = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): plain i32 loops"
 NO_DOT_DYNAMIC = ("the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as "
                   "plain loops on the weight's bytes")
 NO_WINDOW = "int8 depthwise/grouped convolution: no int8 window kernel yet, plain i32 loops"
 TAIL = "etc.cpu.qgemm_tail"  # the pack's and the kernel's shared choice: the last panel's columns along K
-
-
-def tail_columns(columns: int) -> int:
-    """How many of a convolution's output positions the kernel multiplies along K instead of in a
-    padded panel: the last panel's, when they are at most half of it (a padded panel costs 16
-    columns' work whatever it holds; along K each costs about one). 0: none."""
-    rest = columns % PANEL
-    return rest if columns > PANEL and rest <= PANEL // 2 else 0
 
 
 @register_pass
@@ -85,9 +77,15 @@ class Int8Kernels(Pass):
                 if QWINDOW in op.attributes:
                     decisions.record(op, "window", "loops", NO_WINDOW)
                     op.attributes[decisions.DECIDED] = ir.UnitAttr.get()
+            in_place = []  # (qgemm, the image's channel copy, how the kernel reads it)
             for qgemm in [op for op in walk(module_op, ("linalg.generic",)) if QGEMM in op.attributes]:
                 found = pack_source(qgemm)
-                if found is not None:  # vector code on any target (it needs no dot product)
+                if found is not None and o.dot != "none" and found[1].taps_first:
+                    image, g, transpose = found  # the kernel reads the copy: the transpose dies with the qgemm
+                    text, copy = channel_copy_text(g)
+                    (words,) = splice(text, [image], transpose)
+                    in_place.append((qgemm, words, InPlaceB(copy.words * GROUP, tuple(GROUP * w for w in copy.k_words))))
+                elif found is not None:  # vector code on any target (it needs no dot product)
                     image, geometry, transpose = found
                     tail = tail_columns(geometry.P) if o.dot != "none" else 0
                     if tail:
@@ -106,11 +104,12 @@ class Int8Kernels(Pass):
                     continue
                 tail = ir.IntegerAttr(pair.qgemm.attributes[TAIL]).value if TAIL in pair.qgemm.attributes else 0
                 residual = match_residual_add(requant)
+                words, read = next(((w, r) for q, w, r in in_place if q == pair.qgemm), (None, None))
                 try:
-                    text = Int8Kernel(pair, o.dot, o.mr, o.panels, tail, residual).build()
+                    text = Int8Kernel(pair, o.dot, o.mr, o.panels, tail, residual, read).build()
                 except Exception as e:  # noqa: BLE001 - a kernel that does not build is a compiler bug
                     raise self.error(f"{self.name}: building the int8 kernel failed: {e}", at=requant) from None
-                self.rewrite(pair, text, residual)
+                self.rewrite(pair, text, residual, words)
                 self.count("kernels")
                 if residual:
                     self.count("adds fused")
@@ -143,12 +142,12 @@ class Int8Kernels(Pass):
         epilogue.results[0].replace_all_uses_with(result)
         _erase_dead_producers(epilogue)
 
-    def rewrite(self, pair: QgemmPair, text: str, residual: ResidualAdd | None) -> None:
+    def rewrite(self, pair: QgemmPair, text: str, residual: ResidualAdd | None, words=None) -> None:
         """The kernel in place of the requantization, or (an add fused) of the add, at the
-        requantization's location (the layer's line)."""
+        requantization's location (the layer's line); B is `words` (a `ChannelCopy`) if given."""
         decisions.record(pair.qgemm, pair.kind, "gemm")
         requant, qgemm = pair.requant, pair.qgemm
-        values = [qgemm.operands[0], qgemm.operands[1], requant.operands[1], requant.operands[2],
+        values = [qgemm.operands[0], words or qgemm.operands[1], requant.operands[1], requant.operands[2],
                   requant.operands[3]]
         replaced = requant
         if residual is not None:

@@ -663,3 +663,75 @@ func.func @conv(%x: tensor<1x2x8x5xi8>, %w: tensor<4x2x3x3xi8>) -> tensor<1x4x6x
   %expanded_10 = tensor.expand_shape %12 [[0, 1], [2, 3]] output_shape [1, 4, 6, 3] : tensor<4x18xi8> into tensor<1x4x6x3xi8>
   return %expanded_10 : tensor<1x4x6x3xi8>
 }
+// -----
+
+// A convolution with K tap by tap (taps_first: 4 channels x 3x3 taps, stride 1, a 4x4 output in
+// one panel) reads B in place: the image is copied once per column tap kw with its 4 channels
+// interleaved into words (a plane: 6 rows of OW = 4 words, rounded up to 32, and 16 words of
+// slack: 48; 3 planes = 576 bytes), a loop over the planes (each its own: etc.thread_split) and
+// their rows. The kernel reads row kb of panel nb at %kbytes[kb] + 64 * nb:
+// group kb = (kh, kw) at byte 4 * (kw * 48 + kh * 4). No packed panels: the im2col chain is gone.
+// CHECK-LABEL: func.func @conv_taps_first
+// CHECK-NOT: linalg.transpose
+// CHECK: %[[FLAT:.*]] = tensor.collapse_shape %arg0 {{\[}}[0, 1, 2]] : tensor<4x6x6xi8> into tensor<144xi8>
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<576xi8>) {
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<576xi8>) {
+// CHECK-COUNT-4: vector.transfer_read %[[FLAT]][%{{.*}}], %{{.*}} : tensor<144xi8>, vector<16xi8>
+// CHECK: arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}] {in_bounds = [true]} : vector<64xi8>, tensor<576xi8>
+// CHECK: } {etc.thread_split}
+// CHECK: %[[KBYTES:.*]] = arith.constant dense<[0, 192, 384, 16, 208, 400, 32, 224, 416]> : tensor<9xi32>
+// CHECK: scf.for %[[KB:[a-z0-9_]+]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<16xi32>
+// CHECK-NEXT: tensor.extract %[[KBYTES]][%[[KB]]] : tensor<9xi32>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<576xi8>, vector<64xi8>
+// CHECK: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK: } {etc.cpu.int8_k_loop}
+// Without a dot-product instruction the panels are packed, K in the gather's order: each group's
+// 4 rows at tap (kh, kw), channels c..c+3 (36 bytes a channel), kh * 6 + kw.
+// NONE-LABEL: func.func @conv_taps_first
+// NONE: arith.constant dense<[0, 36, 72, 108, 1, 37, 73, 109, 2, 38, 74, 110, 6, 42, 78, 114,
+func.func @conv_taps_first(%x: tensor<4x6x6xi8>, %a: tensor<3x9x4xi8>) -> tensor<3x16xi8> {
+  %c0_i32 = arith.constant 0 : i32
+  %corr = arith.constant dense<[100, -20, 7]> : tensor<3xi32>
+  %mult = arith.constant dense<0.01> : tensor<3xf32>
+  %bias = arith.constant dense<0.5> : tensor<3xf32>
+  %zp = arith.constant -3.0 : f32
+  %lo = arith.constant -128.0 : f32
+  %hi = arith.constant 127.0 : f32
+  %ce = tensor.empty() : tensor<3x3x4x4x4xi8>
+  %col = linalg.generic {indexing_maps = [affine_map<(kh, kw, c, oh, ow) -> (c, oh + kh, ow + kw)>, affine_map<(kh, kw, c, oh, ow) -> (kh, kw, c, oh, ow)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%x : tensor<4x6x6xi8>) outs(%ce : tensor<3x3x4x4x4xi8>) attrs = {etc.cpu.im2col = {dilation = array<i64: 1, 1>, stride = array<i64: 1, 1>, taps_first}} {
+  ^bb0(%cx: i8, %co: i8):
+    %cflip = arith.constant -128 : i8
+    %cu = arith.xori %cx, %cflip : i8
+    linalg.yield %cu : i8
+  } -> tensor<3x3x4x4x4xi8>
+  %kp = tensor.collapse_shape %col [[0, 1, 2], [3, 4]] : tensor<3x3x4x4x4xi8> into tensor<36x16xi8>
+  %ex = tensor.expand_shape %kp [[0, 1], [2, 3]] output_shape [9, 4, 1, 16] : tensor<36x16xi8> into tensor<9x4x1x16xi8>
+  %pe = tensor.empty() : tensor<1x9x16x4xi8>
+  %b = linalg.transpose ins(%ex : tensor<9x4x1x16xi8>) outs(%pe : tensor<1x9x16x4xi8>) permutation = [2, 0, 3, 1]
+  %5 = tensor.empty() : tensor<3x1x16xi32>
+  %6 = linalg.fill ins(%c0_i32 : i32) outs(%5 : tensor<3x1x16xi32>) -> tensor<3x1x16xi32>
+  %7 = linalg.generic {indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, affine_map<(m, nb, nl, kb, kl) -> (nb, kb, nl, kl)>, affine_map<(m, nb, nl, kb, kl) -> (m, nb, nl)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%a, %b : tensor<3x9x4xi8>, tensor<1x9x16x4xi8>) outs(%6 : tensor<3x1x16xi32>) attrs = {etc.cpu.qgemm = {a_unsigned = false, kind = "convolution"}} {
+  ^bb0(%in: i8, %in_8: i8, %out: i32):
+    %12 = arith.extsi %in : i8 to i32
+    %13 = arith.extui %in_8 : i8 to i32
+    %14 = arith.muli %12, %13 : i32
+    %15 = arith.addi %out, %14 : i32
+    linalg.yield %15 : i32
+  } -> tensor<3x1x16xi32>
+  %collapsed = tensor.collapse_shape %7 [[0], [1, 2]] : tensor<3x1x16xi32> into tensor<3x16xi32>
+  %8 = tensor.empty() : tensor<3x16xi8>
+  %9 = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%collapsed, %corr, %mult, %bias : tensor<3x16xi32>, tensor<3xi32>, tensor<3xf32>, tensor<3xf32>) outs(%8 : tensor<3x16xi8>) attrs = {etc.cpu.requant = {max = 127 : i64, min = -128 : i64, per = "row", zero_point = -3 : i64}} {
+  ^bb0(%in: i32, %c: i32, %m: f32, %bb: f32, %out: i8):
+    %12 = arith.subi %in, %c : i32
+    %13 = arith.sitofp %12 : i32 to f32
+    %14 = math.fma %13, %m, %bb : f32
+    %15 = math.roundeven %14 : f32
+    %16 = arith.addf %15, %zp : f32
+    %17 = arith.maximumf %16, %lo : f32
+    %18 = arith.minimumf %17, %hi : f32
+    %19 = arith.fptosi %18 : f32 to i8
+    linalg.yield %19 : i8
+  } -> tensor<3x16xi8>
+  return %9 : tensor<3x16xi8>
+}

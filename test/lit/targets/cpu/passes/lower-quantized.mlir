@@ -114,3 +114,33 @@ func.func @forward(%arg0: tensor<3x6xf32>) -> tensor<3x2xf32> {
   %0 = "edge.etc_quantized_linear_dynamic"(%arg0, %w, %s) {activation_eps = 1.1920928955078125E-7 : f64, activation_granularity = "per_tensor", group_size = 6 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0>, weight_bits = 8 : i64} : (tensor<3x6xf32>, tensor<2x6xi8>, tensor<2x1xf32>) -> tensor<3x2xf32>
   return %0 : tensor<3x2xf32>
 }
+
+// -----
+
+// A stride-1 convolution whose channels come by fours, with several taps and whole panels (here
+// 4 channels, 3x3, a 4x4 output: P = 16): K runs tap by tap (k = (kh, kw, c)), so a group of K is
+// 4 channels at one tap and etc-cpu-int8-kernels reads the panels in place from the image's
+// channel-interleaved copies. The filter is transposed to that order (a layout chain of the
+// weight, folded when the blob is built) and the gather is [KH, KW, C, OH, OW], marked taps_first.
+// CHECK: #[[GATHER:.*]] = affine_map<(d0, d1, d2, d3, d4) -> (d2, d0 + d3, d1 + d4)>
+// CHECK-LABEL: func.func @forward
+// CHECK: linalg.transpose ins(%{{.*}} : tensor<2x4x3x3xi8>) outs(%{{.*}} : tensor<2x3x3x4xi8>) permutation = [0, 2, 3, 1]
+// CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0], [1, 2, 3]] : tensor<2x3x3x4xi8> into tensor<2x36xi8>
+// CHECK: linalg.generic {indexing_maps = [#[[GATHER]], {{.*}} ins(%{{.*}} : tensor<4x6x6xi8>) outs(%{{.*}} : tensor<3x3x4x4x4xi8>) attrs =  {etc.cpu.im2col = {dilation = array<i64: 1, 1>, stride = array<i64: 1, 1>, taps_first}}
+// CHECK: tensor.collapse_shape %{{.*}} {{\[}}[0, 1, 2], [3, 4]] : tensor<3x3x4x4x4xi8> into tensor<36x16xi8>
+// CHECK: attrs = {etc.cpu.qgemm = {a_unsigned = false, kind = "convolution"}}
+// The same layer with stride 2 keeps the weight's order (its panels would need a gather): no transpose.
+// CHECK-NOT: linalg.transpose ins(%{{.*}} : tensor<2x4x3x3xi8>)
+// CHECK: attrs = {etc.cpu.im2col = {dilation = array<i64: 1, 1>, stride = array<i64: 2, 2>}}
+
+ml_program.global private @conv.bias(dense<[0.5, -0.25]> : tensor<2xf32>) : tensor<2xf32>
+ml_program.global private @conv.scales(dense<[0.01, 0.02]> : tensor<2xf32>) : tensor<2xf32>
+ml_program.global private @conv.weight(dense<3> : tensor<2x4x3x3xi8>) : tensor<2x4x3x3xi8>
+func.func @forward(%arg0: tensor<1x4x4x4xi8>) -> (tensor<1x2x4x4xi8>, tensor<1x2x2x2xi8>) {
+  %b = ml_program.global_load_const @conv.bias : tensor<2xf32>
+  %s = ml_program.global_load_const @conv.scales : tensor<2xf32>
+  %w = ml_program.global_load_const @conv.weight : tensor<2x4x3x3xi8>
+  %0 = "edge.etc_quantized_conv2d"(%arg0, %w, %s, %b) {dilation = array<i64: 1, 1>, groups = 1 : i64, input_scale = 0.0146 : f64, input_zero_point = 21 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1>, output_max = 127 : i64, output_min = -128 : i64, output_scale = 0.0025 : f64, output_zero_point = -128 : i64, padding = array<i64: 1, 1>, stride = array<i64: 1, 1>} : (tensor<1x4x4x4xi8>, tensor<2x4x3x3xi8>, tensor<2xf32>, tensor<2xf32>) -> tensor<1x2x4x4xi8>
+  %1 = "edge.etc_quantized_conv2d"(%arg0, %w, %s, %b) {dilation = array<i64: 1, 1>, groups = 1 : i64, input_scale = 0.0146 : f64, input_zero_point = 21 : i64, operandSegmentSizes = array<i32: 1, 1, 1, 1>, output_max = 127 : i64, output_min = -128 : i64, output_scale = 0.0025 : f64, output_zero_point = -128 : i64, padding = array<i64: 1, 1>, stride = array<i64: 2, 2>} : (tensor<1x4x4x4xi8>, tensor<2x4x3x3xi8>, tensor<2xf32>, tensor<2xf32>) -> tensor<1x2x2x2xi8>
+  return %0, %1 : tensor<1x2x4x4xi8>, tensor<1x2x2x2xi8>
+}
