@@ -165,44 +165,49 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
 
 @dataclass(frozen=True)
 class ChannelCopy:
-    """A `taps_first` convolution's image, copied once per column tap with its channels
-    interleaved by fours: plane (kw, cg) holds channels 4cg..4cg+3 of the padded image's columns
-    kw * dw + x * 1 for x < `width` (= (OW - 1) * sw + 1), one 32-bit word per position, flipped
-    to unsigned, row after row (`width` words a row; 16 more at the plane's end, where a row's
-    last partial vector spills). Output position (oh, ow) at tap (kh, kw) is then word
-    (oh * sh + kh * dh) * width + ow * sw of plane (kw, cg): with stride 1 the output rows
-    follow one another, so 16 consecutive positions are 16 consecutive words wherever the rows
-    break, and the kernel reads its panels in place (`int8_match.taps_first`). The copies cost KW
-    interleaved images against the im2col's KH * KW."""
+    """A `taps_first` convolution's image with its channels interleaved by fours, one 32-bit word
+    per position (flipped to unsigned), plane after plane, row after row, 16 words of slack at a
+    plane's end (where a row's last partial vector spills), laid out so that the kernel reads its
+    panels in place (stride 1: 16 consecutive output positions, 16 consecutive words):
+    - output rows of whole panels (OW a multiple of 16): one copy of the padded image, rows of
+      Wp words; tap (kh, kw) is a shift by kh * dh rows and kw * dw words;
+    - otherwise one copy per column tap kw, of the columns kw * dw .. kw * dw + OW - 1: rows of
+      OW words, so the output rows follow one another and a panel crossing them is still 16
+      consecutive words; tap (kh, kw) is plane kw's row shift kh * dh.
+    Either costs at most KW interleaved images a call, against the im2col's KH * KW."""
     g: Im2col
+    copies: int  # of the image: 1 or KW
     width: int  # words per row
     plane: int  # words per plane
 
     @staticmethod
     def of(g: Im2col) -> "ChannelCopy":
-        width = (g.OW - 1) * g.sw + 1
-        return ChannelCopy(g, width, -(-g.Hp * width // PANEL) * PANEL + PANEL)
+        copies, width = (1, g.Wp) if g.OW % PANEL == 0 else (g.KW, g.OW)
+        return ChannelCopy(g, copies, width, -(-g.Hp * width // PANEL) * PANEL + PANEL)
 
     @property
     def words(self) -> int:
-        return self.g.KW * (self.g.C // GROUP) * self.plane
+        return self.copies * (self.g.C // GROUP) * self.plane
 
     @property
     def type(self) -> str:
         return tensor_type([self.words * GROUP], "i8")
 
-    def p_offset(self, q: int) -> int:
-        """Output position q's word in its tap's plane, past the tap's row (q past P: any)."""
-        oh, ow = divmod(q, self.g.OW)
-        return oh * self.g.sh * self.width + ow * self.g.sw
-
     @property
     def k_words(self) -> list:
-        """Each group of K's first word: its tap's column copy and row, its 4 channels' plane."""
-        g = self.g
-        taps = [divmod(k // g.C, g.KW) for k in range(0, g.K, GROUP)]
-        return [((kw * (g.C // GROUP) + (k % g.C) // GROUP) * self.plane + kh * g.dh * self.width)
-                for k, (kh, kw) in zip(range(0, g.K, GROUP), taps)]
+        """Each group of K's first word: its 4 channels' plane (in its column tap's copy), its tap's shift."""
+        g, planes = self.g, self.g.C // GROUP
+        out = []
+        for k in range(0, g.K, GROUP):
+            kh, kw = divmod(k // g.C, g.KW)
+            copy, column = (kw, 0) if self.copies > 1 else (0, kw * g.dw)
+            out.append((copy * planes + (k % g.C) // GROUP) * self.plane + kh * g.dh * self.width + column)
+        return out
+
+    @property
+    def panel_rows(self) -> tuple[int, int]:
+        """(panels per row, words per row): panel nb starts at (nb // the one) * the other + 16 * (nb % the one)."""
+        return (self.g.OW // PANEL, self.width) if self.copies == 1 else (1, PANEL)
 
     def emit(self, t: KernelText) -> None:
         """%words from %flat (the padded image, flattened): a loop over the planes, one over their
@@ -213,7 +218,7 @@ class ChannelCopy:
         flat_t, v64 = tensor_type([g.C * hw], "i8"), f"vector<{PANEL * GROUP}xi8>"
         t.emit(f"%wempty = tensor.empty() : {words_t}")
         pl, z, res = t.fresh("pl"), t.fresh("z"), t.fresh("w")
-        t.emit(f"{res} = scf.for {pl} = {t.index(0)} to {t.index(g.KW * planes)} step {t.index(1)} "
+        t.emit(f"{res} = scf.for {pl} = {t.index(0)} to {t.index(self.copies * planes)} step {t.index(1)} "
                f"iter_args({z} = %wempty) -> ({words_t}) {{")
         kw, cg = t.fresh(), t.fresh()
         t.emit(f"{kw} = arith.divui {pl}, {t.index(planes)} : index")

@@ -13,8 +13,8 @@
     then a convolution's tail columns, if any (`tail_pass`): dot products along K
 
 A stride-1 convolution with K tap by tap (`InPlaceB`) reads B's rows straight from its image's
-channel-interleaved copies (`im2col_pack.ChannelCopy`): row kb of panel nb is 64 bytes at kb's
-tap and channels plus 64 * nb, no packed panels at all.
+channel-interleaved copy (`im2col_pack.ChannelCopy`): row kb of panel nb is 64 bytes at kb's tap
+and channels plus nb's first position, no packed panels at all.
 
 `vpdpbusd` and the packs are called as the LLVM intrinsics of the ISA row (`DOTS`: `avx512-vnni`
 on zmm registers, `avx-vnni` on ymm); rows and column tails are straight-line copies of the tile
@@ -62,10 +62,12 @@ NEAREST = 8  # the convert's embedded rounding: to nearest even, exceptions supp
 
 @dataclass(frozen=True)
 class InPlaceB:
-    """B read in place from a `ChannelCopy` (`bytes` of it): row kb of panel nb at byte
-    k_bytes[kb] + 64 * nb."""
+    """B read in place from a `ChannelCopy` (`bytes` of it): row kb of panel nb at byte k_bytes[kb]
+    + (nb // panels_per_row) * row_bytes + 64 * (nb % panels_per_row)."""
     bytes: int
     k_bytes: tuple
+    panels_per_row: int
+    row_bytes: int
 
 
 class Int8Kernel(KernelText):
@@ -232,7 +234,7 @@ class Int8Kernel(KernelText):
         kb = self.fresh("kb")
         carried = [self.fresh("c") for _ in flat]
         res = self.fresh("k")
-        starts = [self.mul(nb, PANEL * GROUP) for nb in nbs] if self.in_place else []
+        starts = [self.panel_start(nb) for nb in nbs] if self.in_place else []
         self.emit(f"{res}:{len(flat)} = scf.for {kb} = {self.index(0)} to {self.index(p.KB)} step {self.index(1)} "
                   f"iter_args({', '.join(f'{c} = {i}' for c, i in zip(carried, inits))}) -> "
                   f"({', '.join([vec] * len(flat))}) {{")
@@ -288,6 +290,16 @@ class Int8Kernel(KernelText):
                 inb = "true" if all(m[2] == "true" for m in members) else "false"
                 out = self.store(out, ints, ms[r], members[0][1], inb)
         return out
+
+    def panel_start(self, nb: str) -> str:
+        """Panel nb's first byte in the `ChannelCopy`, past its group of K's (`InPlaceB`)."""
+        per_row, row_bytes = self.in_place.panels_per_row, self.in_place.row_bytes
+        if per_row == 1:
+            return self.mul(nb, row_bytes)
+        row, col = self.fresh(), self.fresh()
+        self.emit(f"{row} = arith.divui {nb}, {self.index(per_row)} : index")
+        self.emit(f"{col} = arith.remui {nb}, {self.index(per_row)} : index")
+        return self.addv(self.mul(row, row_bytes), self.mul(col, PANEL * GROUP))
 
     def initial_accumulators(self, ms: list, vectors: list, per_row: int) -> list:
         """The accumulators start at -corr (the zero points' correction, see the lowering), so the

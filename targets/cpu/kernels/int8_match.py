@@ -184,13 +184,11 @@ class Im2col:
         oh, ow = divmod(q, self.OW)
         return oh * self.sh * self.Wp + ow * self.sw
 
-    def period(self, p_offset=None) -> tuple[int, int]:
-        """(L, D): the panels' offsets repeat every L panels, shifted by D (bytes of the image, or
-        what `p_offset`, a position's offset in another layout, counts)."""
-        p_offset = p_offset or self.p_offset
+    def period(self) -> tuple[int, int]:
+        """(L, D): the panels' offsets repeat every L panels, shifted by D bytes."""
         for L in range(1, self.OW // math.gcd(self.OW, PANEL) + 1):
-            D = p_offset(PANEL * L)
-            if all(p_offset(q + PANEL * L) - p_offset(q) == D for q in range(self.OW)):  # residues
+            D = self.p_offset(PANEL * L)
+            if all(self.p_offset(q + PANEL * L) - self.p_offset(q) == D for q in range(self.OW)):  # residues
                 return L, D
         raise AssertionError("the output row always repeats")  # L = OW / gcd(OW, 16) does
 

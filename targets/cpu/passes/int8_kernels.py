@@ -84,7 +84,9 @@ class Int8Kernels(Pass):
                     image, g, transpose = found  # the kernel reads the copy: the transpose dies with the qgemm
                     text, copy = channel_copy_text(g)
                     (words,) = splice(text, [image], transpose)
-                    in_place.append((qgemm, words, InPlaceB(copy.words * GROUP, tuple(GROUP * w for w in copy.k_words))))
+                    per_row, row_words = copy.panel_rows
+                    read = InPlaceB(copy.words * GROUP, tuple(GROUP * w for w in copy.k_words), per_row, GROUP * row_words)
+                    in_place.append((qgemm, words, read))
                 elif found is not None:  # vector code on any target (it needs no dot product)
                     image, geometry, transpose = found
                     tail = tail_columns(geometry.P) if o.dot != "none" else 0

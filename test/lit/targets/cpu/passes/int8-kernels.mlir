@@ -735,3 +735,60 @@ func.func @conv_taps_first(%x: tensor<4x6x6xi8>, %a: tensor<3x9x4xi8>) -> tensor
   } -> tensor<3x16xi8>
   return %9 : tensor<3x16xi8>
 }
+
+// -----
+
+// Output rows of whole panels (OW = 16) need no copy per column tap: one copy of the padded
+// image (rows of Wp = 18 words, a plane of 3 rows rounded up to 64 words and 16 of slack: 320
+// bytes), a tap (kh, kw) is a shift by kh rows and kw words: group kb at byte 4 * (kh * 18 + kw).
+// CHECK-LABEL: func.func @conv_taps_first_rows_of_panels
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<320xi8>) {
+// CHECK: } {etc.thread_split}
+// CHECK: arith.constant dense<[0, 4, 8, 72, 76, 80, 144, 148, 152]> : tensor<9xi32>
+// CHECK: vector.transfer_read %{{.*}}[%{{.*}}], %{{.*}} {in_bounds = [true]} : tensor<320xi8>, vector<64xi8>
+// CHECK: } {etc.cpu.int8_k_loop}
+func.func @conv_taps_first_rows_of_panels(%x: tensor<4x3x18xi8>, %a: tensor<3x9x4xi8>) -> tensor<3x16xi8> {
+  %c0_i32 = arith.constant 0 : i32
+  %corr = arith.constant dense<[100, -20, 7]> : tensor<3xi32>
+  %mult = arith.constant dense<0.01> : tensor<3xf32>
+  %bias = arith.constant dense<0.5> : tensor<3xf32>
+  %zp = arith.constant -3.0 : f32
+  %lo = arith.constant -128.0 : f32
+  %hi = arith.constant 127.0 : f32
+  %ce = tensor.empty() : tensor<3x3x4x1x16xi8>
+  %col = linalg.generic {indexing_maps = [affine_map<(kh, kw, c, oh, ow) -> (c, oh + kh, ow + kw)>, affine_map<(kh, kw, c, oh, ow) -> (kh, kw, c, oh, ow)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel"]} ins(%x : tensor<4x3x18xi8>) outs(%ce : tensor<3x3x4x1x16xi8>) attrs = {etc.cpu.im2col = {dilation = array<i64: 1, 1>, stride = array<i64: 1, 1>, taps_first}} {
+  ^bb0(%cx: i8, %co: i8):
+    %cflip = arith.constant -128 : i8
+    %cu = arith.xori %cx, %cflip : i8
+    linalg.yield %cu : i8
+  } -> tensor<3x3x4x1x16xi8>
+  %kp = tensor.collapse_shape %col [[0, 1, 2], [3, 4]] : tensor<3x3x4x1x16xi8> into tensor<36x16xi8>
+  %ex = tensor.expand_shape %kp [[0, 1], [2, 3]] output_shape [9, 4, 1, 16] : tensor<36x16xi8> into tensor<9x4x1x16xi8>
+  %pe = tensor.empty() : tensor<1x9x16x4xi8>
+  %b = linalg.transpose ins(%ex : tensor<9x4x1x16xi8>) outs(%pe : tensor<1x9x16x4xi8>) permutation = [2, 0, 3, 1]
+  %5 = tensor.empty() : tensor<3x1x16xi32>
+  %6 = linalg.fill ins(%c0_i32 : i32) outs(%5 : tensor<3x1x16xi32>) -> tensor<3x1x16xi32>
+  %7 = linalg.generic {indexing_maps = [affine_map<(m, nb, nl, kb, kl) -> (m, kb, kl)>, affine_map<(m, nb, nl, kb, kl) -> (nb, kb, nl, kl)>, affine_map<(m, nb, nl, kb, kl) -> (m, nb, nl)>], iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%a, %b : tensor<3x9x4xi8>, tensor<1x9x16x4xi8>) outs(%6 : tensor<3x1x16xi32>) attrs = {etc.cpu.qgemm = {a_unsigned = false, kind = "convolution"}} {
+  ^bb0(%in: i8, %in_8: i8, %out: i32):
+    %12 = arith.extsi %in : i8 to i32
+    %13 = arith.extui %in_8 : i8 to i32
+    %14 = arith.muli %12, %13 : i32
+    %15 = arith.addi %out, %14 : i32
+    linalg.yield %15 : i32
+  } -> tensor<3x1x16xi32>
+  %collapsed = tensor.collapse_shape %7 [[0], [1, 2]] : tensor<3x1x16xi32> into tensor<3x16xi32>
+  %8 = tensor.empty() : tensor<3x16xi8>
+  %9 = linalg.generic {indexing_maps = [affine_map<(m, n) -> (m, n)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m)>, affine_map<(m, n) -> (m, n)>], iterator_types = ["parallel", "parallel"]} ins(%collapsed, %corr, %mult, %bias : tensor<3x16xi32>, tensor<3xi32>, tensor<3xf32>, tensor<3xf32>) outs(%8 : tensor<3x16xi8>) attrs = {etc.cpu.requant = {max = 127 : i64, min = -128 : i64, per = "row", zero_point = -3 : i64}} {
+  ^bb0(%in: i32, %c: i32, %m: f32, %bb: f32, %out: i8):
+    %12 = arith.subi %in, %c : i32
+    %13 = arith.sitofp %12 : i32 to f32
+    %14 = math.fma %13, %m, %bb : f32
+    %15 = math.roundeven %14 : f32
+    %16 = arith.addf %15, %zp : f32
+    %17 = arith.maximumf %16, %lo : f32
+    %18 = arith.minimumf %17, %hi : f32
+    %19 = arith.fptosi %18 : f32 to i8
+    linalg.yield %19 : i8
+  } -> tensor<3x16xi8>
+  return %9 : tensor<3x16xi8>
+}
