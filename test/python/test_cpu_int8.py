@@ -163,6 +163,38 @@ def test_stride_one_convs_read_their_panels_in_place(c, f, k, padding, hw, dilat
     _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), sign, expect=("gemm",))
 
 
+def _random_in_place_geometries(count: int, seed: int = 1800) -> list:
+    """Convolutions `int8_match.taps_first` takes, drawn at random: channels by fours, kernels 2-5
+    wide or tall, dilations, paddings 0-2, odd and wide images."""
+    from etc.targets.cpu.kernels.int8_match import taps_first
+
+    rng, out = np.random.default_rng(seed), []
+    while len(out) < count:
+        c, f = 4 * int(rng.integers(1, 7)), int(rng.integers(1, 40))
+        kh, kw, d, pad = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 3)), int(rng.integers(0, 3))
+        h, w = int(rng.integers(3, 20)), int(rng.integers(3, 40))
+        oh, ow = h + 2 * pad - d * (kh - 1), w + 2 * pad - d * (kw - 1)
+        if oh > 0 and ow > 0 and taps_first(c, kh, kw, (1, 1), oh * ow):
+            out.append((c, f, (kh, kw), pad, (h, w), d))
+    return out
+
+
+@pytest.mark.parametrize("c,f,k,padding,hw,dilation", _random_in_place_geometries(16))
+def test_random_convs_read_in_place_match_the_reference(c, f, k, padding, hw, dilation):
+    """A random generator of geometries finds what the listed cases miss (it found a one-row
+    kernel, KW = 1, taking the whole-rows layout's panel starts)."""
+    _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), 0, expect=("gemm",))
+
+
+@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+@pytest.mark.parametrize("c,f,k,padding,hw,dilation", _random_in_place_geometries(3, seed=1801))
+def test_convs_with_k_tap_by_tap_without_a_dot_product_pack_k_in_that_order(c, f, k, padding, hw, dilation):
+    """Where the kernel cannot read in place (no dot product: plain loops) the pack gathers K tap by tap."""
+    partitioner = CpuPartitioner("x86_64-unknown-linux-gnu", cpu="haswell", features="+avx2,+fma")
+    _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), 0, partitioner=partitioner,
+                 expect=("loops",))
+
+
 def test_in_place_convs_on_two_threads_give_one_threads_bytes():
     """The copies' planes and the kernel's panel groups are shared between threads."""
     from etc.compiler.delegation import CompileSpec

@@ -176,14 +176,19 @@ class ChannelCopy:
       consecutive words; tap (kh, kw) is plane kw's row shift kh * dh.
     Either costs at most KW interleaved images a call, against the im2col's KH * KW."""
     g: Im2col
-    copies: int  # of the image: 1 or KW
+    whole_rows: bool  # output rows of whole panels: one copy, rows of Wp words (else KW, of OW)
     width: int  # words per row
     plane: int  # words per plane
 
     @staticmethod
     def of(g: Im2col) -> "ChannelCopy":
-        copies, width = (1, g.Wp) if g.OW % PANEL == 0 else (g.KW, g.OW)
-        return ChannelCopy(g, copies, width, -(-g.Hp * width // PANEL) * PANEL + PANEL)
+        whole_rows = g.OW % PANEL == 0
+        width = g.Wp if whole_rows else g.OW
+        return ChannelCopy(g, whole_rows, width, -(-g.Hp * width // PANEL) * PANEL + PANEL)
+
+    @property
+    def copies(self) -> int:
+        return 1 if self.whole_rows else self.g.KW
 
     @property
     def words(self) -> int:
@@ -200,14 +205,14 @@ class ChannelCopy:
         out = []
         for k in range(0, g.K, GROUP):
             kh, kw = divmod(k // g.C, g.KW)
-            copy, column = (kw, 0) if self.copies > 1 else (0, kw * g.dw)
+            copy, column = (0, kw * g.dw) if self.whole_rows else (kw, 0)
             out.append((copy * planes + (k % g.C) // GROUP) * self.plane + kh * g.dh * self.width + column)
         return out
 
     @property
     def panel_rows(self) -> tuple[int, int]:
         """(panels per row, words per row): panel nb starts at (nb // the one) * the other + 16 * (nb % the one)."""
-        return (self.g.OW // PANEL, self.width) if self.copies == 1 else (1, PANEL)
+        return (self.g.OW // PANEL, self.width) if self.whole_rows else (1, PANEL)
 
     def emit(self, t: KernelText) -> None:
         """%words from %flat (the padded image, flattened): a loop over the planes, one over their
