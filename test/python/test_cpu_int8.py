@@ -171,7 +171,8 @@ def _random_in_place_geometries(count: int, seed: int = 1800) -> list:
     rng, out = np.random.default_rng(seed), []
     while len(out) < count:
         c, f = 4 * int(rng.integers(1, 7)), int(rng.integers(1, 40))
-        kh, kw, d, pad = int(rng.integers(1, 6)), int(rng.integers(1, 6)), int(rng.integers(1, 3)), int(rng.integers(0, 3))
+        kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        d, pad = int(rng.integers(1, 3)), int(rng.integers(0, 3))
         h, w = int(rng.integers(3, 20)), int(rng.integers(3, 40))
         oh, ow = h + 2 * pad - d * (kh - 1), w + 2 * pad - d * (kw - 1)
         if oh > 0 and ow > 0 and taps_first(c, kh, kw, (1, 1), oh * ow):

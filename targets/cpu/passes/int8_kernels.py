@@ -16,7 +16,10 @@ Without a dot-product instruction (`dot=none`: AVX2 without VNNI, NEON, scalar t
 stays as it is (plain loops) and the pass records why; the same for the depthwise/grouped int8
 convolutions (`etc.cpu.qwindow`): there is no int8 window kernel. A convolution's B operand (its
 im2col: the gather marked `etc.cpu.im2col`, then zero padding and the panel transpose) is packed
-per call straight from the padded image, on every target (`kernels/im2col_pack.py`); when the
+per call straight from the padded image, on every target (`kernels/im2col_pack.py`), or, for a
+gather marked taps_first (K tap by tap: `int8_match.taps_first`) and a dot product to read it,
+never packed: the image is copied with its channels interleaved (`im2col_pack.ChannelCopy`) and
+the kernel reads its panels from that copy in place (`int8_kernel.InPlaceB`); when the
 kernel is built, a convolution whose output positions leave at most half a panel in the last one
 (`tail_columns`: ResNet's 7 x 7 maps, 49 = 3 * 16 + 1; 14 x 14, 196 = 12 * 16 + 4) gets those
 columns packed along K and computed as dot products, not as a padded panel (ResNet-50's 3x3
@@ -85,7 +88,8 @@ class Int8Kernels(Pass):
                     text, copy = channel_copy_text(g)
                     (words,) = splice(text, [image], transpose)
                     per_row, row_words = copy.panel_rows
-                    read = InPlaceB(copy.words * GROUP, tuple(GROUP * w for w in copy.k_words), per_row, GROUP * row_words)
+                    k_bytes = tuple(GROUP * w for w in copy.k_words)
+                    read = InPlaceB(copy.words * GROUP, k_bytes, per_row, GROUP * row_words)
                     in_place.append((qgemm, words, read))
                 elif found is not None:  # vector code on any target (it needs no dot product)
                     image, geometry, transpose = found
