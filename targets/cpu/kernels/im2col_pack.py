@@ -167,8 +167,8 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
 class ChannelCopy:
     """A `taps_first` convolution's image with its channels interleaved by fours, one 32-bit word
     per position (flipped to unsigned), plane after plane, row after row, 16 words of slack at a
-    plane's end (where a row's last partial vector spills), laid out so that the kernel reads its
-    panels in place (stride 1: 16 consecutive output positions, 16 consecutive words):
+    plane's end (a partial last panel reads past the last row), laid out so that the kernel reads
+    its panels in place (stride 1: 16 consecutive output positions, 16 consecutive words):
     - output rows of whole panels (OW a multiple of 16): one copy of the padded image, rows of
       Wp words; tap (kh, kw) is a shift by kh * dh rows and kw * dw words;
     - otherwise one copy per column tap kw, of the columns kw * dw .. kw * dw + OW - 1: rows of
@@ -215,38 +215,46 @@ class ChannelCopy:
         return (self.g.OW // PANEL, self.width) if self.whole_rows else (1, PANEL)
 
     def emit(self, t: KernelText) -> None:
-        """%words from %flat (the padded image, flattened): a loop over the planes, one over their
-        rows, each row's vectors unrolled (a row's last partial vector spills into the next row,
-        which overwrites it, or the plane's end; its reads are masked at the image's end)."""
+        """%words from %flat (the padded image, flattened): a loop over the rows, shared between
+        threads (each builds the rows its panels read: the kernel's threads take the panels in
+        order), one over the planes inside, each row's vectors unrolled; a row's last partial
+        vector stored only up to the row's end (its reads are masked at the image's end)."""
         g, words_t = self.g, self.type
         hw, planes = g.Hp * g.Wp, g.C // GROUP
         flat_t, v64 = tensor_type([g.C * hw], "i8"), f"vector<{PANEL * GROUP}xi8>"
         t.emit(f"%wempty = tensor.empty() : {words_t}")
-        pl, z, res = t.fresh("pl"), t.fresh("z"), t.fresh("w")
-        t.emit(f"{res} = scf.for {pl} = {t.index(0)} to {t.index(self.copies * planes)} step {t.index(1)} "
+        r, z, res = t.fresh("row"), t.fresh("z"), t.fresh("w")
+        t.emit(f"{res} = scf.for {r} = {t.index(0)} to {t.index(g.Hp)} step {t.index(1)} "
                f"iter_args({z} = %wempty) -> ({words_t}) {{")
+        pl, a, planes_res = t.fresh("pl"), t.fresh("a"), t.fresh("r")
+        t.emit(f"{planes_res} = scf.for {pl} = {t.index(0)} to {t.index(self.copies * planes)} step {t.index(1)} "
+               f"iter_args({a} = {z}) -> ({words_t}) {{")
         kw, cg = t.fresh(), t.fresh()
         t.emit(f"{kw} = arith.divui {pl}, {t.index(planes)} : index")
         t.emit(f"{cg} = arith.remui {pl}, {t.index(planes)} : index")
-        first = t.addv(t.mul(cg, GROUP * hw), t.mul(kw, g.dw))  # channel 4cg's first byte, column kw * dw
-        out = t.mul(pl, GROUP * self.plane)  # the plane's first byte in the copy
-        r, a, rows_res = t.fresh("row"), t.fresh("a"), t.fresh("r")
-        t.emit(f"{rows_res} = scf.for {r} = {t.index(0)} to {t.index(g.Hp)} step {t.index(1)} "
-               f"iter_args({a} = {z}) -> ({words_t}) {{")
-        src_row, dst_row = t.addv(first, t.mul(r, g.Wp)), t.addv(out, t.mul(r, GROUP * self.width))
+        # channel 4cg's row r, from column kw * dw; the plane's row r in the copy
+        src_row = t.addv(t.addv(t.mul(cg, GROUP * hw), t.mul(kw, g.dw)), t.mul(r, g.Wp))
+        dst_row = t.addv(t.mul(pl, GROUP * self.plane), t.mul(r, GROUP * self.width))
         acc = a
         for x in range(0, self.width, PANEL):
             whole = x + PANEL <= self.width
             rows = [t.read("%flat", t.add(src_row, c * hw + x), "%pad", flat_t, f"vector<{PANEL}xi8>", whole)
                     for c in range(GROUP)]
+            words = _interleave(t, rows)
+            n = GROUP * min(PANEL, self.width - x)  # bytes of this row
+            if n < PANEL * GROUP:
+                part = t.fresh()
+                t.emit(f"{part} = vector.extract_strided_slice {words} {{offsets = [0], sizes = [{n}], "
+                       f"strides = [1]}} : {v64} to vector<{n}xi8>")
+                words = part
             w = t.fresh()
-            t.emit(f"{w} = vector.transfer_write {_interleave(t, rows)}, {acc}[{t.add(dst_row, GROUP * x)}] "
-                   f"{{in_bounds = [true]}} : {v64}, {words_t}")
+            t.emit(f"{w} = vector.transfer_write {words}, {acc}[{t.add(dst_row, GROUP * x)}] "
+                   f"{{in_bounds = [true]}} : vector<{n}xi8>, {words_t}")
             acc = w
         t.emit(f"scf.yield {acc} : {words_t}")
         t.emit("}")
-        t.emit(f"scf.yield {rows_res} : {words_t}")
-        t.emit(f"}} {{{THREAD_SPLIT}}}")  # the planes are their own
+        t.emit(f"scf.yield {planes_res} : {words_t}")
+        t.emit(f"}} {{{THREAD_SPLIT}}}")  # the rows are their own
         t.emit(f"%words = tensor.cast {res} : {words_t} to {words_t}")
 
 

@@ -668,8 +668,9 @@ func.func @conv(%x: tensor<1x2x8x5xi8>, %w: tensor<4x2x3x3xi8>) -> tensor<1x4x6x
 // A convolution with K tap by tap (taps_first: 4 channels x 3x3 taps, stride 1, a 4x4 output in
 // one panel) reads B in place: the image is copied once per column tap kw with its 4 channels
 // interleaved into words (a plane: 6 rows of OW = 4 words, rounded up to 32, and 16 words of
-// slack: 48; 3 planes = 576 bytes), a loop over the planes (each its own: etc.thread_split) and
-// their rows. The kernel reads row kb of panel nb at %kbytes[kb] + 64 * nb:
+// slack: 48; 3 planes = 576 bytes), a loop over the rows (each its own: etc.thread_split) and
+// the planes, a row's 4 words the first 16 bytes of its interleaved vector (nothing stored past
+// the row). The kernel reads row kb of panel nb at %kbytes[kb] + 64 * nb:
 // group kb = (kh, kw) at byte 4 * (kw * 48 + kh * 4). No packed panels: the im2col chain is gone.
 // CHECK-LABEL: func.func @conv_taps_first
 // CHECK-NOT: linalg.transpose
@@ -678,7 +679,8 @@ func.func @conv(%x: tensor<1x2x8x5xi8>, %w: tensor<4x2x3x3xi8>) -> tensor<1x4x6x
 // CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (tensor<576xi8>) {
 // CHECK-COUNT-4: vector.transfer_read %[[FLAT]][%{{.*}}], %{{.*}} : tensor<144xi8>, vector<16xi8>
 // CHECK: arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
-// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}] {in_bounds = [true]} : vector<64xi8>, tensor<576xi8>
+// CHECK: vector.extract_strided_slice %{{.*}} {offsets = [0], sizes = [16], strides = [1]} : vector<64xi8> to vector<16xi8>
+// CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}] {in_bounds = [true]} : vector<16xi8>, tensor<576xi8>
 // CHECK: } {etc.thread_split}
 // CHECK: %[[KBYTES:.*]] = arith.constant dense<[0, 192, 384, 16, 208, 400, 32, 224, 416]> : tensor<9xi32>
 // CHECK: scf.for %[[KB:[a-z0-9_]+]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (vector<16xi32>
