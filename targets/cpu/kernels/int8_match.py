@@ -139,8 +139,8 @@ def taps_first(C: int, KH: int, KW: int, stride: tuple, P: int) -> bool:
     tail columns. The kernel then reads B in place from the image's channel-interleaved copies
     (`im2col_pack.ChannelCopy`: KW interleaved images per call against the pack's KH * KW), and
     where it cannot (no dot-product instruction) the pack gathers K in this order alike. ResNet-8's
-    16-channel 3x3 at 32 x 32: 7.3 -> 5.8 us; ResNet-50's 64-channel 3x3 at 56 x 56: 262 -> 240 us.
-    With stride 2 the copies hold every column and the panels need a gather (33 -> 36 us, its
+    16-channel 3x3 at 32 x 32: 7.3 -> 5.3 us; ResNet-50's 64-channel 3x3 at 56 x 56: 262 -> 230 us.
+    With stride 2 the copies hold every column and the panels need a gather (33 -> 36 us, a
     3x3 64 -> 128 at 28 x 28): packed."""
     return C % GROUP == 0 and KH * KW > 1 and tuple(stride) == (1, 1) and not tail_columns(P)
 
