@@ -246,6 +246,15 @@ class KernelText:
                   f"{{in_bounds = [{str(in_bounds).lower()}]}} : {vector}, {dest_type}")
         return name
 
+    def leading(self, vector: str, width: int, n: int, element: str = "i8") -> str:
+        """The first `n` lanes of `vector` (`width` lanes), `vector` itself when that is all of them."""
+        if n == width:
+            return vector
+        name = self.fresh()
+        self.emit(f"{name} = vector.extract_strided_slice {vector} {{offsets = [0], sizes = [{n}], strides = [1]}} "
+                  f": {vector_type(width, element)} to {vector_type(n, element)}")
+        return name
+
     def broadcast(self, scalar: str, width: int, element: str = "f32") -> str:
         """A fresh vector of `width` lanes, each `scalar`."""
         name = self.fresh("b")

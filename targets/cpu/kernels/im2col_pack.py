@@ -44,11 +44,8 @@ def pack_text(g: Im2col, tail_columns: int = 0) -> str:
     src, flat_t = tensor_type([g.C, g.Hp, g.Wp], "i8"), tensor_type([total], "i8")
     rows_t, dst = tensor_type([NB, KB, PANEL * GROUP], "i8"), tensor_type([NB, KB, PANEL, GROUP], "i8")
     koffs = ", ".join(str(g.k_offset(k)) for k in range(KB * GROUP))
-    t = KernelText()
-    t.emit(f"%flat = tensor.collapse_shape %src [[0, 1, 2]] : {src} into {flat_t}")
+    t = _image_text(g)
     t.emit(f"%koffs = arith.constant dense<[{koffs}]> : {tensor_type([KB * GROUP], 'i32')}")
-    t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
-    t.emit("%pad = arith.constant 0 : i8")
     t.emit(f"%empty = tensor.empty() : {rows_t}")
 
     def row(base: str, offsets: list, in_bounds: bool) -> str:
@@ -221,7 +218,7 @@ class ChannelCopy:
         vector stored only up to the row's end (its reads are masked at the image's end)."""
         g, words_t = self.g, self.type
         hw, planes = g.Hp * g.Wp, g.C // GROUP
-        flat_t, v64 = tensor_type([g.C * hw], "i8"), f"vector<{PANEL * GROUP}xi8>"
+        flat_t = tensor_type([g.C * hw], "i8")
         t.emit(f"%wempty = tensor.empty() : {words_t}")
         r, z, res = t.fresh("row"), t.fresh("z"), t.fresh("w")
         t.emit(f"{res} = scf.for {r} = {t.index(0)} to {t.index(g.Hp)} step {t.index(1)} "
@@ -240,17 +237,9 @@ class ChannelCopy:
             whole = x + PANEL <= self.width
             rows = [t.read("%flat", t.add(src_row, c * hw + x), "%pad", flat_t, f"vector<{PANEL}xi8>", whole)
                     for c in range(GROUP)]
-            words = _interleave(t, rows)
             n = GROUP * min(PANEL, self.width - x)  # bytes of this row
-            if n < PANEL * GROUP:
-                part = t.fresh()
-                t.emit(f"{part} = vector.extract_strided_slice {words} {{offsets = [0], sizes = [{n}], "
-                       f"strides = [1]}} : {v64} to vector<{n}xi8>")
-                words = part
-            w = t.fresh()
-            t.emit(f"{w} = vector.transfer_write {words}, {acc}[{t.add(dst_row, GROUP * x)}] "
-                   f"{{in_bounds = [true]}} : vector<{n}xi8>, {words_t}")
-            acc = w
+            words = t.leading(_interleave(t, rows), PANEL * GROUP, n)
+            acc = t.write(words, acc, t.add(dst_row, GROUP * x), f"vector<{n}xi8>", words_t, True)
         t.emit(f"scf.yield {acc} : {words_t}")
         t.emit("}")
         t.emit(f"scf.yield {planes_res} : {words_t}")
@@ -260,15 +249,22 @@ class ChannelCopy:
 
 def channel_copy_text(g: Im2col) -> tuple[str, "ChannelCopy"]:
     """@words(%src): the image's `ChannelCopy`, as a function, and the copy."""
-    copy = ChannelCopy.of(g)
-    src, flat_t = tensor_type([g.C, g.Hp, g.Wp], "i8"), tensor_type([g.C * g.Hp * g.Wp], "i8")
-    t = KernelText()
-    t.emit(f"%flat = tensor.collapse_shape %src [[0, 1, 2]] : {src} into {flat_t}")
-    t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
-    t.emit("%pad = arith.constant 0 : i8")
+    copy, src = ChannelCopy.of(g), tensor_type([g.C, g.Hp, g.Wp], "i8")
+    t = _image_text(g)
     copy.emit(t)
     return (f"func.func private @words(%src: {src}) -> {copy.type} {{\n" + t.text()
             + f"\n  return %words : {copy.type}\n}}"), copy
+
+
+def _image_text(g: Im2col) -> KernelText:
+    """A function body's start over the padded image %src: %flat (it flattened), %flip (the xor
+    that makes its bytes unsigned), %pad (the masked loads' filler)."""
+    t = KernelText()
+    t.emit(f"%flat = tensor.collapse_shape %src [[0, 1, 2]] : {tensor_type([g.C, g.Hp, g.Wp], 'i8')} into "
+           f"{tensor_type([g.C * g.Hp * g.Wp], 'i8')}")
+    t.emit(f"%flip = arith.constant dense<-128> : vector<{PANEL * GROUP}xi8>")
+    t.emit("%pad = arith.constant 0 : i8")
+    return t
 
 
 _PAIRS = [x for i in range(PANEL) for x in (i, i + PANEL)]  # r0[i], r1[i]

@@ -543,11 +543,7 @@ class Int8Kernel(KernelText):
         self.emit(f"{perm} = vector.shuffle {dw}, {dw} [{', '.join(map(str, order))}] : {vec}, {vec}")
         self.emit(f"{ordered} = vector.bitcast {perm} : {vec} to {b8}")
         width = L * len(ints)
-        if len(ints) < STORE:
-            part = self.fresh()
-            self.emit(f"{part} = vector.extract_strided_slice {ordered} {{offsets = [0], sizes = [{width}], "
-                      f"strides = [1]}} : {b8} to vector<{width}xi8>")
-            ordered = part
+        ordered = self.leading(ordered, L * STORE, width)
         res = self.fresh()
         self.emit(f"{res} = vector.transfer_write {ordered}, {out}[{m}, {col}] {{in_bounds = [{inb}]}} : "
                   f"vector<{width}xi8>, {tensor_type([self.p.M, self.p.N], 'i8')}")
