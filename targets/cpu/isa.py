@@ -135,12 +135,13 @@ def isa_for(target: CpuTarget) -> Isa:
 def _isa_row(target: CpuTarget) -> Isa:
     features = {f[1:] for f in target.features.split(",") if f.startswith("+")}
     if target.arch in ("x86_64", "amd64"):
+        # int8: the widest dot product the features have (AVX2's vpmaddwd pairs on any AVX2 core)
+        dot = ("avx512-vnni" if {"avx512f", "avx512vnni", "avx512bw"} <= features else
+               "avx-vnni" if {"avx2", "avxvnni"} <= features else "avx2-madd" if "avx2" in features else "none")
         if "avx512f" in features:
-            row = ISA_TABLE["avx512"]
-            return replace(row, int8_dot="avx512-vnni") if {"avx512vnni", "avx512bw"} <= features else row
+            return replace(ISA_TABLE["avx512"], int8_dot=dot)
         if {"avx2", "fma"} <= features:
-            row = ISA_TABLE["avx2"]
-            return replace(row, int8_dot="avx-vnni") if "avxvnni" in features else row
+            return replace(ISA_TABLE["avx2"], int8_dot=dot)
         return ISA_TABLE["scalar"]
     if target.arch in ("aarch64", "arm64"):
         return ISA_TABLE["neon"]

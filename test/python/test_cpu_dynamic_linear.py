@@ -27,14 +27,17 @@ def _host_has(*features) -> bool:
     return set(features) <= have
 
 
-# The three paths: the AVX-512 VNNI kernel (zmm), the AVX-VNNI one (ymm), none (x86-64-v3: plain loops).
+# The four paths: the AVX-512 VNNI kernel (zmm), the AVX-VNNI one (ymm), AVX2's vpmaddwd pairs (x86-64-v3),
+# none (x86-64-v2: plain loops).
 TARGETS = {
     "avx512-vnni": pytest.param({}, marks=pytest.mark.skipif(not _host_has("avx512vnni", "avx512bw"),
                                                              reason="the host has no AVX-512 VNNI")),
     "avx-vnni": pytest.param(dict(target=X86, cpu="alderlake", features="+avx2,+fma,+f16c,+avxvnni"),
                              marks=pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")),
-    "none": pytest.param(dict(target="x86-64-v3"), marks=pytest.mark.skipif(not _host_has("avx2", "fma"),
-                                                                            reason="the host has no AVX2")),
+    "avx2-madd": pytest.param(dict(target="x86-64-v3"), marks=pytest.mark.skipif(not _host_has("avx2", "fma"),
+                                                                                 reason="the host has no AVX2")),
+    "none": pytest.param(dict(target=X86, cpu="nehalem", features="+sse4.2,+popcnt"),
+                         marks=pytest.mark.skipif(not _host_has("sse4.2"), reason="the host has no SSE4.2")),
 }
 
 
@@ -204,13 +207,29 @@ def test_host_8da4w_kernel_is_vpdpbusd_on_zmm():
     assert [d.path for d in debug["decisions"] if d.kind == "contraction"] == ["gemm", "gemm"]
 
 
-@pytest.mark.parametrize("target", ["x86-64-v3", "aarch64"])
+@pytest.mark.parametrize("target", [dict(target=X86, cpu="nehalem", features="+sse4.2,+popcnt"),
+                                    dict(target="aarch64")], ids=["x86-64-v2", "aarch64"])
 def test_without_a_dot_product_the_8da4w_linear_is_plain_loops_and_says_why(target):
-    debug = _decisions(target=target)
+    debug = _decisions(**target)
     assert debug["object_bytes"] > 0
     assert [(d.path, d.reason) for d in debug["decisions"] if d.kind == "contraction"] == [
-        ("loops", "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as "
-                  "plain loops on the weight's bytes")] * 2
+        ("loops", "the target has no int8 dot product (AVX-512 VNNI, AVX-VNNI or AVX2's vpmaddwd): a dynamic "
+                  "linear as plain loops on the weight's bytes")] * 2
+
+
+def test_avx2_8da4w_kernel_is_vpmaddwd_pairs_on_ymm():
+    import llvmlite.binding as llvm
+
+    from etc.targets.cpu.isa import init_llvm, resolve_target
+
+    debug = _decisions(target="x86-64-v3")
+    init_llvm()
+    t = resolve_target("x86-64-v3")
+    tm = llvm.Target.from_triple(t.triple).create_target_machine(cpu=t.cpu, features=t.features, opt=3)
+    asm = tm.emit_assembly(llvm.parse_assembly(debug["llvm_ir"]))
+    pairs = [line for line in asm.splitlines() if "vpmaddwd" in line]
+    assert pairs and all("%ymm" in line for line in pairs) and "vpdpbusd" not in asm
+    assert [d.path for d in debug["decisions"] if d.kind == "contraction"] == ["gemm", "gemm"]
 
 
 def test_pt2e_dynamic_per_tensor_linears_are_native_and_match_the_converted_model():

@@ -187,13 +187,42 @@ def test_random_convs_read_in_place_match_the_reference(c, f, k, padding, hw, di
     _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), 0, expect=("gemm",))
 
 
-@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+# An x86-64 core without AVX2 (x86-64-v2): no int8 dot product at all, plain loops.
+NO_DOT_TARGET = dict(target="x86_64-unknown-linux-gnu", cpu="nehalem", features="+sse4.2,+popcnt")
+# AVX2 without VNNI (Zen 1-3, Skylake to Comet Lake): vpdpbusd as two vpmaddwd.
+MADD_TARGET = dict(target="x86_64-unknown-linux-gnu", cpu="znver3", features="+avx2,+fma,+f16c")
+
+
+@pytest.mark.skipif(not _host_has("sse4.2"), reason="runs x86-64-v2 code")
 @pytest.mark.parametrize("c,f,k,padding,hw,dilation", _random_in_place_geometries(3, seed=1801))
 def test_convs_with_k_tap_by_tap_without_a_dot_product_pack_k_in_that_order(c, f, k, padding, hw, dilation):
     """Where the kernel cannot read in place (no dot product: plain loops) the pack gathers K tap by tap."""
-    partitioner = CpuPartitioner("x86_64-unknown-linux-gnu", cpu="haswell", features="+avx2,+fma")
-    _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), 0, partitioner=partitioner,
-                 expect=("loops",))
+    _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), 0,
+                 partitioner=CpuPartitioner(**NO_DOT_TARGET), expect=("loops",))
+
+
+@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+@pytest.mark.parametrize("c,f,k,stride,hw", [
+    (6, 13, 3, 1, (8, 5)),     # 2 tail columns, F = 13 (row tiles of 6, 6, 1), K = 54: one masked run
+    (16, 20, 3, 1, (7, 7)),    # 1 tail column, K = 144
+    (8, 70, 1, 1, (5, 6)),     # 1x1, a partial panel
+    (8, 13, 3, 1, (8, 6)),     # read in place (K tap by tap, 48 positions: 3 whole panels)
+    (3, 24, 7, 2, (20, 20)),   # a 7x7 stride-2 stem: K = 147 padded
+    (64, 12, 3, 1, (14, 14)),  # K = 576: many groups, ResNet's 14 x 14 tail
+])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_avx2_kernel_without_vnni_matches_the_reference(c, f, k, stride, hw, sign):
+    """vpdpbusd as two vpmaddwd on the even and odd bytes widened to i16: exact for every byte pair
+    (the sign cases put activations at both ends of u8 and the weights at both ends of i8)."""
+    _check_layer(_Conv(c, f, k, stride, k // 2), (1, c, *hw), sign, partitioner=CpuPartitioner(**MADD_TARGET),
+                 expect=("gemm",))
+
+
+@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+@pytest.mark.parametrize("c,f,k,padding,hw,dilation", _random_in_place_geometries(6, seed=1900))
+def test_random_avx2_convs_without_vnni_match_the_reference(c, f, k, padding, hw, dilation):
+    _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), 0,
+                 partitioner=CpuPartitioner(**MADD_TARGET), expect=("gemm",))
 
 
 def test_in_place_convs_on_two_threads_give_one_threads_bytes():
@@ -301,11 +330,11 @@ def test_grouped_int8_conv():
     _check_layer(_Conv(8, 12, 3, 1, 1, groups=4), (1, 8, 6, 6), 1, expect=())
 
 
-@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
-def test_without_vnni_the_contractions_are_plain_loops_and_say_why():
-    report = _check_layer(_Conv(8, 16, 3, 1, 1), (1, 8, 8, 8), 0, partitioner=CpuPartitioner("x86-64-v3"),
+@pytest.mark.skipif(not _host_has("sse4.2"), reason="runs x86-64-v2 code")
+def test_without_a_dot_product_the_contractions_are_plain_loops_and_say_why():
+    report = _check_layer(_Conv(8, 16, 3, 1, 1), (1, 8, 8, 8), 0, partitioner=CpuPartitioner(**NO_DOT_TARGET),
                           expect=())
-    assert "NOT TUNED  convolution -> loops: the target has no int8 dot-product instruction" in report
+    assert "NOT TUNED  convolution -> loops: the target has no int8 dot product" in report
 
 
 @pytest.mark.parametrize("c,f,k,hw", [
@@ -509,6 +538,13 @@ def test_host_kernel_is_avx512_vnni():
     assert lines and all("%zmm" in line for line in lines)
 
 
+def test_avx2_kernel_without_vnni_uses_ymm_pair_products():
+    asm = _assembly(_Conv(16, 32, 3, 1, 1), (1, 16, 8, 8), **MADD_TARGET)
+    lines = [line for line in asm.splitlines() if "vpmaddwd" in line]
+    assert lines and all("%ymm" in line for line in lines)
+    assert "vpdpbusd" not in asm and "%zmm" not in asm
+
+
 def test_avx_vnni_kernel_uses_ymm_dot_products():
     asm = _assembly(_Conv(16, 32, 3, 1, 1), (1, 16, 8, 8), target="x86_64-unknown-linux-gnu", cpu="alderlake",
                     features="+avx2,+fma,+f16c,+avxvnni")
@@ -521,9 +557,11 @@ def test_isa_rows_choose_the_dot_product_from_the_features():
 
     x86 = "x86_64-unknown-linux-gnu"
     assert isa_for(CpuTarget(x86, "x", "+avx512f,+avx512bw,+avx512vnni,+avx2,+fma")).int8_dot == "avx512-vnni"
-    assert isa_for(CpuTarget(x86, "x", "+avx512f,+avx2,+fma")).int8_dot == "none"
+    assert isa_for(CpuTarget(x86, "x", "+avx512f,+avx2,+fma")).int8_dot == "avx2-madd"  # Skylake-SP
+    assert isa_for(CpuTarget(x86, "x", "+avx512f,+avx512bw,+avx512vnni,+avx2,+fma,+avxvnni")).int8_dot == "avx512-vnni"
     assert isa_for(CpuTarget(x86, "x", "+avx2,+fma,+avxvnni")).int8_dot == "avx-vnni"
-    assert isa_for(CpuTarget(x86, "x", "+avx2,+fma")).int8_dot == "none"
+    assert isa_for(CpuTarget(x86, "x", "+avx2,+fma")).int8_dot == "avx2-madd"  # Zen 1-3, Skylake client
+    assert isa_for(CpuTarget(x86, "x", "+sse4.2")).int8_dot == "none"
     assert isa_for(CpuTarget("aarch64-unknown-linux-gnu", "x", "+neon")).int8_dot == "none"
 
 

@@ -38,7 +38,7 @@ class DynamicLinearKernel(Int8Kernel):
     def __init__(self, p: DynamicPair, dot: str, mr: int, panels: int):
         self.p = p
         self.isa = DOTS[dot]
-        self.lanes, self.intrinsic = self.isa.lanes, self.isa.dot
+        self.lanes = self.isa.lanes
         self.vp = PANEL // self.lanes
         # two accumulators (i32 group, f32 total) per output vector, but one group (int8 per channel):
         # the f32 ones are the i32 ones converted once, after K
@@ -63,6 +63,7 @@ class DynamicLinearKernel(Int8Kernel):
         self.emit(f"%M = tensor.dim %X, {self.index(0)} : {ty['X']}")
         self.emit(f"%fzero = arith.constant dense<0.0> : vector<{L}xf32>")
         self.emit("%pad8 = arith.constant 0 : i8")
+        self.dot_constants()
         self.emit("%padf = arith.constant 0.0 : f32")
         if p.bits == 8:
             self.emit(f"%x80 = arith.constant dense<-128> : vector<{4 * L}xi8>")
@@ -356,7 +357,7 @@ class DynamicLinearKernel(Int8Kernel):
         """`count` byte rows of K from `kb0`, unrolled: each panel's 64-byte row loaded once and made an
         unsigned operand, then each row's 4 (int4: 8) k broadcast against them. Returns the accumulators."""
         p, L, vp, ty = self.p, self.lanes, self.vp, self.types()
-        ivec, bytes_ = f"vector<{L}xi32>", f"vector<{4 * L}xi8>"
+        bytes_ = f"vector<{4 * L}xi8>"
         nv = panels * vp
         for o in range(count):
             kb = self.add(kb0, o)
@@ -368,28 +369,26 @@ class DynamicLinearKernel(Int8Kernel):
                               f"{{in_bounds = [true]}} : {ty['Bflat']}, {bytes_}")
                     if p.bits == 8:
                         self.emit(f"  {x} = arith.xori {raw}, %x80 : {bytes_}")
-                        operands.append((x,))
+                        operands.append((self.dot_operand(x, signed=False),))
                         continue
                     lo, sh, hi = self.fresh(), self.fresh(), self.fresh()
                     self.emit(f"  {x} = arith.xori {raw}, %x88 : {bytes_}")
                     self.emit(f"  {lo} = arith.andi {x}, %x0f : {bytes_}")
                     self.emit(f"  {sh} = arith.shrui {x}, %x04 : {bytes_}")
                     self.emit(f"  {hi} = arith.andi {sh}, %x0f : {bytes_}")
-                    operands.append((lo, hi))
+                    operands.append((self.dot_operand(lo, signed=False), self.dot_operand(hi, signed=False)))
             for r in range(len(iacc)):
                 if p.bits == 8:
                     words = [self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(0)}]", ty["A"])]
                 else:
                     words = [self.broadcast_group(f"%A[{ms[r]}, {kb}, {self.index(parity)}, {self.index(0)}]", ty["A"])
                              for parity in range(2)]
+                words = [self.dot_operand(word, signed=True) for word in words]
                 new = []
                 for v in range(nv):
                     acc = iacc[r][v]
                     for operand, word in zip(operands[v], words):
-                        d = self.fresh("d")
-                        self.emit(f"  {d} = llvm.call_intrinsic \"{self.intrinsic}\"({acc}, {operand}, "
-                                  f"{word}) : ({ivec}, {bytes_}, {bytes_}) -> {ivec}")
-                        acc = d
+                        acc = self.dot(acc, operand, word)
                     new.append(acc)
                 iacc[r] = new
         return iacc

@@ -43,16 +43,22 @@ from etc.targets.cpu.loop_effects import THREAD_SPLIT
 class DotIsa:
     """The instructions of one int8 dot-product ISA, as LLVM intrinsics."""
     lanes: int  # i32 lanes per vector
-    dot: str  # unsigned x signed bytes, 4 per lane, added to the i32 lane
+    dot: str  # unsigned x signed bytes, 4 per lane, added to the i32 lane ("": two `pairs`, see `Int8Kernel.dot`)
     pack_dwords: str  # two i32 vectors -> one of i16 (signed saturation, per 128-bit lane)
     pack_words: str  # two i16 vectors -> one of i8 (signed saturation, per 128-bit lane)
     rounding_convert: str | None  # f32 -> i32 rounding to nearest even in one instruction (None: two)
+    pairs: str = ""  # without `dot`: i16 x i16, each lane's two products summed into i32 (vpmaddwd)
 
 
 DOTS = {
     "avx512-vnni": DotIsa(16, "llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.packssdw.512",
                           "llvm.x86.avx512.packsswb.512", "llvm.x86.avx512.mask.cvtps2dq.512"),
     "avx-vnni": DotIsa(8, "llvm.x86.avx512.vpdpbusd.256", "llvm.x86.avx2.packssdw", "llvm.x86.avx2.packsswb", None),
+    # AVX2 without VNNI (Zen 1-3, Skylake to Comet Lake): vpdpbusd as two vpmaddwd on the even
+    # and the odd bytes widened to i16, exact (a pair of u8 x s8 products fits i32; vpmaddubsw's
+    # i16 sums would saturate)
+    "avx2-madd": DotIsa(8, "", "llvm.x86.avx2.packssdw", "llvm.x86.avx2.packsswb", None,
+                        pairs="llvm.x86.avx2.pmadd.wd"),
 }
 INT8_K_LOOP = "etc.cpu.int8_k_loop"  # a tile's k loop, for etc-cpu-prefetch-gemm-tiles
 STORE = 4  # accumulator vectors narrowed together and written with one store
@@ -99,6 +105,7 @@ class Int8Kernel(KernelText):
         r = self.residual
         self.emit(f"%zero = arith.constant dense<0> : vector<{L}xi32>")
         self.emit("%pad8 = arith.constant 0 : i8")
+        self.dot_constants()
         self.emit("%pad32 = arith.constant 0 : i32")
         self.emit("%padf = arith.constant 0.0 : f32")
         self.emit(f"%zp16 = arith.constant dense<{r.zero_point if r else p.zero_point}> : vector<{2 * L}xi16>")
@@ -257,15 +264,13 @@ class Int8Kernel(KernelText):
                 bvecs.append(b)
         new = []
         kb4 = self.mul(kb, GROUP)
+        bvecs = [self.dot_operand(b, signed=p.a_unsigned) for b in bvecs]  # each widened once for every row
         for r in range(rows):
             a = self.broadcast_group(f"%Arows[{ms[r]}, {kb4}]", tensor_type([p.M, p.KB * GROUP], 'i8'))
+            a = self.dot_operand(a, signed=not p.a_unsigned)
             for v in range(panels * vp):
                 u, sg = (a, bvecs[v]) if p.a_unsigned else (bvecs[v], a)
-                acc = self.fresh("d")
-                self.emit(f"  {acc} = llvm.call_intrinsic "
-                          f"\"{self.intrinsic}\"({carried[r * panels * vp + v]}, {u}, {sg}) "
-                          f": ({vec}, {bytes_}, {bytes_}) -> {vec}")
-                new.append(acc)
+                new.append(self.dot(carried[r * panels * vp + v], u, sg))
         self.emit(f"  scf.yield {', '.join(new)} : {', '.join([vec] * len(new))}")
         self.emit(f"}} {{{INT8_K_LOOP}}}")  # etc-cpu-prefetch-gemm-tiles fetches the next tile's A rows
         # Epilogue: requantize each row's accumulators in registers, STORE vectors at a time.
@@ -377,17 +382,14 @@ class Int8Kernel(KernelText):
                 at = self.add(k0, base + c * K4)
                 self.emit(f"{b} = vector.transfer_read %Bcols[{at}], %pad8 {{in_bounds = [{in_bounds}]}} : "
                           f"{b_t}, {bytes_}")
-                cols.append(b)
+                cols.append(self.dot_operand(b, signed=False))
             new = []
             for r in range(count):
                 a = self.fresh("ta")
                 self.emit(f"{a} = vector.transfer_read %Arows[{ms[r]}, {k0}], %pad8 "
                           f"{{in_bounds = [{in_bounds}]}} : {a_t}, {bytes_}")
-                for c in range(T):
-                    d = self.fresh("td")
-                    self.emit(f"{d} = llvm.call_intrinsic \"{self.intrinsic}\"({accs[r * T + c]}, {cols[c]}, {a}) "
-                              f": ({vec}, {bytes_}, {bytes_}) -> {vec}")
-                    new.append(d)
+                a = self.dot_operand(a, signed=True)
+                new += [self.dot(accs[r * T + c], cols[c], a) for c in range(T)]
             return new
 
         accs = ["%zero"] * len(carried)
@@ -444,6 +446,52 @@ class Int8Kernel(KernelText):
                     continue  # wholly past the last column
                 inb = "true" if first + L <= N else "false"
             yield v, col, inb
+
+    def dot_operand(self, bytes_: str, signed: bool):
+        """What `dot` multiplies for a vector of 4-byte groups: the bytes themselves, or, without a
+        dot-product instruction, the groups' even and odd bytes as i16 lanes (zero- or
+        sign-extended), a tuple: widened once and multiplied by every vector of the other side."""
+        if self.isa.dot:
+            return bytes_
+        L = self.lanes
+        w16 = f"vector<{2 * L}xi16>"
+        words, even, odd = self.fresh(), self.fresh(), self.fresh()
+        self.emit(f"{words} = vector.bitcast {bytes_} : vector<{4 * L}xi8> to {w16}")
+        if signed:
+            high = self.fresh()
+            self.emit(f"{high} = arith.shli {words}, %w8 : {w16}")
+            self.emit(f"{even} = arith.shrsi {high}, %w8 : {w16}")
+            self.emit(f"{odd} = arith.shrsi {words}, %w8 : {w16}")
+        else:
+            self.emit(f"{even} = arith.andi {words}, %w255 : {w16}")
+            self.emit(f"{odd} = arith.shrui {words}, %w8 : {w16}")
+        return even, odd
+
+    def dot_constants(self) -> None:
+        """`dot_operand`'s shift and mask, without a dot-product instruction."""
+        if not self.isa.dot:
+            self.emit(f"%w8 = arith.constant dense<8> : vector<{2 * self.lanes}xi16>")
+            self.emit(f"%w255 = arith.constant dense<255> : vector<{2 * self.lanes}xi16>")
+
+    def dot(self, acc: str, unsigned, signed) -> str:
+        """acc + each lane's four unsigned x signed byte products (operands from `dot_operand`):
+        one `vpdpbusd`, or two `vpmaddwd` (even bytes, odd bytes) and two adds."""
+        L = self.lanes
+        vec, bytes_ = f"vector<{L}xi32>", f"vector<{4 * L}xi8>"
+        d = self.fresh("d")
+        if self.isa.dot:
+            self.emit(f"{d} = llvm.call_intrinsic \"{self.isa.dot}\"({acc}, {unsigned}, {signed}) "
+                      f": ({vec}, {bytes_}, {bytes_}) -> {vec}")
+            return d
+        w16 = f"vector<{2 * L}xi16>"
+        even, odd, both = self.fresh(), self.fresh(), self.fresh()
+        self.emit(f"{even} = llvm.call_intrinsic \"{self.isa.pairs}\"({unsigned[0]}, {signed[0]}) "
+                  f": ({w16}, {w16}) -> {vec}")
+        self.emit(f"{odd} = llvm.call_intrinsic \"{self.isa.pairs}\"({unsigned[1]}, {signed[1]}) "
+                  f": ({w16}, {w16}) -> {vec}")
+        self.emit(f"{both} = arith.addi {even}, {odd} : {vec}")
+        self.emit(f"{d} = arith.addi {acc}, {both} : {vec}")
+        return d
 
     def broadcast_group(self, at: str, tensor_type: str) -> str:
         """The 4 bytes at `at` (a tensor and its indices) as one 32-bit word in every lane, seen as

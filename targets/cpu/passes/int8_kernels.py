@@ -51,9 +51,9 @@ from etc.targets.cpu.kernels.int8_match import (GROUP, PANEL, QDEQUANT, QGEMM, Q
                                                 ResidualAdd, match_dynamic, match_qgemm, match_residual_add,
                                                 pack_source, tail_columns)
 
-NO_DOT = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): plain i32 loops"
-NO_DOT_DYNAMIC = ("the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as "
-                  "plain loops on the weight's bytes")
+NO_DOT = "the target has no int8 dot product (AVX-512 VNNI, AVX-VNNI or AVX2's vpmaddwd): plain i32 loops"
+NO_DOT_DYNAMIC = ("the target has no int8 dot product (AVX-512 VNNI, AVX-VNNI or AVX2's vpmaddwd): a dynamic linear "
+                  "as plain loops on the weight's bytes")
 NO_WINDOW = "int8 depthwise/grouped convolution: no int8 window kernel yet, plain i32 loops"
 TAIL = "etc.cpu.qgemm_tail"  # the pack's and the kernel's shared choice: the last panel's columns along K
 
@@ -67,7 +67,7 @@ class Int8Kernels(Pass):
 
     @dataclass
     class Options:
-        dot: str = option("none", help="the int8 dot-product instruction: avx512-vnni, avx-vnni or none")
+        dot: str = option("none", help="the int8 dot product: avx512-vnni, avx-vnni, avx2-madd (two vpmaddwd) or none")
         mr: int = option(6, help="rows of the register tile")
         panels: int = option(4, help="16-column panels of the register tile")
 

@@ -1,5 +1,6 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-int8-kernels="dot=avx512-vnni mr=6 panels=4" | filecheck %s
 // RUN: etc-opt %s --split-input-file --etc-cpu-int8-kernels="dot=avx-vnni mr=2 panels=1" | filecheck %s --check-prefix=AVX
+// RUN: etc-opt %s --split-input-file --etc-cpu-int8-kernels="dot=avx2-madd mr=2 panels=1" | filecheck %s --check-prefix=MADD
 // RUN: etc-opt %s --split-input-file --etc-cpu-int8-kernels | filecheck %s --check-prefix=NONE
 
 // A linear layer's qgemm (2 rows, K = 6 in 2 groups of 4, 20 columns: one whole panel and a
@@ -46,8 +47,27 @@
 // AVX: llvm.call_intrinsic "llvm.x86.avx2.packssdw"({{.*}}) : (vector<8xi32>, vector<8xi32>) -> vector<16xi16>
 // AVX: llvm.call_intrinsic "llvm.x86.avx2.packsswb"({{.*}}) : (vector<16xi16>, vector<16xi16>) -> vector<32xi8>
 // AVX: vector.shuffle %{{.*}}, %{{.*}} [0, 4, 1, 5, 2, 6, 3, 7] : vector<8xi32>, vector<8xi32>
-// Without a dot-product instruction the pair stays plain loops, and the decision says why.
-// NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): plain i32 loops"
+// On AVX2 without VNNI: each vpdpbusd is two vpmaddwd, on the 4-byte groups' even and odd bytes
+// widened to i16 lanes (the signed bytes, here the weights' panel rows, shifted arithmetically;
+// the unsigned ones, the broadcast row, masked and shifted), the two products and the accumulator added.
+// MADD: %[[B:.*]] = vector.transfer_read %{{.*}} : tensor<2x2x64xi8>, vector<32xi8>
+// MADD: %[[BW:.*]] = vector.bitcast %[[B]] : vector<32xi8> to vector<16xi16>
+// MADD: %[[BH:.*]] = arith.shli %[[BW]], %[[EIGHT:.*]] : vector<16xi16>
+// MADD: %[[BE:.*]] = arith.shrsi %[[BH]], %[[EIGHT]] : vector<16xi16>
+// MADD: %[[BO:.*]] = arith.shrsi %[[BW]], %[[EIGHT]] : vector<16xi16>
+// MADD: vector.broadcast %{{.*}} : i32 to vector<8xi32>
+// MADD: %[[A:.*]] = vector.bitcast %{{.*}} : vector<8xi32> to vector<32xi8>
+// MADD-NEXT: %[[AW:.*]] = vector.bitcast %[[A]] : vector<32xi8> to vector<16xi16>
+// MADD-NEXT: %[[AE:.*]] = arith.andi %[[AW]], %{{.*}} : vector<16xi16>
+// MADD-NEXT: %[[AO:.*]] = arith.shrui %[[AW]], %[[EIGHT]] : vector<16xi16>
+// MADD: %[[E:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"(%[[AE]], %[[BE]]) : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
+// MADD: %[[O:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"(%[[AO]], %[[BO]]) : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
+// MADD: %[[S:.*]] = arith.addi %[[E]], %[[O]] : vector<8xi32>
+// MADD: arith.addi %{{.*}}, %[[S]] : vector<8xi32>
+// MADD-NOT: vpdpbusd
+// MADD: llvm.call_intrinsic "llvm.x86.avx2.packssdw"
+// Without a dot product the pair stays plain loops, and the decision says why.
+// NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot product (AVX-512 VNNI, AVX-VNNI or AVX2's vpmaddwd): plain i32 loops"
 // NONE: etc.cpu.decided
 // NONE: etc.cpu.requant
 func.func @linear(%a: tensor<2x2x4xi8>, %b: tensor<2x2x16x4xi8>) -> tensor<2x20xi8> {
@@ -300,7 +320,7 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : vector<16xf32>, tensor<?x20xf32>
 // AVX-LABEL: func.func @linear4
 // AVX: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"({{.*}}) : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
-// NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot-product instruction (AVX-512 VNNI or AVX-VNNI): a dynamic linear as plain loops on the weight's bytes"
+// NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot product (AVX-512 VNNI, AVX-VNNI or AVX2's vpmaddwd): a dynamic linear as plain loops on the weight's bytes"
 // NONE-LABEL: func.func @linear4
 // NONE: etc.cpu.decided
 // NONE: etc.cpu.qdequant
