@@ -221,6 +221,31 @@ def check_external_symbols(mod) -> None:
         raise LoweringError(f"cpu codegen: generated code calls unsupported external function(s) {', '.join(bad)}")
 
 
+# LLVM folds etc-cpu-widen-bf16's integer conversions back into bf16 values where it can (a
+# select of two rounded results becomes a select of bf16), and a back end without a bf16 convert
+# (AVX2, NEON, Cortex-M) legalizes those by widening to f32 and rounding back through compiler-rt's
+# __truncsfbf2, which the object cannot link (libc/libm only). The module defines it, internal,
+# with torch's rounding (to nearest even, every NaN 0x7FC0); optnone, so that its own select on
+# i16 is not folded into a bf16 one that would call it. (A bf16 convert instruction, AVX-512 BF16,
+# leaves it unused.)
+BF16_ROUNDING = """
+define internal bfloat @__truncsfbf2(float %x) noinline optnone nounwind {
+  %bits = bitcast float %x to i32
+  %high = lshr i32 %bits, 16
+  %odd = and i32 %high, 1
+  %bias = add i32 %odd, 32767
+  %sum = add i32 %bits, %bias
+  %top = lshr i32 %sum, 16
+  %narrow = trunc i32 %top to i16
+  %nan = fcmp uno float %x, %x
+  %rounded = select i1 %nan, i16 32704, i16 %narrow
+  %result = bitcast i16 %rounded to bfloat
+  ret bfloat %result
+}
+@llvm.compiler.used = appending global [1 x ptr] [ptr @__truncsfbf2], section "llvm.metadata"
+"""
+
+
 def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internalize=(),
                 out_of_line=()) -> tuple[bytes, str, bytes]:
     """Optimize (O`opt_level`, loop and SLP vectorization) and emit an object file; returns the object,
@@ -241,6 +266,8 @@ def emit_object(llvm_ir: str, target: CpuTarget, *, opt_level: int = 3, internal
         raise LoweringError(f"cpu codegen: LLVM has no target for triple '{target.triple}': {e}") from None
     tm = llvm_target.create_target_machine(cpu=target.cpu, features=target.features, opt=opt_level, reloc="pic",
                                            codemodel="default")
+    if "bfloat" in llvm_ir:
+        llvm_ir += BF16_ROUNDING
     try:
         mod = llvm.parse_assembly(llvm_ir)
     except RuntimeError as e:

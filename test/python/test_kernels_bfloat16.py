@@ -156,6 +156,45 @@ def _etc_run(module, inputs, delegate: bool):
     return method.execute(list(inputs))
 
 
+def _host_has(*features) -> bool:
+    from etc.targets.cpu.isa import host_target
+
+    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
+    return set(features) <= have
+
+
+@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+def test_bfloat16_on_a_core_without_a_bf16_convert_rounds_as_torch_does():
+    """Without a bf16 convert instruction (AVX2, NEON, Cortex-M) LLVM rounds the bf16 values it
+    folded back out of etc-cpu-widen-bf16's integer code through compiler-rt's __truncsfbf2: the
+    module defines it (torch's rounding), or the object would not link. The ReLU6's clamp is such
+    a select; subnormals keep their bits (a bf16 convert that flushes them would not)."""
+    from etc.targets.cpu import CpuPartitioner
+
+    class Clamp(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.relu6(x * 2.0) + x
+
+    x = torch.tensor([1e-39, -1e-39, 9.2e-41, float("nan"), 3.0, -2.5, 7.0, 0.0] * 4, dtype=torch.bfloat16)
+    edge = etc.to_edge(torch.export.export(Clamp(), (x,))).to_backend(CpuPartitioner("x86-64-v3"))
+    assert "0 op(s) on portable kernels" in edge.delegation_info()
+    (got,) = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute([x])
+    want = Clamp()(x)
+    nan = want.isnan()  # eager's NaN bits vary by op (0xFFFF here); etc's are c10's 0x7FC0
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), (got, want)
+
+
+def test_bfloat16_models_compile_for_cores_without_a_bf16_convert():
+    from etc.targets.cpu import CpuPartitioner
+
+    module = _SmallCnn().eval().to(torch.bfloat16)
+    ep = torch.export.export(module, (torch.randn(1, 3, 12, 12, dtype=torch.bfloat16),))
+    for target in ("x86-64-v3", "aarch64", "cortex-m7"):
+        program = etc.to_edge(ep).to_backend(CpuPartitioner(target)).to_executorch()
+        assert program.buffer
+
+
 def _close_in_bf16(got, want, scale_rtol=5e-2):
     """Within a few bf16 ulps of the output's scale: etc rounds once per op from float32, eager
     torch rounds inside some ops too."""
