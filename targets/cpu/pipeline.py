@@ -87,7 +87,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     steps = [
         *(edge_steps if start == "edge" else ()),
         # Int8 contractions -> dot-product kernels with the requantization in registers (lowering/quantized_gemm.py).
-        f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.gemm_mr or 1} panels={max(1, isa.gemm_nr // 16)}}}",
+        f"etc-cpu-int8-kernels{{dot={isa.int8_dot} mr={isa.int8_rows} panels={max(1, isa.gemm_nr // 16)}}}",
         # Long attention (QK^T, mask, softmax, times V) -> one kernel that never stores the scores.
         *attention,
         # Roots of dispatch regions, before fusion can put a producer into their operands: each
