@@ -8,6 +8,8 @@ zero-padded column panels and K blocks that do not divide K. Timing lives in
 bench/gemm.py, never here.
 """
 
+import dataclasses
+import math
 import re
 from functools import partial
 
@@ -23,6 +25,9 @@ HOST = resolve_target(None)
 ISA = isa_for(HOST)
 CFG = strategy.KernelConfig(ISA.lanes, ISA.gemm_mr, ISA.gemm_nr, ISA.gemm_kc) if ISA.vectorizes else None
 needs_simd = pytest.mark.skipif(CFG is None, reason="host has no SIMD FMA configuration")
+# The host's lanes and panel width, for sizes stated in vectors and panels (AVX-512: 16 and 64;
+# AVX2: 8 and 16); the placeholders only name the cases `needs_simd` skips.
+LANES, NR = (CFG.vector_width, CFG.nr) if CFG else (16, 64)
 
 
 def compile_standalone(text, *, min_flops=None, target=None):
@@ -205,14 +210,16 @@ def test_matmul_odd_sizes(m, k, n):
 def test_narrow_columns_take_the_kernel_unless_one_or_half_a_vector(n):
     """Many rows, fewer columns than half a panel: the GEMM kernel (B in one padded panel), except
     for half or one vector of columns, which the loop nest vectorizes whole (the small path);
-    the loops ran 3-10x slower at every other width (gemm_match.skip_reason). Same result."""
+    the loops ran 3-10x slower at every other width (gemm_match.skip_reason). Same result.
+    Where one vector is half a panel (AVX2: 8 lanes, nr = 16) it is not narrow: the kernel."""
     m, k = 512, 256
     fn = compile_standalone(matmul_text(m, k, n))
     a, b = rand(m, k), rand(k, n)
     (out,) = fn(a, b)
     assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
     (path,) = [d.path for d in fn.decisions if d.kind == "contraction"]
-    assert path == ("small" if n in (CFG.vector_width // 2, CFG.vector_width) else "gemm"), fn.decisions
+    narrow = n < CFG.nr // 2
+    assert path == ("small" if narrow and n in (CFG.vector_width // 2, CFG.vector_width) else "gemm"), fn.decisions
 
 
 def test_in_place_k_block_rule():
@@ -325,16 +332,17 @@ func.func @mm(%a: {t([m, k])}, %b: {t([k, n])}, %c: {t([m, n])}) -> {t([m, n])} 
     ("plain", 16, 64, 66),         # 2 leftover columns, rows in blocks of 8
     ("plain", 13, 64, 68),         # 4 columns, 13 rows: one row at a time
     ("plain", 7, 32, 65),          # 1 column
-    ("plain", 8, 48, 200),         # 8 columns (half a vector) after three panels
+    ("plain", 8, 48, 3 * NR + LANES // 2),  # half a vector of columns after three panels (AVX-512: 200)
     ("plain", 7, 3 * (CFG.kc if CFG else 16), 68),  # K in blocks, no epilogue: the blocks' result copied in
     ("bias_relu", 13, 64, 68),     # the epilogue (bias per column, ReLU) on the leftover tile as well
-    ("bias_relu", 12, 48, 72),
+    ("bias_relu", 12, 48, NR + LANES // 2),  # half a vector after one panel (AVX-512: 72)
     ("into_c", 12, 64, 68),        # the accumulator starts at C's leftover columns
-    ("batched", 3, 48, 70),        # a batch of 3: A and B batched
+    ("batched", 3, 48, NR + 3 * LANES // 8),  # a batch of 3: A and B batched (AVX-512: 70, 6 columns)
 ])
 def test_leftover_columns_as_dot_products(kind, m, k, n):
-    """The last N % 16 <= 8 columns of a B read in place, after at least one full panel, are dot
-    products along K (`gemm_match.leftover_columns`), a recorded part of the GEMM decision."""
+    """The last N % lanes <= lanes / 2 columns (16 and 8 on AVX-512) of a B read in place, after
+    at least one full panel, are dot products along K (`gemm_match.leftover_columns`), a recorded
+    part of the GEMM decision."""
     a, b = rand(m, k), rand(k, n)
     if kind == "batched":
         a, b = rand(3, m, k), rand(3, k, n)
@@ -356,7 +364,8 @@ def test_leftover_columns_as_dot_products(kind, m, k, n):
         (out,) = fn(a, b)
         expected = a.astype(np.float64) @ b
     assert rel_error(out, expected) < 1e-5
-    assert any(f"the last {n % 16} columns as dot products along K" in str(d) for d in fn.decisions)
+    assert any(f"the last {n % CFG.vector_width} columns as dot products along K" in str(d) for d in fn.decisions), \
+        fn.decisions
 
 
 @needs_simd
@@ -387,12 +396,14 @@ def test_leftover_columns_epilogue_reads_a_bool_mask(threads):
 @needs_simd
 def test_leftover_columns_need_whole_vectors_of_k():
     """K not whole vectors: the last columns stay a partial panel, and the decision says why."""
-    fn = compile_standalone(matmul_text(7, 60, 68), min_flops=0)
-    a, b = rand(7, 60), rand(60, 68)
+    lanes = CFG.vector_width  # AVX-512: K = 60, a quarter vector (4 columns) past one panel of 64
+    m, k, n = 7, 4 * lanes - lanes // 4, CFG.nr + lanes // 4
+    fn = compile_standalone(matmul_text(m, k, n), min_flops=0)
+    a, b = rand(m, k), rand(k, n)
     (out,) = fn(a, b)
     assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
-    assert any("the last 4 columns in a partial panel (K = 60 is not whole vectors of 16)" in str(d)
-               for d in fn.decisions)
+    assert any(f"the last {n % lanes} columns in a partial panel (K = {k} is not whole vectors of {lanes})" in str(d)
+               for d in fn.decisions), fn.decisions
 
 
 @needs_simd
@@ -418,12 +429,19 @@ def test_conv2d(n, c, h, w, f, k, stride, pad, dil):
     assert rel_error(out, expected.numpy()) < 1e-5
 
 
+# The side of a square output map under one column panel, up to 6 (AVX-512: 6x6 = 36 of 64;
+# AVX2: 3x3 = 9 of 16) and up to 5 (the stride-2 case).
+FEW = min(6, math.isqrt(NR - 1))
+FEW_S2 = min(5, math.isqrt(NR - 1))
+
+
 @needs_simd
 @pytest.mark.parametrize("n,c,h,w,f,k,stride,pad,path", [
     (1, 128, 3, 3, 256, 1, 1, 0, "gemm-transposed"),  # MobileNet's last 1x1: 9 pixels, 256 filters
-    (1, 64, 6, 6, 128, 3, 1, 1, "gemm-transposed"),   # 3x3 through the transposed im2col
+    (1, 64, FEW, FEW, 128, 3, 1, 1, "gemm-transposed"),  # 3x3 through the transposed im2col (AVX-512: 6x6)
     (2, 16, 3, 3, 120, 1, 1, 0, "gemm-transposed"),   # batch 2, filters not a whole panel (padded, sliced back)
-    (1, 24, 9, 9, 100, 1, 2, 0, "gemm-transposed"),   # 1x1 stride 2: 25 pixels
+    (1, 48, 2 * FEW_S2 - 1, 2 * FEW_S2 - 1, 100, 1, 2, 0, "gemm-transposed"),  # 1x1 stride 2 (AVX-512: 25
+                                                      # pixels; 48 channels: enough flops at 9 too)
     (1, 480, 1, 1, 120, 1, 1, 0, "gemm-transposed"),  # squeeze-excitation on the pooled channels: one
     (2, 48, 1, 1, 1152, 1, 1, 0, "gemm-transposed"),  # pixel times the packed filter (was scalar loops)
     (1, 300, 1, 1, 150, 1, 1, 0, "gemm-transposed"),  # filters in two panels and a partial one
@@ -807,11 +825,16 @@ def test_row_block_rule():
 ])
 def test_rows_in_blocks(kind, m, k, n, threads):
     """A larger than half the L2: the row blocks (`gemm_match.row_block`) around the column
-    panels, on every root the kernel can have, with static and shorter last blocks."""
-    assert strategy.row_block(m, k, k, strategy.KernelConfig(16, 6, 64, 2048, l2_bytes=ISA.l2_kib << 10)) > 0
+    panels, on every root the kernel can have, with static and shorter last blocks. Compiled for
+    the host with a 2 MiB L2 (the block sizes above), whatever the host's own: the rule is about
+    the L2 the code is compiled for (a 512 KiB one holds fewer than MIN_ROW_BLOCK rows of K = 256)."""
+    target = dataclasses.replace(HOST, l2_kib=2048)
+    cfg = strategy.KernelConfig(CFG.vector_width, CFG.mr, CFG.nr, CFG.kc, l2_bytes=isa_for(target).l2_kib << 10)
+    rows = strategy.row_block(m, k, k, cfg)
+    assert rows > 0
     text = {"matmul+epilogue": matmul_bias_relu_text, "matmul": matmul_text, "linear+epilogue": linear_relu_text,
             "linear": partial(linear_relu_text, epilogue=False)}[kind](m, k, n)
-    fn = compile_linalg_text(text, threads=threads)
+    fn = compile_linalg_text(text, target=target, threads=threads)
     x = rand(m, k)
     w = rand(n, k) if kind.startswith("linear") else rand(k, n)
     bias = rand(n)
@@ -823,7 +846,8 @@ def test_rows_in_blocks(kind, m, k, n, threads):
         expected = np.maximum(expected + bias, 0)
     assert rel_error(out, expected) < 1e-5
     if kind.startswith("matmul"):
-        assert "rows in blocks of" in [d for d in fn.decisions if d.kind == "contraction"][0].reason
+        reason = [d for d in fn.decisions if d.kind == "contraction"][0].reason
+        assert f"rows in blocks of {rows}" in reason, reason
 
 
 class _PackedWeights(torch.nn.Module):
