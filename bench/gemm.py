@@ -12,8 +12,10 @@ loops for contrast at the small shapes: the kernel's min-flops set past the shap
 
   * the single-core FP32 peak: f32 lanes x FMA pipes x 2 flops x clock. Nominal from
     /proc/cpuinfo's clock (a VM reports its TSC clock, not the boost clock), and measured
-    by a generated loop of 24 independent vector FMA chains (what the core really sustains
-    now: boost included);
+    by a generated loop of independent vector FMA chains (what the core really sustains now:
+    boost included), as many as the vector registers hold beside the loop's two operands and
+    spare ones (`peak_chains`: 24 of AVX-512's 32, 12 of AVX2's 16; 24 on AVX2 spilled and
+    read 38 GFLOP/s on a Zen 3 that sustains 101);
   * numpy's BLAS matmul on the same GEMM shape (for a convolution: filter [F, C*KH*KW] x
     patches [C*KH*KW, OH*OW], the im2col not counted), at 1 thread when OpenBLAS lets us set
     it, else at its own thread count (stated).
@@ -67,6 +69,15 @@ def cpu_mhz() -> float | None:
     return None
 
 
+def peak_chains() -> int:
+    """FMA chains the peak loop runs: enough to cover the FMA latency on every pipe, few enough
+    to stay in the vector registers (the loop's x and y and a spare pair beside them)."""
+    from etc.targets.cpu.isa import isa_for, resolve_target
+
+    registers = isa_for(resolve_target(None)).vector_registers or 16
+    return min(24, registers - 4)
+
+
 def peak_loop_ir(width: int, chains: int = 24) -> str:
     """LLVM IR: `void peak(i64 n, ptr buf)` running `chains` independent a = a*x + y vector chains."""
     v = f"<{width} x float>"
@@ -93,7 +104,7 @@ def peak_loop_ir(width: int, chains: int = 24) -> str:
     return "\n".join(lines) + "\n"
 
 
-def peak_loop(width: int, chains: int = 24, iterations: int = 1 << 20):
+def peak_loop(width: int, chains: int | None = None, iterations: int = 1 << 20):
     """The FMA-chain loop (`peak_loop_ir`) compiled for the host: a call running `iterations`
     steps, its `.flops` the flops one call does."""
     import llvmlite.binding as llvm
@@ -106,6 +117,7 @@ def peak_loop(width: int, chains: int = 24, iterations: int = 1 << 20):
     target = resolve_target(None)
     tm = llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
                                                                       opt=2)
+    chains = chains or peak_chains()
     mod = llvm.parse_assembly(peak_loop_ir(width, chains))
     engine = llvm.create_mcjit_compiler(mod, tm)
     engine.finalize_object()
@@ -121,7 +133,7 @@ def peak_loop(width: int, chains: int = 24, iterations: int = 1 << 20):
     return call
 
 
-def measured_peak_gflops(width: int, chains: int = 24, iterations: int = 1 << 20) -> float:
+def measured_peak_gflops(width: int, chains: int | None = None, iterations: int = 1 << 20) -> float:
     """Best of a few runs of the FMA-chain loop (the best run is the least disturbed by neighbours)."""
     call = peak_loop(width, chains, iterations)
     best = float("inf")
@@ -317,7 +329,8 @@ def run(runs: int = 10, quick: bool = False, only: str = "") -> str:
     lines = [
         f"Host: {target.cpu} ({target.triple}); GEMM kernel tile {isa.gemm_mr}x{isa.gemm_nr} f32, "
         f"kc={isa.gemm_kc} ({width} lanes)." if isa.vectorizes else f"Host: {target.cpu}: no vector unit (plain loops).",
-        f"Single-core FP32 peak: measured {measured:.0f} GFLOP/s (24 independent {width}-lane FMA chains, best of 7)"
+        f"Single-core FP32 peak: measured {measured:.0f} GFLOP/s ({peak_chains()} independent {width}-lane FMA "
+        "chains, best of 7)"
         + (f"; nominal {nominal:.0f} GFLOP/s = {width} lanes x {FMA_UNITS} FMA units x 2 x {mhz / 1e3:.2f} GHz "
            "(/proc/cpuinfo; a VM reports its base/TSC clock, boost makes the measured peak higher)" if nominal else "")
         + ".",

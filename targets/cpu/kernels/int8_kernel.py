@@ -19,10 +19,11 @@ and channels plus nb's first position, no packed panels at all.
 `vpdpbusd` and the packs are called as the LLVM intrinsics of the ISA row (`DOTS`: `avx512-vnni`
 on zmm registers, `avx-vnni` on ymm; `avx2-madd`, AVX2 without VNNI, makes each vpdpbusd two
 vpmaddwd on the groups' even and odd bytes widened to i16: `dot_operand`, `dot`); rows and column
-tails are straight-line copies of the tile with fewer rows or panels. The epilogue computes the same bytes as the lowering's requantization
-generic (clamping before rounding is clamping after it: the bounds are integers); against one
-vector op chain and store per vector it was 1-3% faster on ResNet-50's layers (the packs narrow
-four vectors in five instructions where vpmovdb took two micro-ops a vector). The k loop is
+tails are straight-line copies of the tile with fewer rows or panels. The epilogue computes the
+same bytes as the lowering's requantization generic (clamping before rounding is clamping after
+it: the bounds are integers); against one vector op chain and store per vector it was 1-3% faster
+on ResNet-50's layers (the packs narrow four vectors in five instructions where vpmovdb took two
+micro-ops a vector). The k loop is
 marked `INT8_K_LOOP`: etc-cpu-prefetch-gemm-tiles fetches the next row tile's filter rows while
 it runs (a filter that streams from memory: with the epilogue, ResNet-50 int8 0.95x the time,
 ResNet-18 0.98x, MobileNetV2 at 224 0.97x). The group loop and the row-tile loops (their
