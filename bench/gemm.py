@@ -78,7 +78,7 @@ def peak_chains() -> int:
     return min(24, registers - 4)
 
 
-def peak_loop_ir(width: int, chains: int = 24) -> str:
+def peak_loop_ir(width: int, chains: int) -> str:
     """LLVM IR: `void peak(i64 n, ptr buf)` running `chains` independent a = a*x + y vector chains."""
     v = f"<{width} x float>"
     lines = [f"declare {v} @llvm.fma.v{width}f32({v}, {v}, {v})",

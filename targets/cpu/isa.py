@@ -140,7 +140,7 @@ def isa_for(target: CpuTarget) -> Isa:
 
 
 def _isa_row(target: CpuTarget) -> Isa:
-    features = {f[1:] for f in target.features.split(",") if f.startswith("+")}
+    features = set(target.required_features)
     if target.arch in ("x86_64", "amd64"):
         # int8: the widest dot product the features have (AVX2's vpmaddwd pairs on any AVX2 core)
         dot = ("avx512-vnni" if {"avx512f", "avx512vnni", "avx512bw"} <= features else

@@ -10,6 +10,13 @@ from etc.runtime import Runtime
 from etc.targets.cpu import CpuPartitioner
 
 
+def host_has(*features) -> bool:
+    """Does this machine's CPU have every one of `features` (LLVM's names: "avx2", "avx512vnni")?"""
+    from etc.targets.cpu.runtime import host_features
+
+    return set(features) <= host_features()
+
+
 def edge_program(model, inputs):
     """Exported and converted to edge (etc.to_edge)."""
     return etc.to_edge(torch.export.export(model.eval(), inputs)).program_ir

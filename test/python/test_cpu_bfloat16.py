@@ -18,13 +18,8 @@ from torch import nn
 import etc
 from etc.runtime import Runtime
 from etc.targets.cpu import CpuPartitioner
+from cpu_target_helpers import host_has
 
-
-def _host_has(*features) -> bool:
-    from etc.targets.cpu.isa import host_target
-
-    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
-    return set(features) <= have
 
 
 # The host (AVX-512 with its native bf16 conversions) and x86-64-v3 (none: the conversions must
@@ -32,7 +27,7 @@ def _host_has(*features) -> bool:
 TARGETS = {
     "host": {},
     "x86-64-v3": pytest.param(dict(target="x86-64-v3"), marks=pytest.mark.skipif(
-        not _host_has("avx2", "fma"), reason="the host has no AVX2")),
+        not host_has("avx2", "fma"), reason="the host has no AVX2")),
 }
 
 

@@ -16,28 +16,23 @@ import etc  # noqa: E402
 from etc.runtime import Runtime  # noqa: E402
 from etc.targets.cpu import CpuPartitioner  # noqa: E402
 from etc.models.quantized import sqnr  # noqa: E402
+from cpu_target_helpers import host_has  # noqa: E402
 
 X86 = "x86_64-unknown-linux-gnu"
 
-
-def _host_has(*features) -> bool:
-    from etc.targets.cpu.isa import host_target
-
-    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
-    return set(features) <= have
 
 
 # The four paths: the AVX-512 VNNI kernel (zmm), the AVX-VNNI one (ymm), AVX2's vpmaddwd pairs (x86-64-v3),
 # none (x86-64-v2: plain loops).
 TARGETS = {
-    "avx512-vnni": pytest.param({}, marks=pytest.mark.skipif(not _host_has("avx512vnni", "avx512bw"),
+    "avx512-vnni": pytest.param({}, marks=pytest.mark.skipif(not host_has("avx512vnni", "avx512bw"),
                                                              reason="the host has no AVX-512 VNNI")),
     "avx-vnni": pytest.param(dict(target=X86, cpu="alderlake", features="+avx2,+fma,+f16c,+avxvnni"),
-                             marks=pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")),
-    "avx2-madd": pytest.param(dict(target="x86-64-v3"), marks=pytest.mark.skipif(not _host_has("avx2", "fma"),
+                             marks=pytest.mark.skipif(not host_has("avxvnni"), reason="the host has no AVX-VNNI")),
+    "avx2-madd": pytest.param(dict(target="x86-64-v3"), marks=pytest.mark.skipif(not host_has("avx2", "fma"),
                                                                                  reason="the host has no AVX2")),
     "none": pytest.param(dict(target=X86, cpu="nehalem", features="+sse4.2,+popcnt"),
-                         marks=pytest.mark.skipif(not _host_has("sse4.2"), reason="the host has no SSE4.2")),
+                         marks=pytest.mark.skipif(not host_has("sse4.2"), reason="the host has no SSE4.2")),
 }
 
 
@@ -191,7 +186,7 @@ def _decisions(**target) -> list:
     return debug
 
 
-@pytest.mark.skipif(not _host_has("avx512vnni", "avx512bw"), reason="the host has no AVX-512 VNNI")
+@pytest.mark.skipif(not host_has("avx512vnni", "avx512bw"), reason="the host has no AVX-512 VNNI")
 def test_host_8da4w_kernel_is_vpdpbusd_on_zmm():
     import llvmlite.binding as llvm
 

@@ -17,15 +17,10 @@ from etc.runtime import Runtime  # noqa: E402
 from etc.targets.cpu import CpuPartitioner  # noqa: E402
 from etc.models.quantized import quantize, quantized_zoo, sqnr  # noqa: E402
 from etc.models.zoo import ZooModel  # noqa: E402
+from cpu_target_helpers import host_has  # noqa: E402
 
 CNNS = ["small_cnn", "mobilenet_v2", "mobilenet_v1_025", "resnet8", "kws_dscnn"]
 
-
-def _host_has(*features) -> bool:
-    from etc.targets.cpu.isa import host_target
-
-    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
-    return set(features) <= have
 
 
 def _run(program, inputs):
@@ -193,7 +188,7 @@ NO_DOT_TARGET = dict(target="x86_64-unknown-linux-gnu", cpu="nehalem", features=
 MADD_TARGET = dict(target="x86_64-unknown-linux-gnu", cpu="znver3", features="+avx2,+fma,+f16c")
 
 
-@pytest.mark.skipif(not _host_has("sse4.2"), reason="runs x86-64-v2 code")
+@pytest.mark.skipif(not host_has("sse4.2"), reason="runs x86-64-v2 code")
 @pytest.mark.parametrize("c,f,k,padding,hw,dilation", _random_in_place_geometries(3, seed=1801))
 def test_convs_with_k_tap_by_tap_without_a_dot_product_pack_k_in_that_order(c, f, k, padding, hw, dilation):
     """Where the kernel cannot read in place (no dot product: plain loops) the pack gathers K tap by tap."""
@@ -201,7 +196,7 @@ def test_convs_with_k_tap_by_tap_without_a_dot_product_pack_k_in_that_order(c, f
                  partitioner=CpuPartitioner(**NO_DOT_TARGET), expect=("loops",))
 
 
-@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+@pytest.mark.skipif(not host_has("avx2", "fma"), reason="runs AVX2 code")
 @pytest.mark.parametrize("c,f,k,stride,hw", [
     (6, 13, 3, 1, (8, 5)),     # 2 tail columns, F = 13 (row tiles of 6, 6, 1), K = 54: one masked run
     (16, 20, 3, 1, (7, 7)),    # 1 tail column, K = 144
@@ -218,7 +213,7 @@ def test_avx2_kernel_without_vnni_matches_the_reference(c, f, k, stride, hw, sig
                  expect=("gemm",))
 
 
-@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+@pytest.mark.skipif(not host_has("avx2", "fma"), reason="runs AVX2 code")
 @pytest.mark.parametrize("c,f,k,padding,hw,dilation", _random_in_place_geometries(6, seed=1900))
 def test_random_avx2_convs_without_vnni_match_the_reference(c, f, k, padding, hw, dilation):
     _check_layer(_Conv(c, f, k, 1, padding, dilation=dilation), (1, c, *hw), 0,
@@ -330,7 +325,7 @@ def test_grouped_int8_conv():
     _check_layer(_Conv(8, 12, 3, 1, 1, groups=4), (1, 8, 6, 6), 1, expect=())
 
 
-@pytest.mark.skipif(not _host_has("sse4.2"), reason="runs x86-64-v2 code")
+@pytest.mark.skipif(not host_has("sse4.2"), reason="runs x86-64-v2 code")
 def test_without_a_dot_product_the_contractions_are_plain_loops_and_say_why():
     report = _check_layer(_Conv(8, 16, 3, 1, 1), (1, 8, 8, 8), 0, partitioner=CpuPartitioner(**NO_DOT_TARGET),
                           expect=())
@@ -502,7 +497,7 @@ def test_int8_kernels_share_their_loops_between_threads(dynamic):
             np.testing.assert_array_equal(_run(program, [x])[0], one)
 
 
-@pytest.mark.skipif(not _host_has("avxvnni"), reason="the host has no AVX-VNNI")
+@pytest.mark.skipif(not host_has("avxvnni"), reason="the host has no AVX-VNNI")
 @pytest.mark.parametrize("c,f,k,hw", [(6, 13, 3, (8, 5)), (16, 20, 3, (7, 7)), (8, 70, 1, (5, 6)), (8, 13, 3, (8, 6))])
 def test_avx_vnni_kernel_matches_the_reference(c, f, k, hw):
     """The 256-bit kernel (8-lane dot products, the AVX2 packs with their own lane order, round
@@ -531,7 +526,7 @@ def _assembly(module, x, **target) -> str:
     return tm.emit_assembly(llvm.parse_assembly(debug["llvm_ir"]))
 
 
-@pytest.mark.skipif(not _host_has("avx512vnni", "avx512bw"), reason="the host has no AVX-512 VNNI")
+@pytest.mark.skipif(not host_has("avx512vnni", "avx512bw"), reason="the host has no AVX-512 VNNI")
 def test_host_kernel_is_avx512_vnni():
     asm = _assembly(_Conv(16, 32, 3, 1, 1), (1, 16, 8, 8))
     lines = [line for line in asm.splitlines() if "vpdpbusd" in line]

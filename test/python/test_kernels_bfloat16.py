@@ -24,6 +24,7 @@ import etc
 from etc.runtime import Runtime
 from etc.runtime.kernels.common import BFLOAT16, bfloat16_to_float32, is_bfloat16
 from etc.schema import from_torch_dtype
+from cpu_target_helpers import host_has
 from test_kernels_opinfo import SKIP, OutKernelDiffer, op_db, opinfo_samples, outside_torchs_test_harness
 
 OTHER_DTYPES = {torch.int64, torch.int32, torch.bool, torch.uint8}
@@ -156,14 +157,8 @@ def _etc_run(module, inputs, delegate: bool):
     return method.execute(list(inputs))
 
 
-def _host_has(*features) -> bool:
-    from etc.targets.cpu.isa import host_target
 
-    have = {f[1:] for f in host_target().features.split(",") if f.startswith("+")}
-    return set(features) <= have
-
-
-@pytest.mark.skipif(not _host_has("avx2", "fma"), reason="runs AVX2 code")
+@pytest.mark.skipif(not host_has("avx2", "fma"), reason="runs AVX2 code")
 def test_bfloat16_on_a_core_without_a_bf16_convert_rounds_as_torch_does():
     """Without a bf16 convert instruction (AVX2, NEON, Cortex-M) LLVM rounds the bf16 values it
     folded back out of etc-cpu-widen-bf16's integer code through compiler-rt's __truncsfbf2: the
