@@ -88,6 +88,10 @@ class Isa:
     # The int8 dot-product instruction the int8 GEMM kernel uses (passes/int8_kernels.py): a row's
     # vector ISA with its VNNI extension (`isa_for` reads the target's features), "none" without.
     int8_dot: str = "none"
+    # Prefetches around and inside the f32 GEMM tiles' k loops (passes/prefetch_gemm_tiles.py, where
+    # the measurements are): they pay on the AVX-512 cores they were measured on, and make an AVX2
+    # core's 12-FMA k step issue-bound.
+    gemm_prefetch: bool = True
 
     @property
     def int8_rows(self) -> int:
@@ -123,8 +127,11 @@ ISA_TABLE = {
     # Winograd pays more where the direct kernel's FMAs are narrower (the x86-64-v3 preset on this
     # host): 256@14 0.51x, 64@56 0.62x, 32@56 0.75x, 32@28 0.89x, 64@7 (16 tiles) 0.90x, 128@7
     # 0.75x; 16@56 1.04x, 16@112 1.13x.
+    # No f32 tile prefetches: on a Zen 3 (AVX2, the first real AVX2 core measured) they cost 10-30%
+    # of the GEMMs' time and of the transformers' (prefetch_gemm_tiles.py).
     "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, l2_kib=2048,
-                vector_registers=16, window_width=16, winograd_min_channels=16, winograd_min_tiles=16),
+                vector_registers=16, window_width=16, winograd_min_channels=16, winograd_min_tiles=16,
+                gemm_prefetch=False),
     # Cortex-A76/A78 (the aarch64 preset): 256-512 KiB of L2 per core; the smaller one.
     # (Winograd: AVX2's thresholds, unmeasured on a NEON core; the QEMU tests check its results.)
     "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, l2_kib=256,

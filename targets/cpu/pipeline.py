@@ -127,8 +127,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         "etc-cpu-entry-abi",
         "etc-cpu-copies-to-linalg",
         "etc-cpu-drop-assertions",
-        # Each GEMM tile's output lines fetched for writing while its k loop runs.
-        "etc-cpu-prefetch-gemm-tiles",
+        # Each GEMM tile's output lines fetched for writing while its k loop runs (where the ISA row says it pays).
+        f"etc-cpu-prefetch-gemm-tiles{{f32-tiles={str(isa.gemm_prefetch).lower()}}}",
         # Loops, then the LLVM dialect (vector ops lower before scf and cf).
         loops,
         *(["etc-cpu-profile-regions"] if profile else []),

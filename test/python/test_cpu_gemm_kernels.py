@@ -867,8 +867,9 @@ class _PackedWeights(torch.nn.Module):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_packed_weights_prefetched_a_panel_ahead(threads):
     """Weights packed when the blob is built (constants of the program, not inputs): their k loops
-    prefetch the next panel or K block (etc-cpu-prefetch-gemm-tiles), past the last one beyond
-    the weight's end; the results are torch's, with the panels shared by two threads too."""
+    prefetch the next panel or K block (etc-cpu-prefetch-gemm-tiles, where the host's ISA row
+    prefetches for f32 tiles), past the last one beyond the weight's end; the results are torch's,
+    with the panels shared by two threads too."""
     import etc
     from etc.compiler.delegation import CompileSpec
     from etc.runtime import Runtime

@@ -47,6 +47,16 @@ The int8 kernel's k loop (`int8_kernel.INT8_K_LOOP`) gets only the last of these
 read as 4-byte groups (`_prefetch_next_row_groups`): ResNet-50 int8 0.95x the time with the
 packing epilogue; the others as well cost 1.5%.
 
+All of the f32 tile's prefetches are one decision of the ISA row (`Isa.gemm_prefetch`, the option
+`f32-tiles`): they were measured on AVX-512 cores (Emerald Rapids, Zen 5), whose 6 x 64 tile does
+24 FMAs per k step. On an AVX2 core (Zen 3) the 6 x 16 tile's k step is 12 FMAs, and the
+prefetches with their address arithmetic (a clamp per prefetch) made it issue-bound: without any
+of them 1024^3 (B packed) went 65 -> 87 GFLOP/s, ViT-B's 197x3072x768 69 -> 93, Whisper's
+1500x384x1536 57 -> 79, and whole models took 0.70x the time (BERT-4L), 0.82x (Llama-15M), 0.89x
+(EfficientNet-B0), 0.90x (MobileNetV2), ResNet-50 0.99x; keeping only the stores' lines, or only the
+next row tile's, was slower than none. The int8 kernel's one prefetch stays (its k step is many
+more operations; with and without it on Zen 3: ResNet-18 int8 1.03x, MobileNetV2 0.98x: noise).
+
 Runs after bufferization (the tile's destination and the panel are memrefs there); a store
 under a mask (a partial column panel) is not prefetched: the lines past its columns may be
 another thread's.
@@ -54,9 +64,11 @@ another thread's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch_mlir import ir
 
-from etc.passes.pass_api import function_pass
+from etc.passes.pass_api import function_pass, option
 from etc.targets.cpu.ir_query import constant_index, walk
 from etc.targets.cpu.kernels.gemm_schedule import GEMM_K_LOOP
 from etc.targets.cpu.kernels.int8_kernel import INT8_K_LOOP
@@ -452,17 +464,24 @@ def _prefetch_next_row_groups(loop) -> int:
     return count
 
 
+@dataclass
+class PrefetchOptions:
+    f32_tiles: bool = option(True, help="prefetch for the f32 GEMM tiles (false: only the int8 kernel's filter rows)")
+
+
 @function_pass("etc-cpu-prefetch-gemm-tiles",
                "Prefetch each GEMM register tile's output lines before its k loop, its B rows ahead in it, "
-               "a packed weight's next panel and a weight A's next row tile (the int8 kernel's too)")
+               "a packed weight's next panel and a weight A's next row tile (the int8 kernel's too)",
+               PrefetchOptions)
 def prefetch_gemm_tiles(module, options=None) -> int:
     """See the module docstring; returns the number of prefetches made."""
+    f32_tiles = options.f32_tiles if options is not None else True
     done = 0
     with module.context, ir.Location.unknown():
         for loop in walk(module, ("scf.for",)):
             if INT8_K_LOOP in loop.attributes:
                 done += _prefetch_next_row_groups(loop)
-            if GEMM_K_LOOP not in loop.attributes:
+            if GEMM_K_LOOP not in loop.attributes or not f32_tiles:
                 continue
             for store in _tile_stores(loop):
                 done += _prefetch_lines(store, loop)

@@ -1,4 +1,13 @@
 // RUN: etc-opt %s --etc-cpu-prefetch-gemm-tiles | filecheck %s
+// RUN: etc-opt %s --etc-cpu-prefetch-gemm-tiles=f32-tiles=false | filecheck %s --check-prefix=NOF32
+
+// An ISA row without f32 tile prefetches (AVX2: they make its 12-FMA k step issue-bound) keeps
+// only the int8 kernel's, and records no decision about the f32 tiles' next panels.
+// NOF32-NOT: etc.cpu.decisions
+// NOF32-NOT: memref.prefetch
+// NOF32-LABEL: func.func @int8_rows(
+// NOF32: memref.prefetch
+// NOF32-NOT: memref.prefetch
 
 // The one decision recorded (by @dynamic_row_blocks at the end), on the module:
 // CHECK: module attributes {etc.cpu.decisions = [{kind = "prefetch", op = "scf.for", path = "no-next-panel", reason = "a packed weight's next panel is not prefetched: the row blocks' loop bounds are not constants", where = "{{.*}}prefetch-gemm-tiles.mlir:{{[0-9]+}}:{{[0-9]+}}"}]}
