@@ -92,6 +92,9 @@ class Isa:
     # the measurements are): they pay on the AVX-512 cores they were measured on, and make an AVX2
     # core's 12-FMA k step issue-bound.
     gemm_prefetch: bool = True
+    # A GEMM tile epilogue of at least this many operations per element is applied one tile row at a
+    # time (passes/gemm_epilogue_rows.py, where the measurements are); 0: always in registers.
+    gemm_epilogue_rows: int = 0
 
     @property
     def int8_rows(self) -> int:
@@ -131,7 +134,7 @@ ISA_TABLE = {
     # of the GEMMs' time and of the transformers' (prefetch_gemm_tiles.py).
     "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, l2_kib=2048,
                 vector_registers=16, window_width=16, winograd_min_channels=16, winograd_min_tiles=16,
-                gemm_prefetch=False),
+                gemm_prefetch=False, gemm_epilogue_rows=12),
     # Cortex-A76/A78 (the aarch64 preset): 256-512 KiB of L2 per core; the smaller one.
     # (Winograd: AVX2's thresholds, unmeasured on a NEON core; the QEMU tests check its results.)
     "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, l2_kib=256,

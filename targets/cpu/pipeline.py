@@ -129,6 +129,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         "etc-cpu-drop-assertions",
         # Each GEMM tile's output lines fetched for writing while its k loop runs (where the ISA row says it pays).
         f"etc-cpu-prefetch-gemm-tiles{{f32-tiles={str(isa.gemm_prefetch).lower()}}}",
+        # A long tile epilogue (SiLU, GELU) one tile row at a time, where the ISA row's registers would spill.
+        f"etc-cpu-gemm-epilogue-rows{{min-ops={isa.gemm_epilogue_rows}}}",
         # Loops, then the LLVM dialect (vector ops lower before scf and cf).
         loops,
         *(["etc-cpu-profile-regions"] if profile else []),
