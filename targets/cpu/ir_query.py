@@ -23,6 +23,18 @@ def walk(op, names) -> list:
     return found
 
 
+def ops_after(op) -> list:
+    """The operations after `op` in its block, in order (a GEMM tile's epilogue and store follow its k loop)."""
+    found, after = [], False
+    for other in op.block.operations:
+        other = other.operation
+        if after:
+            found.append(other)
+        elif other == op:
+            after = True
+    return found
+
+
 def iterator_types(op) -> list[str]:
     """A structured op's loops: "parallel", "reduction" or "window" each."""
     return [re.search(r"parallel|reduction|window", str(a)).group(0)

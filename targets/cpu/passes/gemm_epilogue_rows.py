@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass, option
-from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.ir_query import ops_after, walk
 from etc.targets.cpu.kernels.gemm_schedule import GEMM_K_LOOP
 
 _ELEMENTWISE_DIALECTS = ("arith.", "math.")
@@ -60,14 +60,8 @@ def _tile_chain(loop) -> "tuple[list, object] | None":
     if len(shape) != 2:
         return None
     tile_values = {loop.results[0]}
-    chain, store, after = [], None, False
-    for op in loop.block.operations:
-        op = op.operation
-        if op == loop:
-            after = True
-            continue
-        if not after:
-            continue
+    chain, store = [], None
+    for op in ops_after(loop):
         if not any(v in tile_values for v in op.operands):
             if op.name == "scf.for":
                 break
@@ -168,7 +162,7 @@ def _rewrite(loop, chain, store) -> None:
         rows_loop = scf.ForOp(constant(0), constant(rows), constant(1))
     with ir.InsertionPoint(rows_loop.body), store.location:
         r = rows_loop.induction_variable
-        mapped = dict(splats)
+        mapped = dict(splats)  # (a scalar operand, a select's condition, is used as it is)
         for v, buf in buffers.items():
             element = ir.VectorType(v.type).element_type
             pad = arith.ConstantOp(element, ir.IntegerAttr.get(element, 0) if isinstance(element, ir.IntegerType)
@@ -177,7 +171,7 @@ def _rewrite(loop, chain, store) -> None:
                                               ir.AffineMap.get_minor_identity(2, 1), pad, [True]).result
         for op in chain:
             row_type = ir.VectorType.get([width], ir.VectorType(op.results[0].type).element_type)
-            clone = ir.Operation.create(op.name, results=[row_type], operands=[mapped[v] for v in op.operands],
+            clone = ir.Operation.create(op.name, results=[row_type], operands=[mapped.get(v, v) for v in op.operands],
                                         attributes={op.attributes[i].name: op.attributes[i].attr
                                                     for i in range(len(op.attributes))}, loc=op.location)
             mapped[op.results[0]] = clone.results[0]

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass, option
-from etc.targets.cpu.ir_query import constant_index, walk
+from etc.targets.cpu.ir_query import constant_index, ops_after, walk
 from etc.targets.cpu.kernels.gemm_schedule import GEMM_K_LOOP
 from etc.targets.cpu.kernels.int8_kernel import INT8_K_LOOP
 from etc.targets.cpu.kernels.int8_match import GROUP
@@ -104,14 +104,8 @@ def _defined_before(value, loop) -> bool:
 
 def _tile_stores(loop) -> list:
     """The vector stores after `loop` in its block (its epilogue between), up to the next loop."""
-    stores, after = [], False
-    for op in loop.block.operations:
-        op = op.operation
-        if op == loop:
-            after = True
-            continue
-        if not after:
-            continue
+    stores = []
+    for op in ops_after(loop):
         if op.name == "scf.for":  # the next tile's (or another nest's)
             break
         if op.name == "vector.transfer_write":
