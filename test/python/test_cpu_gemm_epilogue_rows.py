@@ -91,6 +91,25 @@ def test_long_epilogues_row_by_row_match_torch(name, threads, monkeypatch):
         assert rel_error(got, want) < 2e-6, name
 
 
+def test_dynamic_rows_with_a_long_epilogue_match_torch(monkeypatch):
+    """A dynamic token count: whole row blocks take the rows loop, the single rows after them do not."""
+    rewritten = []
+    rewrite = gemm_epilogue_rows._rewrite
+    monkeypatch.setattr(gemm_epilogue_rows, "_rewrite", lambda *a: rewritten.append(rewrite(*a)))
+    torch.manual_seed(0)
+    model = LinearGelu().eval()
+    tokens = torch.export.Dim("tokens", min=1, max=64)
+    exported = torch.export.export(model, (torch.randn(8, 48),), dynamic_shapes=({0: tokens},))
+    edge = etc.to_edge(exported).to_backend(CpuPartitioner(target="x86-64-v3"))
+    assert not edge.delegation_reports[-1].portable and rewritten
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for n in (1, 5, 6, 7, 13, 64):
+        x = torch.randn(n, 48) * 4
+        with torch.no_grad():
+            want = model(x).numpy()
+        assert rel_error(np.asarray(method.execute([x.numpy()])[0]), want) < 2e-6, n
+
+
 def test_the_avx2_row_applies_it_and_the_others_keep_epilogues_in_registers():
     """The rows loop was measured on an AVX2 core only (gemm_epilogue_rows.py); elsewhere min-ops is 0."""
     assert ISA_TABLE["avx2"].gemm_epilogue_rows > 0

@@ -24,6 +24,9 @@ Measured on that Zen 3 (same process, in turn): the 1x1 16->96 @112 with BN + Si
 longer; BN, ReLU, hardswish are shorter and stay in registers); the AVX-512 and NEON rows keep
 0 (their tiles were not measured this way).
 
+A tile of one row (the single rows after a dynamic row count's whole blocks) is left as it is:
+one row's epilogue is what the loop would keep live anyway.
+
 Only a chain of elementwise ops (every result of the tile's shape, arith and math dialects)
 ending in one in-bounds store of the whole tile is rewritten; anything else is left as it was
 (this is a scheduling choice, not a fast path a program could miss).
@@ -57,7 +60,7 @@ def _tile_chain(loop) -> "tuple[list, object] | None":
     if len(loop.results) != 1 or not isinstance(loop.results[0].type, ir.VectorType):
         return None
     shape = ir.VectorType(loop.results[0].type).shape
-    if len(shape) != 2:
+    if len(shape) != 2 or shape[0] < 2:  # one row (a dynamic row count's last rows): no rows to loop over
         return None
     tile_values = {loop.results[0]}
     chain, store = [], None

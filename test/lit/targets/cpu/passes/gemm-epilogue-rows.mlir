@@ -55,7 +55,7 @@ func.func @long_epilogue(%a: memref<2x8xf32>, %b: memref<8x16xf32>, %r: memref<4
 }
 
 // Left in registers: an epilogue shorter than min-ops; one whose value is also read after the
-// store; one stored under a mask (a partial column panel).
+// store; one stored under a mask (a partial column panel); a tile of one row.
 // CHECK-LABEL: func.func @left_alone(
 // CHECK-NOT: memref.alloca
 // CHECK-NOT: vector<16xf32>
@@ -89,5 +89,14 @@ func.func @left_alone(%c: memref<4x16xf32>, %d: memref<4x16xf32>, %i: index, %m:
   %m1 = arith.negf %m0 : vector<2x16xf32>
   %m2 = arith.negf %m1 : vector<2x16xf32>
   vector.transfer_write %m2, %c[%i, %c0], %m {in_bounds = [true, true]} : vector<2x16xf32>, memref<4x16xf32>
+  %one_zero = arith.constant dense<0.0> : vector<1x16xf32>
+  %one = scf.for %k = %c0 to %c8 step %c1 iter_args(%t = %one_zero) -> (vector<1x16xf32>) {
+    %s = arith.addf %t, %t : vector<1x16xf32>
+    scf.yield %s : vector<1x16xf32>
+  } {etc.cpu.gemm_k_loop}
+  %o0 = arith.negf %one : vector<1x16xf32>
+  %o1 = arith.negf %o0 : vector<1x16xf32>
+  %o2 = arith.negf %o1 : vector<1x16xf32>
+  vector.transfer_write %o2, %c[%i, %c0] {in_bounds = [true, true]} : vector<1x16xf32>, memref<4x16xf32>
   return
 }
