@@ -318,6 +318,18 @@ func.func @depthwise(%x: tensor<1x4x1x6x6xi8>, %w: tensor<4x1x1x3x3xi8>) -> tens
 // CHECK: math.fma
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] {in_bounds = [true]} : vector<16xf32>, tensor<?x20xf32>
 // CHECK: vector.transfer_write %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}] : vector<16xf32>, tensor<?x20xf32>
+// With vpmaddwd pairs (AVX2) q is stored widened, each group of 4 as its even pair then its odd
+// pair (after the even-k/odd-k order: [0, 4, 2, 6, 1, 5, 3, 7] of each 8), so the tiles broadcast
+// the two 32-bit pairs from memory instead of widening a broadcast byte group per row.
+// MADD-LABEL: func.func @linear4
+// MADD: arith.extsi %{{.*}} : vector<8xi8> to vector<8xi16>
+// MADD-NEXT: vector.shuffle %{{.*}}, %{{.*}} [0, 4, 2, 6, 1, 5, 3, 7] : vector<8xi16>, vector<8xi16>
+// MADD-NEXT: vector.transfer_write %{{.*}} : vector<8xi16>, tensor<?x16xi16>
+// MADD: %[[EVEN:.*]] = vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %c0], %{{.*}} : tensor<?x2x2x4xi16>, vector<2xi16>
+// MADD: vector.broadcast %{{.*}} : i32 to vector<8xi32>
+// MADD: %[[ODD:.*]] = vector.transfer_read %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %c2], %{{.*}} : tensor<?x2x2x4xi16>, vector<2xi16>
+// MADD-NOT: arith.shrsi
+// MADD: llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"
 // AVX-LABEL: func.func @linear4
 // AVX: llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.256"({{.*}}) : (vector<8xi32>, vector<32xi8>, vector<32xi8>) -> vector<8xi32>
 // NONE: module attributes {etc.cpu.decisions = [{kind = "contraction", op = "linalg.generic", path = "loops", reason = "the target has no int8 dot product (AVX-512 VNNI, AVX-VNNI or AVX2's vpmaddwd): a dynamic linear as plain loops on the weight's bytes"
