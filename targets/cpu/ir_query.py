@@ -23,6 +23,14 @@ def walk(op, names) -> list:
     return found
 
 
+def top_level(op):
+    """The op of its function's body that contains `op` (itself when it is one): the loop nest a
+    stack buffer goes in front of."""
+    while op.parent is not None and op.parent.name != "func.func":
+        op = op.parent
+    return op
+
+
 def ops_after(op) -> list:
     """The operations after `op` in its block, in order (a GEMM tile's epilogue and store follow its k loop)."""
     found, after = [], False

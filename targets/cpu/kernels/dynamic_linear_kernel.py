@@ -400,8 +400,9 @@ class DynamicLinearKernel(Int8Kernel):
             for r in range(len(iacc)):
                 groups = [f"%A[{ms[r]}, {kb}, "] if p.bits == 8 else \
                     [f"%A[{ms[r]}, {kb}, {self.index(parity)}, " for parity in range(2)]
-                if self.a_element == "i16":
-                    words = [self.broadcast_pairs(group, ty["A"]) for group in groups]
+                if self.a_element == "i16":  # (q0, q2, q1, q3): the even pair, then the odd pair, as they are
+                    words = [tuple(self.broadcast_group(f"{group}{self.index(i)}]", ty["A"], "i16") for i in (0, 2))
+                             for group in groups]
                 else:
                     words = [self.dot_operand(self.broadcast_group(f"{group}{self.index(0)}]", ty["A"]), signed=True)
                              for group in groups]
@@ -413,24 +414,6 @@ class DynamicLinearKernel(Int8Kernel):
                     new.append(acc)
                 iacc[r] = new
         return iacc
-
-    def broadcast_pairs(self, group: str, tensor_type: str) -> tuple[str, str]:
-        """The group of 4 at `group` (a tensor and its indices but the last, the group's first),
-        stored widened as (q0, q2, q1, q3) i16: its even pair and its odd pair, each one 32-bit word
-        in every lane (what `dot_operand` makes of a broadcast byte group), read as two words (each
-        a broadcast from memory)."""
-        L = self.lanes
-        pairs = []
-        for i in range(2):
-            raw, word, s, bc, a = (self.fresh() for _ in range(5))
-            self.emit(f"  {raw} = vector.transfer_read {group}{self.index(2 * i)}], %pad16 {{in_bounds = [true]}} : "
-                      f"{tensor_type}, vector<2xi16>")
-            self.emit(f"  {word} = vector.bitcast {raw} : vector<2xi16> to vector<1xi32>")
-            self.emit(f"  {s} = vector.extract {word}[0] : i32 from vector<1xi32>")
-            self.emit(f"  {bc} = vector.broadcast {s} : i32 to vector<{L}xi32>")
-            self.emit(f"  {a} = vector.bitcast {bc} : vector<{L}xi32> to vector<{2 * L}xi16>")
-            pairs.append(a)
-        return tuple(pairs)
 
     def splat_f(self, tensor: str, at: str) -> str:
         s, v = self.fresh(), self.fresh()

@@ -495,17 +495,20 @@ class Int8Kernel(KernelText):
         self.emit(f"{d} = arith.addi {acc}, {both} : {vec}")
         return d
 
-    def broadcast_group(self, at: str, tensor_type: str) -> str:
-        """The 4 bytes at `at` (a tensor and its indices) as one 32-bit word in every lane, seen as
-        bytes: the operand `vpdpbusd` multiplies a panel row's 4-byte groups against."""
-        vec, bytes_ = f"vector<{self.lanes}xi32>", f"vector<{4 * self.lanes}xi8>"
+    def broadcast_group(self, at: str, tensor_type: str, element: str = "i8") -> str:
+        """The 32-bit word at `at` (a tensor and its indices: 4 bytes, or 2 i16) in every lane, seen as
+        `element` lanes: the operand `vpdpbusd` multiplies a panel row's 4-byte groups against (or a
+        pre-widened pair of `vpmaddwd`). The kernel defines `%pad8` (and `%pad16` to read i16)."""
+        bits = int(element[1:])
+        n = 32 // bits
+        vec, lanes_of = f"vector<{self.lanes}xi32>", f"vector<{n * self.lanes}x{element}>"
         raw, word, s, bc, a = (self.fresh() for _ in range(5))
-        self.emit(f"  {raw} = vector.transfer_read {at}, %pad8 {{in_bounds = [true]}} : {tensor_type}, "
-                  f"vector<{GROUP}xi8>")
-        self.emit(f"  {word} = vector.bitcast {raw} : vector<{GROUP}xi8> to vector<1xi32>")
+        self.emit(f"  {raw} = vector.transfer_read {at}, %pad{bits} {{in_bounds = [true]}} : {tensor_type}, "
+                  f"vector<{n}x{element}>")
+        self.emit(f"  {word} = vector.bitcast {raw} : vector<{n}x{element}> to vector<1xi32>")
         self.emit(f"  {s} = vector.extract {word}[0] : i32 from vector<1xi32>")
         self.emit(f"  {bc} = vector.broadcast {s} : i32 to {vec}")
-        self.emit(f"  {a} = vector.bitcast {bc} : {vec} to {bytes_}")
+        self.emit(f"  {a} = vector.bitcast {bc} : {vec} to {lanes_of}")
         return a
 
     def splat(self, tensor: str, at: str, element: str) -> str:

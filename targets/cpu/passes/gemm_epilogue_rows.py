@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from torch_mlir import ir
 
 from etc.passes.pass_api import function_pass, option
-from etc.targets.cpu.ir_query import ops_after, walk
+from etc.targets.cpu.ir_query import ops_after, top_level, walk
 from etc.targets.cpu.kernels.gemm_schedule import GEMM_K_LOOP
 
 _ELEMENTWISE_DIALECTS = ("arith.", "math.")
@@ -98,8 +98,7 @@ def _tile_chain(loop) -> "tuple[list, object] | None":
             if not any(use.owner == m for m in members):
                 return None
         for v in op.operands:  # an i1 tile from outside: no memref of i1 could hold it
-            if v.type == ir.VectorType.get(shape, ir.IntegerType.get_signless(1)) and \
-                    not any(v == c.results[0] for c in chain):
+            if v not in tile_values and v.type == ir.VectorType.get(shape, ir.IntegerType.get_signless(1)):
                 return None
     return chain, store
 
@@ -122,47 +121,34 @@ def _rewrite(loop, chain, store) -> None:
 
     rows, width = ir.VectorType(loop.results[0].type).shape
     index = ir.IndexType.get()
-    top = loop
-    while top.parent.name != "func.func":
-        top = top.parent
+    top = top_level(loop)
 
     def constant(n):
         return arith.ConstantOp(index, ir.IntegerAttr.get(index, n)).result
 
-    buffers = {}  # a tile-shaped value -> its stack buffer
-
-    def buffer_of(value):
-        if value not in buffers:
-            element = ir.VectorType(value.type).element_type
-            with ir.InsertionPoint(top), top.location:
-                buffers[value] = memref.AllocaOp(ir.MemRefType.get([rows, width], element), [], [],
-                                                 alignment=64).result
-            with ir.InsertionPoint(store), store.location:
-                zero = constant(0)
-                vector.TransferWriteOp(None, value, buffers[value], [zero, zero],
-                                       ir.AffineMap.get_minor_identity(2, 2), in_bounds=[True, True])
-        return buffers[value]
-
     inside = {op.results[0] for op in chain}
-    outside = []  # tile-shaped values the chain reads: the accumulator and any operand not a splat
-    for op in chain:
-        for v in op.operands:
-            if v not in inside and v not in outside and isinstance(v.type, ir.VectorType):
-                outside.append(v)
+    outside = []  # the tile-shaped values the chain reads: the accumulator and any other operand
+    for v in (v for op in chain for v in op.operands):
+        if v not in inside and v not in outside and isinstance(v.type, ir.VectorType):
+            outside.append(v)
+    splats, buffers = {}, {}
     with ir.InsertionPoint(store), store.location:
-        splats = {}
-        for v in outside:
-            row_type = ir.VectorType.get([width], ir.VectorType(v.type).element_type)
-            s = _splat(v, row_type)
-            if s is not None:
-                splats[v] = s
-    for v in outside:
-        if v not in splats:
-            buffer_of(v)
+        for v in outside:  # a splat constant: made row-wide
+            splat = _splat(v, ir.VectorType.get([width], ir.VectorType(v.type).element_type))
+            if splat is not None:
+                splats[v] = splat
+        zero = constant(0)
+        for v in outside:  # any other value: its own stack buffer, written once
+            if v in splats:
+                continue
+            with ir.InsertionPoint(top), top.location:
+                buffers[v] = memref.AllocaOp(ir.MemRefType.get([rows, width], ir.VectorType(v.type).element_type),
+                                             [], [], alignment=64).result
+            vector.TransferWriteOp(None, v, buffers[v], [zero, zero], ir.AffineMap.get_minor_identity(2, 2),
+                                   in_bounds=[True, True])
+        rows_loop = scf.ForOp(zero, constant(rows), constant(1))
     operands = list(store.operands)
     mem, indices = operands[1], operands[2:]
-    with ir.InsertionPoint(store), store.location:
-        rows_loop = scf.ForOp(constant(0), constant(rows), constant(1))
     with ir.InsertionPoint(rows_loop.body), store.location:
         r = rows_loop.induction_variable
         mapped = dict(splats)  # (a scalar operand, a select's condition, is used as it is)
@@ -170,7 +156,7 @@ def _rewrite(loop, chain, store) -> None:
             element = ir.VectorType(v.type).element_type
             pad = arith.ConstantOp(element, ir.IntegerAttr.get(element, 0) if isinstance(element, ir.IntegerType)
                                    else ir.FloatAttr.get(element, 0.0)).result
-            mapped[v] = vector.TransferReadOp(ir.VectorType.get([width], element), buf, [r, constant(0)],
+            mapped[v] = vector.TransferReadOp(ir.VectorType.get([width], element), buf, [r, zero],
                                               ir.AffineMap.get_minor_identity(2, 1), pad, [True]).result
         for op in chain:
             row_type = ir.VectorType.get([width], ir.VectorType(op.results[0].type).element_type)

@@ -36,7 +36,7 @@ from torch_mlir.dialects import memref
 from etc.ir.ops import as_operation
 from etc.passes.pass_api import Pass, option, register_pass
 from etc.targets.cpu.entry_args import ARG_ATTR, arg_attrs, entry_function, set_arg_attrs, update_function_type
-from etc.targets.cpu.ir_query import walk
+from etc.targets.cpu.ir_query import top_level, walk
 from etc.targets.cpu.parallel import THREAD_SPLIT
 from etc.targets.cpu.size_ranges import index_range
 
@@ -105,9 +105,7 @@ class PlanScratch(Pass):
         if not any(a.name == "scf.for" and THREAD_SPLIT in a.attributes for a in _ancestors(op)):
             return False
         t = ir.MemRefType(op.result.type)
-        top = op
-        while top.parent.name != "func.func":
-            top = top.parent
+        top = top_level(op)
         if t.has_static_shape:
             with ir.InsertionPoint(top):
                 alloca = memref.AllocaOp(t, [], [], alignment=64)
@@ -160,10 +158,7 @@ def lifetime(buffer, block) -> tuple | None:
             user = as_operation(user)
             if user.name == "memref.dealloc":
                 continue
-            top = user
-            while top.parent is not None and top.parent.name != "func.func":
-                top = top.parent
-            span.append(position[top])
+            span.append(position[top_level(user)])
             if user in seen:
                 continue
             seen.add(user)
