@@ -71,7 +71,7 @@ class PlanScratch(Pass):
                 if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value != ir.AffineMap.get_identity(t.rank):
                     raise self.error(f"intermediate buffer with layout {t.layout}", at=op)
                 sizes[op] = int(np.prod(self._upper_shape(op, t), dtype=np.int64)) * element_bytes(t.element_type)
-            offsets = place(sizes, {op: lifetime(op.result, block) for op in allocs}, align)
+            offsets = place(sizes, lifetimes({op: op.result for op in allocs}, block), align)
             for op in allocs:
                 t = ir.MemRefType(op.result.type)
                 upper = self._upper_shape(op, t)
@@ -136,10 +136,18 @@ class PlanScratch(Pass):
         return upper
 
 
-def lifetime(buffer, block) -> tuple | None:
-    """(first, last) position in `block` of the top-level ops that use `buffer` or a value derived
-    from it (a view, a region's argument it was passed as, an op result of memref type, the result
-    of the op whose region yields it), or None
+def lifetimes(buffers: dict, block) -> dict:
+    """{key: `lifetime` of buffer} for `buffers` = {key: buffer value} in `block`: the block's op
+    positions are computed once (per buffer they were most of a ResNet's compile time in this pass)."""
+    operations = [o.operation for o in block.operations]
+    position = {o: i for i, o in enumerate(operations)}
+    return {key: lifetime(buffer, operations, position) for key, buffer in buffers.items()}
+
+
+def lifetime(buffer, operations: list, position: dict) -> tuple | None:
+    """(first, last) position in `operations` (a block's top-level ops; `position`: their indices)
+    of the ops that use `buffer` or a value derived from it (a view, a region's argument it was
+    passed as, an op result of memref type, the result of the op whose region yields it), or None
     when nothing uses it. A dealloc is no use.
 
     A last use outside any nest (a scalar `memref.load` at the top level: an index read back to
@@ -148,8 +156,6 @@ def lifetime(buffer, block) -> tuple | None:
     a buffer sharing these bytes and written by that nest could be overwritten by one thread while
     another still reads (an index_put's normalized index read as garbage, a slice of the output
     written out of bounds)."""
-    operations = [o.operation for o in block.operations]
-    position = {o: i for i, o in enumerate(operations)}
     seen, todo, span = set(), [buffer], []
     while todo:
         value = todo.pop()
