@@ -765,6 +765,29 @@ def test_activation_b_copied_per_panel(m, k, n, epilogue):
 
 
 @needs_simd
+@pytest.mark.parametrize("n,c,hw,f", [
+    (1, 40, 14, COPY_ROWS),        # 196 pixels: full panels and a partial one, rows 784 bytes apart
+    (2, 24, 7, COPY_ROWS + 5),     # batch 2, 49 pixels, a partial row block
+    (1, 16, 24, COPY_ROWS + 40),   # K = 16, 576 pixels: whole panels only
+    (1, 40, 14, COPY_ROWS - 1),    # one row block short: read in place
+])
+def test_1x1_convolution_input_copied_per_panel(n, c, hw, f):
+    """A 1x1 convolution's input is a B read in place, [C, H*W] per image, its panel rows an image
+    plane apart: copied per column panel by the matmul's rule (`gather_per_panel`), against torch,
+    and the decision says which."""
+    text, shape = conv_text(n, c, hw, hw, f, 1, 1, 0)
+    fn = compile_standalone(text)
+    x, wt, b = rand(n, c, hw, hw), rand(f, c, 1, 1), rand(f)
+    (out,) = fn(x, wt, b)
+    expected = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), torch.from_numpy(b))
+    assert out.shape == shape
+    assert rel_error(out, expected.numpy()) < 1e-5
+    reason = [d for d in fn.decisions if d.kind == "convolution"][0].reason
+    assert ("B copied per column panel" in reason) == (f >= COPY_ROWS), reason
+    assert ("B read in place" in reason) == (f < COPY_ROWS), reason
+
+
+@needs_simd
 def test_batched_activation_b_copied_per_panel():
     """Attention's scores x V: B batched, each batch's panels copied; and a K too long for a
     panel buffer on the stack, read in place (the decision says which)."""

@@ -416,7 +416,9 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
     if not lay.split:  # B read in place as [B?, K, N]: the columns are tiled, never padded
         left = leftover_columns(g, cfg)
         main = range(g.N - left)  # the rest are the leftover's dot products (`_leftover_text`)
-        in_place = b  # [B?, K, N] (a matmul's B; a 1x1 convolution's input, collapsed below)
+        if g.conv is not None and g.b_layout == "kn":  # 1x1: X [N, C, H, W] -> [N, C, H*W]
+            b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
+        in_place = b  # [B?, K, N] (a matmul's B; a 1x1 convolution's input)
         if gather_per_panel(g, cfg):  # [B, K, N], one [K, nr] buffer per panel
             b = (im2col_gather(t, b, g, main, f"{tag}_col") if g.b_layout == "im2col"
                  else panel_gather(t, b, g, tag, len(main)))
@@ -424,8 +426,6 @@ def kernel_function(g: Gemm, cfg: KernelConfig, name: str, tag: str, region: Reg
         else:
             if g.b_layout == "im2col":  # its panel buffer too large for a thread's stack: whole
                 b, b_shape = im2col(t, b, g)
-            elif g.conv is not None:  # 1x1: X [N, C, H, W] -> [N, C, H*W]
-                b = _reshape(t, "collapse", b, b_shape, [g.batch, g.K, g.N], [[0], [1], [2, 3]])
             in_place = b
             if left:
                 b = column_slice(t, b, lead + [g.K, g.N], main)

@@ -266,13 +266,19 @@ def gather_per_panel(g: Gemm, cfg: KernelConfig) -> bool:
     read in place as a 1x1 input. Per panel, the 147 KiB buffer stays in L2 and its rows are
     contiguous: 1.88 ms (torch eager 1.92).
 
-    An activation [K, N] (a matmul's B; not a convolution's input), when at least
+    An activation [K, N] (a matmul's B, a 1x1 convolution's input), when at least
     `PANEL_COPY_ROW_BLOCKS` row blocks read each panel: its panel rows are a row of B apart, and
     read in place they miss the cache and the prefetchers (512^3 at 0.74x of OpenBLAS, ViT-B's
     197x768x3072 0.66x); copied into the contiguous buffer once per panel (a masked vector copy
     per k), 1.0-1.3x more GFLOP/s from 96 rows up, 0.64-0.86x below 48 rows, where too few row
     blocks share the copy. (Packed whole per call instead, B crosses memory twice: ViT-B's shape
-    lost 20% to the copy.)
+    lost 20% to the copy.) A 1x1 convolution's rows are an image plane apart: 196 B at 7x7, 784
+    B at 14x14 (a 64-byte panel row then straddles two cache lines), 50 KB at 112x112 (4 KiB
+    aliasing, a page per row). Copied by the same rule, on the AVX2 preset's Zen 3 (same
+    process, in turn): EfficientNet-B0's 1152->320 @7 0.86x the time, 320->1280 0.87x, 1152->192
+    0.87x, 672->112 @14 0.90x, 16->96 @112 + BN + SiLU 0.85x; planes a whole number of lines long
+    with many channels (40->240 @28, 24->144 @56) 1.00x; with 4 row blocks instead of 16 240->40
+    @28 took 1.10x. Whole models 0.93x (ResNet-50) to 0.99x (RegNetY-400MF).
 
     The buffer is a stack allocation of the thread running the panel (etc-cpu-plan-scratch: the
     threads share the panel loop), so it is used up to PANEL_STACK_BYTES (K up to 4096 at
@@ -281,8 +287,7 @@ def gather_per_panel(g: Gemm, cfg: KernelConfig) -> bool:
         return False
     if g.b_layout == "im2col":
         return True
-    return (g.b_layout == "kn" and g.conv is None and not g.dynamic_rows
-            and g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr)
+    return g.b_layout == "kn" and not g.dynamic_rows and g.M >= PANEL_COPY_ROW_BLOCKS * cfg.mr
 
 
 # How many mr-row blocks must read a column panel of an activation B for its copy into a
@@ -419,15 +424,15 @@ def leftover_columns(g: Gemm, cfg: KernelConfig) -> int:
 
 
 def blocking(g: Gemm, cfg: KernelConfig) -> str:
-    """The reason a GEMM decision records: for a matmul whose B is an activation, whether its
-    column panels are copied (`gather_per_panel`) or read in place, and why, and the K block
-    when K is split (`kernel_kc`); for any B read in place, how its last columns are computed
-    when they are less than half a vector (`leftover_columns`). Empty for the default paths
-    (a weight packed when the blob is built, a narrow B packed per call, a convolution's
-    input, a kernel over dynamic rows, which reads B in place), so the report keeps one line
+    """The reason a GEMM decision records: for a matmul or 1x1 convolution whose B is an
+    activation, whether its column panels are copied (`gather_per_panel`) or read in place, and
+    why, and the K block when K is split (`kernel_kc`); for any B read in place, how its last
+    columns are computed when they are less than half a vector (`leftover_columns`). Empty for
+    the default paths (a weight packed when the blob is built, a narrow B packed per call, an
+    im2col, a kernel over dynamic rows, which reads B in place), so the report keeps one line
     for them."""
     parts = []
-    if g.conv is None and g.b_layout == "kn" and not g.dynamic_rows and b_in_place(g, cfg):
+    if g.b_layout == "kn" and not g.dynamic_rows and b_in_place(g, cfg):
         kb = kernel_kc(g, cfg)
         blocks = f", K in blocks of {kb}" if kb < g.K else ""
         mc = row_block(g.M, g.K, kb, cfg)
