@@ -95,6 +95,10 @@ class Isa:
     # A GEMM tile epilogue of at least this many operations per element is applied one tile row at a
     # time (passes/gemm_epilogue_rows.py, where the measurements are); 0: always in registers.
     gemm_epilogue_rows: int = 0
+    # A vector division in a kernel epilogue (sigmoid, tanh) as a reciprocal estimate and corrections
+    # (passes/expand_math.py, where the measurements are): AVX-512's 14-bit estimate pays; on AVX2
+    # the 256-bit division is one op against five.
+    reciprocal_estimates: bool = True
 
     @property
     def int8_rows(self) -> int:
@@ -134,7 +138,7 @@ ISA_TABLE = {
     # of the GEMMs' time and of the transformers' (prefetch_gemm_tiles.py).
     "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, l2_kib=2048,
                 vector_registers=16, window_width=16, winograd_min_channels=16, winograd_min_tiles=16,
-                gemm_prefetch=False, gemm_epilogue_rows=12),
+                gemm_prefetch=False, gemm_epilogue_rows=12, reciprocal_estimates=False),
     # Cortex-A76/A78 (the aarch64 preset): 256-512 KiB of L2 per core; the smaller one.
     # (Winograd: AVX2's thresholds, unmeasured on a NEON core; the QEMU tests check its results.)
     "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, l2_kib=256,

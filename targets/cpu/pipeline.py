@@ -107,7 +107,7 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
         # bf16 arithmetic in f32, each result rounded to bf16 as torch rounds it (LLVM cannot
         # legalize vector bf16 arithmetic), after the kernels made their vector code.
         "etc-cpu-widen-bf16",
-        "etc-cpu-expand-math",
+        f"etc-cpu-expand-math{{reciprocal-estimates={str(isa.reciprocal_estimates).lower()}}}",
         "etc-cpu-prepack-constants",
         # Elementwise ops reading an input transposed (permutes): blocked so the reads stay in L1.
         "etc-cpu-block-transposes",

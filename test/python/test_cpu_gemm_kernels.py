@@ -557,6 +557,8 @@ def test_isa_table_per_target():
     assert (avx512.lanes, avx512.gemm_mr, avx512.gemm_nr) == (16, 6, 64)
     avx2 = isa_for(PRESETS["x86-64-v3"])
     assert avx2.lanes == 8 and avx2.gemm_nr % 8 == 0
+    # Epilogue divisions: AVX-512's reciprocal estimate pays, AVX2's division is one op (expand_math.py).
+    assert avx512.reciprocal_estimates and not avx2.reciprocal_estimates
     neon = isa_for(PRESETS["aarch64"])
     assert neon.lanes == 4 and neon.gemm_nr % 4 == 0
     assert not isa_for(PRESETS["cortex-m7"]).vectorizes

@@ -43,7 +43,12 @@ LLVM's estimate and Newton step, vrcp14ps + 2 fma on AVX-512, a division where t
 estimate) and one correction of the quotient; a scalar one, in a loop LLVM vectorizes, stays a
 division. Measured in one run (EfficientNet-B0, 1x1 + BN + SiLU, SiLU alone): the estimate took
 EfficientNet from 0.95x to 0.91x of XNNPACK where a division in the epilogues did not, while a
-vectorized loop ran 15-30% faster with the division. Relative error ~3e-7 over the whole range,
+vectorized loop ran 15-30% faster with the division. On AVX2 the estimate is vrcpps + 2 fma
+and the correction 2 more, five operations where a 256-bit division is one: with
+`reciprocal-estimates=false` (the ISA row's `reciprocal_estimates`) every division stays one.
+Measured on a Zen 3 (same process, in turn), the SiLU GEMM epilogues with the division: 1x1
+24->144 @56 0.86x the time, 40->240 @28 0.91x, 16->96 @112 0.93x, 112->672 @14 0.92x, the stem
+3x3 0.90x; EfficientNet-B0 0.99x, BERT-4L 0.98x, Llama-15M 1.00x. Relative error ~3e-7 over the whole range,
 sigmoid(0) = 0.5 and sigmoid(+inf) = 1 exactly, NaN propagates, -inf gives 0.
 """
 
@@ -52,10 +57,12 @@ from __future__ import annotations
 import functools
 import math as pymath
 
+from dataclasses import dataclass
+
 from torch_mlir import ir
 
 from etc.ir.ops import defining_op
-from etc.passes.pass_api import function_pass
+from etc.passes.pass_api import function_pass, option
 from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import LATENCY_BOUND, NONPOSITIVE
 
@@ -65,15 +72,24 @@ LN2_LO = 1.4286068203094172e-06
 LOW, HIGH = -87.5, 88.72283935546875
 
 
+@dataclass
+class ExpandMathOptions:
+    reciprocal_estimates: bool = option(True, help="a vector division (sigmoid, tanh) as a reciprocal estimate and "
+                                                   "corrections, not one division (see the module docstring)")
+
+
 @function_pass("etc-cpu-expand-math",
-               "f32 math.exp/math.erf/math.tanh and sigmoids -> vectorizable arithmetic (no libm call per element)")
+               "f32 math.exp/math.erf/math.tanh and sigmoids -> vectorizable arithmetic (no libm call per element)",
+               ExpandMathOptions)
 def expand_math(module, options=None) -> int:
     """Replace every f32 sigmoid (`1 / (1 + exp(-x))`), then every other f32 `math.exp`,
     `math.erf` and `math.tanh` under `module`, scalar (the loops LLVM vectorizes) or vector (the
     GEMM and window kernels' GELU/SiLU epilogues, which LLVM would otherwise scalarize into one
     libm call per lane); returns how many."""
-    expansions = {"math.exp": _exp_f32, "math.erf": _erf_f32, "math.tanh": _tanh_f32}
-    replaced = _expand_sigmoids(module)
+    estimate = options.reciprocal_estimates if options is not None else True
+    expansions = {"math.exp": _exp_f32, "math.erf": _erf_f32,
+                  "math.tanh": functools.partial(_tanh_f32, estimate=estimate)}
+    replaced = _expand_sigmoids(module, estimate)
     found = [op for op in walk(module, tuple(expansions)) if _is_f32(op.result.type)]
     with module.context:
         for op in found:
@@ -121,8 +137,9 @@ def _sigmoid_input(div):
     return None if neg is None else neg.operands[0]
 
 
-def _expand_sigmoids(module) -> int:
-    """Every f32 `1 / (1 + exp(-x))` -> `_sigmoid_f32(x)`; the dead chain erased. Returns how many."""
+def _expand_sigmoids(module, estimate: bool) -> int:
+    """Every f32 `1 / (1 + exp(-x))` -> `_sigmoid_f32(x)`, its division a reciprocal estimate when
+    `estimate` and not `LATENCY_BOUND`; the dead chain erased. Returns how many."""
     divisions = walk(module, ("arith.divf",))
     count = 0
     with module.context:
@@ -134,7 +151,7 @@ def _expand_sigmoids(module) -> int:
             exp = defining_op(add.operands[0], "math.exp") or defining_op(add.operands[1], "math.exp")
             neg = defining_op(exp.operands[0], "arith.negf")
             with ir.InsertionPoint(div), div.location:
-                new = _sigmoid_f32(x, LATENCY_BOUND in div.attributes)
+                new = _sigmoid_f32(x, estimate and LATENCY_BOUND not in div.attributes)
             div.result.replace_all_uses_with(new)
             for dead in (div, add, exp):
                 dead.erase()
@@ -235,7 +252,7 @@ _TANH_TAYLOR = (-1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835, -1382.0 / 155925, 
 TANH_SMALL, TANH_ONE = 0.4, 10.0
 
 
-def _tanh_f32(x):
+def _tanh_f32(x, estimate: bool = True):
     from torch_mlir.dialects import arith, math
 
     f32 = _like(x.type, ir.F32Type.get())
@@ -252,22 +269,22 @@ def _tanh_f32(x):
     # tanh(a) = (1 - e) / (1 + e), e = exp(-2 min(a, 10)) in [2e-9, 0.45]: no cancellation, a
     # denominator in [1, 2]
     e = _exp_nonpositive_f32(arith.MulFOp(arith.MinimumFOp(a, c(TANH_ONE)).result, c(-2.0)).result)
-    large = _divide_in_1_2(arith.SubFOp(c(1.0), e).result, arith.AddFOp(e, c(1.0)).result)
+    large = _divide_in_1_2(arith.SubFOp(c(1.0), e).result, arith.AddFOp(e, c(1.0)).result, estimate)
     is_small = arith.CmpFOp(arith.CmpFPredicate.OLT, a, c(TANH_SMALL)).result
     return arith.SelectOp(is_small, small, math.CopySignOp(large, x).result).result
 
 
-def _divide_in_1_2(numerator, denominator, latency_bound: bool = False):
+def _divide_in_1_2(numerator, denominator, estimate: bool):
     """numerator / denominator for a denominator in [1, 2] (never inf, 0 or subnormal): a division
     in a scalar loop (LLVM vectorizes it: its 256-bit divide is the faster there); in a kernel's
-    vector epilogue a reciprocal estimate LLVM refines once (`arcp`), then one correction of the
-    quotient (q + (n - q d) / d), which makes the 12-bit estimates (vrcpps) as exact as a division.
-    `latency_bound` (a window kernel's epilogue, `kernel_ir.LATENCY_BOUND`): a division, one op on
-    the chain instead of five (a 3x3 480@14 + BN + SiLU, 4 rows per step: 0.060 ms, 0.081 with the
-    estimate)."""
+    vector epilogue, with `estimate`, a reciprocal estimate LLVM refines once (`arcp`), then one
+    correction of the quotient (q + (n - q d) / d), which makes the 12-bit estimates (vrcpps) as
+    exact as a division. Without (a window kernel's epilogue, `kernel_ir.LATENCY_BOUND`, or an ISA
+    whose division is the faster): a division, one op on the chain instead of five (a 3x3 480@14 +
+    BN + SiLU, 4 rows per step: 0.060 ms, 0.081 with the estimate)."""
     from torch_mlir.dialects import arith, math
 
-    if latency_bound or not isinstance(numerator.type, ir.VectorType):
+    if not estimate or not isinstance(numerator.type, ir.VectorType):
         return arith.DivFOp(numerator, denominator).result
     f32 = _like(numerator.type, ir.F32Type.get())
     estimate = ir.Attribute.parse("#arith.fastmath<arcp,ninf,contract>")
@@ -322,7 +339,7 @@ def _exp_nonpositive_f32(z, subnormal: bool = True):
     return arith.SelectOp(under, c(0.0), e).result
 
 
-def _sigmoid_f32(x, latency_bound: bool = False):
+def _sigmoid_f32(x, estimate: bool):
     from torch_mlir.dialects import arith, math
 
     f32 = _like(x.type, ir.F32Type.get())
@@ -333,4 +350,4 @@ def _sigmoid_f32(x, latency_bound: bool = False):
     e = _exp_nonpositive_f32(arith.NegFOp(math.AbsFOp(x).result).result)  # exp(-|x|)
     positive = arith.CmpFOp(arith.CmpFPredicate.OGT, x, c(0.0)).result
     numerator = arith.SelectOp(positive, c(1.0), e).result
-    return _divide_in_1_2(numerator, arith.AddFOp(e, c(1.0)).result, latency_bound)
+    return _divide_in_1_2(numerator, arith.AddFOp(e, c(1.0)).result, estimate)

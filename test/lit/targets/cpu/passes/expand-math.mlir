@@ -1,4 +1,5 @@
 // RUN: etc-opt %s --etc-cpu-expand-math | filecheck %s
+// RUN: etc-opt %s --etc-cpu-expand-math=reciprocal-estimates=false | filecheck %s --check-prefix=DIV
 
 // f32 exp (and erf, below), scalar or vector, becomes Cody-Waite range reduction, a degree-6
 // polynomial and exponent-bit scaling: no libm call, so the loops LLVM vectorizes around it stay
@@ -55,6 +56,12 @@ func.func @erfs(%x: f32, %d: f64) -> (f32, f64) {
 // CHECK: math.copysign
 // CHECK: arith.select
 // CHECK: math.tanh %{{.*}} : f64
+// Without reciprocal estimates (the AVX2 row): the quotient is one division.
+// DIV-LABEL: func.func @tanhs
+// DIV-NOT: arcp
+// DIV: arith.divf %{{[^ ]*}}, %{{[^ ]*}} : vector<16xf32>
+// DIV-NOT: arcp
+// DIV: math.copysign
 func.func @tanhs(%v: vector<16xf32>, %d: f64) -> (vector<16xf32>, f64) {
   %a = math.tanh %v : vector<16xf32>
   %b = math.tanh %d : f64
@@ -86,6 +93,13 @@ func.func @tanhs(%v: vector<16xf32>, %d: f64) -> (vector<16xf32>, f64) {
 // CHECK: arith.divf
 // CHECK-NOT: math.exp
 // CHECK: return
+// DIV-LABEL: func.func @sigmoids
+// DIV-NOT: arcp
+// DIV: arith.divf %{{[^ ]*}}, %{{[^ ]*}} : vector<16xf32>
+// DIV-NOT: arcp
+// DIV: arith.divf %{{[^ ]*}}, %{{[^ ]*}} : vector<8xf32>
+// DIV-NOT: arcp
+// DIV: return
 func.func @sigmoids(%x: f32, %v: vector<16xf32>, %w: vector<8xf32>, %y: f32) -> (f32, vector<16xf32>, vector<8xf32>, f32, f32) {
   %one = arith.constant 1.0 : f32
   %n = arith.negf %x : f32
