@@ -99,6 +99,10 @@ class Isa:
     # (passes/expand_math.py, where the measurements are): AVX-512's 14-bit estimate pays; on AVX2
     # the 256-bit division is one op against five.
     reciprocal_estimates: bool = True
+    # A window kernel's transcendental epilogue (SiLU, GELU) applied to each channel's finished plane
+    # instead of each register block (kernels/window_kernel.py `plane_epilogue_pays`, where the
+    # measurements are): AVX2's 16 registers cannot hold its constants beside the taps' weights.
+    window_plane_epilogue: bool = False
 
     @property
     def int8_rows(self) -> int:
@@ -138,7 +142,7 @@ ISA_TABLE = {
     # of the GEMMs' time and of the transformers' (prefetch_gemm_tiles.py).
     "avx2": Isa("avx2", lanes=8, gemm_mr=6, gemm_nr=16, gemm_kc=2048, gemm_kc_strided=256, l2_kib=2048,
                 vector_registers=16, window_width=16, winograd_min_channels=16, winograd_min_tiles=16,
-                gemm_prefetch=False, gemm_epilogue_rows=12, reciprocal_estimates=False),
+                gemm_prefetch=False, gemm_epilogue_rows=12, reciprocal_estimates=False, window_plane_epilogue=True),
     # Cortex-A76/A78 (the aarch64 preset): 256-512 KiB of L2 per core; the smaller one.
     # (Winograd: AVX2's thresholds, unmeasured on a NEON core; the QEMU tests check its results.)
     "neon": Isa("neon", lanes=4, gemm_mr=8, gemm_nr=12, gemm_kc=256, gemm_kc_strided=256, l2_kib=256,

@@ -67,7 +67,8 @@ def cpu_pipeline(target: CpuTarget, *, threads: int = 1, gemm_min_flops: int | N
     loops = f"etc-cpu-split-threads{{threads={threads}}}" if threads > 1 else "func.func(convert-linalg-to-loops)"
     # A target without a vector unit (Cortex-M) records every contraction as plain loops and has
     # no window or row kernels (they are vector code).
-    windows = ([f"etc-cpu-window-kernels{{lanes={isa.lanes}}}", f"etc-cpu-grouped-kernels{{lanes={isa.lanes}}}"]
+    plane = " plane-epilogue=true" if isa.window_plane_epilogue else ""
+    windows = ([f"etc-cpu-window-kernels{{lanes={isa.lanes}{plane}}}", f"etc-cpu-grouped-kernels{{lanes={isa.lanes}}}"]
                if isa.vectorizes else [])
     rows = [f"etc-cpu-row-kernels{{lanes={isa.lanes}}}"] if isa.vectorizes else []
     attention = ([f"etc-cpu-attention-kernels{{lanes={isa.lanes} registers={isa.vector_registers}"

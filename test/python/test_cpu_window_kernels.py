@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from cpu_target_helpers import random_batchnorm
+from cpu_target_helpers import host_has, random_batchnorm
 from etc.bench.window_jit import compile_model, linalg_of, run_window_pass
 
 
@@ -199,6 +199,71 @@ def test_residual_consumer_is_fused():
 
     text = check(M(), (1, 8, 13, 21))
     assert "consumer(s) fused" in text
+
+
+class SiluResidual(nn.Module):
+    """Depthwise + BN + SiLU, then the block's input added: the plane's epilogue reads a second tensor."""
+
+    def __init__(self, c, k):
+        super().__init__()
+        self.dw, self.bn = nn.Conv2d(c, c, k, 1, k // 2, groups=c), random_batchnorm(c)
+
+    def forward(self, x):
+        return nn.functional.silu(self.bn(self.dw(x))) + x
+
+
+def _dw_act(c, k, s, act):
+    return nn.Sequential(nn.Conv2d(c, c, k, s, k // 2, groups=c), random_batchnorm(c), act)
+
+
+@pytest.mark.skipif(not host_has("avx2", "fma"), reason="runs x86-64-v3 code (AVX2, FMA)")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("model,shape,plane", [
+    (_dw_act(6, 3, 1, nn.SiLU()), (1, 6, 14, 14), True),       # one vector and a masked one per row
+    (_dw_act(5, 5, 2, nn.SiLU()), (2, 5, 29, 57), True),       # stride 2, batch 2, a partial column block
+    (_dw_act(4, 3, 1, nn.SiLU()), (1, 4, 9, 40), True),        # full blocks in the column loop
+    (_dw_act(3, 7, 1, nn.SiLU()), (1, 3, 13, 11), True),       # 7x7: the kernel-row loop
+    (_dw_act(4, 3, 1, nn.GELU()), (1, 4, 10, 19), True),       # erf
+    (SiluResidual(4, 3), (1, 4, 12, 21), True),                # a residual read in the plane's loop
+    (_dw_act(4, 3, 1, nn.Hardswish()), (1, 4, 12, 21), False),  # a division, no transcendental: in the block
+    (_dw_act(4, 3, 1, nn.ReLU6()), (1, 4, 12, 21), False),
+], ids=["silu-14", "silu-5x5s2-batch2", "silu-40", "silu-7x7", "gelu", "silu-residual", "hardswish", "relu6"])
+def test_plane_epilogue_on_the_avx2_row(model, shape, plane, threads, monkeypatch):
+    """x86-64-v3's row applies a transcendental epilogue to each channel's stored plane, one vector
+    at a time (`window_kernel.plane_epilogue_pays`): torch's numbers on one and two threads; a
+    hardswish or ReLU6 stays in the register block."""
+    import etc
+    from etc.runtime import Runtime
+    from etc.targets.cpu import CpuPartitioner
+    from etc.targets.cpu.passes.window_kernels import WindowKernels
+
+    planes = []
+    rewrite = WindowKernels.rewrite
+    monkeypatch.setattr(WindowKernels, "rewrite", lambda self, win, text, plane=False: (
+        planes.append(plane), rewrite(self, win, text, plane))[1])
+    torch.manual_seed(0)
+    model = model.eval()
+    x = torch.randn(*shape)
+    edge = etc.to_edge(torch.export.export(model, (x,))).to_backend(CpuPartitioner(target="x86-64-v3",
+                                                                                    num_threads=threads))
+    assert not edge.delegation_reports[-1].portable
+    assert planes == [plane], planes
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for seed in range(2):
+        torch.manual_seed(seed)
+        x = torch.randn(*shape) * 3
+        with torch.no_grad():
+            want = model(x).numpy()
+        (got,) = method.execute([x.numpy()])
+        np.testing.assert_allclose(got, want, atol=2e-6, rtol=2e-6)
+
+
+def test_plane_epilogue_only_on_the_avx2_row():
+    """Measured on an AVX2 core only (window_kernel.plane_epilogue_pays); 32-register rows keep it in the block."""
+    from etc.targets.cpu.isa import ISA_TABLE
+
+    assert ISA_TABLE["avx2"].window_plane_epilogue
+    assert not any(row.window_plane_epilogue for name, row in ISA_TABLE.items() if name != "avx2")
 
 
 def test_not_taken_is_visible():

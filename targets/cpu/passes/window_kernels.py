@@ -27,7 +27,10 @@ pad and start, `arith.maxsi`, its consumers left as passes):
     generic), a `linalg.fill` value, the outs tensor, or the first tap when the fill is the
     reduction's identity;
   * a chain of single-use elementwise consumers (BN folded to scale+shift, ReLU6, the divide of
-    an average pool, a residual add) is applied to the accumulator before the one store.
+    an average pool, a residual add) is applied to the accumulator before the one store; with
+    `plane-epilogue` (the AVX2 row) a chain holding a transcendental (SiLU, GELU) is applied to
+    each channel's plane once its rows are stored, one vector at a time
+    (`window_kernel.plane_epilogue_pays`, where the measurements are).
 
 The result is scf.for loops carrying the output tensor, `vector.transfer_read/write` on
 tensors, `vector.shuffle`, `math.fma` and the consumers' arith/math ops on vectors: one-shot-
@@ -78,6 +81,8 @@ class WindowKernels(Pass):
         max_stride: int = option(4, help="largest column stride taken (a stride s loads s*lanes inputs per vector)")
         unroll_taps: int = option(25, help="windows with more taps loop over the kernel rows (weights read inside the loop)")
         fold_padding: bool = option(True, help="read a tensor.pad's source, the padding handled in the kernel")
+        plane_epilogue: bool = option(False, help="a fused epilogue holding a transcendental (SiLU, GELU) applied "
+                                                  "to each channel's finished plane (window_kernel.plane_epilogue_pays)")
 
     def run(self, op) -> None:
         if self.options.lanes < 1 or self.options.lanes & (self.options.lanes - 1):
@@ -91,7 +96,8 @@ class WindowKernels(Pass):
                 # An int8 max pool's vectors are as wide in bytes: four times the lanes.
                 lanes = self.options.lanes * (4 if win.element == "i8" else 1)
                 rows = self.options.rows or rows_per_step(win, lanes)
-                text = WindowKernel(win, lanes, rows, self.options.unroll_taps).function("__etc_window")
+                kernel = WindowKernel(win, lanes, rows, self.options.unroll_taps, self.options.plane_epilogue)
+                text = kernel.function("__etc_window")
             except NotTaken as reason:
                 window_op.attributes["etc.cpu.path"] = ir.StringAttr.get(f"loops: {reason}")
                 decisions.record(window_op, "window", "loops", str(reason))
@@ -99,7 +105,7 @@ class WindowKernels(Pass):
                 continue
             decisions.record_taken(window_op, "window", "window", win.decisions)
             try:
-                self.rewrite(win, text)
+                self.rewrite(win, text, kernel.plane_epilogue)
             except Exception as exc:  # noqa: BLE001 - a rewrite that started must not fail silently
                 raise self.error(f"{self.name}: building the window kernel failed: {exc}", at=window_op) from exc
             self.count("taken")
@@ -130,9 +136,10 @@ class WindowKernels(Pass):
         self.count("global pools")
         return True
 
-    def rewrite(self, win: Window, text: str) -> None:
+    def rewrite(self, win: Window, text: str, plane_epilogue: bool = False) -> None:
         """Splice the kernel `text` (a function) in place of the op and its fused consumers."""
         arguments = [win.x] + ([win.w] if win.kind == "dw" else []) + \
             ([win.init.value] if win.init.kind != "identity" else [])
+        what = describe(win) + (", applied to each finished plane" if plane_epilogue else "")
         replace_fused(text, arguments + [o.value for o in win.operands], win.op, [user for user, _, _ in win.chain],
-                      [win.init.producer, win.pad_op], {"etc.cpu.path": "window", "etc.cpu.window": describe(win)})
+                      [win.init.producer, win.pad_op], {"etc.cpu.path": "window", "etc.cpu.window": what})

@@ -1,5 +1,6 @@
 // RUN: etc-opt %s --split-input-file --etc-cpu-window-kernels | filecheck %s
 // RUN: etc-opt %s --split-input-file --etc-cpu-window-kernels="lanes=8 rows=1" | filecheck %s --check-prefix=AVX2
+// RUN: etc-opt %s --split-input-file --etc-cpu-window-kernels="lanes=8 plane-epilogue=true" | filecheck %s --check-prefix=PLANE
 
 // MobileNetV2's stride-2 depthwise block as torch-mlir gives it (padded input, bias broadcast as
 // the init, BN folded, ReLU6 as one generic): one kernel, reading the unpadded input. Channels,
@@ -109,6 +110,13 @@ func.func @maxpool3x3s1(%x: tensor<2x3x9x9xf32>) -> tensor<2x3x7x7xf32> {
 // CHECK: arith.divf %{{.*}}, %[[NINE]] {etc.latency_bound} : vector<8xf32>
 // CHECK: vector.transfer_write
 // CHECK-NOT: linalg.generic
+// A division is no transcendental: with plane-epilogue it stays in the register block.
+// PLANE-LABEL: func.func @avgpool2x2s2
+// PLANE: scf.for
+// PLANE: arith.divf {{.*}} {etc.latency_bound} : vector<8xf32>
+// PLANE-NEXT: vector.transfer_write
+// PLANE-NOT: applied to each finished plane
+// PLANE: etc.cpu.path = "window"
 func.func @avgpool2x2s2(%x: tensor<1x4x14x14xf32>) -> tensor<1x4x7x7xf32> {
   %zero = arith.constant 0.000000e+00 : f32
   %four = arith.constant 4.000000e+00 : f32
@@ -216,6 +224,21 @@ func.func @global_avg_pool(%x: tensor<1x64x25x5xf32>) -> tensor<1x64x1x1xf32> {
 // CHECK-COUNT-4: arith.divf {{.*}} {etc.latency_bound} : vector<16xf32>
 // CHECK: } {etc.thread_split}
 // CHECK: } {etc.cpu.path = "window"
+// With plane-epilogue (the AVX2 row): the register blocks store the taps' sums; the SiLU is a loop
+// over the channel's 14 stored rows (its first vector, the loop over the full ones, the last),
+// reading and writing the plane.
+// PLANE-LABEL: func.func @dw3x3_silu
+// PLANE: scf.for %{{.*}} = %c1 to %c13 step %c4
+// PLANE-NOT: math.exp
+// PLANE: scf.for %[[ROW:.*]] = %c0 to %c14 step %c1 iter_args(%[[PLANE:.*]] = %{{.*}})
+// PLANE: vector.transfer_read %[[PLANE]][%{{.*}}, %{{.*}}, %[[ROW]], %c0]
+// PLANE: math.exp {{.*}} : vector<8xf32>
+// PLANE-NOT: etc.latency_bound
+// PLANE: scf.for %{{.*}} = %c8 to %c64 step %c8
+// PLANE: math.exp {{.*}} : vector<8xf32>
+// PLANE: math.exp {{.*}} : vector<8xf32>
+// PLANE: } {etc.thread_split}
+// PLANE: applied to each finished plane
 #id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 func.func @dw3x3_silu(%x: tensor<1x8x14x72xf32>, %w: tensor<8x3x3xf32>) -> tensor<1x8x14x72xf32> {
   %zero = arith.constant 0.0 : f32
