@@ -48,15 +48,14 @@ and the correction 2 more, five operations where a 256-bit division is one: with
 `reciprocal-estimates=false` (the ISA row's `reciprocal_estimates`) every division stays one.
 Measured on a Zen 3 (same process, in turn), the SiLU GEMM epilogues with the division: 1x1
 24->144 @56 0.86x the time, 40->240 @28 0.91x, 16->96 @112 0.93x, 112->672 @14 0.92x, the stem
-3x3 0.90x; EfficientNet-B0 0.99x, BERT-4L 0.98x, Llama-15M 1.00x. Relative error ~3e-7 over the whole range,
-sigmoid(0) = 0.5 and sigmoid(+inf) = 1 exactly, NaN propagates, -inf gives 0.
+3x3 0.90x; EfficientNet-B0 0.99x, BERT-4L 0.98x, Llama-15M 1.00x. Relative error ~3e-7 over the
+whole range, sigmoid(0) = 0.5 and sigmoid(+inf) = 1 exactly, NaN propagates, -inf gives 0.
 """
 
 from __future__ import annotations
 
 import functools
 import math as pymath
-
 from dataclasses import dataclass
 
 from torch_mlir import ir
@@ -252,7 +251,7 @@ _TANH_TAYLOR = (-1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835, -1382.0 / 155925, 
 TANH_SMALL, TANH_ONE = 0.4, 10.0
 
 
-def _tanh_f32(x, estimate: bool = True):
+def _tanh_f32(x, estimate: bool):
     from torch_mlir.dialects import arith, math
 
     f32 = _like(x.type, ir.F32Type.get())
@@ -287,8 +286,8 @@ def _divide_in_1_2(numerator, denominator, estimate: bool):
     if not estimate or not isinstance(numerator.type, ir.VectorType):
         return arith.DivFOp(numerator, denominator).result
     f32 = _like(numerator.type, ir.F32Type.get())
-    estimate = ir.Attribute.parse("#arith.fastmath<arcp,ninf,contract>")
-    reciprocal = arith.DivFOp(_constant(f32, 1.0), denominator, fastmath=estimate).result
+    arcp = ir.Attribute.parse("#arith.fastmath<arcp,ninf,contract>")
+    reciprocal = arith.DivFOp(_constant(f32, 1.0), denominator, fastmath=arcp).result
     quotient = arith.MulFOp(numerator, reciprocal).result
     residual = math.FmaOp(arith.NegFOp(quotient).result, denominator, numerator).result
     return math.FmaOp(residual, reciprocal, quotient).result

@@ -81,8 +81,8 @@ class WindowKernels(Pass):
         max_stride: int = option(4, help="largest column stride taken (a stride s loads s*lanes inputs per vector)")
         unroll_taps: int = option(25, help="windows with more taps loop over the kernel rows (weights read inside the loop)")
         fold_padding: bool = option(True, help="read a tensor.pad's source, the padding handled in the kernel")
-        plane_epilogue: bool = option(False, help="a fused epilogue holding a transcendental (SiLU, GELU) applied "
-                                                  "to each channel's finished plane (window_kernel.plane_epilogue_pays)")
+        plane_epilogue: bool = option(False, help="a fused epilogue holding a transcendental (SiLU, GELU) applied to "
+                                                  "each channel's finished plane (window_kernel.plane_epilogue_pays)")
 
     def run(self, op) -> None:
         if self.options.lanes < 1 or self.options.lanes & (self.options.lanes - 1):
