@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type
-from etc.targets.cpu.kernels.int8_kernel import DOTS, Int8Kernel
+from etc.targets.cpu.kernels.int8_isa import DOTS
+from etc.targets.cpu.kernels.int8_kernel import Int8Kernel
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, DynamicPair
 from etc.targets.cpu.loop_effects import THREAD_SPLIT
 

@@ -16,7 +16,7 @@ A stride-1 convolution with K tap by tap (`InPlaceB`) reads B's rows straight fr
 channel-interleaved copy (`im2col_pack.ChannelCopy`): row kb of panel nb is 64 bytes at kb's tap
 and channels plus nb's first position, no packed panels at all.
 
-`vpdpbusd` and the packs are called as the LLVM intrinsics of the ISA row (`DOTS`: `avx512-vnni`
+`vpdpbusd` and the packs are called as the LLVM intrinsics of the ISA row (`int8_isa.DOTS`: `avx512-vnni`
 on zmm registers, `avx-vnni` on ymm; `avx2-madd`, AVX2 without VNNI, makes each vpdpbusd two
 vpmaddwd on the groups' even and odd bytes widened to i16: `dot_operand`, `dot`); rows and column
 tails are straight-line copies of the tile with fewer rows or panels. The epilogue computes the
@@ -36,32 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from etc.targets.cpu.kernel_ir import KernelText, f32_literal, tensor_type
+from etc.targets.cpu.kernels.int8_isa import DOTS
 from etc.targets.cpu.kernels.int8_match import GROUP, PANEL, QgemmPair, ResidualAdd
 from etc.targets.cpu.loop_effects import THREAD_SPLIT
 
 
-
-@dataclass(frozen=True)
-class DotIsa:
-    """The instructions of one int8 dot-product ISA, as LLVM intrinsics."""
-    lanes: int  # i32 lanes per vector
-    dot: str  # unsigned x signed bytes, 4 per lane, added to the i32 lane ("": two `pairs`, see `Int8Kernel.dot`)
-    pack_dwords: str  # two i32 vectors -> one of i16 (signed saturation, per 128-bit lane)
-    pack_words: str  # two i16 vectors -> one of i8 (signed saturation, per 128-bit lane)
-    rounding_convert: str | None  # f32 -> i32 rounding to nearest even in one instruction (None: two)
-    pairs: str = ""  # without `dot`: i16 x i16, each lane's two products summed into i32 (vpmaddwd)
-
-
-DOTS = {
-    "avx512-vnni": DotIsa(16, "llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.packssdw.512",
-                          "llvm.x86.avx512.packsswb.512", "llvm.x86.avx512.mask.cvtps2dq.512"),
-    "avx-vnni": DotIsa(8, "llvm.x86.avx512.vpdpbusd.256", "llvm.x86.avx2.packssdw", "llvm.x86.avx2.packsswb", None),
-    # AVX2 without VNNI (Zen 1-3, Skylake to Comet Lake): vpdpbusd as two vpmaddwd on the even
-    # and the odd bytes widened to i16, exact (a pair of u8 x s8 products fits i32; vpmaddubsw's
-    # i16 sums would saturate)
-    "avx2-madd": DotIsa(8, "", "llvm.x86.avx2.packssdw", "llvm.x86.avx2.packsswb", None,
-                        pairs="llvm.x86.avx2.pmadd.wd"),
-}
 INT8_K_LOOP = "etc.cpu.int8_k_loop"  # a tile's k loop, for etc-cpu-prefetch-gemm-tiles
 STORE = 4  # accumulator vectors narrowed together and written with one store
 PARAMS = (("%mult", "f32"), ("%bias", "f32"))  # the epilogue's per-channel arguments (corr: the start)

@@ -46,7 +46,8 @@ from etc.targets.cpu.ir_query import walk
 from etc.targets.cpu.kernel_ir import splice
 from etc.targets.cpu.kernels.dynamic_linear_kernel import DynamicLinearKernel
 from etc.targets.cpu.kernels.im2col_pack import channel_copy_text, pack_text
-from etc.targets.cpu.kernels.int8_kernel import DOTS, InPlaceB, Int8Kernel
+from etc.targets.cpu.kernels.int8_isa import DOTS
+from etc.targets.cpu.kernels.int8_kernel import InPlaceB, Int8Kernel
 from etc.targets.cpu.kernels.int8_match import (GROUP, PANEL, QDEQUANT, QGEMM, QWINDOW, REQUANT, DynamicPair, QgemmPair,
                                                 ResidualAdd, match_dynamic, match_qgemm, match_residual_add,
                                                 pack_source, tail_columns)
